@@ -1,0 +1,343 @@
+"""Benchmark for search.py on a real corpus: speed, size, freshness and ranking quality, in one run.
+
+    python bench/search_bench.py                 # 1x, 5x and 10x the corpus (a few minutes)
+    python bench/search_bench.py --scales 1      # just the 1x corpus
+
+Unpacks ../shared/corpus/tldr-kb.tar.gz (8,960 tldr pages, English + Chinese) into a temporary folder,
+builds 5x and 10x versions by copying it into c0/, c1/, ... and prints one table. The baseline is the
+seed project's search (read every file, keep those containing the whole query), run in the same process.
+
+The query set is generated from the corpus, not written by hand: for a random sample of pages (fixed seed),
+the page's description (its "> " lines minus the "More information" link) gives the query and the page is
+the target. English: 2 or 3 random content words (stopwords and words under 3 letters dropped). Chinese: two
+random, non-overlapping 2-4 character pieces of the description's Chinese text. At 5x/10x a hit on any copy
+of the target page counts, since the copies are identical.
+"""
+
+import argparse
+import os
+import random
+import re
+import shutil
+import statistics
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+DEFAULT_CORPUS = ROOT.parent / "shared" / "corpus" / "tldr-kb.tar.gz"
+
+EN_STOPWORDS = set("""a about above after again against all also am an and any are as at be because been
+before being below between both but by can could did do does doing down during each either else etc even
+ever every few for from further get gets given had has have having he her here hers him his how however i if
+in into is it its itself just least less like made make makes many may me might more most much must my
+neither no nor not now of off often on once one only onto or other others otherwise our out over own per
+rather same several she should since so some something such than that the their them then there these they
+this those through thus to too under until up upon us use used uses using very via was we well were what
+when where whether which while who whom whose why will with within without would yet you your""".split())
+EN_WORD = re.compile(r"[A-Za-z][A-Za-z0-9+'-]*[A-Za-z0-9+]|[A-Za-z]")
+ZH_RUN = re.compile(r"[\u4e00-\u9fff]+")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Corpus and queries
+
+
+def unpack(archive: Path, dest: Path) -> Path:
+    with tarfile.open(archive) as tar:
+        tar.extractall(dest, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(dest)
+    return dest / "kb"
+
+
+def replicate(kb: Path, copies: int, dest: Path) -> Path:
+    for i in range(copies):
+        shutil.copytree(kb, dest / f"c{i}")
+    return dest
+
+
+def description(text: str) -> str:
+    lines = [l[2:] for l in text.splitlines() if l.startswith("> ")]
+    return " ".join(l for l in lines if not l.startswith(("More information", "更多信息")))
+
+
+def make_queries(kb: Path, per_language: int, seed: int):
+    """([(query, target path, language)], [ambiguous ones]), sampled with a fixed seed.
+
+    A query is ambiguous, and drawn again from another page, when the descriptions of AMBIGUOUS or more
+    other pages hold every one of its terms too: then no engine can tell which page is meant (tldr has
+    hundreds of "This command is an alias of `x`" pages, and the Chinese pieces never include `x`).
+    """
+    rng = random.Random(seed)
+    pages = {"en": [], "zh": []}
+    for path in sorted(kb.rglob("*.md")):
+        rel = path.relative_to(kb).as_posix()
+        pages[rel.split("/")[0]].append((rel, description(path.read_text(encoding="utf-8"))))
+    queries, ambiguous = [], []
+    for lang, make in (("en", english_query), ("zh", chinese_query)):
+        holds = english_holds if lang == "en" else chinese_holds
+        prepared = [prepare(lang, desc) for _rel, desc in pages[lang]]
+        candidates = pages[lang][:]
+        rng.shuffle(candidates)
+        made = 0
+        for rel, desc in candidates:
+            query = make(desc, rng)
+            if not query:
+                continue
+            terms = query.split()
+            others = sum(1 for p in prepared if holds(p, terms)) - 1
+            (ambiguous if others >= AMBIGUOUS else queries).append((query, rel, lang))
+            made += others < AMBIGUOUS
+            if made == per_language:
+                break
+    return queries, ambiguous
+
+
+AMBIGUOUS = 5
+
+
+def prepare(lang: str, desc: str):
+    return {w.lower() for w in EN_WORD.findall(desc)} if lang == "en" else desc
+
+
+def english_holds(words: set, terms: list) -> bool:
+    return all(t in words for t in terms)
+
+
+def chinese_holds(desc: str, terms: list) -> bool:
+    return all(t in desc for t in terms)
+
+
+def english_query(desc: str, rng: random.Random):
+    words = []
+    for w in EN_WORD.findall(desc):
+        w = w.lower()
+        if len(w) >= 3 and w not in EN_STOPWORDS and w not in words:
+            words.append(w)
+    k = rng.choice((2, 3))
+    if len(words) < 2:
+        return None
+    return " ".join(rng.sample(words, min(k, len(words))))
+
+
+def chinese_query(desc: str, rng: random.Random):
+    spans = [(m.start(), m.end()) for m in ZH_RUN.finditer(desc) if m.end() - m.start() >= 2]
+    picked = []
+    for _ in range(50):  # random non-overlapping pieces; give up on descriptions too short for two
+        if len(picked) == 2 or not spans:
+            break
+        start, end = rng.choice(spans)
+        length = rng.randint(2, min(4, end - start))
+        at = rng.randint(start, end - length)
+        if all(at + length <= a or b <= at for a, b in picked):
+            picked.append((at, at + length))
+    if len(picked) < 2:
+        return None
+    return " ".join(desc[a:b] for a, b in picked)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The two searches under test
+
+
+def naive_search(kb: Path, query: str) -> list:
+    """The seed's search: walk everything, keep files containing the whole query, in walk order."""
+    q = query.lower()
+    found = []
+    for root, _dirs, files in os.walk(kb):
+        for name in files:
+            if not name.endswith((".md", ".txt")):
+                continue
+            content = Path(root, name).read_text(encoding="utf-8", errors="replace")
+            if q in content.lower():
+                found.append(Path(root, name).relative_to(kb).as_posix())
+    return found
+
+
+def tool_runner(kb: Path):
+    """Call search through tools.execute_tool when the core is present, else search.search_notes."""
+    try:
+        import config
+        import tools
+        settings = config.load_settings(kb=str(kb))
+        return (lambda q: tools.execute_tool("search_notes", {"query": q}, settings)), "execute_tool"
+    except (ImportError, AttributeError, TypeError):
+        import search
+        return (lambda q: search.search_notes(kb, q)), "search.search_notes"
+
+
+HIT_LINE = re.compile(r"^\d+\. (.+?)(?: — .*)?$", re.M)
+
+
+def ranked_paths(output: str) -> list:
+    return HIT_LINE.findall(output)
+
+
+def same_page(path: str, target: str, replicated: bool) -> bool:
+    return (path.split("/", 1)[1] if replicated else path) == target
+
+
+def quality(ranked: list, target: str, replicated: bool):
+    for rank, path in enumerate(ranked[:10], 1):
+        if same_page(path, target, replicated):
+            return rank <= 5, 1 / rank
+    return False, 0.0
+
+
+# ----------------------------------------------------------------------------------------------------
+# Measurements
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms" if seconds < 10 else f"{seconds:.1f} s"
+
+
+def pct(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def note_bytes(kb: Path) -> int:
+    return sum(p.stat().st_size for p in kb.rglob("*.md"))
+
+
+def measure(kb: Path, queries: list, ambiguous: list, replicated: bool, naive_n: int, fallback_n: int, rows: list):
+    import search
+    search.close_indexes()
+    search._remove_index(search.index_path(kb))
+    run, via = tool_runner(kb)
+
+    started = time.perf_counter()
+    run("warm up")  # the first search builds the index from nothing
+    cold = time.perf_counter() - started
+    size = search.index_path(kb).stat().st_size
+    wal = Path(str(search.index_path(kb)) + "-wal")
+    size += wal.stat().st_size if wal.exists() else 0
+    nbytes = note_bytes(kb)
+
+    times, hits = [], {"en": [], "zh": []}
+    mrr = []
+    for query, target, lang in queries:
+        t = time.perf_counter()
+        out = run(query)
+        times.append(time.perf_counter() - t)
+        top5, rr = quality(ranked_paths(out), target, replicated)
+        hits[lang].append(top5)
+        mrr.append(rr)
+    every = {"en": hits["en"][:], "zh": hits["zh"][:]}  # recall on every drawn query, ambiguous ones too
+    for query, target, lang in ambiguous:
+        every[lang].append(quality(ranked_paths(run(query)), target, replicated)[0])
+
+    naive_times, naive_hits = [], []
+    for query, target, _lang in queries[::max(1, len(queries) // naive_n)][:naive_n]:
+        t = time.perf_counter()
+        found = naive_search(kb, query)
+        naive_times.append(time.perf_counter() - t)
+        naive_hits.append(any(same_page(p, target, replicated) for p in found[:5]))
+
+    # Without inotify every search compares every note's size and mtime with the index.
+    os.environ["KA_SEARCH_WATCH"] = "0"
+    search.close_indexes()
+    run("warm up")
+    fallback = []
+    for query, _target, _lang in queries[:fallback_n]:
+        t = time.perf_counter()
+        run(query)
+        fallback.append(time.perf_counter() - t)
+    del os.environ["KA_SEARCH_WATCH"]
+    search.close_indexes()
+
+    p50 = statistics.median(times)
+    rows.append({
+        "notes": sum(1 for _ in kb.rglob("*.md")), "cold": cold, "size": size, "bytes": nbytes,
+        "p50": p50, "p95": pct(times, 0.95), "naive": statistics.median(naive_times),
+        "ratio": statistics.median(naive_times) / p50, "fallback": statistics.median(fallback),
+        "r_en": sum(hits["en"]) / len(hits["en"]), "r_zh": sum(hits["zh"]) / len(hits["zh"]),
+        "all_en": sum(every["en"]) / len(every["en"]), "all_zh": sum(every["zh"]) / len(every["zh"]),
+        "mrr": sum(mrr) / len(mrr), "naive_recall": sum(naive_hits) / len(naive_hits), "via": via,
+    })
+
+
+def measure_edit(kb: Path, rounds: int = 20):
+    """Time from an outside edit (new word appended to a note) to a search that finds it."""
+    import search
+    run, _via = tool_runner(kb)
+    run("warm up")
+    notes = sorted(kb.rglob("*.md"))[::997][:rounds]
+    results = {}
+    for mode in ("inotify", "stat walk"):
+        if mode == "stat walk":
+            os.environ["KA_SEARCH_WATCH"] = "0"
+            search.close_indexes()
+            run("warm up")
+        times, found = [], 0
+        for i, note in enumerate(notes):
+            word = f"zqxedit{mode[0]}{i}"
+            with open(note, "a", encoding="utf-8") as f:
+                f.write(f"\n{word}\n")
+            t = time.perf_counter()
+            out = run(word)
+            times.append(time.perf_counter() - t)
+            found += note.relative_to(kb).as_posix() in ranked_paths(out)
+        results[mode] = (statistics.median(times), found, len(notes))
+    os.environ.pop("KA_SEARCH_WATCH", None)
+    search.close_indexes()
+    return results
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    parser.add_argument("--scales", default="1,5,10", help="corpus copies to test, e.g. 1,5,10")
+    parser.add_argument("--queries", type=int, default=200, help="queries per language")
+    parser.add_argument("--naive", type=int, default=40, help="queries timed through the naive scan")
+    parser.add_argument("--fallback", type=int, default=20, help="queries timed without inotify")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="search-bench-"))
+    os.environ["KA_INDEX_DIR"] = str(tmp / "index")
+    try:
+        base = unpack(args.corpus, tmp / "1x")
+        queries, ambiguous = make_queries(base, args.queries, args.seed)
+        print(f"corpus {args.corpus.name}: {sum(1 for _ in base.rglob('*.md'))} notes; "
+              f"{len(queries)} queries (seed {args.seed}), e.g. "
+              + ", ".join(repr(q) for q, _, _ in queries[:2] + queries[-2:])
+              + f"; {len(ambiguous)} ambiguous draws replaced "
+              + f"({sum(l == 'en' for _, _, l in ambiguous)} en, {sum(l == 'zh' for _, _, l in ambiguous)} zh)",
+              flush=True)
+        rows = []
+        for scale in [int(s) for s in args.scales.split(",")]:
+            kb = base if scale == 1 else replicate(base, scale, tmp / f"{scale}x")
+            measure(kb, queries, ambiguous, scale != 1, args.naive, args.fallback, rows)
+            rows[-1]["scale"] = scale
+            print(f"  {scale}x measured", file=sys.stderr, flush=True)
+        edit = measure_edit(base)
+        print_table(rows, edit)
+    finally:
+        import search
+        search.close_indexes()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def print_table(rows, edit):
+    print(f"\nsearch through {rows[0]['via']}; naive = seed's full scan; times are medians unless p95")
+    head = ("scale", "notes", "cold build", "index/notes", "warm p50", "warm p95", "naive p50",
+            "naive/ours", "no-inotify p50", "recall@5 en", "recall@5 zh", "MRR@10", "naive recall@5")
+    print(" | ".join(head))
+    print(" | ".join("---" for _ in head))
+    for r in rows:
+        print(" | ".join((f"{r['scale']}x", str(r["notes"]), ms(r["cold"]),
+                          f"{r['size'] / 1e6:.1f} MB / {r['bytes'] / 1e6:.1f} MB = {r['size'] / r['bytes']:.2f}x",
+                          ms(r["p50"]), ms(r["p95"]), ms(r["naive"]), f"{r['ratio']:.0f}x", ms(r["fallback"]),
+                          f"{r['r_en']:.3f}", f"{r['r_zh']:.3f}", f"{r['mrr']:.3f}", f"{r['naive_recall']:.3f}")))
+    print("recall@5 counting the ambiguous draws too: "
+          + "; ".join(f"{r['scale']}x en {r['all_en']:.3f} zh {r['all_zh']:.3f}" for r in rows))
+    for mode, (t, found, n) in edit.items():
+        print(f"re-search after one outside edit at 1x ({mode}): p50 {ms(t)}, edited note found {found}/{n}")
+
+
+if __name__ == "__main__":
+    main()
