@@ -13,9 +13,11 @@ import json
 import os
 import sys
 
+import search
+import versions
 from agent import AgentError, make_client, run_agent
 from config import ConfigError, Settings, load_settings
-from tools import TOOL_SCHEMAS
+from tools import CHANGE_TOOLS, TOOL_SCHEMAS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 TRACE_WIDTH = 110  # characters of a tool call or result shown on stderr
@@ -98,6 +100,9 @@ class Display:
 
     def tool_result(self, name: str, result: str) -> None:
         first = result.splitlines()[0] if result else "(empty)"
+        if name in CHANGE_TOOLS and not result.startswith("Error:"):
+            self.info(self._style("32", "  " + first))  # the change summary: `~ notes/git.md  +3 −1`
+            return
         line = "  ← " + _shorten(first)
         self.info(self._style("31", line) if result.startswith("Error:") else self._style("2", line))
 
@@ -154,9 +159,11 @@ def repl(settings: Settings, client, display: Display) -> int:
     _enable_line_editing()
     names = ", ".join(schema["function"]["name"] for schema in TOOL_SCHEMAS)
     display.info(f"knowledge-agent · model {settings.model} · notes {settings.kb}\n"
-                 f"tools: {names}\nAsk about your notes. Ctrl+C cancels an answer; Ctrl+D or 'exit' leaves.")
+                 f"tools: {names}\nAsk about your notes. /undo reverts the agent's last change. "
+                 "Ctrl+C cancels an answer; Ctrl+D or 'exit' leaves.")
     history: list[dict] = []
     confirm = make_confirm(settings, interactive=True)
+    undone = ""  # told to the model with the next question, so it does not trust what it read before
     while True:
         try:
             line = input("\n> ").strip()
@@ -167,11 +174,25 @@ def repl(settings: Settings, client, display: Display) -> int:
             continue
         if line.lower() in ("exit", "quit", "/exit", "/quit"):
             return EXIT_OK
+        if line.lower() == "/undo":
+            message = undo(settings)
+            display.info(message)
+            undone += f"[I ran /undo: {message}]\n"
+            continue
+        question, undone = undone + line, ""
         try:
-            answer(line, history, settings, client, display, confirm)
+            answer(question, history, settings, client, display, confirm)
         except KeyboardInterrupt:
             display.end_answer()
             display.info("[cancelled]")
+
+
+def undo(settings: Settings) -> str:
+    """Revert the agent's last recorded change in the notes folder; one line saying what happened."""
+    try:
+        return versions.undo_last(settings.kb, on_change=lambda rel: search.note_changed(settings.kb, rel))
+    except Exception as exc:  # undo must never end the chat
+        return f"Error: undo failed: {type(exc).__name__}: {exc}. Your notes and .history/ are as they were."
 
 
 def _enable_line_editing() -> None:

@@ -221,9 +221,24 @@ def read_log(kb: Path) -> list[dict]:
     for line in lines:
         with contextlib.suppress(ValueError):
             entry = json.loads(line)
-            if isinstance(entry, dict) and entry.get("op") in CHANGE_OPS and entry.get("path"):
+            if _valid_entry(entry):
                 entries.append(entry)
     return entries
+
+
+def _valid_entry(entry) -> bool:
+    def optional_str(key):
+        return entry.get(key) is None or isinstance(entry.get(key), str)
+
+    return (
+        isinstance(entry, dict)
+        and entry.get("op") in CHANGE_OPS
+        and isinstance(entry.get("path"), str)
+        and bool(entry["path"])
+        and optional_str("to")
+        and optional_str("snapshot")
+        and optional_str("time")
+    )
 
 
 def _write_log(kb: Path, entries: list[dict]) -> None:
