@@ -15,12 +15,15 @@ reads the first hit and answers from it, so `python tests/fake_server.py` gives 
 
 import itertools
 import json
+import os
 import re
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PIECE = 12  # characters of content per streamed chunk
+PACE = float(os.environ.get("FAKE_PACE", "0"))  # seconds between chunks, to watch streaming (and Ctrl+C) by hand
 _call_ids = itertools.count(1)
 
 
@@ -134,6 +137,8 @@ def _handler_for(fake: FakeLLM):
                     self.connection.shutdown(2)  # mid-body: the client sees an incomplete chunked read
                     return
                 self._send_event(event)
+                if PACE:
+                    time.sleep(PACE)
             self._send_event("[DONE]")
             self.wfile.write(b"0\r\n\r\n")
 
