@@ -67,8 +67,9 @@ def _call_for(messages: list, call_id: str):
 
 
 class FakeLLM:
-    def __init__(self, replies=None, responder=demo_brain, port: int = 0):
+    def __init__(self, replies=None, responder=demo_brain, port: int = 0, thinking_mode: bool = False):
         self.replies = list(replies or [])
+        self.thinking_mode = thinking_mode  # answer 400, as DeepSeek does, if reasoning is not sent back
         self.responder = responder
         self.requests: list[dict] = []
         self.lock = threading.Lock()
@@ -108,6 +109,9 @@ def _handler_for(fake: FakeLLM):
                 return self._json(400, {"error": {"message": "invalid JSON body"}})
             if not self.path.endswith("/chat/completions"):
                 return self._json(404, {"error": {"message": f"no route {self.path}"}})
+            if fake.thinking_mode and _reasoning_dropped(request):
+                return self._json(400, {"error": {"message": "The `reasoning_content` in the thinking mode "
+                                                             "must be passed back to the API."}})
             reply = fake.next_reply(request)
             if "status" in reply:
                 return self._json(reply["status"], {"error": {"message": reply.get("message", "error")}},
@@ -149,6 +153,10 @@ def _handler_for(fake: FakeLLM):
             self.wfile.flush()
 
     return Handler
+
+
+def _reasoning_dropped(request: dict) -> bool:
+    return any(m.get("tool_calls") and "reasoning_content" not in m for m in request["messages"])
 
 
 def _tool_calls(reply: dict) -> list[dict]:
