@@ -300,3 +300,21 @@ def test_repl_shows_a_summary_line_for_an_edit(monkeypatch, capsys, kb):
         {"content": "Done."},
     ])
     assert "  ~ vim.md  +1 \u22120" in capsys.readouterr().err
+
+
+# --- end to end: main.py one-shot against the fake server ---
+
+
+def test_one_shot_delete_needs_yes(fake_llm, kb):
+    from test_cli import run_main
+
+    script = [{"tool_calls": [call("delete_note", file_path="vim.md")]}, {"content": "Reported."}]
+    fake_llm.replies = list(script)
+    refused = run_main("delete my vim note", kb=kb, base_url=fake_llm.base_url)
+    assert refused.returncode == 0 and (kb / "vim.md").exists()
+    assert "--yes or AUTO_APPROVE=1" in fake_llm.requests[-1]["messages"][-1]["content"]
+    fake_llm.replies = list(script)
+    done = run_main("--yes", "delete my vim note", kb=kb, base_url=fake_llm.base_url)
+    assert done.returncode == 0 and not (kb / "vim.md").exists()
+    assert "  - vim.md" in done.stderr and "Traceback" not in done.stderr
+    assert history_texts(kb, "vim.md")[0].startswith("# Vim")
