@@ -8,6 +8,7 @@ model gives goes through `safe_path`, which admits only visible .md/.txt notes i
 import difflib
 import json
 import os
+import re
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Callable
 
@@ -156,12 +157,14 @@ def _lf(text: str) -> str:
     return text.replace("\r\n", "\n")
 
 
-def _find_all(text: str, passage: str) -> list[int]:
-    """Start offsets of every occurrence, overlapping ones included (they are just as ambiguous)."""
-    found, start = [], text.find(passage)
-    while start != -1 and len(found) <= EDIT_MAX_MATCHES_COUNTED:
-        found.append(start)
-        start = text.find(passage, start + 1)
+def _find_all(text: str, passage: str) -> list[tuple[int, int]]:
+    """(start, end) of every occurrence, overlapping ones included (they are just as ambiguous)."""
+    # A note that mixes CRLF and LF keeps its "\r\n" in the text; the model copies lines without "\r".
+    pattern = re.compile("\r?\n".join(map(re.escape, passage.split("\n"))))
+    found, match = [], pattern.search(text)
+    while match and len(found) <= EDIT_MAX_MATCHES_COUNTED:
+        found.append(match.span())
+        match = pattern.search(text, match.start() + 1)
     return found
 
 
@@ -206,8 +209,10 @@ def edit_note(kb: Path, file_path: str, old_text: str, new_text: str) -> str:
                         "Include more of the surrounding text so it matches exactly once.")
     if old_text == new_text:
         raise ToolError("old_text and new_text are the same; nothing to change.")
-    start = found[0]
-    updated = text[:start] + new_text + text[start + len(old_text) :]
+    start, end = found[0]
+    if "\r\n" in text[start:end]:
+        new_text = new_text.replace("\n", "\r\n")
+    updated = text[:start] + new_text + text[end:]
     summary = versions.save_note(kb, rel, updated, "edit", expected=text)
     search.note_changed(kb, rel)
     return f"{summary}\nEdited {rel}; the previous version is kept and /undo restores it."

@@ -318,3 +318,11 @@ def test_one_shot_delete_needs_yes(fake_llm, kb):
     assert done.returncode == 0 and not (kb / "vim.md").exists()
     assert "  - vim.md" in done.stderr and "Traceback" not in done.stderr
     assert history_texts(kb, "vim.md")[0].startswith("# Vim")
+
+
+def test_edit_across_lines_of_a_note_with_mixed_line_endings(settings, kb):
+    (kb / "mixed.md").write_bytes(b"# Mixed\r\nfrom windows\r\nfrom linux\nend\n")
+    result = run(settings, "edit_note", file_path="mixed.md", old_text="from windows\nfrom linux",
+                 new_text="from windows, fixed\nfrom linux")
+    assert result.startswith("~ mixed.md  +1 \u22121"), result
+    assert (kb / "mixed.md").read_bytes() == b"# Mixed\r\nfrom windows, fixed\r\nfrom linux\nend\n"
