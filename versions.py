@@ -41,6 +41,10 @@ class VersionError(Exception):
     """A change could not be made or undone; the message says why, and the note is as it was."""
 
 
+class _Gone(VersionError):
+    """What a recorded change touched is no longer there, so it can never be undone."""
+
+
 @dataclass(frozen=True)
 class NoteFormat:
     bom: bool = False
@@ -150,12 +154,17 @@ def snapshot(kb: Path, rel_path: str, now: datetime | None = None) -> str:
     """Copy the note to .history/<rel_path>.<stamp>; return that copy's path relative to kb."""
     data = (Path(kb) / rel_path).read_bytes()
     base = history_root(kb) / f"{rel_path}.{_stamp(now)}"
-    base.parent.mkdir(parents=True, exist_ok=True)
     copy, n = base, 0
-    while copy.exists():  # two changes within one microsecond
-        n += 1
-        copy = base.with_name(f"{base.name}-{n}")
-    atomic_write(copy, data)
+    try:
+        base.parent.mkdir(parents=True, exist_ok=True)
+        while copy.exists():  # two changes within one microsecond
+            n += 1
+            copy = base.with_name(f"{base.name}-{n}")
+        atomic_write(copy, data)
+    except OSError as e:
+        raise VersionError(
+            f"could not keep a copy of {rel_path} in {HISTORY_DIR}/ ({e.strerror or e}), so nothing was changed"
+        ) from None
     return copy.relative_to(kb).as_posix()
 
 
@@ -364,10 +373,11 @@ def undo_last(kb: Path, on_change=None) -> str:
     entry = entries[-1]
     try:
         message, touched = _undo(kb, entry)
-    except VersionError as e:
+    except _Gone as e:
         message, touched = f"Could not undo {_describe(entry)}: {e}. Dropped it from the undo list.", []
-    except OSError as e:
-        return f"Error: could not undo {_describe(entry)}: {e.strerror or e}. Nothing was changed; try again."
+    except (VersionError, OSError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else e
+        return f"Error: could not undo {_describe(entry)}: {reason}. Nothing was changed; try again."
     try:
         _write_log(kb, entries[:-1])
     except OSError as e:
@@ -394,7 +404,7 @@ def _keep_current(kb: Path, rel_path: str) -> str:
 def _restore(kb: Path, rel_path: str, snapshot_path: str | None) -> str:
     source = Path(kb) / (snapshot_path or "")
     if not snapshot_path or not source.is_file():
-        raise VersionError(f"its saved version {snapshot_path or '(none)'} is gone")
+        raise _Gone(f"its saved version {snapshot_path or '(none)'} is gone")
     kept = _keep_current(kb, rel_path)
     path = Path(kb) / rel_path
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -408,13 +418,13 @@ def _undo(kb: Path, entry: dict) -> tuple[str, list[str]]:
     what = _describe(entry)
     if op == "write":
         if not (kb / rel_path).is_file():
-            raise VersionError(f"{rel_path} no longer exists")
+            raise _Gone(f"{rel_path} no longer exists")
         kept = snapshot(kb, rel_path)
         (kb / rel_path).unlink()
         return f"Undid {what}: removed {rel_path} (a copy is kept in {kept}).", [rel_path]
     if op == "move":
         if not to or not (kb / to).is_file():
-            raise VersionError(f"{to} no longer exists")
+            raise _Gone(f"{to} no longer exists")
         kept = _keep_current(kb, rel_path)
         (kb / rel_path).parent.mkdir(parents=True, exist_ok=True)
         os.replace(kb / to, kb / rel_path)

@@ -367,3 +367,28 @@ def test_summary_of_a_one_line_edit_in_a_long_note_is_fast_and_exact():
     old = "".join(f"line {i}\n" for i in range(200_000))
     new = old.replace("line 100000\n", "line 100000 fixed\n")
     assert versions.count_changed_lines(old, new) == (1, 1)
+
+
+def test_no_change_without_a_place_for_the_old_version(tmp_path):
+    make(tmp_path, "n.md", b"keep\n")
+    (tmp_path / ".history").write_text("a file where the folder should be")
+    with pytest.raises(VersionError, match="could not keep a copy of n.md in .history/"):
+        save_note(tmp_path, "n.md", "new\n", "overwrite")
+    with pytest.raises(VersionError, match="nothing was changed"):
+        versions.delete_note(tmp_path, "n.md")
+    assert (tmp_path / "n.md").read_bytes() == b"keep\n"
+
+
+def test_undo_that_cannot_keep_a_copy_changes_nothing_and_can_be_retried(tmp_path, monkeypatch):
+    make(tmp_path, "n.md", b"v1\n")
+    save_note(tmp_path, "n.md", "v2\n", "edit")
+
+    def disk_full(*args, **kwargs):
+        raise VersionError("could not keep a copy of n.md in .history/ (No space left on device)")
+
+    monkeypatch.setattr(versions, "snapshot", disk_full)
+    assert undo_last(tmp_path).startswith("Error: could not undo the edit of n.md")
+    assert (tmp_path / "n.md").read_text() == "v2\n"
+    monkeypatch.undo()
+    assert "as it was" in undo_last(tmp_path)
+    assert (tmp_path / "n.md").read_text() == "v1\n"
