@@ -33,7 +33,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from config import (HISTORY_DIR, INDEX_BUSY_TIMEOUT_MS, INDEX_DIR_ENV, INDEX_MAX_NOTE_BYTES,
+from config import (INDEX_BUSY_TIMEOUT_MS, INDEX_DIR_ENV, INDEX_MAX_NOTE_BYTES,
                     INDEX_OPEN_MAX, INDEX_PROGRESS_AFTER_S, LIST_MAX_NOTES, LIST_OUTPUT_CHARS,
                     NOTE_SUFFIXES, SEARCH_LEAD_CHARS, SEARCH_LINE_CHARS, SEARCH_LINES_PER_HIT,
                     SEARCH_MAX_HITS, SEARCH_OUTPUT_CHARS, SEARCH_WATCH_ENV, SEARCH_WEIGHT_BODY,
@@ -45,18 +45,20 @@ SCHEMA_VERSION = "2"  # bump when the tables or the text preparation change: old
 # Which files are notes
 
 
+def is_hidden_name(name: str) -> bool:
+    """Dot-files and dot-folders (.git, .obsidian, .history) are hidden; `..md` is a note named '.'."""
+    return name.startswith(".") and not name.startswith("..")
+
+
 def _is_note_name(name: str) -> bool:
-    # A name that is only a suffix (".md") has no stem; "..md", "!.md" and "((.md" are ordinary notes.
-    lower = name.lower()
-    return any(lower.endswith(s) and len(name) > len(s) for s in NOTE_SUFFIXES)
+    return name.lower().endswith(NOTE_SUFFIXES) and not is_hidden_name(name)
 
 
 def is_note_file(rel_path) -> bool:
-    """True for a note path relative to the KB: a note suffix, and no hidden folder on the way."""
+    """True for a note path relative to the KB: a note suffix, and nothing hidden on the way."""
     parts = PurePosixPath(str(rel_path).replace("\\", "/")).parts
-    if not parts or not _is_note_name(parts[-1]):
-        return False
-    return not any(p.startswith(".") or p == HISTORY_DIR for p in parts[:-1])
+    return (bool(parts) and _is_note_name(parts[-1])
+            and not any(p == ".." or is_hidden_name(p) for p in parts))
 
 
 def _walk(kb: Path, top: str, watcher=None) -> dict:
@@ -76,7 +78,7 @@ def _walk(kb: Path, top: str, watcher=None) -> dict:
         for entry in entries:
             try:
                 if entry.is_dir(follow_symlinks=False):
-                    if not entry.name.startswith(".") and entry.name != HISTORY_DIR:
+                    if not is_hidden_name(entry.name):
                         stack.append(prefix + entry.name)
                 elif _is_note_name(entry.name) and entry.is_file(follow_symlinks=False):
                     rel = prefix + entry.name
@@ -360,7 +362,7 @@ class _Inotify:
                     continue
                 rel = f"{rel_dir}/{name}" if rel_dir else name
                 if mask & _IN_ISDIR:
-                    if not name.startswith(".") and name != HISTORY_DIR:
+                    if not is_hidden_name(name):
                         if mask & (_IN_MOVED_FROM | _IN_DELETE):
                             self._forget_tree(rel)
                         folders.add(rel)
@@ -399,12 +401,15 @@ class _Index:
 
 
 def _read_note(abs_path: Path):
+    """The note's text, or None for a file that cannot be read or looks binary (left out quietly)."""
     try:
         with open(abs_path, "rb") as f:
             raw = f.read(INDEX_MAX_NOTE_BYTES)
     except OSError:
-        return None  # unreadable notes are left out quietly; a later change brings them in
-    return raw.decode("utf-8", errors="replace").lstrip("\ufeff")
+        return None
+    if b"\0" in raw[:8192]:
+        return None
+    return raw.decode("utf-8-sig", errors="replace")
 
 
 def _apply(idx: _Index, changed: dict, gone) -> None:
@@ -713,31 +718,35 @@ def _quoted(query: str) -> str:
     return f"'{query}'" if '"' in query else f'"{query}"'
 
 
+def _notes(count: int) -> str:
+    return f"{count} note" + ("" if count == 1 else "s")
+
+
 def _format_hits(kb: Path, terms, hits, total_all: int, some_only: int, where: str, query: str) -> str:
+    """One block per hit: "path — title", then its best lines as "  line-number: text"; bounded."""
     matched = total_all + some_only
     if total_all:
-        head = f"{matched} notes{where} match {_quoted(query)}"
+        head = f"{_notes(matched)}{where} match {_quoted(query)}"
         if some_only:
             head += f" ({total_all} with every word)"
     else:
-        head = f"No note{where} has every word of {_quoted(query)}; {matched} notes have some of them"
+        head = f"No note{where} has every word of {_quoted(query)}; {_notes(matched)} have some of them"
     patterns = _line_patterns(terms)
     blocks, used = [], len(head) + 80  # room for the head and the closing "more" line
-    for rank, (_id, rel, title) in enumerate(hits, 1):
+    for _id, rel, title in hits:
         lines = _best_lines(kb / rel, patterns)
-        block = f"{rank}. {rel}" + (f" — {title}" if title and title != _stem(rel) else "")
-        block += "".join(f"\n   {n}: {text}" for n, text in lines)
-        if used + len(block) + 1 > SEARCH_OUTPUT_CHARS:
+        block = f"{rel} — {title}" + "".join(f"\n  {n}: {text}" for n, text in lines)
+        if used + len(block) + 2 > SEARCH_OUTPUT_CHARS:
             if blocks:
                 break
-            block = block[:SEARCH_OUTPUT_CHARS - used - 1]
+            block = block[:SEARCH_OUTPUT_CHARS - used - 2]
         blocks.append(block)
         used += len(block) + 2
-    out = [f"{head}; best {len(blocks)} first:", *blocks]
+    out = [f"{head}, best first:", *blocks]
     more = matched - len(blocks)
     if more > 0:
         out.append(f"({more} more matched; add words or a folder to narrow the search.)")
-    return "\n\n".join(out[:1]) + "\n" + "\n".join(out[1:])
+    return "\n\n".join(out)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -765,24 +774,23 @@ def _listing(idx: _Index, rel_dir: str) -> str:
         "SELECT substr(path, ?, instr(substr(path, ?), '/') - 1) AS sub, count(*) FROM notes "
         "WHERE path >= ? AND path < ? AND instr(substr(path, ?), '/') > 0 GROUP BY sub ORDER BY sub",
         (start, start, lo, hi, start)).fetchall()
-    out = [f"{total} notes {where}."]
-    if folders:
-        out.append("Folders: " + ", ".join(f"{name}/ ({count})" for name, count in folders))
-    out.append("Newest first:")
-    used = sum(len(x) + 1 for x in out) + 80
-    shown = 0
+    tail = "Folders: " + ", ".join(f"{name}/ ({count})" for name, count in folders) if folders else ""
+    out = [f"{total} note(s) {where}, newest first:"]
+    used = len(out[0]) + len(tail) + 100
     for rel, title, mtime_ns in conn.execute(
             "SELECT path, title, mtime_ns FROM notes WHERE path >= ? AND path < ? "
             "ORDER BY mtime_ns DESC, path LIMIT ?", (lo, hi, LIST_MAX_NOTES)):
         day = time.strftime("%Y-%m-%d", time.localtime(mtime_ns / 1e9))
-        line = f"{rel}" + (f" — {title}" if title and title != _stem(rel) else "") + f"  ({day})"
+        line = f"{rel} — {title}  ({day})"
         if used + len(line) + 1 > LIST_OUTPUT_CHARS:
             break
         out.append(line)
         used += len(line) + 1
-        shown += 1
+    shown = len(out) - 1
     if total > shown:
-        out.append(f"({total - shown} more not shown; pass a folder or use search_notes.)")
+        out.append(f"… {total - shown} more not shown; give a folder to narrow the list.")
+    if tail:
+        out.append(tail)
     return "\n".join(out)
 
 

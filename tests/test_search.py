@@ -42,7 +42,7 @@ def write(kb: Path, rel: str, text: str) -> Path:
 
 def hits(output: str) -> list:
     """Paths of the hits, best first, as the model reads them."""
-    return re.findall(r"^\d+\. (\S+)", output, re.M)
+    return re.findall(r"^(\S.*?) — ", output, re.M)
 
 
 @pytest.fixture
@@ -91,8 +91,7 @@ def test_quoted_phrase_must_appear_in_that_order(kb):
 
 def test_hits_show_title_and_matching_lines_with_numbers(kb):
     out = search.search_notes(kb, "temples")
-    assert "travel/japan.md — Trip to Japan" in out
-    assert "3: Kyoto temples; bread is rare at breakfast." in out
+    assert "travel/japan.md — Trip to Japan\n  3: Kyoto temples; bread is rare at breakfast." in out
 
 
 def test_no_match_says_so_without_error(kb):
@@ -339,9 +338,9 @@ def test_huge_match_set_is_bounded_and_counts_the_rest(tmp_path):
 def test_list_notes_counts_folders_and_shows_newest_first(kb):
     os.utime(kb / "travel/japan.md", (2_000_000_000, 2_000_000_000))
     out = search.list_notes(kb)
-    assert out.startswith("7 notes in the knowledge base.")
+    assert out.startswith("7 note(s) in the knowledge base, newest first:")
     assert "cooking/ (2)" in out and "zh/ (2)" in out
-    listed = re.findall(r"^(\S+\.md)", out, re.M)
+    listed = hits(out)
     assert listed[0] == "travel/japan.md" and len(listed) == 7
 
 
@@ -352,6 +351,6 @@ def test_list_notes_in_a_folder_and_capped(tmp_path, monkeypatch):
     write(kb, "other.md", "x")
     monkeypatch.setattr(search, "LIST_MAX_NOTES", 10)
     out = search.list_notes(kb, "box")
-    assert out.startswith("30 notes in box/.")
-    assert len(re.findall(r"^box/", out, re.M)) == 10 and "(20 more not shown" in out
+    assert out.startswith("30 note(s) in box/")
+    assert len(re.findall(r"^box/", out, re.M)) == 10 and "20 more not shown" in out
     assert search.list_notes(kb, "../..").startswith("Error: ")
