@@ -309,16 +309,18 @@ TOOLS = {
     "search_notes": (search_notes, _schema(
         "search_notes",
         "Search the person's notes by keywords (English or Chinese). Use it first for any question about "
-        "what the notes say; then read_note the best hits before answering. Returns paths, titles and "
-        "matching lines with line numbers.",
+        "what the notes say; then read_note the best hits before answering. Returns the best notes first "
+        "(those with every word, then those with some) as paths, titles and matching lines with line "
+        "numbers. Put a phrase in double quotes to require it word for word.",
         {"query": {"type": "string", "description": "Keywords, e.g. 'python decorators' or '快捷键'."},
          "folder": _FOLDER},
         ["query"],
     )),
     "list_notes": (list_notes, _schema(
         "list_notes",
-        "List the notes (newest first) with their sizes, optionally inside one folder. Use it to see what "
-        "exists when a search finds nothing or the person asks what notes they have.",
+        "List the notes (newest first) with their titles and dates, and how many notes each subfolder "
+        "holds, optionally inside one folder. Use it to see what exists when a search finds nothing or "
+        "the person asks what notes they have.",
         {"folder": _FOLDER},
         [],
     )),

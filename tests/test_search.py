@@ -12,9 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import make_settings
 
 import config
 import search
+from tools import execute_tool
 
 
 @pytest.fixture(autouse=True)
@@ -203,6 +205,25 @@ def test_agent_write_is_indexed_even_when_size_and_mtime_look_unchanged(kb, monk
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
     search.note_changed(kb, "python.md")
     assert hits(search.search_notes(kb, "zebra")) == ["python.md"]
+
+
+def test_agent_changes_through_the_tools_show_in_the_next_search(kb, watch_mode):
+    settings = make_settings(kb, auto_approve=True)
+
+    def tool(name, **args):
+        return execute_tool(name, args, settings, confirm=lambda question: True)
+
+    assert "cooking/bread.md" in hits(tool("search_notes", query="flour"))
+    assert not tool("write_note", file_path="garden/tomatoes.md", content="# Tomatoes\n\nStake them.\n").startswith("Error")
+    assert hits(tool("search_notes", query="stake")) == ["garden/tomatoes.md"]
+    assert not tool("edit_note", file_path="garden/tomatoes.md", old_text="Stake", new_text="Prune").startswith("Error")
+    assert hits(tool("search_notes", query="prune")) == ["garden/tomatoes.md"]
+    assert not tool("move_note", from_path="garden/tomatoes.md", to_path="veg/tomatoes.md").startswith("Error")
+    assert hits(tool("search_notes", query="prune", folder="veg")) == ["veg/tomatoes.md"]
+    assert not tool("delete_note", file_path="veg/tomatoes.md").startswith("Error")
+    assert "No notes" in tool("search_notes", query="prune")
+    assert tool("search_notes", query="flour", folder="../outside").startswith("Error:")
+    assert tool("search_notes", query="flour", folder=".history").startswith("Error:")
 
 
 def test_note_changed_never_raises(kb):
