@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from config import (INDEX_BUSY_TIMEOUT_MS, INDEX_DIR_ENV, INDEX_MAX_NOTE_BYTES,
@@ -397,7 +397,6 @@ class _Index:
     conn: sqlite3.Connection
     watcher: object = None
     checked: bool = False  # has a full comparison with the disk run in this process yet?
-    _progress: dict = field(default_factory=dict)
 
 
 def _read_note(abs_path: Path):
@@ -413,8 +412,11 @@ def _read_note(abs_path: Path):
 
 
 def _apply(idx: _Index, changed: dict, gone) -> None:
-    """Write changes to the index in one transaction: `changed` maps path -> (size, mtime_ns) or None
-    (None: stat it now). A note that cannot be read any more leaves the index."""
+    """Write changes to the index in one transaction.
+
+    `changed` maps a path to its (size, mtime_ns), or to None to stat it now; `gone` lists removed paths.
+    A note that cannot be read (any more) leaves the index.
+    """
     if not changed and not gone:
         return
     conn = idx.conn

@@ -272,7 +272,8 @@ def measure_edit(kb: Path, rounds: int = 20):
     import search
     run, _via = tool_runner(kb)
     run("warm up")
-    notes = sorted(kb.rglob("*.md"))[::997][:rounds]
+    every = sorted(kb.rglob("*.md"))
+    notes = every[::len(every) // rounds][:rounds]
     results = {}
     for mode in ("inotify", "stat walk"):
         if mode == "stat walk":
