@@ -702,6 +702,9 @@ def _best_lines(abs_path: Path, patterns: list) -> list:
         found = [m for m in (p.search(line) for p in patterns) if m]
         if found and line.strip():
             scored.append((-len(found), number, line, min(m.start() for m in found)))
+    if not scored:  # matched by path, title or word form only: show the opening line for context
+        scored = [(0, n, line, 0) for n, line in enumerate(text.splitlines()[:50], 1)
+                  if line.strip() and not _HEADING.match(line)][:1]
     best = sorted(scored)[:SEARCH_LINES_PER_HIT]
     return [(number, _clip(line, start)) for _, number, line, start in sorted(best, key=lambda s: s[1])]
 
@@ -728,11 +731,12 @@ def _format_hits(kb: Path, terms, hits, total_all: int, some_only: int, where: s
     """One block per hit: "path — title", then its best lines as "  line-number: text"; bounded."""
     matched = total_all + some_only
     if total_all:
-        head = f"{_notes(matched)}{where} match {_quoted(query)}"
+        head = f"{_notes(matched)}{where} {'matches' if matched == 1 else 'match'} {_quoted(query)}"
         if some_only:
             head += f" ({total_all} with every word)"
     else:
-        head = f"No note{where} has every word of {_quoted(query)}; {_notes(matched)} have some of them"
+        have = "has" if matched == 1 else "have"
+        head = f"No note{where} has every word of {_quoted(query)}; {_notes(matched)} {have} some of them"
     patterns = _line_patterns(terms)
     blocks, used = [], len(head) + 80  # room for the head and the closing "more" line
     for _id, rel, title in hits:

@@ -96,6 +96,11 @@ def test_hits_show_title_and_matching_lines_with_numbers(kb):
     assert "travel/japan.md — Trip to Japan\n  3: Kyoto temples; bread is rare at breakfast." in out
 
 
+def test_note_found_by_its_path_alone_shows_its_opening_line(kb):
+    write(kb, "recipes/soup.md", "# Soup\n\nLeeks and potatoes.\n")
+    assert "recipes/soup.md — Soup\n  3: Leeks and potatoes." in search.search_notes(kb, "recipes")
+
+
 def test_no_match_says_so_without_error(kb):
     out = search.search_notes(kb, "zeppelin")
     assert out.startswith("No notes") and "zeppelin" in out
