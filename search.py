@@ -76,12 +76,14 @@ def _walk(kb: Path, top: str, watcher=None) -> dict:
             continue  # vanished or unreadable folder: nothing in it can be searched
         prefix = rel_dir + "/" if rel_dir else ""
         for entry in entries:
+            name = entry.name
+            if name[0] == "." and name[:2] != "..":
+                continue  # hidden (is_hidden_name, inlined: this loop runs once per file per search)
             try:
                 if entry.is_dir(follow_symlinks=False):
-                    if not is_hidden_name(entry.name):
-                        stack.append(prefix + entry.name)
-                elif _is_note_name(entry.name) and entry.is_file(follow_symlinks=False):
-                    rel = prefix + entry.name
+                    stack.append(prefix + name)
+                elif name.lower().endswith(NOTE_SUFFIXES) and entry.is_file(follow_symlinks=False):
+                    rel = prefix + name
                     rel.encode("utf-8")  # a name that is not valid Unicode cannot be stored or shown
                     st = entry.stat(follow_symlinks=False)
                     found[rel] = (st.st_size, st.st_mtime_ns)
@@ -397,6 +399,7 @@ class _Index:
     conn: sqlite3.Connection
     watcher: object = None
     checked: bool = False  # has a full comparison with the disk run in this process yet?
+    known: dict = None     # path -> (size, mtime_ns) as indexed; spares the full comparison a table read
 
 
 def _read_note(abs_path: Path):
@@ -423,19 +426,26 @@ def _apply(idx: _Index, changed: dict, gone) -> None:
     started = time.monotonic()
     shown = False
     items = list(changed.items())
+    known = idx.known if idx.known is not None else {}
     conn.execute("BEGIN IMMEDIATE")
     try:
         _delete(conn, list(gone))
+        for rel in gone:
+            known.pop(rel, None)
         for first in range(0, len(items), _BATCH):
             rows, unreadable = _prepare(idx.kb, items[first:first + _BATCH])
             _delete(conn, unreadable)
             _store(conn, rows)
+            for rel in unreadable:
+                known.pop(rel, None)
+            known.update((r[0], (r[1], r[2])) for r in rows)
             done = first + len(rows) + len(unreadable)
             if time.monotonic() - started > INDEX_PROGRESS_AFTER_S and done < len(items):
                 shown = _progress(done, len(items), shown)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
+        idx.known = None  # it may hold rows that were rolled back: read the table again next time
         raise
     if len(items) > 1000:  # fold a big build into the main file now instead of leaving a huge WAL
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -513,10 +523,19 @@ def _range(rel_dir: str):
 
 
 def _sync_tree(idx: _Index, rel_dir: str) -> None:
+    """Compare the notes in a folder ("" = all) with the index by size and mtime; re-index differences.
+
+    The whole-KB comparison uses the in-memory copy of what this process indexed. Another process
+    sharing the index can only make it re-index a note twice, never miss a change: the disk decides.
+    """
     on_disk = _walk(idx.kb, rel_dir, idx.watcher)
     lo, hi = _range(rel_dir)
-    indexed = {p: (s, m) for p, s, m in idx.conn.execute(
-        "SELECT path, size, mtime_ns FROM notes WHERE path >= ? AND path < ?", (lo, hi))}
+    indexed = idx.known if not rel_dir else None
+    if indexed is None:
+        indexed = {p: (s, m) for p, s, m in idx.conn.execute(
+            "SELECT path, size, mtime_ns FROM notes WHERE path >= ? AND path < ?", (lo, hi))}
+        if not rel_dir:
+            idx.known = indexed
     changed = {p: st for p, st in on_disk.items() if indexed.get(p) != st}
     gone = [p for p in indexed if p not in on_disk]
     _apply(idx, changed, gone)
