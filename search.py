@@ -242,7 +242,7 @@ def _connect(target: str) -> sqlite3.Connection:
     conn = sqlite3.connect(target, timeout=INDEX_BUSY_TIMEOUT_MS / 1000, check_same_thread=False,
                            isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL survives crashes; the index is rebuildable anyway
+    conn.execute("PRAGMA synchronous=NORMAL")  # safe with WAL; at worst the last change is re-indexed
     has_meta = conn.execute("SELECT 1 FROM sqlite_master WHERE name='meta'").fetchone()
     if not has_meta:
         conn.executescript("BEGIN;" + _SCHEMA + "COMMIT;")
@@ -620,7 +620,8 @@ def _with_index(kb: Path, action):
                 return action(idx)
             except sqlite3.DatabaseError as exc:
                 if idx is None or attempt == 2 or not _is_corruption(exc):
-                    return f"Error: the search index failed ({exc}). Try again; if it persists, delete {index_path(kb)}."
+                    return (f"Error: the search index failed ({exc}). Try again; if it persists, "
+                            f"delete {index_path(kb)}.")
                 _notice(f"search index {idx.path} is damaged ({exc}); rebuilding it.")
                 _OPEN.pop((str(idx.kb), str(idx.path)), None)
                 _close(idx)
@@ -661,6 +662,12 @@ _COUNT_SQL = """SELECT count(*) FROM fts JOIN notes n ON n.id = fts.rowid
 WHERE fts MATCH ? AND n.path >= ? AND n.path < ?"""
 
 
+def _count(conn, match: str, lo: str, hi: str) -> int:
+    if not lo:  # the whole KB: every FTS row is a note, and skipping the join is ~5x faster on 30k matches
+        return conn.execute("SELECT count(*) FROM fts WHERE fts MATCH ?", (match,)).fetchone()[0]
+    return conn.execute(_COUNT_SQL, (match, lo, hi)).fetchone()[0]
+
+
 def _ranked(conn, match: str, lo: str, hi: str, qkey: str, limit: int, exclude=()):
     sql = _RANK_SQL.format(exclude=f"AND n.id NOT IN ({','.join('?' * len(exclude))})" if exclude else "")
     return conn.execute(sql, (match, lo, hi, *exclude, qkey, qkey, limit)).fetchall()
@@ -686,15 +693,13 @@ def _search(idx: _Index, terms: list, query: str, rel_dir: str, limit: int) -> s
     required = [t.fts for t in terms if not t.optional]
     all_words = " AND ".join(required)
     hits = _ranked(conn, all_words, lo, hi, qkey, limit)
-    total = conn.execute(_COUNT_SQL, (all_words, lo, hi)).fetchone()[0]
+    total = _count(conn, all_words, lo, hi)
     some_only = 0
     loose = list(dict.fromkeys(p for t in terms for p in t.loose))
     if len(hits) < limit and len(loose) > 1:
         any_word = " OR ".join(loose)
-        extra = _ranked(conn, any_word, lo, hi, qkey, limit - len(hits), [h[0] for h in hits])
-        some_total = conn.execute(_COUNT_SQL, (any_word, lo, hi)).fetchone()[0] - total
-        hits += extra
-        some_only = some_total
+        hits += _ranked(conn, any_word, lo, hi, qkey, limit - len(hits), [h[0] for h in hits])
+        some_only = _count(conn, any_word, lo, hi) - total
     where = f" in {rel_dir}/" if rel_dir else ""
     if not hits:
         return f"No notes{where} match {_quoted(query)}. Try fewer or different words."
