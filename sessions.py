@@ -46,6 +46,7 @@ CREATE INDEX IF NOT EXISTS messages_by_session ON messages(session_id, id);
 # SQLite result codes that mean "this file is not a usable database", as opposed to "busy right now".
 DAMAGED = {"SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_PERM",
            "SQLITE_IOERR", "SQLITE_AUTH"}
+BUSY = {"SQLITE_BUSY", "SQLITE_LOCKED"}
 
 
 @dataclass
@@ -89,10 +90,11 @@ def _title_of(message: dict) -> str:
 def _error_name(error: sqlite3.Error) -> str:
     name = getattr(error, "sqlite_errorname", "")  # Python 3.11+
     if name:
-        return name
+        return "_".join(name.split("_")[:2])  # SQLITE_IOERR_SHORT_READ -> SQLITE_IOERR
     text = str(error).lower()  # Python 3.10: only the message tells
     for words, guess in (("not a database", "SQLITE_NOTADB"), ("malformed", "SQLITE_CORRUPT"),
-                         ("unable to open", "SQLITE_CANTOPEN"), ("readonly", "SQLITE_READONLY")):
+                         ("unable to open", "SQLITE_CANTOPEN"), ("readonly", "SQLITE_READONLY"),
+                         ("locked", "SQLITE_BUSY")):
         if words in text:
             return guess
     return "SQLITE_ERROR"
@@ -115,7 +117,7 @@ class SessionStore:
         except OSError as e:
             return self._in_memory(f"cannot create {self.path.parent} ({e.strerror or e})")
         try:
-            return self._open(self.path)
+            return self._open_patiently(self.path)
         except sqlite3.Error as e:
             if _error_name(e) not in DAMAGED and self.path.is_file():
                 # Busy or locked by another process: the file is probably fine, so leave it alone.
@@ -133,6 +135,20 @@ class SessionStore:
         self.warn(f"Session history {self.path} could not be read ({reason}); "
                   f"moved it to {aside.name} and started a fresh one.")
         return conn
+
+    def _open_patiently(self, path: Path) -> sqlite3.Connection:
+        """Open, retrying while another process holds the file: switching to WAL and recovering the WAL
+        index answer "database is locked" at once, without waiting for the busy timeout."""
+        deadline = time.monotonic() + config.SESSIONS_BUSY_TIMEOUT
+        pause = 0.01
+        while True:
+            try:
+                return self._open(path)
+            except sqlite3.OperationalError as e:
+                if _error_name(e) not in BUSY or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
 
     @staticmethod
     def _open(path: Path) -> sqlite3.Connection:
