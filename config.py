@@ -1,5 +1,40 @@
-"""Settings and limits for knowledge-agent. (Minimal version on the `sessions` branch: the core's
-config.py on main holds everything else; the block below is meant to be appended to it as is.)"""
+"""Settings for knowledge-agent: every limit as a named constant, every setting from the environment.
+
+Precedence, lowest to highest: defaults here < a `.env` file beside main.py < environment variables
+< command-line flags (passed to `load_settings` as keyword overrides). A bad value raises `ConfigError`
+with one line saying what to set and where; main.py prints it instead of a traceback.
+"""
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from dotenv import load_dotenv
+
+PROJECT_DIR = Path(__file__).resolve().parent
+ENV_FILE = PROJECT_DIR / ".env"
+
+# --- API ---
+DEFAULT_BASE_URL = "https://api.deepseek.com"
+DEFAULT_MODEL = "deepseek-flash"
+REQUEST_TIMEOUT = 120.0  # seconds per API request; the SDK's default of 600 s is too long for a chat
+CONNECT_TIMEOUT = 10.0
+API_MAX_RETRIES = 2  # the SDK retries connection errors, 429 and 5xx with backoff and Retry-After
+STREAM_RETRIES = 1  # re-ask once when a stream breaks before anything was shown
+
+# --- The loop ---
+DEFAULT_MAX_TOOL_ROUNDS = 10  # LLM calls per question
+
+# --- Notes and tool output ---
+NOTE_SUFFIXES = (".md", ".txt")
+HISTORY_DIR = ".history"  # versions of changed notes, inside the knowledge base, hidden from the tools
+MAX_TOOL_OUTPUT = 8000  # characters; no tool result is longer
+READ_MAX_LINES = 200  # read_note returns at most this many lines per call
+MAX_NOTE_BYTES = 5_000_000  # larger files are not read whole
+SEARCH_MAX_HITS = 10
+SEARCH_LINES_PER_HIT = 3
+SEARCH_OUTPUT_CHARS = 4000
+LIST_MAX_NOTES = 200
 
 # --- Sessions and context budget (issue 5) -------------------------------------------------------------
 # The session store lives in $KA_DATA_DIR, else $XDG_DATA_HOME/knowledge-agent, else
@@ -13,7 +48,7 @@ SESSIONS_LIST_LIMIT = 20
 
 # deepseek-flash has a 128k-token window. The thinking model may spend up to ~32k tokens reasoning and
 # answering, and the estimate is only approximate until the API's own count corrects it, so a request
-# aims at 88k (env KA_CONTEXT_TOKENS).
+# aims at 88k (env CONTEXT_TOKENS).
 CONTEXT_TOKENS = 88_000
 # When an old tool result is shortened, this many characters stay in front of "[… elided, N chars]".
 ELIDED_TOOL_HEAD_CHARS = 300
@@ -27,3 +62,89 @@ TOOL_CALL_OVERHEAD_TOKENS = 8
 TOKEN_FACTOR_MIN = 0.5
 TOKEN_FACTOR_MAX = 3.0
 TOKEN_FACTOR_MIN_SAMPLE = 500
+
+
+class ConfigError(Exception):
+    """A setting is missing or invalid; the message says what to set and where."""
+
+
+@dataclass
+class Settings:
+    api_key: str | None
+    base_url: str
+    model: str
+    kb: Path
+    max_rounds: int
+    stream: bool
+    thinking: str | None  # "enabled" | "disabled" | None (provider default)
+    reasoning_effort: str | None
+    show_reasoning: bool
+    auto_approve: bool
+
+
+def _env(name: str, fallback: str | None = None) -> str | None:
+    for key in (name, fallback):
+        value = os.environ.get(key, "").strip() if key else ""
+        if value:
+            return value
+    return None
+
+
+def _flag(name: str, default: bool) -> bool:
+    value = _env(name)
+    if value is None:
+        return default
+    if value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={value!r} is not valid: use 1 or 0 (in the environment or {ENV_FILE.name}).")
+
+
+def _positive_int(name: str, value, default: int) -> int:
+    if value is None:
+        return default
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ConfigError(f"{name} must be a whole number of at least 1, not {value!r}.")
+    return number
+
+
+def _choice(name: str, value: str | None, choices: tuple[str, ...]) -> str | None:
+    if value is not None and value not in choices:
+        raise ConfigError(f"{name}={value!r} is not valid: use one of {', '.join(choices)}.")
+    return value
+
+
+def _knowledge_base(value: str | None) -> Path:
+    kb = Path(value).expanduser() if value else PROJECT_DIR / "knowledge_base"
+    if not kb.is_dir():
+        raise ConfigError(
+            f"Notes folder not found: {kb}. Create it, or point KNOWLEDGE_BASE (or --kb) at your notes."
+        )
+    return kb.resolve()
+
+
+def load_settings(**overrides) -> Settings:
+    """Build Settings from defaults, .env, the environment and non-None keyword overrides (CLI flags)."""
+    load_dotenv(ENV_FILE, override=False)
+    given = {key: value for key, value in overrides.items() if value is not None}
+    return Settings(
+        api_key=given.get("api_key") or _env("DEEPSEEK_API_KEY", "OPENAI_API_KEY"),
+        base_url=given.get("base_url") or _env("DEEPSEEK_BASE_URL", "OPENAI_BASE_URL") or DEFAULT_BASE_URL,
+        model=given.get("model") or _env("MODEL") or DEFAULT_MODEL,
+        kb=_knowledge_base(given.get("kb") or _env("KNOWLEDGE_BASE")),
+        max_rounds=_positive_int(
+            "MAX_TOOL_ROUNDS (or --max-rounds)",
+            given.get("max_rounds", _env("MAX_TOOL_ROUNDS")),
+            DEFAULT_MAX_TOOL_ROUNDS,
+        ),
+        stream=given.get("stream", _flag("STREAM", True)),
+        thinking=_choice("THINKING", _env("THINKING"), ("enabled", "disabled")),
+        reasoning_effort=_choice("REASONING_EFFORT", _env("REASONING_EFFORT"), ("low", "medium", "high", "max")),
+        show_reasoning=given.get("show_reasoning", _flag("SHOW_REASONING", True)),
+        auto_approve=given.get("auto_approve", _flag("AUTO_APPROVE", False)),
+    )
