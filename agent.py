@@ -6,6 +6,8 @@
 `history` is the conversation — a plain list of OpenAI-format messages that run_agent extends in place.
 It is always valid to send: every assistant message with tool calls is followed by one tool message per
 call id, also after Ctrl+C or a failed request. API faults leave as one `AgentError` with a readable line.
+Each request carries as much of the history as fits the context budget (context.fit_to_budget); each new
+message is handed to `on_message` the moment it exists, so the session store can commit it.
 """
 
 import json
@@ -14,7 +16,9 @@ from typing import Callable
 
 import openai
 
+import context
 import tools
+import config
 from config import API_MAX_RETRIES, CONNECT_TIMEOUT, REQUEST_TIMEOUT, STREAM_RETRIES, Settings, load_settings
 
 SYSTEM_PROMPT = """You are knowledge-agent, an assistant for the person's own notes (a folder of Markdown files).
@@ -33,6 +37,10 @@ ROUND_LIMIT = "not executed: the limit of model calls for one question was reach
 
 class AgentError(Exception):
     """A failure that ends one answer; its message is one line for the person."""
+
+
+class ContextTooLong(AgentError):
+    """The server said the request exceeds the model's context window."""
 
 
 class _StreamBroken(Exception):
@@ -78,6 +86,11 @@ def explain_api_error(exc: Exception, settings: Settings) -> str:
     if status >= 500:
         return f"The API server failed (HTTP {status}) even after {API_MAX_RETRIES} retries. Try again later."
     return f"The API rejected the request (HTTP {status}): {detail}"
+
+
+def _is_context_error(exc: Exception) -> bool:
+    return (isinstance(exc, openai.APIStatusError) and exc.status_code == 400
+            and any(word in _error_detail(exc).lower() for word in ("context", "too long", "maximum", "tokens")))
 
 
 def _error_detail(exc: openai.APIStatusError) -> str:
@@ -218,7 +231,8 @@ def query(client, settings: Settings, messages: list[dict], on_text=None, on_rea
                 return _stream_reply(client, params, show_text, show_reasoning)
             return _whole_reply(client, params, show_text, show_reasoning)
         except openai.APIError as exc:  # the SDK already retried what is worth retrying
-            raise AgentError(explain_api_error(exc, settings)) from None
+            error = ContextTooLong if _is_context_error(exc) else AgentError
+            raise error(explain_api_error(exc, settings)) from None
         except _StreamBroken as broken:
             cause = explain_api_error(broken.__cause__, settings)
             if shown:  # asking again would print the same text twice
@@ -228,7 +242,7 @@ def query(client, settings: Settings, messages: list[dict], on_text=None, on_rea
 
 
 def execute(calls: list[tuple[str, str, str]], history: list[dict], settings: Settings, confirm,
-            on_tool_call, on_tool_result) -> None:
+            on_tool_call, on_tool_result, save=lambda: None) -> None:
     """Run each (id, name, arguments) call and append its result; if interrupted, answer the rest as not run."""
     pending = list(calls)
     try:
@@ -238,6 +252,7 @@ def execute(calls: list[tuple[str, str, str]], history: list[dict], settings: Se
             result = tools.execute_tool(name, arguments, settings, confirm)
             on_tool_result and on_tool_result(name, result)
             history.append({"role": "tool", "tool_call_id": call_id, "content": result})
+            save()  # a note may have changed: the result must survive a crash in the next call
             pending.pop(0)
     except KeyboardInterrupt:
         answer_unrun([call_id for call_id, _, _ in pending], history, CANCELLED)
@@ -271,35 +286,75 @@ def run_agent(
     on_tool_result: Callable[[str, str], None] | None = None,
     on_usage: Callable[[object], None] | None = None,
     confirm: Callable[[str], bool] | None = None,
+    on_message: Callable[[dict], None] | None = None,
+    calibration: context.Calibration | None = None,
 ) -> str:
     """Answer one question, using the tools as needed. Extends `history` in place with the whole turn."""
     settings = settings or load_settings()
     client = client or make_client(settings)
     history = [] if history is None else history
-    turn_start = len(history)
+    calibration = calibration or CALIBRATION
+    turn_start = saved = len(history)
+
+    def save():  # hand every new message to on_message once, as soon as it is in the history
+        nonlocal saved
+        for message in history[saved:]:
+            on_message and on_message(message)
+        saved = len(history)
+
     history.append({"role": "user", "content": user_query})
+    save()
     system = {"role": "system", "content": SYSTEM_PROMPT.format(today=date.today().isoformat())}
     try:
         for round_number in range(1, settings.max_rounds + 1):
-            reply = query(client, settings, [system] + history, on_text, on_reasoning)
+            reply = _query_within_budget(client, settings, [system] + history, calibration, on_text, on_reasoning)
             if reply.usage and on_usage:
                 on_usage(reply.usage)
             message = reply.message(round_number)
             history.append(message)
+            save()
             if not message.get("tool_calls"):  # decided by the calls, not finish_reason: servers differ
                 return _final_answer(reply, on_text)
             calls = reply.calls_to_run(message)
             if round_number == settings.max_rounds:
                 answer_unrun([call_id for call_id, _, _ in calls], history, ROUND_LIMIT)
+                save()
                 break
-            execute(calls, history, settings, confirm, on_tool_call, on_tool_result)
+            execute(calls, history, settings, confirm, on_tool_call, on_tool_result, save)
     except (KeyboardInterrupt, AgentError):
         _rewind_failed_turn(history, turn_start)
+        saved = min(saved, len(history))  # a turn dropped whole: the store's copy is left out on resume
+        save()
         raise
     notice = (f"[Stopped: reached the limit of {settings.max_rounds} model calls for one question "
               "(MAX_TOOL_ROUNDS or --max-rounds). Ask again to continue, or raise the limit.]")
     on_text and on_text(notice)
     return (reply.content + "\n\n" if reply.content else "") + notice
+
+
+# What this process has learnt about the server's token counts; shared by every run_agent call.
+CALIBRATION = context.Calibration()
+CONTEXT_RETRIES = 2  # a "context too long" answer is retried with this many ever-shorter requests
+
+
+def _query_within_budget(client, settings: Settings, messages: list[dict], calibration: context.Calibration,
+                         on_text, on_reasoning) -> _Reply:
+    """One API call carrying as much of the conversation as fits; learns the server's real count from
+    `usage`. If the server still says "too long" (a smaller model, a poor estimate), it assumes the
+    estimate is low by half and asks again, which also shortens every later request."""
+    fixed = context.estimate_tokens([], _request_params(settings, [])["tools"])
+    for attempt in range(CONTEXT_RETRIES + 1):
+        sent = context.fit_to_budget(messages, settings.context_tokens, calibration.factor, fixed)
+        try:
+            reply = query(client, settings, sent, on_text, on_reasoning)
+        except ContextTooLong:
+            if attempt == CONTEXT_RETRIES:
+                raise
+            calibration.factor = min(calibration.factor * 1.5, config.TOKEN_FACTOR_MAX)
+            continue
+        if reply.usage:
+            calibration.observe(context.estimate_tokens(sent) + fixed, getattr(reply.usage, "prompt_tokens", 0))
+        return reply
 
 
 def _final_answer(reply: _Reply, on_text) -> str:

@@ -80,6 +80,7 @@ class Settings:
     reasoning_effort: str | None
     show_reasoning: bool
     auto_approve: bool
+    context_tokens: int = CONTEXT_TOKENS  # what one request may carry (issue 5)
 
 
 def _env(name: str, fallback: str | None = None) -> str | None:
@@ -147,4 +148,7 @@ def load_settings(**overrides) -> Settings:
         reasoning_effort=_choice("REASONING_EFFORT", _env("REASONING_EFFORT"), ("low", "medium", "high", "max")),
         show_reasoning=given.get("show_reasoning", _flag("SHOW_REASONING", True)),
         auto_approve=given.get("auto_approve", _flag("AUTO_APPROVE", False)),
+        context_tokens=_positive_int(
+            "CONTEXT_TOKENS", given.get("context_tokens", _env("CONTEXT_TOKENS")), CONTEXT_TOKENS
+        ),
     )

@@ -103,7 +103,8 @@ def repair_history(messages: list[dict]) -> list[dict]:
 
     Leading system messages stay; anything before the first user message after them goes; every tool
     call without a result gets a short "not executed" one (the process may have been killed between the
-    call and its result); tool messages that answer no pending call are dropped. Messages are not copied
+    call and its result); tool messages that answer no pending call are dropped; a question followed
+    directly by another one (its answer never came) is left out. Messages are not copied
     unless changed, and the input is never modified.
     """
     out: list[dict] = []
@@ -122,6 +123,10 @@ def repair_history(messages: list[dict]) -> list[dict]:
 
     for message in messages[i:]:
         role = message.get("role")
+        if role == "user" and out and out[-1].get("role") == "user" and not pending:
+            # A question whose answer never came (the request failed, or the process was killed): the
+            # agent drops such a turn whole, and some APIs reject two user messages in a row.
+            out.pop()
         if role == "tool":
             if message.get("tool_call_id") in pending:
                 pending.remove(message["tool_call_id"])

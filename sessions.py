@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import config
+from context import repair_history
 
 SCHEMA_VERSION = 1
 SCHEMA = """
@@ -308,3 +309,52 @@ def format_session_line(info: SessionInfo) -> str:
     started = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.started))
     title = info.title if len(info.title) <= 60 else info.title[:59] + "…"
     return f"{info.id:>5}  {started}  {info.messages:>4} msgs  {title or '(no question)'}"
+
+
+class Conversation:
+    """The conversation in progress: its messages in memory, each one also committed to the store.
+
+    The session row is created with the first message, so starting the program and leaving at once
+    leaves nothing behind. Token usage is counted per turn (for /usage and -v) and per session (stored).
+    """
+
+    def __init__(self, store: SessionStore, kb: Path | str | None = None):
+        self.store, self.kb = store, kb
+        self.session_id: int | None = None
+        self.history: list[dict] = []
+        self.turn_usage = self.run_usage = (0, 0)
+        self.turn_calls = 0
+
+    def start_new(self) -> None:
+        self.session_id, self.history = None, []
+
+    def resume(self, session_id: int) -> bool:
+        """Load an earlier conversation; False if there is none with that id."""
+        if not self.store.exists(session_id):
+            return False
+        # A conversation cut off by a kill may end in unanswered tool calls: repair it the same way every
+        # request is repaired, so the next turn starts from valid history.
+        self.session_id, self.history = session_id, repair_history(self.store.load_messages(session_id))
+        return True
+
+    def save(self, message: dict) -> None:
+        if self.session_id is None:
+            self.session_id = self.store.new_session(self.kb)
+        self.store.add_message(self.session_id, message)
+
+    def begin_turn(self) -> None:
+        self.turn_usage, self.turn_calls = (0, 0), 0
+
+    def add_usage(self, usage) -> None:
+        """Count one API call's `usage` (an SDK object or a dict)."""
+        get = usage.get if isinstance(usage, dict) else lambda key: getattr(usage, key, None)
+        prompt, completion = int(get("prompt_tokens") or 0), int(get("completion_tokens") or 0)
+        self.turn_usage = (self.turn_usage[0] + prompt, self.turn_usage[1] + completion)
+        self.run_usage = (self.run_usage[0] + prompt, self.run_usage[1] + completion)
+        self.turn_calls += 1
+        if self.session_id is not None:
+            self.store.record_usage(self.session_id, prompt, completion)
+
+    def session_usage(self) -> tuple[int, int]:
+        info = self.store.session_info(self.session_id) if self.session_id is not None else None
+        return (info.prompt_tokens, info.completion_tokens) if info else (0, 0)

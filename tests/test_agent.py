@@ -7,7 +7,7 @@ import openai
 import pytest
 from conftest import StubClient, make_settings
 
-from agent import CANCELLED, AgentError, run_agent
+from agent import CANCELLED, CONTEXT_RETRIES, AgentError, run_agent
 
 
 def call(name, **args):
@@ -147,7 +147,9 @@ def _status_error(status, message):
 def test_api_errors_become_one_readable_line(kb, status, message, expected):
     history = [{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "answer"}]
     with pytest.raises(AgentError) as info:
-        run_agent("x", history, settings=make_settings(kb), client=StubClient([_status_error(status, message)]))
+        # "context too long" is retried with shorter requests before it is reported
+        replies = [_status_error(status, message)] * (1 + CONTEXT_RETRIES)
+        run_agent("x", history, settings=make_settings(kb), client=StubClient(replies))
     assert expected in str(info.value) and "\n" not in str(info.value)
     assert history == [{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "answer"}]
 

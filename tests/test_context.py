@@ -132,11 +132,13 @@ def test_repair_answers_interrupted_calls_and_drops_orphans():
                {"role": "tool", "tool_call_id": "a", "content": "A"},
                # killed here: "b" never ran
                {"role": "user", "content": "q2"},
-               {"role": "tool", "tool_call_id": "a", "content": "late duplicate"}]
+               {"role": "tool", "tool_call_id": "a", "content": "late duplicate"},
+               {"role": "user", "content": "q3 (killed while the answer streamed)"},
+               {"role": "user", "content": "q4"}]
     repaired = repair_history(history)
     assert_valid(repaired)
     assert [m.get("content") for m in repaired] == ["You help with notes.", "q", "", "A",
-                                                    INTERRUPTED_RESULT, "q2"]
+                                                    INTERRUPTED_RESULT, "q4"]
 
 
 def test_calibration_learns_from_the_api_count_within_bounds():
