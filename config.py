@@ -59,9 +59,13 @@ MESSAGE_OVERHEAD_TOKENS = 4
 TOOL_CALL_OVERHEAD_TOKENS = 8
 # The learnt correction (API count / estimate) is kept within these bounds, so one odd reply cannot
 # make the budget absurd, and is learnt only from requests big enough for the ratio to mean something.
-TOKEN_FACTOR_MIN = 0.5
+# It never goes below 1: the estimate over-counts Chinese and under-counts English, so a factor learnt on
+# Chinese turns would let the next big English tool result overflow the window.
+TOKEN_FACTOR_MIN = 1.0
 TOKEN_FACTOR_MAX = 3.0
 TOKEN_FACTOR_MIN_SAMPLE = 500
+# How far one lower ratio pulls the factor down (it jumps up to a higher one at once).
+TOKEN_FACTOR_DECAY = 0.1
 
 
 class ConfigError(Exception):

@@ -78,9 +78,10 @@ def request_bytes(messages: list[dict], tools: list | None = None) -> int:
 class Calibration:
     """Learns how far estimate_tokens() is from the API's own count, and scales estimates by it.
 
-    The first observation is taken as it is (one real count beats a guess); later ones are averaged in,
-    so one unusual request moves the factor only half way. Tiny requests teach nothing: their fixed
-    template overhead swamps the ratio.
+    The ratio differs between English and Chinese text (the estimate under-counts one and over-counts
+    the other), so the factor follows the worst recent ratio: it rises at once to a higher one and sinks
+    only slowly (FACTOR_DECAY) after lower ones; over-trimming a little is cheap, a rejected request is
+    not. Tiny requests teach nothing: their fixed template overhead swamps the ratio.
     """
     factor: float = 1.0
     samples: int = 0
@@ -90,7 +91,10 @@ class Calibration:
             return
         ratio = min(max(prompt_tokens / estimated_tokens, config.TOKEN_FACTOR_MIN),
                     config.TOKEN_FACTOR_MAX)
-        self.factor = ratio if self.samples == 0 else (self.factor + ratio) / 2
+        if self.samples == 0 or ratio > self.factor:
+            self.factor = ratio
+        else:
+            self.factor += (ratio - self.factor) * config.TOKEN_FACTOR_DECAY
         self.samples += 1
 
     def tokens(self, messages: list[dict], tools: list | None = None) -> int:

@@ -11,6 +11,10 @@ JSON, so the whole client path is exercised. A reply is a dict:
 
 When the queue is empty, `responder(request_json)` makes the reply (default: a "demo brain" that searches,
 reads the first hit and answers from it, so `python tests/fake_server.py` gives a working offline demo).
+
+`FakeLLM(context_limit=N)` answers 400 "maximum context length" like real servers when a request counts more
+than N tokens by the fake's own tokenizer (prompt_tokens below: JSON characters / 3, harsher than the
+client's estimate on purpose); `.rejected` counts such answers and `.max_prompt_tokens` the largest request.
 """
 
 import itertools
@@ -63,11 +67,20 @@ def _call_for(messages: list, call_id: str):
     return None
 
 
+def prompt_tokens(request: dict) -> int:
+    """The fake's token count of a request: what the client estimates must be corrected towards it."""
+    body = {"messages": request.get("messages", []), "tools": request.get("tools") or []}
+    return len(json.dumps(body, ensure_ascii=False)) // 3
+
+
 class FakeLLM:
-    def __init__(self, replies=None, responder=demo_brain, port: int = 0):
+    def __init__(self, replies=None, responder=demo_brain, port: int = 0, context_limit: int | None = None):
         self.replies = list(replies or [])
         self.responder = responder
         self.requests: list[dict] = []
+        self.context_limit = context_limit
+        self.rejected = 0
+        self.max_prompt_tokens = 0
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
         self.server.daemon_threads = True
@@ -81,6 +94,17 @@ class FakeLLM:
     def __exit__(self, *exc):
         self.server.shutdown()
         self.server.server_close()
+
+    def too_long(self, request: dict) -> str | None:
+        """The error message real servers give when the request exceeds the context window, if it does."""
+        tokens = prompt_tokens(request)
+        with self.lock:
+            self.max_prompt_tokens = max(self.max_prompt_tokens, tokens)
+            if self.context_limit is None or tokens <= self.context_limit:
+                return None
+            self.rejected += 1
+        return (f"This model's maximum context length is {self.context_limit} tokens. However, you requested "
+                f"{tokens} tokens. Please reduce the length of the messages.")
 
     def next_reply(self, request: dict) -> dict:
         with self.lock:
@@ -105,6 +129,10 @@ def _handler_for(fake: FakeLLM):
                 return self._json(400, {"error": {"message": "invalid JSON body"}})
             if not self.path.endswith("/chat/completions"):
                 return self._json(404, {"error": {"message": f"no route {self.path}"}})
+            too_long = fake.too_long(request)
+            if too_long:
+                return self._json(400, {"error": {"message": too_long, "type": "invalid_request_error",
+                                                  "code": "context_length_exceeded"}})
             reply = fake.next_reply(request)
             if "status" in reply:
                 return self._json(reply["status"], {"error": {"message": reply.get("message", "error")}},
@@ -159,7 +187,7 @@ def _finish(reply: dict) -> str:
 
 
 def _usage(request: dict, reply: dict) -> dict:
-    prompt = len(json.dumps(request["messages"], ensure_ascii=False)) // 4
+    prompt = prompt_tokens(request)
     completion = len(reply.get("content") or "") // 4 + 1
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 

@@ -147,8 +147,12 @@ def test_calibration_learns_from_the_api_count_within_bounds():
     assert gauge.factor == 1.0
     gauge.observe(10_000, 13_000)
     assert gauge.factor == pytest.approx(1.3)
-    gauge.observe(10_000, 11_000)
-    assert gauge.factor == pytest.approx(1.2)
+    gauge.observe(10_000, 15_000)  # a request the estimate under-counted more: follow it at once
+    assert gauge.factor == pytest.approx(1.5)
+    gauge.observe(10_000, 11_000)  # a lower ratio is believed only slowly
+    assert 1.4 < gauge.factor < 1.5
+    gauge.observe(10_000, 4_000)  # an over-count (Chinese text) never lets requests grow past the estimate
+    assert gauge.factor >= config.TOKEN_FACTOR_MIN == 1.0
     gauge.observe(10_000, 1_000_000)
     assert gauge.factor <= config.TOKEN_FACTOR_MAX
 
