@@ -298,9 +298,9 @@ def run_agent(
 
     def save():  # hand every new message to on_message once, as soon as it is in the history
         nonlocal saved
-        for message in history[saved:]:
-            on_message and on_message(message)
-        saved = len(history)
+        while saved < len(history):
+            saved += 1  # counted first: a Ctrl+C inside on_message must not hand it over twice
+            on_message and on_message(history[saved - 1])
 
     history.append({"role": "user", "content": user_query})
     save()
