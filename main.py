@@ -227,7 +227,8 @@ def run_command(line: str, settings: Settings, client, display: Display, convers
     if name in ("/exit", "/quit"):
         return False
     if name not in known:
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+        # A cut-short name ("/hist") means the command it begins; otherwise the most similar spelling.
+        close = [c for c in known if c.startswith(name)] or difflib.get_close_matches(name, known, n=1, cutoff=0.5)
         hint = f" Did you mean {close[0]}?" if close else ""
         display.info(f"Unknown command {name}.{hint} /help lists the commands.")
     elif name == "/help":

@@ -156,10 +156,11 @@ def test_new_sessions_and_usage_commands(chat_env, monkeypatch, capsys):
 def test_note_commands_work_without_an_api_key(monkeypatch, capsys, kb):
     monkeypatch.setenv("KNOWLEDGE_BASE", str(kb))
     out, err = run_repl(monkeypatch, capsys, ["what is in my notes?", "/search Vim", "/list", "/read vim.md",
-                                              "/read", "/serch vim", "/frobnicate", "/tools", "/help"])
+                                              "/read", "/serch vim", "/hist", "/frobnicate", "/tools", "/help"])
     assert "Chat is off: no API key" in err and "DEEPSEEK_API_KEY" in err
     assert "vim.md" in out and "`dd` deletes a line." in out and "work/meeting.md" in out
     assert "Usage: /read PATH" in out
     assert "Unknown command /serch. Did you mean /search?" in err
+    assert "Unknown command /hist. Did you mean /history?" in err
     assert "Unknown command /frobnicate. /help" in err
     assert "search_notes" in err and "/resume ID" in err
