@@ -321,8 +321,10 @@ def show_usage(conversation: sessions.Conversation, settings: Settings, display:
 
 def usage_line(conversation: sessions.Conversation) -> str:
     (tp, tc), (sp, sc) = conversation.run_usage, conversation.session_usage()
-    return (f"usage: {tp:,} prompt + {tc:,} completion tokens; conversation {conversation.session_id}: "
-            f"{sp:,} + {sc:,} in all")
+    line = f"usage: {tp:,} prompt + {tc:,} completion tokens"
+    if conversation.session_id is not None:
+        line += f"; conversation {conversation.session_id}: {sp:,} + {sc:,} in all"
+    return line
 
 
 def _enable_line_editing() -> None:

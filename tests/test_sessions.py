@@ -154,17 +154,23 @@ def test_two_processes_writing_at_once_both_keep_everything(tmp_path):
         assert store.session_info(sid).prompt_tokens == 3000
 
 
-@pytest.mark.parametrize("damage", ["garbage", "header", "directory"])
+@pytest.mark.parametrize("damage", ["garbage", "header", "inner page", "directory"])
 def test_damaged_database_is_moved_aside_and_a_fresh_one_started(tmp_path, damage):
     db = tmp_path / "sessions.db"
     if damage == "garbage":
         db.write_bytes(os.urandom(8192))
-    elif damage == "header":
+    elif damage in ("header", "inner page"):
         store = store_in(tmp_path)
-        store.add_message(store.new_session(), {"role": "user", "content": "old"})
+        sid = store.new_session()
+        for i in range(50):
+            store.add_message(sid, {"role": "tool", "tool_call_id": str(i), "content": "x" * 3000})
         store.close()
         data = bytearray(db.read_bytes())
-        data[:16] = b"not sqlite here!"
+        if damage == "header":
+            data[:16] = b"not sqlite here!"
+        else:  # a b-tree page in the middle, as a bad sector or a half-synced copy leaves it
+            page = len(data) // 4096 // 2 * 4096
+            data[page:page + 64] = b"\xff" * 64
         db.write_bytes(bytes(data))
     else:
         db.mkdir()
@@ -209,3 +215,14 @@ def test_stored_body_is_the_message_and_nothing_else(tmp_path):
     store.add_message(sid, TOOL_TURN[1])
     (body,) = sqlite3.connect(tmp_path / "sessions.db").execute("SELECT body FROM messages").fetchone()
     assert json.loads(body) == TOOL_TURN[1]
+
+
+def test_a_history_from_a_newer_version_is_left_alone(tmp_path):
+    store = store_in(tmp_path)
+    store.add_message(store.new_session(), {"role": "user", "content": "kept"})
+    store.conn.execute("PRAGMA user_version=99")
+    store.close()
+    warnings = []
+    newer = store_in(tmp_path, warnings)
+    assert not newer.persistent and "newer version" in warnings[0]
+    assert [p.name for p in tmp_path.iterdir()] == ["sessions.db"]  # not moved, not changed
