@@ -16,9 +16,9 @@ from typing import Callable
 
 import openai
 
+import config
 import context
 import tools
-import config
 from config import API_MAX_RETRIES, CONNECT_TIMEOUT, REQUEST_TIMEOUT, STREAM_RETRIES, Settings, load_settings
 
 SYSTEM_PROMPT = """You are knowledge-agent, an assistant for the person's own notes (a folder of Markdown files).
@@ -304,7 +304,7 @@ def run_agent(
 
     history.append({"role": "user", "content": user_query})
     save()
-    system = {"role": "system", "content": SYSTEM_PROMPT.format(today=date.today().isoformat())}
+    system = _system_message()
     try:
         for round_number in range(1, settings.max_rounds + 1):
             reply = _query_within_budget(client, settings, [system] + history, calibration, on_text, on_reasoning)
@@ -337,12 +337,28 @@ CALIBRATION = context.Calibration()
 CONTEXT_RETRIES = 2  # a "context too long" answer is retried with this many ever-shorter requests
 
 
+def _system_message() -> dict:
+    return {"role": "system", "content": SYSTEM_PROMPT.format(today=date.today().isoformat())}
+
+
+def _tools_tokens(settings: Settings) -> int:
+    return context.estimate_tokens([], _request_params(settings, [])["tools"])
+
+
+def next_request_size(history: list[dict], settings: Settings) -> tuple[int, int]:
+    """(estimated tokens, messages of the history) the next request would carry, for /usage."""
+    sent = context.fit_to_budget([_system_message()] + history, settings.context_tokens, CALIBRATION.factor,
+                                 _tools_tokens(settings))
+    tokens = (context.estimate_tokens(sent) + _tools_tokens(settings)) * CALIBRATION.factor
+    return round(tokens), len(sent) - 1
+
+
 def _query_within_budget(client, settings: Settings, messages: list[dict], calibration: context.Calibration,
                          on_text, on_reasoning) -> _Reply:
     """One API call carrying as much of the conversation as fits; learns the server's real count from
     `usage`. If the server still says "too long" (a smaller model, a poor estimate), it assumes the
     estimate is low by half and asks again, which also shortens every later request."""
-    fixed = context.estimate_tokens([], _request_params(settings, [])["tools"])
+    fixed = _tools_tokens(settings)
     for attempt in range(CONTEXT_RETRIES + 1):
         sent = context.fit_to_budget(messages, settings.context_tokens, calibration.factor, fixed)
         try:

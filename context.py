@@ -97,9 +97,6 @@ class Calibration:
             self.factor += (ratio - self.factor) * config.TOKEN_FACTOR_DECAY
         self.samples += 1
 
-    def tokens(self, messages: list[dict], tools: list | None = None) -> int:
-        return math.ceil(estimate_tokens(messages, tools) * self.factor)
-
 
 # -- keeping the history valid -------------------------------------------------------------------------
 def repair_history(messages: list[dict]) -> list[dict]:
@@ -195,7 +192,7 @@ def fit_to_budget(messages: list[dict], budget_tokens: int, factor: float = 1.0,
     if not turns:
         return system
     turns = [_drop_settled_reasoning(t) for t in turns[:-1]] + [turns[-1]]
-    limit = (budget_tokens - fixed_tokens) / max(factor, 1e-6)
+    limit = budget_tokens / max(factor, 1e-6) - fixed_tokens  # the factor corrects the fixed part too
     sizes = [[message_tokens(m) for m in turn] for turn in turns]
     total = sum(message_tokens(m) for m in system) + sum(map(sum, sizes))
     head = config.ELIDED_TOOL_HEAD_CHARS

@@ -18,9 +18,8 @@ import sys
 
 from dotenv import load_dotenv
 
-import context
 import sessions
-from agent import CALIBRATION, AgentError, _request_params, make_client, run_agent
+from agent import AgentError, make_client, next_request_size, run_agent
 from config import ENV_FILE, ConfigError, Settings, load_settings
 from tools import TOOL_SCHEMAS, execute_tool
 
@@ -311,12 +310,11 @@ def _one_line(content) -> str:
 
 def show_usage(conversation: sessions.Conversation, settings: Settings, display: Display) -> None:
     (tp, tc), (sp, sc) = conversation.turn_usage, conversation.session_usage()
-    sent = context.fit_to_budget(conversation.history, settings.context_tokens, CALIBRATION.factor)
-    tools_tokens = context.estimate_tokens([], _request_params(settings, [])["tools"])
+    tokens, carried = next_request_size(conversation.history, settings)
     display.info(f"last answer : {tp:,} prompt + {tc:,} completion tokens ({conversation.turn_calls} API calls)\n"
                  f"conversation: {sp:,} prompt + {sc:,} completion tokens in all\n"
-                 f"next request: ~{CALIBRATION.tokens(sent, None) + tools_tokens:,} of {settings.context_tokens:,} "
-                 f"tokens (CONTEXT_TOKENS); {len(sent)} of {len(conversation.history)} messages")
+                 f"next request: ~{tokens:,} of {settings.context_tokens:,} tokens (CONTEXT_TOKENS), "
+                 f"carrying {carried} of {len(conversation.history)} messages")
 
 
 def usage_line(conversation: sessions.Conversation) -> str:
