@@ -88,12 +88,6 @@ def _read_note_text(path: Path) -> str:
     return text
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write via a temp file in the same folder and os.replace, so a failure never leaves half a note."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    versions.atomic_write(path, data)
-
-
 # --- The tools ---
 
 def search_notes(kb: Path, query: str, folder: str | None = None) -> str:
