@@ -36,6 +36,11 @@ SEARCH_LINES_PER_HIT = 3
 SEARCH_OUTPUT_CHARS = 4000
 LIST_MAX_NOTES = 200
 
+# --- MCP server (mcp_server.py) ---
+# One JSON-RPC message per line; a longer line is skipped with an error, so memory stays bounded.
+# Big enough for a note of MAX_NOTE_BYTES sent as write_note content with every character \u-escaped.
+MCP_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+
 
 class ConfigError(Exception):
     """A setting is missing or invalid; the message says what to set and where."""
