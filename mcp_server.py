@@ -284,15 +284,13 @@ def main(argv=None) -> int:
     log(f"serving {len(server.tools)} tools ({', '.join(server.tools)}) for the notes in {settings.kb}")
     try:
         serve(server, protocol_in, protocol_out)
-    except KeyboardInterrupt:
-        return 130
     except (BrokenPipeError, ConnectionResetError):  # the client went away; nobody is left to tell
-        return 0
+        pass
     return 0
 
 
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except KeyboardInterrupt:  # Ctrl+C before the loop started
+    except KeyboardInterrupt:  # Ctrl+C: the client is stopping us, nothing to say
         sys.exit(130)

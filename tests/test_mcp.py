@@ -369,6 +369,14 @@ def test_closed_stdin_exits_0_quietly(notes):
     assert "Traceback" not in process.stderr()
 
 
+def test_a_client_that_stops_reading_ends_the_server_quietly(notes):
+    proc = subprocess.Popen([sys.executable, str(SERVER), "--kb", str(notes)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server_env())
+    proc.stdout.close()  # the reply to the ping below has nowhere to go
+    _, stderr = proc.communicate(b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n', timeout=REPLY_TIMEOUT)
+    assert proc.returncode == 0 and b"Traceback" not in stderr
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="no SIGINT delivery to a child on Windows")
 def test_ctrl_c_exits_without_a_traceback(notes):
     process = McpProcess(notes)
@@ -393,18 +401,20 @@ def test_a_missing_notes_folder_is_one_line_and_exit_2(tmp_path):
 def test_the_official_python_sdk_connects_lists_and_calls(notes):
     mcp = pytest.importorskip("mcp")
     anyio = pytest.importorskip("anyio")
+    from mcp.client.stdio import stdio_client
 
-    async def session() -> tuple:
+    async def session() -> list[dict]:
         params = mcp.StdioServerParameters(command=sys.executable, args=[str(SERVER), "--kb", str(notes)],
                                            env=server_env())
-        async with mcp.Client(params, read_timeout_seconds=REPLY_TIMEOUT) as client:
-            listed = await client.list_tools()
-            found = await client.call_tool("search_notes", {"query": "December"})
-            escaped = await client.call_tool("read_note", {"file_path": "../secret.md"})
-            return client.session.protocol_version, listed, found, escaped
+        async with stdio_client(params) as (read, write), mcp.ClientSession(read, write) as client:
+            results = [await client.initialize(), await client.list_tools(),
+                       await client.call_tool("search_notes", {"query": "December"}),
+                       await client.call_tool("read_note", {"file_path": "../secret.md"})]
+            # The same JSON for SDK 1.x (camelCase fields) and 2.x (snake_case fields, camelCase aliases).
+            return [result.model_dump(by_alias=True, mode="json") for result in results]
 
-    version, listed, found, escaped = anyio.run(session)
-    assert version == LATEST
-    assert [tool.name for tool in listed.tools] == [function["name"] for function in served_by_default()]
-    assert found.is_error is False and "work/meeting.md" in found.content[0].text
-    assert escaped.is_error is True
+    initialized, listed, found, escaped = anyio.run(session)
+    assert initialized["protocolVersion"] in VERSIONS
+    assert [tool["name"] for tool in listed["tools"]] == [function["name"] for function in served_by_default()]
+    assert found["isError"] is False and "work/meeting.md" in found["content"][0]["text"]
+    assert escaped["isError"] is True and "the secret" not in escaped["content"][0]["text"]
