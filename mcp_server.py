@@ -109,7 +109,7 @@ class McpServer:
     def handle_line(self, line: bytes):
         """One line from the client -> the reply to write (a dict, a list for a batch) or None."""
         try:
-            message = json.loads(line.decode("utf-8"))
+            message = json.loads(line.decode("utf-8-sig"))  # a BOM: Windows tools put one before the first line
         except UnicodeDecodeError:
             return error_response(None, PARSE_ERROR, "Parse error: the line is not UTF-8 text.")
         except (ValueError, RecursionError) as exc:

@@ -270,6 +270,11 @@ def test_notifications_and_stray_responses_get_no_reply(server):
     assert reply["result"] == {}
 
 
+def test_a_line_with_a_byte_order_mark_or_crlf_is_still_read(server):
+    server.send(b'\xef\xbb\xbf{"jsonrpc":"2.0","id":"bom","method":"ping"}\r')
+    assert server.receive() == {"jsonrpc": "2.0", "id": "bom", "result": {}}
+
+
 def test_batches_only_in_the_version_that_had_them(server):
     batch = [{"jsonrpc": "2.0", "id": "a", "method": "ping"},
              {"jsonrpc": "2.0", "method": "notifications/initialized"},
