@@ -46,6 +46,11 @@ UNDO_LOG_KEEP = 200  # changes remembered for /undo; older lines are dropped (th
 EDIT_CLOSEST_LINES = 3  # lines shown when edit_note's old_text is not found
 EDIT_MAX_MATCHES_COUNTED = 20  # edit_note stops counting ambiguous matches here
 
+# --- MCP server (mcp_server.py) ---
+# One JSON-RPC message per line; a longer line is skipped with an error, so memory stays bounded.
+# Big enough for a note of MAX_NOTE_BYTES sent as write_note content with every character \u-escaped.
+MCP_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+
 
 class ConfigError(Exception):
     """A setting is missing or invalid; the message says what to set and where."""

@@ -374,6 +374,13 @@ TOOL_SCHEMAS = [schema for _, schema in TOOLS.values()]
 READ_ONLY_TOOLS = {"search_notes", "list_notes", "read_note"}
 NEEDS_CONFIRMATION = {"move_note", "delete_note"}  # their functions take a `confirm` callback
 CHANGE_TOOLS = {"write_note", "edit_note", "append_note", "move_note", "delete_note"}  # results start with a summary
+# Tools that change notes only by adding words. Every other tool that is not read-only counts as able to
+# overwrite, move or delete: a tool nobody classified is treated as the dangerous kind (MCP clients see
+# this as destructiveHint and may ask before calling it).
+ADDITIVE_TOOLS = {"append_note"}
+# Tools that act on the computer outside the notes (a shell). The MCP server serves them only when started
+# with --allow-shell, so a setting meant for the terminal chat never hands every MCP client a shell.
+SHELL_TOOLS: set[str] = set()
 
 _JSON_TYPES = {"string": str, "integer": int, "boolean": bool, "object": dict, "array": list}
 
