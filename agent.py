@@ -11,12 +11,12 @@ message is handed to `on_message` the moment it exists, so the session store can
 """
 
 import json
+import re
 from datetime import date
 from typing import Callable
 
 import openai
 
-import config
 import context
 import tools
 from config import API_MAX_RETRIES, CONNECT_TIMEOUT, REQUEST_TIMEOUT, STREAM_RETRIES, Settings, load_settings
@@ -29,6 +29,8 @@ Today is {today}.
   marked as such.
 - When asked to write a note, pick a short descriptive file name (e.g. git-cheatsheet.md) and write clean
   Markdown with a top-level heading. Never replace an existing note unless the person asked for it.
+- To change a note, read it first, then edit_note the exact passage (append_note to add at the end);
+  rewrite a whole note (write_note with overwrite) only when asked. Move or delete only when asked.
 - Reply in the language the person writes in."""
 
 CANCELLED = "not executed: the user cancelled the answer (Ctrl+C)"
@@ -40,7 +42,11 @@ class AgentError(Exception):
 
 
 class ContextTooLong(AgentError):
-    """The server said the request exceeds the model's context window."""
+    """The server said the request exceeds the model's context window (`window` tokens, if it said)."""
+
+    def __init__(self, message: str, window: int | None = None):
+        super().__init__(message)
+        self.window = window
 
 
 class _StreamBroken(Exception):
@@ -91,6 +97,12 @@ def explain_api_error(exc: Exception, settings: Settings) -> str:
 def _is_context_error(exc: Exception) -> bool:
     return (isinstance(exc, openai.APIStatusError) and exc.status_code == 400
             and any(word in _error_detail(exc).lower() for word in ("context", "too long", "maximum", "tokens")))
+
+
+def _context_window(exc: openai.APIStatusError) -> int | None:
+    """The window size when the error names it ("maximum context length is 65536 tokens")."""
+    match = re.search(r"context (?:length|window)\D{0,20}(\d{3,})", _error_detail(exc))
+    return int(match[1]) if match else None
 
 
 def _error_detail(exc: openai.APIStatusError) -> str:
@@ -231,8 +243,9 @@ def query(client, settings: Settings, messages: list[dict], on_text=None, on_rea
                 return _stream_reply(client, params, show_text, show_reasoning)
             return _whole_reply(client, params, show_text, show_reasoning)
         except openai.APIError as exc:  # the SDK already retried what is worth retrying
-            error = ContextTooLong if _is_context_error(exc) else AgentError
-            raise error(explain_api_error(exc, settings)) from None
+            if _is_context_error(exc):
+                raise ContextTooLong(explain_api_error(exc, settings), _context_window(exc)) from None
+            raise AgentError(explain_api_error(exc, settings)) from None
         except _StreamBroken as broken:
             cause = explain_api_error(broken.__cause__, settings)
             if shown:  # asking again would print the same text twice
@@ -347,8 +360,8 @@ def _tools_tokens(settings: Settings) -> int:
 
 def next_request_size(history: list[dict], settings: Settings) -> tuple[int, int]:
     """(estimated tokens, messages of the history) the next request would carry, for /usage."""
-    sent = context.fit_to_budget([_system_message()] + history, settings.context_tokens, CALIBRATION.factor,
-                                 _tools_tokens(settings))
+    sent = context.fit_to_budget([_system_message()] + history, CALIBRATION.budget(settings.context_tokens),
+                                 CALIBRATION.factor, _tools_tokens(settings))
     tokens = (context.estimate_tokens(sent) + _tools_tokens(settings)) * CALIBRATION.factor
     return round(tokens), len(sent) - 1
 
@@ -356,17 +369,17 @@ def next_request_size(history: list[dict], settings: Settings) -> tuple[int, int
 def _query_within_budget(client, settings: Settings, messages: list[dict], calibration: context.Calibration,
                          on_text, on_reasoning) -> _Reply:
     """One API call carrying as much of the conversation as fits; learns the server's real count from
-    `usage`. If the server still says "too long" (a smaller model, a poor estimate), it assumes the
-    estimate is low by half and asks again, which also shortens every later request."""
+    `usage`. If the server still says "too long" (a model smaller than CONTEXT_TOKENS assumes), it asks
+    again with less, and keeps every later request of this run below that too."""
     fixed = _tools_tokens(settings)
     for attempt in range(CONTEXT_RETRIES + 1):
-        sent = context.fit_to_budget(messages, settings.context_tokens, calibration.factor, fixed)
+        sent = context.fit_to_budget(messages, calibration.budget(settings.context_tokens), calibration.factor, fixed)
         try:
             reply = query(client, settings, sent, on_text, on_reasoning)
-        except ContextTooLong:
+        except ContextTooLong as exc:
             if attempt == CONTEXT_RETRIES:
                 raise
-            calibration.factor = min(calibration.factor * 1.5, config.TOKEN_FACTOR_MAX)
+            calibration.rejected(round((context.estimate_tokens(sent) + fixed) * calibration.factor), exc.window)
             continue
         if reply.usage:
             calibration.observe(context.estimate_tokens(sent) + fixed, getattr(reply.usage, "prompt_tokens", 0))

@@ -66,6 +66,24 @@ TOKEN_FACTOR_MAX = 3.0
 TOKEN_FACTOR_MIN_SAMPLE = 500
 # How far one lower ratio pulls the factor down (it jumps up to a higher one at once).
 TOKEN_FACTOR_DECAY = 0.1
+# After a "context too long" answer, requests aim at this share of what was refused (or of the window the
+# error names) for the rest of the run: the model may be smaller than CONTEXT_TOKENS assumes.
+CONTEXT_SHRINK_AFTER_REJECTION = 0.7
+
+# --- Versions, undo and editing (versions.py, edit/append/move/delete tools) ---
+# Every change that replaces or removes text first copies the old file to
+# <kb>/.history/<rel_path>.<timestamp>; these limits bound how many copies pile up.
+HISTORY_KEEP = 20  # versions kept per note (0 = no count limit); the newest is never pruned
+HISTORY_MAX_AGE_DAYS = 0  # versions older than this are pruned (0 = never by age); the newest is kept
+UNDO_LOG_NAME = "undo.jsonl"  # inside HISTORY_DIR: one line per change the agent made
+UNDO_LOG_KEEP = 200  # changes remembered for /undo; older lines are dropped (their versions stay)
+EDIT_CLOSEST_LINES = 3  # lines shown when edit_note's old_text is not found
+EDIT_MAX_MATCHES_COUNTED = 20  # edit_note stops counting ambiguous matches here
+
+# --- MCP server (mcp_server.py) ---
+# One JSON-RPC message per line; a longer line is skipped with an error, so memory stays bounded.
+# Big enough for a note of MAX_NOTE_BYTES sent as write_note content with every character \u-escaped.
+MCP_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 
 
 class ConfigError(Exception):

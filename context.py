@@ -85,6 +85,20 @@ class Calibration:
     """
     factor: float = 1.0
     samples: int = 0
+    ceiling: int | None = None  # learnt from "context too long" answers: the server takes less than this
+
+    def budget(self, configured: int) -> int:
+        """The budget to fit to: the configured one, unless the server has shown it takes less."""
+        return min(configured, self.ceiling) if self.ceiling else configured
+
+    def rejected(self, sent_tokens: int, window: int | None = None) -> None:
+        """The server refused a request of about sent_tokens (corrected) as too long for its window.
+
+        The window is smaller than what was sent (and than `window`, when the error names it), so later
+        requests aim well below both, leaving the rest for the answer.
+        """
+        limit = min(sent_tokens, window or sent_tokens)
+        self.ceiling = min(self.ceiling or limit, int(limit * config.CONTEXT_SHRINK_AFTER_REJECTION))
 
     def observe(self, estimated_tokens: int, prompt_tokens: int | None) -> None:
         if not prompt_tokens or estimated_tokens < config.TOKEN_FACTOR_MIN_SAMPLE:

@@ -18,10 +18,12 @@ import sys
 
 from dotenv import load_dotenv
 
+import search
 import sessions
+import versions
 from agent import AgentError, make_client, next_request_size, run_agent
 from config import ENV_FILE, ConfigError, Settings, load_settings
-from tools import TOOL_SCHEMAS, execute_tool
+from tools import CHANGE_TOOLS, TOOL_SCHEMAS, execute_tool
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 TRACE_WIDTH = 110  # characters of a tool call or result shown on stderr
@@ -110,6 +112,9 @@ class Display:
 
     def tool_result(self, name: str, result: str) -> None:
         first = result.splitlines()[0] if result else "(empty)"
+        if name in CHANGE_TOOLS and not result.startswith("Error:"):
+            self.info(self._style("32", "  " + first))  # the change summary: `~ notes/git.md  +3 −1`
+            return
         line = "  ← " + _shorten(first)
         self.info(self._style("31", line) if result.startswith("Error:") else self._style("2", line))
 
@@ -177,20 +182,23 @@ COMMANDS = {
     "/search QUERY": "search the notes (no model needed)",
     "/list [FOLDER]": "list the notes, newest first",
     "/read PATH": "show a note",
+    "/undo": "revert the agent's last change to a note",
     "/exit": "leave (Ctrl+D too)",
 }
 NO_KEY = ("Chat is off: no API key. Set DEEPSEEK_API_KEY (or OPENAI_API_KEY) in the environment or in .env "
           "beside main.py, then start again. Meanwhile /search, /list and /read work; /help lists all.")
 
 
-def repl(settings: Settings, client, display: Display, conversation: sessions.Conversation) -> int:
+def repl(settings: Settings, client, display: Display, conversation: sessions.Conversation | None = None) -> int:
     """The chat. `client` None means notes-only mode: the commands work, questions say how to enable chat."""
+    conversation = conversation or sessions.Conversation(sessions.SessionStore(warn=display.info), settings.kb)
     _enable_line_editing()
     names = ", ".join(schema["function"]["name"] for schema in TOOL_SCHEMAS)
     display.info(f"knowledge-agent · model {settings.model} · notes {settings.kb}\ntools: {names}")
-    display.info("Ask about your notes. /help lists commands. Ctrl+C cancels an answer; Ctrl+D or /exit leaves."
-                 if client else NO_KEY)
+    display.info("Ask about your notes. /help lists commands; /undo reverts the agent's last change. "
+                 "Ctrl+C cancels an answer; Ctrl+D or /exit leaves." if client else NO_KEY)
     confirm = make_confirm(settings, interactive=True)
+    undone = ""  # told to the model with the next question, so it does not trust what it read before
     while True:
         try:
             line = input("\n> ").strip()
@@ -201,6 +209,11 @@ def repl(settings: Settings, client, display: Display, conversation: sessions.Co
             continue
         if line.lower() in ("exit", "quit"):
             break
+        if line.lower() == "/undo":
+            message = undo(settings)
+            display.info(message)
+            undone += f"[I ran /undo: {message}]\n"
+            continue
         if line.startswith("/"):
             if not run_command(line, settings, client, display, conversation):
                 break
@@ -208,8 +221,9 @@ def repl(settings: Settings, client, display: Display, conversation: sessions.Co
         if not client:
             display.info(NO_KEY)
             continue
+        question, undone = undone + line, ""
         try:
-            answer(line, conversation.history, settings, client, display, confirm, conversation)
+            answer(question, conversation.history, settings, client, display, confirm, conversation)
         except KeyboardInterrupt:
             display.end_answer()
             display.info("[cancelled]")
@@ -323,6 +337,14 @@ def usage_line(conversation: sessions.Conversation) -> str:
     if conversation.session_id is not None:
         line += f"; conversation {conversation.session_id}: {sp:,} + {sc:,} in all"
     return line
+
+
+def undo(settings: Settings) -> str:
+    """Revert the agent's last recorded change in the notes folder; one line saying what happened."""
+    try:
+        return versions.undo_last(settings.kb, on_change=lambda rel: search.note_changed(settings.kb, rel))
+    except Exception as exc:  # undo must never end the chat
+        return f"Error: undo failed: {type(exc).__name__}: {exc}. Your notes and .history/ are as they were."
 
 
 def _enable_line_editing() -> None:

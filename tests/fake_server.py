@@ -19,12 +19,15 @@ client's estimate on purpose); `.rejected` counts such answers and `.max_prompt_
 
 import itertools
 import json
+import os
 import re
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PIECE = 12  # characters of content per streamed chunk
+PACE = float(os.environ.get("FAKE_PACE", "0"))  # seconds between chunks, to watch streaming (and Ctrl+C) by hand
 _call_ids = itertools.count(1)
 
 
@@ -74,8 +77,10 @@ def prompt_tokens(request: dict) -> int:
 
 
 class FakeLLM:
-    def __init__(self, replies=None, responder=demo_brain, port: int = 0, context_limit: int | None = None):
+    def __init__(self, replies=None, responder=demo_brain, port: int = 0, thinking_mode: bool = False,
+                 context_limit: int | None = None):
         self.replies = list(replies or [])
+        self.thinking_mode = thinking_mode  # answer 400, as DeepSeek does, if reasoning is not sent back
         self.responder = responder
         self.requests: list[dict] = []
         self.context_limit = context_limit
@@ -84,6 +89,7 @@ class FakeLLM:
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
         self.server.daemon_threads = True
+        self.server.handle_error = lambda request, address: None  # a client hanging up is not news
         self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -133,6 +139,9 @@ def _handler_for(fake: FakeLLM):
             if too_long:
                 return self._json(400, {"error": {"message": too_long, "type": "invalid_request_error",
                                                   "code": "context_length_exceeded"}})
+            if fake.thinking_mode and _reasoning_dropped(request):
+                return self._json(400, {"error": {"message": "The `reasoning_content` in the thinking mode "
+                                                             "must be passed back to the API."}})
             reply = fake.next_reply(request)
             if "status" in reply:
                 return self._json(reply["status"], {"error": {"message": reply.get("message", "error")}},
@@ -162,6 +171,8 @@ def _handler_for(fake: FakeLLM):
                     self.connection.shutdown(2)  # mid-body: the client sees an incomplete chunked read
                     return
                 self._send_event(event)
+                if PACE:
+                    time.sleep(PACE)
             self._send_event("[DONE]")
             self.wfile.write(b"0\r\n\r\n")
 
@@ -172,6 +183,10 @@ def _handler_for(fake: FakeLLM):
             self.wfile.flush()
 
     return Handler
+
+
+def _reasoning_dropped(request: dict) -> bool:
+    return any(m.get("tool_calls") and "reasoning_content" not in m for m in request["messages"])
 
 
 def _tool_calls(reply: dict) -> list[dict]:

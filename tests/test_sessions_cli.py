@@ -46,13 +46,14 @@ def test_hundred_turns_with_big_notes_never_overflow_the_context(big_kb):
     assert any("[… elided, " in str(m.get("content")) for r in fake.requests for m in r["messages"])
 
 
-def test_the_limit_is_real_without_a_budget(big_kb):
-    """The same kind of session with a budget far above the server's limit fails as a person would see."""
-    questions = [f"find {topic} notes" for topic in TOPICS[:6]]
+def test_a_budget_too_big_for_the_model_costs_one_refusal_not_the_conversation(big_kb):
+    """CONTEXT_TOKENS far above the server's window: the first refusal teaches the window, then all fits."""
+    questions = [f"find {topic} notes" for topic in TOPICS[:8]]
     with fake_server.FakeLLM(context_limit=8000) as fake:
         result = ask_each(fake, big_kb, questions, extra_env={"CONTEXT_TOKENS": "1000000"})
-    assert result.returncode == 1 and fake.rejected > 0
-    assert "too long" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 0, result.stderr[-1000:]
+    assert result.stdout.count("According to your note") == 8
+    assert fake.rejected == 1  # the limit is real, and is hit once
 
 
 def test_continue_after_a_restart_carries_the_earlier_turns(fake_llm, kb):
