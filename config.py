@@ -52,6 +52,8 @@ SESSIONS_LIST_LIMIT = 20
 CONTEXT_TOKENS = 88_000
 # When an old tool result is shortened, this many characters stay in front of "[… elided, N chars]".
 ELIDED_TOOL_HEAD_CHARS = 300
+# Turns just before the current one whose tool results are shortened only when all older ones are gone.
+CONTEXT_KEEP_RECENT_TURNS = 2
 # Token estimate: Latin text ~4 characters a token, CJK ~1 token a character, plus what each message and
 # each tool call costs in the chat template.
 CHARS_PER_TOKEN = 4

@@ -7,6 +7,8 @@ budget), which returns the list to SEND:
      a "[… elided, N chars]" marker;
   3. else the oldest whole turns are dropped (a turn = a user message and everything up to the next one,
      so an assistant message with tool_calls always goes together with its tool results);
+     steps 2 and 3 first spare the CONTEXT_KEEP_RECENT_TURNS turns just before the current one, then
+     treat them the same way if that was not enough;
   4. if the current turn alone is still too big, its own tool results are shortened, oldest first.
 The system prompt and the current turn always stay, and the result is always history the API accepts:
 it starts (after the system prompt) with a user message, every tool_call id is answered, no tool message
@@ -225,13 +227,20 @@ def fit_to_budget(messages: list[dict], budget_tokens: int, factor: float = 1.0,
                 turn_sizes[j] = new_size
         return total <= limit
 
-    if total > limit:
-        for t in range(len(turns) - 1):
+    def drop_oldest(keep: int) -> None:
+        nonlocal total
+        while total > limit and len(turns) > 1 + keep:
+            total -= sum(sizes.pop(0))
+            turns.pop(0)
+
+    # The last few turns before the current one keep their tool results whole for as long as possible:
+    # a follow-up ("and what does it say about X?") usually needs the note read just before.
+    keep = min(config.CONTEXT_KEEP_RECENT_TURNS, len(turns) - 1)
+    for recent_too in (False, True):
+        for t in range(len(turns) - 1 - (0 if recent_too else keep)):
             if shorten(t):
                 break
-    while total > limit and len(turns) > 1:
-        total -= sum(sizes.pop(0))
-        turns.pop(0)
+        drop_oldest(0 if recent_too else keep)
     if total > limit:
         # The current turn alone is too big: shorten its tool results, the latest round last.
         current = turns[-1]

@@ -54,11 +54,12 @@ def simulate(turns: int, budget: int, english: list[str], chinese: list[str]) ->
     largest_tokens = largest_bytes = 0
     fit_ms, dump_ms = [], []
     requests = 0
+    last_sent: list[dict] = []
 
     def send():
-        nonlocal largest_tokens, largest_bytes, requests
+        nonlocal largest_tokens, largest_bytes, requests, last_sent
         start = time.perf_counter()
-        sent = fit_to_budget(history, budget)
+        sent = last_sent = fit_to_budget(history, budget)
         fit_ms.append((time.perf_counter() - start) * 1000)
         start = time.perf_counter()
         json.dumps({"messages": sent}, ensure_ascii=False)
@@ -85,7 +86,10 @@ def simulate(turns: int, budget: int, english: list[str], chinese: list[str]) ->
                         "reasoning_content": "Summarising. " * 30})
     return {"requests": requests, "largest_tokens": largest_tokens, "largest_bytes": largest_bytes,
             "history_tokens": estimate_tokens(history), "history_bytes": request_bytes(history),
-            "messages": len(history), "fit_ms": fit_ms, "dump_ms": dump_ms}
+            "messages": len(history), "fit_ms": fit_ms, "dump_ms": dump_ms,
+            "last_turns": sum(m["role"] == "user" for m in last_sent),
+            "last_elided": sum("[… elided, " in str(m.get("content")) for m in last_sent),
+            "last_tools": sum(m["role"] == "tool" for m in last_sent)}
 
 
 def main() -> None:
@@ -106,6 +110,8 @@ def main() -> None:
           f"  ({r['history_tokens'] / args.budget:.1f}x the budget)")
     print(f"largest request sent         : {r['largest_tokens']:>9,} tokens  {r['largest_bytes']:>11,} bytes"
           f"  ({r['largest_tokens'] / args.budget:.2f}x the budget)")
+    print(f"last request carries         : {r['last_turns']} of {args.turns} turns; "
+          f"{r['last_elided']} of its {r['last_tools']} tool results shortened")
     print(f"trimming per request (ms)    : mean {statistics.mean(fit):.2f}  p95 {p95:.2f}  max {max(fit):.2f}")
     print(f"JSON encoding of the request : mean {statistics.mean(dump):.2f} ms "
           f"(trimming costs {statistics.mean(fit) / statistics.mean(dump):.1f}x what the SDK spends anyway)")

@@ -60,14 +60,14 @@ def test_history_under_budget_is_sent_as_is():
 
 
 def test_old_tool_results_are_shortened_before_any_turn_is_dropped():
-    history = [SYSTEM] + turn(0) + turn(1) + turn(2) + [{"role": "user", "content": "and now?"}]
-    sent = fit_to_budget(history, 3000)
-    assert [m["content"] for m in sent if m["role"] == "user"] == [
-        "question 0", "question 1", "question 2", "and now?"]
+    history = [SYSTEM] + [m for i in range(6) for m in turn(i)] + [{"role": "user", "content": "and now?"}]
+    sent = fit_to_budget(history, 6000)
+    assert [m["content"] for m in sent if m["role"] == "user"] == [f"question {i}" for i in range(6)] + ["and now?"]
     tool_results = [m["content"] for m in sent if m["role"] == "tool"]
-    assert all("[… elided, " in text for text in tool_results[:2])
+    assert all("[… elided, " in text for text in tool_results[:4])
     assert tool_results[0].startswith("[0.0] note text")  # the head is kept for the model to recognise
-    assert estimate_tokens(sent) <= 3000
+    assert not any("[… elided, " in text for text in tool_results[4:])  # the last two turns stay whole
+    assert estimate_tokens(sent) <= 6000
 
 
 def test_oldest_turns_go_whole_when_shortening_is_not_enough():
@@ -162,3 +162,14 @@ def test_learnt_factor_shrinks_what_is_sent():
     plain = fit_to_budget(history, 10_000)
     corrected = fit_to_budget(history, 10_000, factor=1.5)
     assert estimate_tokens(corrected) * 1.5 <= 10_000 < estimate_tokens(plain) * 1.5
+
+
+def test_the_turns_just_before_keep_their_tool_results_while_older_ones_go():
+    history = [SYSTEM] + [m for i in range(30) for m in turn(i, calls=2)]
+    history.append({"role": "user", "content": "and what else does it say?"})
+    sent = fit_to_budget(history, 15_000)
+    tools = [m for m in sent if m["role"] == "tool"]
+    whole = [m["content"][:6] for m in tools if "[… elided, " not in m["content"]]
+    assert whole == ["[28.0]", "[28.1]", "[29.0]", "[29.1]"]  # the last two turns, read in full
+    assert len(tools) > len(whole)  # older turns are still there, shortened
+    assert estimate_tokens(sent) <= 15_000
