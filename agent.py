@@ -37,6 +37,10 @@ class AgentError(Exception):
     """A failure that ends one answer; its message is one line for the person."""
 
 
+class RequestRejected(AgentError):
+    """The API refused the request itself (HTTP 400): resending the same history would fail again."""
+
+
 class _StreamBroken(Exception):
     """The connection failed or the server sent an error event after the stream had started."""
 
@@ -57,7 +61,8 @@ def make_client(settings: Settings) -> openai.OpenAI:
 def explain_api_error(exc: Exception, settings: Settings) -> str:
     """One line per kind of failure, saying what happened and what to do."""
     if isinstance(exc, openai.APITimeoutError):
-        return f"The API did not answer within {REQUEST_TIMEOUT:.0f} s (timeout). Try again, or check {settings.base_url}."
+        return (f"The API did not answer within {REQUEST_TIMEOUT:.0f} s ({API_MAX_RETRIES + 1} tries). "
+                f"Try again, or check {settings.base_url}.")
     if isinstance(exc, openai.APIConnectionError):
         return f"Could not connect to {settings.base_url} ({exc.__cause__ or exc}). Check the network or DEEPSEEK_BASE_URL."
     if not isinstance(exc, openai.APIStatusError):
@@ -141,7 +146,7 @@ class _Reply:
 def _valid_json(arguments: str) -> str:
     """Keep history sendable: some servers reject a call whose arguments are not a JSON object."""
     try:
-        return arguments if isinstance(json.loads(arguments or "{}"), dict) else "{}"
+        return arguments if isinstance(json.loads(arguments), dict) else "{}"
     except ValueError:
         return "{}"
 
@@ -154,6 +159,8 @@ def _stream_reply(client, params: dict, on_text, on_reasoning) -> _Reply:
             _add_chunk(reply, chunk, on_text, on_reasoning)
     except openai.APIError as exc:  # the SDK does not retry errors raised while iterating a stream
         raise _StreamBroken(exc) from exc
+    if reply.finish_reason is None and not (reply.content or reply.calls or reply.reasoning):
+        raise ValueError("the stream held no answer")  # e.g. an HTML page served as text/event-stream
     return reply
 
 
@@ -165,8 +172,8 @@ def _add_chunk(reply: _Reply, chunk, on_text, on_reasoning) -> None:
     choice = chunk.choices[0]
     delta = choice.delta
     reasoning = getattr(delta, "reasoning_content", None)
-    if reasoning is not None:
-        reply.reasoning = (reply.reasoning or "") + reasoning
+    if reasoning is not None or "reasoning_content" in (delta.model_extra or {}):
+        reply.reasoning = (reply.reasoning or "") + (reasoning or "")
         if reasoning and on_reasoning:
             on_reasoning(reasoning)
     if delta.content:
@@ -182,13 +189,15 @@ def _add_chunk(reply: _Reply, chunk, on_text, on_reasoning) -> None:
 def _whole_reply(client, params: dict, on_text, on_reasoning) -> _Reply:
     reply = _Reply()
     response = client.chat.completions.create(**params)
-    reply.usage = response.usage
+    reply.usage = getattr(response, "usage", None)
     if not response.choices:
         raise AgentError("The API returned a response with no answer in it. Try again.")
     choice = response.choices[0]
     message = choice.message
     reply.finish_reason = choice.finish_reason
     reply.reasoning = getattr(message, "reasoning_content", None)
+    if reply.reasoning is None and "reasoning_content" in (message.model_extra or {}):
+        reply.reasoning = ""
     if reply.reasoning and on_reasoning:
         on_reasoning(reply.reasoning)
     reply.content = message.content or ""
@@ -220,29 +229,41 @@ def query(client, settings: Settings, messages: list[dict], on_text=None, on_rea
                 return _stream_reply(client, params, show_text, show_reasoning)
             return _whole_reply(client, params, show_text, show_reasoning)
         except openai.APIError as exc:  # the SDK already retried what is worth retrying
-            raise AgentError(explain_api_error(exc, settings)) from None
+            error = RequestRejected if getattr(exc, "status_code", None) == 400 else AgentError
+            raise error(explain_api_error(exc, settings)) from None
         except _StreamBroken as broken:
-            cause = explain_api_error(broken.__cause__, settings)
+            cause = _explain_broken_stream(broken.__cause__, settings)
             if shown:  # asking again would print the same text twice
                 raise AgentError(f"The answer broke off midway: {cause} What was shown above is incomplete.") from None
             if attempt == STREAM_RETRIES:
                 raise AgentError(cause) from None
+        except (AgentError, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # HTML, malformed JSON or SSE: the base URL is not a chat completions API
+            raise AgentError(
+                f"The server at {settings.base_url} sent something that is not an OpenAI-compatible answer "
+                f"({type(exc).__name__}). Check DEEPSEEK_BASE_URL (it usually ends in /v1)."
+            ) from None
+
+
+def _explain_broken_stream(exc: Exception, settings: Settings) -> str:
+    if isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError):
+        return f"The connection to {settings.base_url} dropped during the answer."
+    return explain_api_error(exc, settings)
 
 
 def execute(calls: list[tuple[str, str, str]], history: list[dict], settings: Settings, confirm,
             on_tool_call, on_tool_result) -> None:
     """Run each (id, name, arguments) call and append its result; if interrupted, answer the rest as not run."""
-    pending = list(calls)
     try:
-        while pending:
-            call_id, name, arguments = pending[0]
+        for call_id, name, arguments in calls:
             on_tool_call and on_tool_call(name, arguments)
-            result = tools.execute_tool(name, arguments, settings, confirm)
-            on_tool_result and on_tool_result(name, result)
+            result = clean_text(tools.execute_tool(name, arguments, settings, confirm))
             history.append({"role": "tool", "tool_call_id": call_id, "content": result})
-            pending.pop(0)
+            on_tool_result and on_tool_result(name, result)
     except KeyboardInterrupt:
-        answer_unrun([call_id for call_id, _, _ in pending], history, CANCELLED)
+        answered = {m.get("tool_call_id") for m in history[-len(calls):]}
+        answer_unrun([call_id for call_id, _, _ in calls if call_id not in answered], history, CANCELLED)
         raise
 
 
@@ -251,9 +272,9 @@ def answer_unrun(call_ids: list[str], history: list[dict], reason: str) -> None:
         history.append({"role": "tool", "tool_call_id": call_id, "content": reason})
 
 
-def _rewind_failed_turn(history: list[dict], turn_start: int) -> None:
-    """Drop what cannot be sent again: a turn in which no tool ran, or a trailing unanswered call."""
-    if not any(m.get("role") == "tool" for m in history[turn_start:]):
+def _rewind_failed_turn(history: list[dict], turn_start: int, rejected: bool) -> None:
+    """Drop what cannot be sent again: a turn the API rejected or in which no tool ran, else unanswered calls."""
+    if rejected or not any(m.get("role") == "tool" for m in history[turn_start:]):
         del history[turn_start:]
         return
     last = history[-1]
@@ -279,7 +300,7 @@ def run_agent(
     client = client or make_client(settings)
     history = [] if history is None else history
     turn_start = len(history)
-    history.append({"role": "user", "content": user_query})
+    history.append({"role": "user", "content": clean_text(user_query)})
     system = {"role": "system", "content": SYSTEM_PROMPT.format(today=date.today().isoformat())}
     try:
         for round_number in range(1, settings.max_rounds + 1):
@@ -295,13 +316,21 @@ def run_agent(
                 answer_unrun([call_id for call_id, _, _ in calls], history, ROUND_LIMIT)
                 break
             execute(calls, history, settings, confirm, on_tool_call, on_tool_result)
-    except (KeyboardInterrupt, AgentError):
-        _rewind_failed_turn(history, turn_start)
+    except (KeyboardInterrupt, AgentError) as exc:
+        _rewind_failed_turn(history, turn_start, rejected=isinstance(exc, RequestRejected))
         raise
     notice = (f"[Stopped: reached the limit of {settings.max_rounds} model calls for one question "
               "(MAX_TOOL_ROUNDS or --max-rounds). Ask again to continue, or raise the limit.]")
     on_text and on_text(notice)
     return (reply.content + "\n\n" if reply.content else "") + notice
+
+
+def clean_text(text: str) -> str:
+    """Bytes that are not UTF-8 (a terminal or pipe in another encoding) become U+FFFD, not a crash."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeEncodeError:  # a lone surrogate that surrogateescape did not make
+        return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def _final_answer(reply: _Reply, on_text) -> str:

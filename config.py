@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from dotenv import load_dotenv
+from dotenv import dotenv_values
 
 PROJECT_DIR = Path(__file__).resolve().parent
 ENV_FILE = PROJECT_DIR / ".env"
@@ -70,11 +70,16 @@ class Settings:
     auto_approve: bool
 
 
+_dotenv: dict[str, str] = {}  # the .env file's values; they never enter os.environ, so commands never see them
+
+
 def _env(name: str, fallback: str | None = None) -> str | None:
-    for key in (name, fallback):
-        value = os.environ.get(key, "").strip() if key else ""
-        if value:
-            return value
+    """The environment wins over .env for both names, so an exported OPENAI_* beats DEEPSEEK_* in .env."""
+    for source in (os.environ, _dotenv):
+        for key in (name, fallback):
+            value = (source.get(key) or "").strip() if key else ""
+            if value:
+                return value
     return None
 
 
@@ -109,16 +114,21 @@ def _choice(name: str, value: str | None, choices: tuple[str, ...]) -> str | Non
 
 def _knowledge_base(value: str | None) -> Path:
     kb = Path(value).expanduser() if value else PROJECT_DIR / "knowledge_base"
+    if kb.exists() and not kb.is_dir():
+        raise ConfigError(f"{kb} is a file, not a folder. Point KNOWLEDGE_BASE (or --kb) at your notes folder.")
     if not kb.is_dir():
         raise ConfigError(
             f"Notes folder not found: {kb}. Create it, or point KNOWLEDGE_BASE (or --kb) at your notes."
         )
+    if not os.access(kb, os.R_OK | os.X_OK):
+        raise ConfigError(f"Notes folder {kb} cannot be read (permission denied). Check its permissions.")
     return kb.resolve()
 
 
 def load_settings(**overrides) -> Settings:
     """Build Settings from defaults, .env, the environment and non-None keyword overrides (CLI flags)."""
-    load_dotenv(ENV_FILE, override=False)
+    _dotenv.clear()
+    _dotenv.update({k: v for k, v in dotenv_values(ENV_FILE).items() if v is not None})
     given = {key: value for key, value in overrides.items() if value is not None}
     return Settings(
         api_key=given.get("api_key") or _env("DEEPSEEK_API_KEY", "OPENAI_API_KEY"),

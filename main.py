@@ -207,12 +207,16 @@ def piped(settings: Settings, client, display: Display) -> int:
     confirm = make_confirm(settings, interactive=False)
     ok = True
     for line in sys.stdin:
+        if line.strip().lower() in ("exit", "quit", "/exit", "/quit"):
+            break
         if line.strip():
             ok = answer(line.strip(), history, settings, client, display, confirm) and ok
     return EXIT_OK if ok else EXIT_FAILED
 
 
 def main(argv=None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # a terminal or file that cannot show a character gets '?'
+        stream.reconfigure(errors="replace")
     args = parse_args(argv)
     display = Display()
     try:
@@ -220,7 +224,10 @@ def main(argv=None) -> int:
         display.show_reasoning = settings.show_reasoning
         client = make_client(settings)
         if args.question:
-            question = " ".join(args.question)
+            question = " ".join(args.question).strip()
+            if not question:
+                display.error("The question is empty. Ask something, or run without arguments to chat.")
+                return EXIT_USAGE
             ok = answer(question, [], settings, client, display, make_confirm(settings, interactive=False))
             return EXIT_OK if ok else EXIT_FAILED
         if not sys.stdin.isatty():

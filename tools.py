@@ -50,7 +50,10 @@ def _relative_parts(file_path: str, what: str) -> PurePosixPath:
 
 def safe_folder(kb: Path, folder: str, what: str = "folder") -> Path:
     """Resolve a folder inside the knowledge base, refusing escapes and hidden folders."""
-    resolved = (kb / _relative_parts(folder, what)).resolve()
+    try:
+        resolved = (kb / _relative_parts(folder, what)).resolve()
+    except (OSError, RuntimeError):  # a symlink loop; the message would show the host path
+        raise ToolError(f"{what} {folder!r} cannot be resolved (a symlink loop?).") from None
     if not resolved.is_relative_to(kb):
         raise ToolError(f"{what} {folder!r} is outside the notes folder.")
     if any(search.is_hidden_name(part) for part in resolved.relative_to(kb).parts):
@@ -73,6 +76,8 @@ def _rel(kb: Path, path: Path) -> str:
 # --- Reading and writing ---
 
 def _read_note_text(path: Path) -> str:
+    if path.exists() and not path.is_dir() and not path.is_file():
+        raise ToolError("that is not a regular file (a pipe or device?), so it is not read.")
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_NOTE_BYTES + 1)

@@ -164,7 +164,7 @@ def _tool_calls(reply: dict) -> list[dict]:
     for call in reply.get("tool_calls") or []:
         call.setdefault("id", f"call_{next(_call_ids)}")  # unique across rounds, as real servers do
     return [{"id": call["id"], "type": "function",
-             "function": {"name": call["name"], "arguments": call.get("arguments", "{}")}}
+             "function": {"name": call["name"], "arguments": call.get("arguments") or ""}}
             for call in reply.get("tool_calls") or []]
 
 
