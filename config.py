@@ -1,26 +1,146 @@
-"""Settings and limits for knowledge-agent (minimal stand-in on the `shell` branch; the lead's config.py wins).
+"""Settings for knowledge-agent: every limit as a named constant, every setting from the environment.
 
-Every limit is a named constant here; the shell block below is the only part this branch owns.
+Precedence, lowest to highest: defaults here < a `.env` file beside main.py < environment variables
+< command-line flags (passed to `load_settings` as keyword overrides). A bad value raises `ConfigError`
+with one line saying what to set and where; main.py prints it instead of a traceback.
 """
+
 import os
+from dataclasses import dataclass
+from pathlib import Path
 
-HISTORY_DIR = ".history"
+from dotenv import load_dotenv
 
+PROJECT_DIR = Path(__file__).resolve().parent
+ENV_FILE = PROJECT_DIR / ".env"
 
-def _env_float(name: str, default: float) -> float:
-    """A number from the environment, or the default when unset or unreadable."""
-    try:
-        return float(os.environ.get(name, default))
-    except ValueError:
-        return default
+# --- API ---
+DEFAULT_BASE_URL = "https://api.deepseek.com"
+DEFAULT_MODEL = "deepseek-flash"
+REQUEST_TIMEOUT = 120.0  # seconds per API request; the SDK's default of 600 s is too long for a chat
+CONNECT_TIMEOUT = 10.0
+API_MAX_RETRIES = 2  # the SDK retries connection errors, 429 and 5xx with backoff and Retry-After
+STREAM_RETRIES = 1  # re-ask once when a stream breaks before anything was shown
 
+# --- The loop ---
+DEFAULT_MAX_TOOL_ROUNDS = 10  # LLM calls per question
 
-# --- shell tool (issue 6) -------------------------------------------------------------------------
-# How long one command may run before it and everything it started are killed (env SHELL_TIMEOUT).
-SHELL_TIMEOUT = _env_float("SHELL_TIMEOUT", 60.0)
-# After SIGTERM, how long processes get to exit before SIGKILL.
-SHELL_KILL_GRACE = 2.0
-# How much of each stream the model sees; the head and the tail are kept, the middle is cut.
-SHELL_STDOUT_CHARS = 4000
+# --- Notes and tool output ---
+NOTE_SUFFIXES = (".md", ".txt")
+HISTORY_DIR = ".history"  # versions of changed notes, inside the knowledge base, hidden from the tools
+MAX_TOOL_OUTPUT = 8000  # characters; no tool result is longer
+READ_MAX_LINES = 200  # read_note returns at most this many lines per call
+MAX_NOTE_BYTES = 5_000_000  # larger files are not read whole
+SEARCH_MAX_HITS = 10
+SEARCH_LINES_PER_HIT = 3
+SEARCH_OUTPUT_CHARS = 4000
+LIST_MAX_NOTES = 200
+
+# --- Shell tool (issue 6; off unless ALLOW_SHELL=1 or --allow-shell) ---
+SHELL_TIMEOUT = 60.0  # seconds a command may run before it and everything it started are killed
+SHELL_KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL when stopping a command
+SHELL_STDOUT_CHARS = 4000  # the model sees the head and tail of each stream, the middle is cut
 SHELL_STDERR_CHARS = 2000
-# --- end shell tool --------------------------------------------------------------------------------
+
+
+class ConfigError(Exception):
+    """A setting is missing or invalid; the message says what to set and where."""
+
+
+@dataclass
+class Settings:
+    api_key: str | None
+    base_url: str
+    model: str
+    kb: Path
+    max_rounds: int
+    stream: bool
+    thinking: str | None  # "enabled" | "disabled" | None (provider default)
+    reasoning_effort: str | None
+    show_reasoning: bool
+    auto_approve: bool
+    allow_shell: bool = False
+    shell_timeout: float = SHELL_TIMEOUT
+
+
+def _env(name: str, fallback: str | None = None) -> str | None:
+    for key in (name, fallback):
+        value = os.environ.get(key, "").strip() if key else ""
+        if value:
+            return value
+    return None
+
+
+def _flag(name: str, default: bool) -> bool:
+    value = _env(name)
+    if value is None:
+        return default
+    if value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={value!r} is not valid: use 1 or 0 (in the environment or {ENV_FILE.name}).")
+
+
+def _positive_int(name: str, value, default: int) -> int:
+    if value is None:
+        return default
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ConfigError(f"{name} must be a whole number of at least 1, not {value!r}.")
+    return number
+
+
+def _positive_float(name: str, value, default: float) -> float:
+    if value is None:
+        return default
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        number = 0.0
+    if not 0 < number < float("inf"):
+        raise ConfigError(f"{name} must be a number of seconds above 0, not {value!r}.")
+    return number
+
+
+def _choice(name: str, value: str | None, choices: tuple[str, ...]) -> str | None:
+    if value is not None and value not in choices:
+        raise ConfigError(f"{name}={value!r} is not valid: use one of {', '.join(choices)}.")
+    return value
+
+
+def _knowledge_base(value: str | None) -> Path:
+    kb = Path(value).expanduser() if value else PROJECT_DIR / "knowledge_base"
+    if not kb.is_dir():
+        raise ConfigError(
+            f"Notes folder not found: {kb}. Create it, or point KNOWLEDGE_BASE (or --kb) at your notes."
+        )
+    return kb.resolve()
+
+
+def load_settings(**overrides) -> Settings:
+    """Build Settings from defaults, .env, the environment and non-None keyword overrides (CLI flags)."""
+    load_dotenv(ENV_FILE, override=False)
+    given = {key: value for key, value in overrides.items() if value is not None}
+    return Settings(
+        api_key=given.get("api_key") or _env("DEEPSEEK_API_KEY", "OPENAI_API_KEY"),
+        base_url=given.get("base_url") or _env("DEEPSEEK_BASE_URL", "OPENAI_BASE_URL") or DEFAULT_BASE_URL,
+        model=given.get("model") or _env("MODEL") or DEFAULT_MODEL,
+        kb=_knowledge_base(given.get("kb") or _env("KNOWLEDGE_BASE")),
+        max_rounds=_positive_int(
+            "MAX_TOOL_ROUNDS (or --max-rounds)",
+            given.get("max_rounds", _env("MAX_TOOL_ROUNDS")),
+            DEFAULT_MAX_TOOL_ROUNDS,
+        ),
+        stream=given.get("stream", _flag("STREAM", True)),
+        thinking=_choice("THINKING", _env("THINKING"), ("enabled", "disabled")),
+        reasoning_effort=_choice("REASONING_EFFORT", _env("REASONING_EFFORT"), ("low", "medium", "high", "max")),
+        show_reasoning=given.get("show_reasoning", _flag("SHOW_REASONING", True)),
+        auto_approve=given.get("auto_approve", _flag("AUTO_APPROVE", False)),
+        allow_shell=given.get("allow_shell", _flag("ALLOW_SHELL", False)),
+        shell_timeout=_positive_float("SHELL_TIMEOUT", given.get("shell_timeout", _env("SHELL_TIMEOUT")),
+                                      SHELL_TIMEOUT),
+    )

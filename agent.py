@@ -1,0 +1,314 @@
+"""The tool loop: ask the model, run the tools it calls, repeat until it answers.
+
+    run_agent(question, history) -> answer
+      └ each round: query (one API call, streamed or not) → execute (every tool call it made)
+
+`history` is the conversation — a plain list of OpenAI-format messages that run_agent extends in place.
+It is always valid to send: every assistant message with tool calls is followed by one tool message per
+call id, also after Ctrl+C or a failed request. API faults leave as one `AgentError` with a readable line.
+"""
+
+import json
+from datetime import date
+from typing import Callable
+
+import openai
+
+import tools
+from config import API_MAX_RETRIES, CONNECT_TIMEOUT, REQUEST_TIMEOUT, STREAM_RETRIES, Settings, load_settings
+
+SYSTEM_PROMPT = """You are knowledge-agent, an assistant for the person's own notes (a folder of Markdown files).
+Today is {today}.
+- Answer from what the notes say. Search first (search_notes), then read_note the relevant hits before
+  answering; never guess what a note contains. Name the notes you used (their paths).
+- If the notes do not cover the question, say so plainly, then answer from general knowledge if useful,
+  marked as such.
+- When asked to write a note, pick a short descriptive file name (e.g. git-cheatsheet.md) and write clean
+  Markdown with a top-level heading. Never replace an existing note unless the person asked for it.
+- Reply in the language the person writes in."""
+
+CANCELLED = "not executed: the user cancelled the answer (Ctrl+C)"
+ROUND_LIMIT = "not executed: the limit of model calls for one question was reached"
+
+
+class AgentError(Exception):
+    """A failure that ends one answer; its message is one line for the person."""
+
+
+class _StreamBroken(Exception):
+    """The connection failed or the server sent an error event after the stream had started."""
+
+
+def make_client(settings: Settings) -> openai.OpenAI:
+    if not settings.api_key:
+        raise AgentError(
+            "No API key: set DEEPSEEK_API_KEY (or OPENAI_API_KEY) in the environment or in .env beside main.py."
+        )
+    return openai.OpenAI(
+        api_key=settings.api_key,
+        base_url=settings.base_url,
+        timeout=openai.Timeout(REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT),
+        max_retries=API_MAX_RETRIES,
+    )
+
+
+def explain_api_error(exc: Exception, settings: Settings) -> str:
+    """One line per kind of failure, saying what happened and what to do."""
+    if isinstance(exc, openai.APITimeoutError):
+        return f"The API did not answer within {REQUEST_TIMEOUT:.0f} s (timeout). Try again, or check {settings.base_url}."
+    if isinstance(exc, openai.APIConnectionError):
+        return f"Could not connect to {settings.base_url} ({exc.__cause__ or exc}). Check the network or DEEPSEEK_BASE_URL."
+    if not isinstance(exc, openai.APIStatusError):
+        message = getattr(exc, "message", None) or str(exc)
+        return f"The API reported an error: {message}"
+    status, detail = exc.status_code, _error_detail(exc)
+    if status == 401:
+        return "The API rejected the key (401). Check DEEPSEEK_API_KEY (or OPENAI_API_KEY) in the environment or .env."
+    if status == 402:
+        return f"The API account has insufficient balance (402): {detail}"
+    if status == 403:
+        return f"The API refused access (403): {detail}"
+    if status == 404:
+        return (f"Model {settings.model!r} or the endpoint was not found (404) at {settings.base_url}. "
+                "Check MODEL (--model) and DEEPSEEK_BASE_URL (--base-url).")
+    if status == 400 and any(word in detail.lower() for word in ("context", "too long", "maximum", "tokens")):
+        return f"The conversation is too long for the model's context (400): {detail} Start a new conversation."
+    if status == 429:
+        return f"Rate limited (429) even after {API_MAX_RETRIES} retries: {detail} Wait a moment and ask again."
+    if status >= 500:
+        return f"The API server failed (HTTP {status}) even after {API_MAX_RETRIES} retries. Try again later."
+    return f"The API rejected the request (HTTP {status}): {detail}"
+
+
+def _error_detail(exc: openai.APIStatusError) -> str:
+    body = exc.body if isinstance(exc.body, dict) else {}
+    error = body.get("error", body)
+    message = error.get("message") if isinstance(error, dict) else None
+    return str(message or exc.message).strip()
+
+
+def _request_params(settings: Settings, messages: list[dict]) -> dict:
+    params = {"model": settings.model, "messages": messages, "tools": tools.TOOL_SCHEMAS}
+    extra = {}
+    if settings.thinking:
+        extra["thinking"] = {"type": settings.thinking}
+    if settings.reasoning_effort:
+        extra["reasoning_effort"] = settings.reasoning_effort
+    if extra:  # other providers reject fields they do not know, so send them only when set
+        params["extra_body"] = extra
+    return params
+
+
+class _Reply:
+    """What one API call produced, accumulated from a stream or read from a whole response."""
+
+    def __init__(self):
+        self.content, self.reasoning, self.finish_reason, self.usage = "", None, None, None
+        self.calls: dict[int, dict] = {}  # by stream index
+
+    def add_tool_call_delta(self, delta) -> None:
+        call = self.calls.setdefault(delta.index, {"id": None, "name": None, "arguments": ""})
+        if delta.id:
+            call["id"] = delta.id  # some servers repeat id and name in later chunks: set, never append
+        if delta.function and delta.function.name:
+            call["name"] = delta.function.name
+        if delta.function and delta.function.arguments:
+            call["arguments"] += delta.function.arguments
+
+    def message(self, round_number: int) -> dict:
+        message = {"role": "assistant", "content": self.content or None}
+        if self.calls:
+            message["tool_calls"] = [
+                {"id": call["id"] or f"call_{round_number}_{index}", "type": "function",
+                 "function": {"name": call["name"] or "", "arguments": _valid_json(call["arguments"])}}
+                for index, call in sorted(self.calls.items())
+            ]
+            if self.reasoning is not None:  # DeepSeek answers 400 unless this comes back with the calls
+                message["reasoning_content"] = self.reasoning
+        elif message["content"] is None:
+            message["content"] = ""
+        return message
+
+    def calls_to_run(self, message: dict) -> list[tuple[str, str, str]]:
+        """(id, name, arguments as the model sent them): the tool sees the raw text, to explain any error."""
+        raw = [call["arguments"] for _, call in sorted(self.calls.items())]
+        return [(call["id"], call["function"]["name"], arguments)
+                for call, arguments in zip(message["tool_calls"], raw)]
+
+
+def _valid_json(arguments: str) -> str:
+    """Keep history sendable: some servers reject a call whose arguments are not a JSON object."""
+    try:
+        return arguments if isinstance(json.loads(arguments or "{}"), dict) else "{}"
+    except ValueError:
+        return "{}"
+
+
+def _stream_reply(client, params: dict, on_text, on_reasoning) -> _Reply:
+    reply = _Reply()
+    stream = client.chat.completions.create(**params, stream=True, stream_options={"include_usage": True})
+    try:
+        for chunk in stream:
+            _add_chunk(reply, chunk, on_text, on_reasoning)
+    except openai.APIError as exc:  # the SDK does not retry errors raised while iterating a stream
+        raise _StreamBroken(exc) from exc
+    return reply
+
+
+def _add_chunk(reply: _Reply, chunk, on_text, on_reasoning) -> None:
+    if getattr(chunk, "usage", None):
+        reply.usage = chunk.usage
+    if not chunk.choices:  # the usage chunk has none
+        return
+    choice = chunk.choices[0]
+    delta = choice.delta
+    reasoning = getattr(delta, "reasoning_content", None)
+    if reasoning is not None:
+        reply.reasoning = (reply.reasoning or "") + reasoning
+        if reasoning and on_reasoning:
+            on_reasoning(reasoning)
+    if delta.content:
+        reply.content += delta.content
+        if on_text:
+            on_text(delta.content)
+    for call_delta in delta.tool_calls or []:
+        reply.add_tool_call_delta(call_delta)
+    if choice.finish_reason:
+        reply.finish_reason = choice.finish_reason
+
+
+def _whole_reply(client, params: dict, on_text, on_reasoning) -> _Reply:
+    reply = _Reply()
+    response = client.chat.completions.create(**params)
+    reply.usage = response.usage
+    if not response.choices:
+        raise AgentError("The API returned a response with no answer in it. Try again.")
+    choice = response.choices[0]
+    message = choice.message
+    reply.finish_reason = choice.finish_reason
+    reply.reasoning = getattr(message, "reasoning_content", None)
+    if reply.reasoning and on_reasoning:
+        on_reasoning(reply.reasoning)
+    reply.content = message.content or ""
+    if reply.content and on_text:
+        on_text(reply.content)
+    for index, call in enumerate(message.tool_calls or []):
+        function = getattr(call, "function", None)
+        reply.calls[index] = {"id": call.id, "name": getattr(function, "name", None),
+                              "arguments": getattr(function, "arguments", None) or ""}
+    return reply
+
+
+def query(client, settings: Settings, messages: list[dict], on_text=None, on_reasoning=None) -> _Reply:
+    """One API call. A stream that breaks before anything was shown is asked again; after, it is an error."""
+    params = _request_params(settings, messages)
+    for attempt in range(STREAM_RETRIES + 1):
+        shown = []
+
+        def show_text(text):
+            shown.append(text)
+            on_text and on_text(text)
+
+        def show_reasoning(text):
+            shown.append(text)
+            on_reasoning and on_reasoning(text)
+
+        try:
+            if settings.stream:
+                return _stream_reply(client, params, show_text, show_reasoning)
+            return _whole_reply(client, params, show_text, show_reasoning)
+        except openai.APIError as exc:  # the SDK already retried what is worth retrying
+            raise AgentError(explain_api_error(exc, settings)) from None
+        except _StreamBroken as broken:
+            cause = explain_api_error(broken.__cause__, settings)
+            if shown:  # asking again would print the same text twice
+                raise AgentError(f"The answer broke off midway: {cause} What was shown above is incomplete.") from None
+            if attempt == STREAM_RETRIES:
+                raise AgentError(cause) from None
+
+
+def execute(calls: list[tuple[str, str, str]], history: list[dict], settings: Settings, confirm,
+            on_tool_call, on_tool_result) -> None:
+    """Run each (id, name, arguments) call and append its result; if interrupted, answer the rest as not run."""
+    pending = list(calls)
+    try:
+        while pending:
+            call_id, name, arguments = pending[0]
+            on_tool_call and on_tool_call(name, arguments)
+            result = tools.execute_tool(name, arguments, settings, confirm)
+            on_tool_result and on_tool_result(name, result)
+            history.append({"role": "tool", "tool_call_id": call_id, "content": result})
+            pending.pop(0)
+    except KeyboardInterrupt:
+        answer_unrun([call_id for call_id, _, _ in pending], history, CANCELLED)
+        raise
+
+
+def answer_unrun(call_ids: list[str], history: list[dict], reason: str) -> None:
+    for call_id in call_ids:
+        history.append({"role": "tool", "tool_call_id": call_id, "content": reason})
+
+
+def _rewind_failed_turn(history: list[dict], turn_start: int) -> None:
+    """Drop what cannot be sent again: a turn in which no tool ran, or a trailing unanswered call."""
+    if not any(m.get("role") == "tool" for m in history[turn_start:]):
+        del history[turn_start:]
+        return
+    last = history[-1]
+    if last.get("role") == "assistant" and last.get("tool_calls"):
+        answer_unrun([call["id"] for call in last["tool_calls"]], history, CANCELLED)
+
+
+def run_agent(
+    user_query: str,
+    history: list[dict] | None = None,
+    *,
+    settings: Settings | None = None,
+    client=None,
+    on_text: Callable[[str], None] | None = None,
+    on_reasoning: Callable[[str], None] | None = None,
+    on_tool_call: Callable[[str, str], None] | None = None,
+    on_tool_result: Callable[[str, str], None] | None = None,
+    on_usage: Callable[[object], None] | None = None,
+    confirm: Callable[[str], bool] | None = None,
+) -> str:
+    """Answer one question, using the tools as needed. Extends `history` in place with the whole turn."""
+    settings = settings or load_settings()
+    client = client or make_client(settings)
+    history = [] if history is None else history
+    turn_start = len(history)
+    history.append({"role": "user", "content": user_query})
+    system = {"role": "system", "content": SYSTEM_PROMPT.format(today=date.today().isoformat())}
+    try:
+        for round_number in range(1, settings.max_rounds + 1):
+            reply = query(client, settings, [system] + history, on_text, on_reasoning)
+            if reply.usage and on_usage:
+                on_usage(reply.usage)
+            message = reply.message(round_number)
+            history.append(message)
+            if not message.get("tool_calls"):  # decided by the calls, not finish_reason: servers differ
+                return _final_answer(reply, on_text)
+            calls = reply.calls_to_run(message)
+            if round_number == settings.max_rounds:
+                answer_unrun([call_id for call_id, _, _ in calls], history, ROUND_LIMIT)
+                break
+            execute(calls, history, settings, confirm, on_tool_call, on_tool_result)
+    except (KeyboardInterrupt, AgentError):
+        _rewind_failed_turn(history, turn_start)
+        raise
+    notice = (f"[Stopped: reached the limit of {settings.max_rounds} model calls for one question "
+              "(MAX_TOOL_ROUNDS or --max-rounds). Ask again to continue, or raise the limit.]")
+    on_text and on_text(notice)
+    return (reply.content + "\n\n" if reply.content else "") + notice
+
+
+def _final_answer(reply: _Reply, on_text) -> str:
+    notice = ""
+    if reply.finish_reason == "length":
+        notice = "[The answer was cut off: the model reached its output limit (finish_reason=length).]"
+    elif not reply.content:
+        notice = "[The model returned an empty answer. Try rephrasing the question.]"
+    if notice:
+        notice = ("\n\n" if reply.content else "") + notice
+        on_text and on_text(notice)
+    return reply.content + notice

@@ -1,0 +1,76 @@
+"""Shared test fixtures: a notes folder in tmp_path, Settings for it, and a stub OpenAI client."""
+
+import sys
+from pathlib import Path
+
+import pytest
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import fake_server  # noqa: E402
+from config import Settings  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch, tmp_path):
+    """No test sees the developer's keys, .env-loaded settings or real cache and data folders."""
+    for name in ("DEEPSEEK_API_KEY", "OPENAI_API_KEY", "DEEPSEEK_BASE_URL", "OPENAI_BASE_URL", "MODEL",
+                 "KNOWLEDGE_BASE", "MAX_TOOL_ROUNDS", "STREAM", "THINKING", "REASONING_EFFORT",
+                 "SHOW_REASONING", "AUTO_APPROVE", "NO_COLOR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+
+
+@pytest.fixture
+def kb(tmp_path) -> Path:
+    root = tmp_path / "notes"
+    (root / "work").mkdir(parents=True)
+    (root / "python.md").write_text("# Python 学习笔记\n\n装饰器很有用。\nUse venv for projects.\n", encoding="utf-8")
+    (root / "vim.md").write_text("# Vim\n\n`dd` deletes a line.\n`:wq` saves and quits.\n", encoding="utf-8")
+    (root / "work" / "meeting.md").write_text("# Meeting\n\nDecided: ship search in December.\n", encoding="utf-8")
+    return root.resolve()
+
+
+def make_settings(kb: Path, **changes) -> Settings:
+    values = dict(api_key="test-key", base_url="http://127.0.0.1:9/v1", model="test-model", kb=kb,
+                  max_rounds=10, stream=True, thinking=None, reasoning_effort=None, show_reasoning=True,
+                  auto_approve=False)
+    values.update(changes)
+    return Settings(**values)
+
+
+@pytest.fixture
+def settings(kb) -> Settings:
+    return make_settings(kb)
+
+
+class StubClient:
+    """Stands in for openai.OpenAI: returns scripted replies (fake_server's format) as SDK objects."""
+
+    def __init__(self, replies):
+        self.replies = list(replies)
+        self.requests: list[dict] = []
+        self.chat = self
+        self.completions = self
+
+    def create(self, **params):
+        self.requests.append(params)
+        reply = self.replies.pop(0)
+        if isinstance(reply, BaseException):
+            raise reply
+        request = {"messages": params["messages"], "model": params["model"],
+                   "stream_options": params.get("stream_options") or {}}
+        if params.get("stream"):
+            return (ChatCompletionChunk.model_validate(c) if isinstance(c, dict) else c
+                    for c in fake_server._chunks(request, reply) if not (isinstance(c, dict) and "error" in c))
+        return ChatCompletion.model_validate(fake_server._completion(request, reply))
+
+
+@pytest.fixture
+def fake_llm():
+    """A real HTTP server on 127.0.0.1 speaking the OpenAI chat API; queue replies on .replies."""
+    with fake_server.FakeLLM(responder=fake_server.demo_brain) as server:
+        yield server

@@ -1,0 +1,192 @@
+"""The tool loop against a stubbed OpenAI client: round trips, parallel calls, limits, history validity."""
+
+import json
+
+import httpx2
+import openai
+import pytest
+from conftest import StubClient, make_settings
+
+from agent import CANCELLED, AgentError, run_agent
+
+
+def call(name, **args):
+    return {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}
+
+
+def assert_valid_history(history):
+    """Every assistant tool call is answered by exactly one tool message before anything else."""
+    i = 0
+    while i < len(history):
+        message = history[i]
+        if message["role"] == "tool":
+            raise AssertionError(f"orphan tool message at {i}")
+        if message.get("tool_calls"):
+            ids = [c["id"] for c in message["tool_calls"]]
+            answered = [m["tool_call_id"] for m in history[i + 1: i + 1 + len(ids)]]
+            assert answered == ids, f"calls {ids} answered by {answered}"
+            i += len(ids)
+        i += 1
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_search_read_answer_round_trip(kb, stream):
+    client = StubClient([
+        {"tool_calls": [call("search_notes", query="装饰器")]},
+        {"tool_calls": [call("read_note", file_path="python.md")]},
+        {"content": "你的笔记说：装饰器很有用。"},
+    ])
+    shown, tools_seen = [], []
+    answer = run_agent("帮我找关于 Python 的笔记", settings=make_settings(kb, stream=stream), client=client,
+                       on_text=shown.append, on_tool_call=lambda n, a: tools_seen.append(n))
+    assert answer == "你的笔记说：装饰器很有用。" == "".join(shown)
+    assert tools_seen == ["search_notes", "read_note"]
+    last_request = client.requests[-1]
+    assert last_request["messages"][0]["role"] == "system"
+    assert "装饰器很有用" in last_request["messages"][-1]["content"]  # the model saw the note's text
+    assert last_request["tools"] and last_request["model"] == "test-model"
+
+
+def test_parallel_calls_each_get_one_answer(kb):
+    history = []
+    client = StubClient([
+        {"tool_calls": [call("read_note", file_path="python.md"), call("read_note", file_path="vim.md"),
+                        call("list_notes")]},
+        {"content": "done"},
+    ])
+    run_agent("compare", history, settings=make_settings(kb), client=client)
+    assert_valid_history(history)
+    results = [m["content"] for m in history if m["role"] == "tool"]
+    assert "装饰器" in results[0] and "dd" in results[1] and "note(s)" in results[2]
+
+
+def test_malformed_calls_are_survived(kb):
+    history = []
+    client = StubClient([
+        {"tool_calls": [{"name": "read_note", "arguments": "{broken"}, {"name": "no_such_tool", "arguments": "{}"},
+                        {"name": "read_note", "arguments": ""}]},
+        {"content": "sorry"},
+    ])
+    assert run_agent("x", history, settings=make_settings(kb), client=client) == "sorry"
+    assert_valid_history(history)
+    results = [m["content"] for m in history if m["role"] == "tool"]
+    assert "not valid JSON" in results[0] and "unknown tool" in results[1] and "missing" in results[2]
+    # what goes back to the API is always a JSON object, even when the model sent garbage
+    assert history[1]["tool_calls"][0]["function"]["arguments"] == "{}"
+
+
+def test_round_cap_gives_a_clear_notice(kb):
+    history = []
+    client = StubClient([{"tool_calls": [call("list_notes")]} for _ in range(5)])
+    answer = run_agent("loop forever", history, settings=make_settings(kb, max_rounds=3), client=client)
+    assert len(client.requests) == 3 and "limit of 3 model calls" in answer
+    assert_valid_history(history)
+
+
+def test_follow_up_question_sees_earlier_turns(kb):
+    history = []
+    client = StubClient([{"content": "Python notes are in python.md"}, {"content": "one line"}])
+    run_agent("find python", history, settings=make_settings(kb), client=client)
+    run_agent("summarise it in one line", history, settings=make_settings(kb), client=client)
+    sent = [m["content"] for m in client.requests[1]["messages"]]
+    assert "find python" in sent and "Python notes are in python.md" in sent
+
+
+def test_finish_reason_length_is_reported_as_cut(kb):
+    answer = run_agent("x", settings=make_settings(kb), client=StubClient([{"content": "half an", "finish_reason": "length"}]))
+    assert answer.startswith("half an") and "cut off" in answer
+
+
+def test_tool_calls_with_stop_finish_reason_still_run(kb):
+    client = StubClient([{"tool_calls": [call("list_notes")], "finish_reason": "stop"}, {"content": "ok"}])
+    assert run_agent("x", settings=make_settings(kb), client=client) == "ok"
+    assert len(client.requests) == 2
+
+
+def test_reasoning_is_sent_back_only_with_tool_calls(kb):
+    history = []
+    client = StubClient([
+        {"reasoning": "I should search.", "tool_calls": [call("search_notes", query="vim")]},
+        {"reasoning": "Now answer.", "content": "dd deletes a line"},
+        {"content": "ok"},
+    ])
+    thoughts = []
+    run_agent("vim?", history, settings=make_settings(kb), client=client, on_reasoning=thoughts.append)
+    run_agent("thanks", history, settings=make_settings(kb), client=client)
+    sent = client.requests[2]["messages"]
+    with_calls = [m for m in sent if m.get("tool_calls")]
+    assert with_calls[0]["reasoning_content"] == "I should search."
+    assert all("reasoning_content" not in m for m in sent if m["role"] == "assistant" and not m.get("tool_calls"))
+    assert "".join(thoughts) == "I should search.Now answer."
+
+
+def test_thinking_settings_pass_through_only_when_set(kb):
+    client = StubClient([{"content": "a"}, {"content": "b"}])
+    run_agent("x", settings=make_settings(kb), client=client)
+    run_agent("x", settings=make_settings(kb, thinking="disabled", reasoning_effort="high"), client=client)
+    assert "extra_body" not in client.requests[0]
+    assert client.requests[1]["extra_body"] == {"thinking": {"type": "disabled"}, "reasoning_effort": "high"}
+
+
+def _status_error(status, message):
+    request = httpx2.Request("POST", "http://x/v1/chat/completions")
+    response = httpx2.Response(status, request=request, json={"error": {"message": message}})
+    return {
+        400: openai.BadRequestError, 401: openai.AuthenticationError, 404: openai.NotFoundError,
+        429: openai.RateLimitError, 500: openai.InternalServerError,
+    }[status](message, response=response, body={"error": {"message": message}})
+
+
+@pytest.mark.parametrize("status, message, expected", [
+    (401, "bad key", "DEEPSEEK_API_KEY"),
+    (404, "no model", "'test-model'"),
+    (400, "This model's maximum context length is 65536 tokens", "too long"),
+    (429, "slow down", "Rate limited"),
+    (500, "boom", "HTTP 500"),
+])
+def test_api_errors_become_one_readable_line(kb, status, message, expected):
+    history = [{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "answer"}]
+    with pytest.raises(AgentError) as info:
+        run_agent("x", history, settings=make_settings(kb), client=StubClient([_status_error(status, message)]))
+    assert expected in str(info.value) and "\n" not in str(info.value)
+    assert history == [{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "answer"}]
+
+
+def test_failure_after_tools_ran_keeps_a_valid_history(kb):
+    history = []
+    client = StubClient([{"tool_calls": [call("list_notes")]}, _status_error(500, "boom")])
+    with pytest.raises(AgentError):
+        run_agent("x", history, settings=make_settings(kb), client=client)
+    assert_valid_history(history)
+    assert history[0] == {"role": "user", "content": "x"} and history[-1]["role"] == "tool"
+
+
+def test_ctrl_c_during_a_tool_answers_every_call(kb, monkeypatch):
+    import tools
+    history = []
+    real = tools.execute_tool
+
+    def interrupted(name, *args, **kwargs):
+        if name == "read_note":
+            raise KeyboardInterrupt
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(tools, "execute_tool", interrupted)
+    client = StubClient([{"tool_calls": [call("list_notes"), call("read_note", file_path="vim.md"),
+                                         call("list_notes")]}])
+    with pytest.raises(KeyboardInterrupt):
+        run_agent("x", history, settings=make_settings(kb), client=client)
+    assert_valid_history(history)
+    assert [m["content"] for m in history if m["role"] == "tool"][1:] == [CANCELLED, CANCELLED]
+
+
+def test_ctrl_c_while_streaming_drops_the_turn(kb):
+    history = [{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "answer"}]
+    with pytest.raises(KeyboardInterrupt):
+        run_agent("x", history, settings=make_settings(kb), client=StubClient([KeyboardInterrupt()]))
+    assert len(history) == 2
+
+
+def test_missing_key_is_a_clear_error(kb):
+    with pytest.raises(AgentError, match="DEEPSEEK_API_KEY"):
+        run_agent("x", settings=make_settings(kb, api_key=None))

@@ -1,0 +1,133 @@
+"""End to end: `python main.py` as a user runs it, against a fake OpenAI-compatible server on 127.0.0.1."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+MAIN = Path(__file__).resolve().parent.parent / "main.py"
+QUICK_RETRY = {"retry-after-ms": "1"}  # the SDK honours it, so retries take no time
+
+
+def run_main(*args, kb, base_url="http://127.0.0.1:9/v1", stdin="", key="test-key", extra_env=None):
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and "BASE_URL" not in k}
+    env.update({"DEEPSEEK_BASE_URL": base_url, "KNOWLEDGE_BASE": str(kb), "PYTHONIOENCODING": "utf-8"})
+    if key:
+        env["DEEPSEEK_API_KEY"] = key
+    env.update(extra_env or {})
+    return subprocess.run([sys.executable, str(MAIN), *args], input=stdin, capture_output=True, text=True,
+                          env=env, timeout=60, encoding="utf-8")
+
+
+def assert_clean_failure(result, code):
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.strip().count("\n") == 0
+
+
+@pytest.mark.parametrize("flags", [[], ["--no-stream"]])
+def test_one_shot_searches_reads_and_answers(fake_llm, kb, flags):
+    result = run_main(*flags, "帮我找关于 Python 的笔记", kb=kb, base_url=fake_llm.base_url)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("According to your note: # Python 学习笔记")  # only the answer on stdout
+    assert "→ search_notes" in result.stderr and "→ read_note" in result.stderr
+    assert "\033[" not in result.stdout + result.stderr  # no colour when not a terminal
+    assert fake_llm.requests[0].get("stream", False) is (flags == [])
+
+
+def test_write_request_creates_the_note(fake_llm, kb):
+    result = run_main("帮我写一篇 Git 常用命令的笔记", kb=kb, base_url=fake_llm.base_url)
+    assert result.returncode == 0, result.stderr
+    assert "git status" in (kb / "git-cheatsheet.md").read_text(encoding="utf-8")
+
+
+def test_piped_lines_are_one_conversation(fake_llm, kb):
+    result = run_main(kb=kb, base_url=fake_llm.base_url, stdin="find vim notes\n\nsummarise it in one line\n")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1].startswith("In one line: According to your note: # Vim")
+    last_messages = [m.get("content") for m in fake_llm.requests[-1]["messages"]]
+    assert "find vim notes" in last_messages
+
+
+def test_reasoning_goes_to_stderr_and_can_be_hidden(fake_llm, kb):
+    fake_llm.replies = [{"reasoning": "Let me think.", "content": "Answer."}] * 2
+    shown = run_main("q", kb=kb, base_url=fake_llm.base_url)
+    hidden = run_main("--no-reasoning", "q", kb=kb, base_url=fake_llm.base_url)
+    assert shown.stdout == hidden.stdout == "Answer.\n"
+    assert "Let me think." in shown.stderr and "Let me think." not in hidden.stderr
+
+
+def test_server_errors_are_retried_then_answered(fake_llm, kb):
+    fake_llm.replies = [{"status": 503, "headers": QUICK_RETRY}, {"status": 429, "headers": QUICK_RETRY},
+                        {"content": "recovered"}]
+    result = run_main("q", kb=kb, base_url=fake_llm.base_url)
+    assert result.returncode == 0 and result.stdout == "recovered\n"
+    assert len(fake_llm.requests) == 3
+
+
+@pytest.mark.parametrize("reply, expected", [
+    ({"status": 500, "headers": QUICK_RETRY}, "HTTP 500"),
+    ({"status": 401, "message": "invalid key"}, "DEEPSEEK_API_KEY"),
+    ({"status": 404, "message": "model not found"}, "MODEL"),
+    ({"status": 400, "message": "maximum context length exceeded"}, "too long"),
+])
+def test_api_failures_are_one_line_and_exit_1(fake_llm, kb, reply, expected):
+    fake_llm.replies = [reply] * 3
+    result = run_main("q", kb=kb, base_url=fake_llm.base_url)
+    assert_clean_failure(result, 1)
+    assert expected in result.stderr and result.stdout == ""
+
+
+def test_refused_connection(kb):
+    result = run_main("q", kb=kb, base_url="http://127.0.0.1:9/v1")
+    assert_clean_failure(result, 1)
+    assert "Could not connect to http://127.0.0.1:9/v1" in result.stderr
+
+
+def test_stream_dropped_after_text_is_not_replayed(fake_llm, kb):
+    fake_llm.replies = [{"content": "The first part of a long answer", "break_after": 3}, {"content": "AGAIN"}]
+    result = run_main("q", kb=kb, base_url=fake_llm.base_url)
+    assert_clean_failure(result, 1)
+    assert "broke off" in result.stderr and "AGAIN" not in result.stdout
+    assert result.stdout.startswith("The first part")
+
+
+def test_stream_dropped_before_text_is_asked_again(fake_llm, kb):
+    fake_llm.replies = [{"content": "lost", "break_after": 1}, {"content": "second try"}]
+    result = run_main("q", kb=kb, base_url=fake_llm.base_url)
+    assert result.returncode == 0 and result.stdout == "second try\n"
+
+
+def test_error_event_inside_the_stream(fake_llm, kb):
+    fake_llm.replies = [{"content": "partial answer", "error_event": "server overloaded"}]
+    result = run_main("q", kb=kb, base_url=fake_llm.base_url)
+    assert_clean_failure(result, 1)
+    assert "server overloaded" in result.stderr
+
+
+def test_piped_chat_goes_on_after_a_failed_turn(fake_llm, kb):
+    fake_llm.replies = [{"status": 400, "message": "bad request"}, {"content": "fine"}]
+    result = run_main(kb=kb, base_url=fake_llm.base_url, stdin="first\nsecond\n")
+    assert result.returncode == 1 and result.stdout == "fine\n" and "Traceback" not in result.stderr
+    assert [m["content"] for m in fake_llm.requests[1]["messages"][1:]] == ["second"]
+
+
+@pytest.mark.parametrize("args, env, key, expected", [
+    (["q"], {}, None, "DEEPSEEK_API_KEY"),
+    (["--kb", "/no/such/folder", "q"], {}, "k", "Notes folder not found"),
+    (["--max-rounds", "zero", "q"], {}, "k", "MAX_TOOL_ROUNDS"),
+    (["q"], {"STREAM": "maybe"}, "k", "STREAM"),
+    (["q"], {"THINKING": "sometimes"}, "k", "THINKING"),
+])
+def test_bad_settings_are_one_line_exit_2(kb, args, env, key, expected):
+    result = run_main(*args, kb=kb, key=key, extra_env=env)
+    assert_clean_failure(result, 2)
+    assert expected in result.stderr
+
+
+def test_help_lists_the_flags(kb):
+    result = run_main("-h", kb=kb)
+    assert result.returncode == 0
+    for flag in ("--kb", "--model", "--base-url", "--max-rounds", "--no-stream"):
+        assert flag in result.stdout

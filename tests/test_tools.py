@@ -1,0 +1,173 @@
+"""The note tools on real files: the path guard, reading, writing, searching, listing, bad arguments."""
+
+import json
+import os
+
+import pytest
+
+from config import MAX_TOOL_OUTPUT
+from tools import TOOL_SCHEMAS, execute_tool
+
+
+def run(settings, name, **args):
+    return execute_tool(name, json.dumps(args), settings)
+
+
+# --- the path guard ---
+
+@pytest.mark.parametrize("path, problem", [
+    ("/etc/passwd.md", "absolute"),
+    ("~/secret.md", "'~'"),
+    ("../outside.md", "outside"),
+    ("work/../../outside.md", "outside"),
+    ("a\0b.md", "NUL"),
+    (".git/config.md", "hidden"),
+    ("work/.obsidian/x.md", "hidden"),
+    ("notes.py", "not a note"),
+    ("", "non-empty"),
+    ("C:\\\\Windows\\\\x.md", "absolute"),
+])
+def test_path_guard_refuses_escapes_and_non_notes(settings, path, problem):
+    for tool, args in (("read_note", {"file_path": path}), ("write_note", {"file_path": path, "content": "x"})):
+        result = run(settings, tool, **args)
+        assert result.startswith("Error:") and problem in result
+        assert str(settings.kb.parent) not in result  # the host path is never leaked
+
+
+def test_sibling_folder_with_common_prefix_is_outside(settings, kb):
+    evil = kb.parent / (kb.name + "_evil")
+    evil.mkdir()
+    (evil / "x.md").write_text("secret", encoding="utf-8")
+    result = run(settings, "read_note", file_path=f"../{kb.name}_evil/x.md")
+    assert result.startswith("Error:") and "secret" not in result
+
+
+def test_symlink_leading_outside_is_refused(settings, kb, tmp_path):
+    (tmp_path / "secret.md").write_text("password=hunter2", encoding="utf-8")
+    os.symlink(tmp_path / "secret.md", kb / "link.md")
+    result = run(settings, "read_note", file_path="link.md")
+    assert result.startswith("Error:") and "hunter2" not in result
+    assert not run(settings, "write_note", file_path="link.md", content="x", overwrite=True).startswith("Created")
+    assert (tmp_path / "secret.md").read_text() == "password=hunter2"
+
+
+def test_path_inside_that_uses_dotdot_is_fine(settings):
+    assert "装饰器" in run(settings, "read_note", file_path="work/../python.md")
+
+
+# --- read ---
+
+def test_read_note_returns_text_with_a_header(settings):
+    result = run(settings, "read_note", file_path="python.md")
+    assert result.startswith("python.md (lines 1-4 of 4)") and "装饰器很有用" in result
+
+
+def test_long_note_is_cut_and_can_be_read_on(settings, kb):
+    (kb / "long.md").write_text("".join(f"line {i}\n" for i in range(1, 1001)), encoding="utf-8")
+    first = run(settings, "read_note", file_path="long.md")
+    assert len(first) <= MAX_TOOL_OUTPUT and "start_line=201" in first and "line 200\n" in first
+    second = run(settings, "read_note", file_path="long.md", start_line=201)
+    assert second.splitlines()[1] == "line 201"
+
+
+def test_huge_single_line_stays_bounded(settings, kb):
+    (kb / "wide.md").write_text("x" * 100_000, encoding="utf-8")
+    assert len(run(settings, "read_note", file_path="wide.md")) <= MAX_TOOL_OUTPUT
+
+
+@pytest.mark.parametrize("data, expected", [
+    (b"", "is empty"),
+    (b"\x89PNG\r\n\x1a\n\0\0\0binary", "binary"),
+    ("caf\xe9 latin-1 text".encode("latin-1"), "caf\ufffd latin-1"),
+    (b"\xef\xbb\xbf# BOM note", "# BOM note"),
+])
+def test_odd_files_never_crash(settings, kb, data, expected):
+    (kb / "odd.md").write_bytes(data)
+    assert expected in run(settings, "read_note", file_path="odd.md")
+    assert not run(settings, "search_notes", query="latin").startswith("Error: search")
+
+
+def test_missing_note_and_folder_say_what_to_do(settings):
+    assert "search_notes or list_notes" in run(settings, "read_note", file_path="nope.md")
+    assert "Error:" in run(settings, "read_note", file_path="work.md")
+
+
+# --- write ---
+
+def test_write_creates_folders_and_refuses_to_replace(settings, kb):
+    assert run(settings, "write_note", file_path="new/dir/git.md", content="# Git\n").startswith("Created")
+    assert (kb / "new/dir/git.md").read_text(encoding="utf-8") == "# Git\n"
+    refused = run(settings, "write_note", file_path="python.md", content="gone")
+    assert refused.startswith("Error:") and "overwrite" in refused
+    assert "装饰器" in (kb / "python.md").read_text(encoding="utf-8")
+
+
+def test_write_failure_leaves_no_temp_file(settings, kb, monkeypatch):
+    def broken_replace(src, dst):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "replace", broken_replace)
+    result = run(settings, "write_note", file_path="python.md", content="new", overwrite=True)
+    assert result.startswith("Error:") and "No space left" in result
+    assert "装饰器" in (kb / "python.md").read_text(encoding="utf-8")
+    assert sorted(p.name for p in kb.iterdir()) == ["python.md", "vim.md", "work"]
+
+
+# --- search and list ---
+
+def test_search_finds_all_words_in_any_order_with_lines(settings):
+    result = run(settings, "search_notes", query="quits saves")
+    assert "vim.md" in result and "4: `:wq` saves and quits." in result and "python.md" not in result
+
+
+def test_search_is_case_insensitive_and_handles_chinese(settings):
+    assert "python.md" in run(settings, "search_notes", query="VENV")
+    assert "python.md" in run(settings, "search_notes", query="装饰器")
+
+
+def test_search_folder_filter_goes_through_the_guard(settings):
+    assert "work/meeting.md" in run(settings, "search_notes", query="ship", folder="work")
+    assert run(settings, "search_notes", query="ship", folder="../..").startswith("Error:")
+
+
+def test_search_output_is_bounded_with_a_count(settings, kb):
+    for i in range(300):
+        (kb / f"n{i}.md").write_text("common word\n" * 5, encoding="utf-8")
+    result = run(settings, "search_notes", query="common")
+    assert len(result) <= 4200 and "more matched" in result
+
+
+def test_list_notes_newest_first_and_skips_hidden(settings, kb):
+    (kb / ".history").mkdir()
+    (kb / ".history" / "old.md").write_text("x", encoding="utf-8")
+    os.utime(kb / "vim.md", (2_000_000_000, 2_000_000_000))
+    result = run(settings, "list_notes")
+    assert result.splitlines()[1].startswith("vim.md") and ".history" not in result and "3 note(s)" in result
+    assert "work/meeting.md" in run(settings, "list_notes", folder="work")
+
+
+# --- bad calls from the model ---
+
+@pytest.mark.parametrize("name, arguments, expected", [
+    ("read_note", "{not json", "not valid JSON"),
+    ("read_note", "[1, 2]", "JSON object"),
+    ("read_note", "{}", "missing argument(s): file_path"),
+    ("read_note", '{"file_path": 3}', "must be of type string"),
+    ("read_note", '{"file_path": "python.md", "start_line": "2"}', "must be of type integer"),
+    ("write_note", '{"file_path": "a.md", "content": "x", "overwrite": "yes"}', "must be of type boolean"),
+    ("delete_everything", "{}", "unknown tool"),
+])
+def test_bad_calls_come_back_as_errors(settings, name, arguments, expected):
+    result = execute_tool(name, arguments, settings)
+    assert result.startswith("Error:") and expected in result
+
+
+def test_empty_arguments_mean_no_arguments(settings):
+    assert "note(s)" in execute_tool("list_notes", None, settings)
+    assert "note(s)" in execute_tool("list_notes", "", settings)
+
+
+def test_every_schema_is_well_formed():
+    for schema in TOOL_SCHEMAS:
+        function = schema["function"]
+        assert function["description"] and function["parameters"]["type"] == "object"
+        assert set(function["parameters"]["required"]) <= set(function["parameters"]["properties"])
