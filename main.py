@@ -15,7 +15,7 @@ import sys
 
 from agent import AgentError, make_client, run_agent
 from config import ConfigError, Settings, load_settings
-from tools import TOOL_SCHEMAS
+from tools import tool_schemas
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 TRACE_WIDTH = 110  # characters of a tool call or result shown on stderr
@@ -38,6 +38,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--no-stream", action="store_true", help="wait for whole answers (STREAM=0)")
     parser.add_argument("--no-reasoning", action="store_true", help="hide the model's reasoning (SHOW_REASONING=0)")
     parser.add_argument("-y", "--yes", action="store_true", help="approve actions that ask first (AUTO_APPROVE=1)")
+    parser.add_argument("--allow-shell", action="store_true",
+                        help="let the model run shell commands in the notes folder, each one confirmed "
+                             "(ALLOW_SHELL=1; read the README first)")
     return parser.parse_args(argv)
 
 
@@ -50,6 +53,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         stream=False if args.no_stream else None,
         show_reasoning=False if args.no_reasoning else None,
         auto_approve=True if args.yes else None,
+        allow_shell=True if args.allow_shell else None,
     )
 
 
@@ -123,18 +127,44 @@ def _shorten(text: str) -> str:
 
 def ask_yes_no(question: str) -> bool:
     """Ask the person at the terminal; anything but y/yes (or a closed stdin) means no."""
+    return ask(question, "y/N") == "y"
+
+
+def ask(question: str, choices: str) -> str:
+    """Ask at the terminal; returns "y", "a" (always, if offered) or "n" (anything else, or a closed stdin)."""
     try:
-        sys.stderr.write(f"{question} [y/N] ")
+        sys.stderr.write(f"{question} [{choices}] ")
         sys.stderr.flush()
-        return input().strip().lower() in ("y", "yes")
+        reply = input().strip().lower()
     except EOFError:
-        return False
+        return "n"
+    if reply in ("y", "yes"):
+        return "y"
+    return "a" if reply in ("a", "always") and "a" in choices else "n"
 
 
 def make_confirm(settings: Settings, interactive: bool):
+    """The confirm(question) -> bool callback for the tools; None when nobody can be asked.
+
+    Answering "a" (always) approves, for the rest of the session, every later question whose first line
+    is the same: all shell commands, for instance, since their question's first line never varies.
+    """
     if settings.auto_approve:
         return lambda question: True
-    return ask_yes_no if interactive else None
+    if not interactive:
+        return None
+    always: set[str] = set()
+
+    def confirm(question: str) -> bool:
+        kind = question.splitlines()[0] if question else ""
+        if kind in always:
+            return True
+        reply = ask(question, "y/N/a=always this session")
+        if reply == "a":
+            always.add(kind)
+        return reply in ("y", "a")
+
+    return confirm
 
 
 def answer(question: str, history: list, settings: Settings, client, display: Display, confirm) -> bool:
@@ -152,9 +182,14 @@ def answer(question: str, history: list, settings: Settings, client, display: Di
 
 def repl(settings: Settings, client, display: Display) -> int:
     _enable_line_editing()
-    names = ", ".join(schema["function"]["name"] for schema in TOOL_SCHEMAS)
+    names = ", ".join(schema["function"]["name"] for schema in tool_schemas(settings))
     display.info(f"knowledge-agent · model {settings.model} · notes {settings.kb}\n"
                  f"tools: {names}\nAsk about your notes. Ctrl+C cancels an answer; Ctrl+D or 'exit' leaves.")
+    if settings.allow_shell:
+        approval = "every command runs without asking (--yes)" if settings.auto_approve else \
+            "you approve each command"
+        display.info(f"shell is ON: the model can run commands as you in {settings.kb}; {approval}. "
+                     "The guard against destructive commands is a seat belt, not a sandbox.")
     history: list[dict] = []
     confirm = make_confirm(settings, interactive=True)
     while True:

@@ -1,10 +1,13 @@
 """The note tools the model may call, their JSON schemas, and the path guard that keeps them in the notes.
 
-`TOOL_SCHEMAS` is what the model is offered; `execute_tool(name, arguments)` runs one call and always
-returns text — an error the model can act on starts with "Error: " — it never raises. Every path the
-model gives goes through `safe_path`, which admits only visible .md/.txt notes inside the knowledge base.
+`tool_schemas(settings)` is what the model is offered: `TOOL_SCHEMAS` (the note tools) plus the opt-in
+`bash` tool when the shell is enabled (shell.py does the running and the guarding). `execute_tool(name,
+arguments)` runs one call and always returns text — an error the model can act on starts with "Error: " —
+it never raises (except KeyboardInterrupt, which ends the turn). Every path the model gives goes through
+`safe_path`, which admits only visible .md/.txt notes inside the knowledge base.
 """
 
+import inspect
 import json
 import os
 import tempfile
@@ -12,6 +15,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Callable
 
 import search
+import shell
 from config import MAX_NOTE_BYTES, MAX_TOOL_OUTPUT, NOTE_SUFFIXES, READ_MAX_LINES, Settings, load_settings
 
 ERROR_PREFIX = "Error: "
@@ -145,6 +149,34 @@ def write_note(kb: Path, file_path: str, content: str, overwrite: bool = False) 
     return f"{verb} {_rel(kb, path)} ({len(content.splitlines())} lines)."
 
 
+SHELL_DISABLED = ("the shell tool is disabled. The person can enable it by starting with --allow-shell "
+                  "(or ALLOW_SHELL=1); until then use the note tools.")
+SHELL_NEEDS_APPROVAL = ("not run: shell commands need approval and nobody can be asked here. "
+                        "Rerun with --yes (or AUTO_APPROVE=1) to allow them, or use the interactive chat.")
+
+
+def shell_question(command: str) -> str:
+    """What the person is asked; the first line stays the same for every command, so "always" can
+    answer all the shell questions of a session at once."""
+    return "Run this shell command in the notes folder?\n    " + command.replace("\n", "\n    ")
+
+
+def bash(kb: Path, command: str, settings: Settings, confirm: Callable[[str], bool] | None) -> str:
+    if not settings.allow_shell:
+        raise ToolError(SHELL_DISABLED)
+    if not command.strip():
+        raise ToolError("command is empty.")
+    reason = shell.check_command(command)
+    if reason:  # refused before anyone is asked, and even with --yes
+        raise ToolError(f"refused by the safety guard: {reason}. Do not try to work around it; if the person "
+                        "really wants this, they can run it themselves.")
+    if confirm is None:
+        raise ToolError(SHELL_NEEDS_APPROVAL)
+    if not confirm(shell_question(command)):
+        raise ToolError("the person declined to run this command. Ask what they want instead.")
+    return shell.run_shell(command, kb, settings.shell_timeout, hide=(settings.api_key or "",))
+
+
 _PATH = {"type": "string", "description": "Path relative to the notes folder, e.g. 'python.md' or 'work/ideas.md'."}
 _FOLDER = {"type": "string", "description": "Optional folder inside the notes, e.g. 'work'."}
 
@@ -194,10 +226,28 @@ TOOLS = {
          "overwrite": {"type": "boolean", "description": "Replace an existing note. Default false."}},
         ["file_path", "content"],
     )),
+    "bash": (bash, _schema(
+        "bash",
+        "Run one bash command in the notes folder and get exit_code, stdout and stderr (long output keeps "
+        "its head and tail). Use it for what the note tools cannot do: counting or finding files "
+        "(find, wc, grep), dates and sizes, or a script the person asks you to run. Read, search and "
+        "write notes with the note tools instead. The person approves every command; stdin is closed, "
+        "so nothing interactive works; commands that run too long are stopped; destructive commands are "
+        "refused.",
+        {"command": {"type": "string", "description": "The command, e.g. \"find . -name '*.md' | wc -l\"."}},
+        ["command"],
+    )),
 }
-TOOL_SCHEMAS = [schema for _, schema in TOOLS.values()]
+OPT_IN_TOOLS = {"bash": "allow_shell"}  # tool -> the Settings flag that offers it to the model
+TOOL_SCHEMAS = [schema for name, (_, schema) in TOOLS.items() if name not in OPT_IN_TOOLS]
 READ_ONLY_TOOLS = {"search_notes", "list_notes", "read_note"}
-NEEDS_CONFIRMATION: set[str] = set()
+NEEDS_CONFIRMATION: set[str] = {"bash"}
+
+
+def tool_schemas(settings: Settings | None) -> list[dict]:
+    """The tools offered to the model: TOOL_SCHEMAS plus the opt-in tools these settings enable."""
+    return [schema for name, (_, schema) in TOOLS.items()
+            if name not in OPT_IN_TOOLS or (settings and getattr(settings, OPT_IN_TOOLS[name]))]
 
 _JSON_TYPES = {"string": str, "integer": int, "boolean": bool, "object": dict, "array": list}
 
@@ -249,12 +299,18 @@ def execute_tool(
 ) -> str:
     """Run one tool call. Never raises: every failure is text starting with "Error: "."""
     try:
+        settings = settings or load_settings()
+        offered = [schema["function"]["name"] for schema in tool_schemas(settings)]
+        if name in OPT_IN_TOOLS and name not in offered:
+            raise ToolError(SHELL_DISABLED)
         if name not in TOOLS:
-            raise ToolError(f"unknown tool {name!r}. Available tools: {', '.join(TOOLS)}.")
+            raise ToolError(f"unknown tool {name!r}. Available tools: {', '.join(offered)}.")
         function, schema = TOOLS[name]
         args = _check_arguments(schema, _parse_arguments(arguments))
-        kb = (settings or load_settings()).kb
-        return _cap(function(kb, **args))
+        context = {"settings": settings, "confirm": confirm}  # only for tools that declare them
+        wanted = inspect.signature(function).parameters
+        args.update({key: value for key, value in context.items() if key in wanted})
+        return _cap(function(settings.kb, **args))
     except ToolError as exc:
         return ERROR_PREFIX + str(exc)
     except OSError as exc:
