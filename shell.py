@@ -59,7 +59,7 @@ SECRET_PLACES = [  # (pattern on a path-like word, what it is)
     (re.compile(r"^/etc/(shadow|gshadow|sudoers)"), "system password files"),
 ]
 ENV_FILE = re.compile(r"^\.env(rc|\.(?!(example|sample|template|dist|defaults?)$)[\w.-]+)?$")
-FORK_BOMB = re.compile(r"([\w:.-]+)\s*\(\s*\)\s*\{(.*?)\}", re.S)
+FORK_BOMB = re.compile(r"([\w:.-]+)\s*\(\s*\)\s*\{([^}]{0,200})\}")  # bombs are short; unbounded is quadratic
 MAX_NESTING = 4
 
 

@@ -151,8 +151,8 @@ def write_note(kb: Path, file_path: str, content: str, overwrite: bool = False) 
 
 SHELL_DISABLED = ("the shell tool is disabled. The person can enable it by starting with --allow-shell "
                   "(or ALLOW_SHELL=1); until then use the note tools.")
-SHELL_NEEDS_APPROVAL = ("not run: shell commands need approval and nobody can be asked here. "
-                        "Rerun with --yes (or AUTO_APPROVE=1) to allow them, or use the interactive chat.")
+# Short: the person sees it on one trace line of about 110 characters.
+SHELL_NEEDS_APPROVAL = "not run: shell commands need approval; rerun with --yes (AUTO_APPROVE=1) or use the chat."
 
 
 def shell_question(command: str) -> str:
