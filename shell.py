@@ -344,8 +344,9 @@ def _env_file(word: str) -> str | None:
 
 
 def _home_form(word: str) -> str:
-    """$HOME, ${HOME} and ~ written the same way, as "~"."""
-    return re.sub(r"^(\$HOME|\$\{HOME\}|~)(?=/|$)", "~", word)
+    """$HOME, ${HOME}, ${HOME:?} and ~ written the same way, as "~"; likewise the current folder as "."."""
+    word = re.sub(r"^(\$HOME|\$\{HOME(:?[-?=+][^}]*)?\}|~)(?=/|$)", "~", word)
+    return re.sub(r"^(\$PWD|\$\{PWD(:?[-?=+][^}]*)?\}|\$\(pwd\)|`pwd`)(?=/|$)", ".", word)
 
 
 def _doomed(target: str) -> str | None:
@@ -404,17 +405,21 @@ def _mv(args: list[str]) -> str | None:
     return None
 
 
+FIND_FILTERS = {"-name", "-iname", "-path", "-ipath", "-wholename", "-regex", "-iregex", "-empty"}
+
+
 def _find(args: list[str]) -> str | None:
     deleting = "-delete" in args or any(
         a in ("-exec", "-execdir", "-ok") and i + 1 < len(args) and _name(args[i + 1]) in ("rm", "shred")
         for i, a in enumerate(args))
     if not deleting:
         return None
+    filtered = any(a in FIND_FILTERS for a in args)  # `find . -name '*.tmp' -delete` is a cleanup
     for start in args:
         if start.startswith(("-", "(", "!")):
             break
         doomed = _doomed(start)
-        if doomed and "knowledge base" not in doomed:
+        if doomed and not ("knowledge base" in doomed and filtered):
             return f"deletes files all over {doomed}"
     return None
 
