@@ -164,11 +164,11 @@ def test_count_notes_by_folder_end_to_end(fake_llm, kb):
     assert result.stdout == "You have 2 notes at the top and 1 in work.\n"
 
 
-def test_without_allow_shell_the_model_is_not_offered_bash(fake_llm, kb):
-    fake_llm.replies = [{"content": "ok"}]
-    result = run_main("q", kb=kb, base_url=fake_llm.base_url)
-    assert result.returncode == 0, result.stderr
-    assert "bash" not in names(fake_llm.requests[0]["tools"])
+def test_the_request_offers_bash_only_when_enabled(kb):
+    for allow in (False, True):
+        client = StubClient([{"content": "ok"}])
+        run_agent("q", settings=make_settings(kb, allow_shell=allow), client=client)
+        assert ("bash" in names(client.requests[0]["tools"])) is allow
 
 
 def test_one_shot_without_yes_refuses_and_says_how_to_allow(fake_llm, kb):
@@ -187,12 +187,11 @@ def test_piped_without_yes_refuses_too(fake_llm, kb):
     assert "--yes" in result.stderr and not (kb / "made.txt").exists()
 
 
-def test_timeout_is_reported_to_the_model(fake_llm, kb):
-    fake_llm.replies = [bash_call("echo started; sleep 30"), {"content": "It was too slow."}]
-    result = run_main("--allow-shell", "--yes", "run the slow thing", kb=kb, base_url=fake_llm.base_url,
-                      extra_env={"SHELL_TIMEOUT": "0.5"})
-    assert result.returncode == 0, result.stderr
-    shell_result = tool_results(fake_llm.requests[1])[0]
+def test_timeout_is_reported_to_the_model(kb):
+    client = StubClient([bash_call("echo started; sleep 30"), {"content": "It was too slow."}])
+    settings = make_settings(kb, allow_shell=True, shell_timeout=0.5)
+    run_agent("run the slow thing", settings=settings, client=client, confirm=lambda q: True)
+    shell_result = tool_results(client.requests[1])[0]
     assert "stopped after 0.5 s (timeout)" in shell_result and "started" in shell_result
 
 
