@@ -10,6 +10,7 @@ it never raises (except KeyboardInterrupt, which ends the turn). Every path the 
 import inspect
 import json
 import os
+import re
 import tempfile
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Callable
@@ -155,10 +156,16 @@ SHELL_DISABLED = ("the shell tool is disabled. The person can enable it by start
 SHELL_NEEDS_APPROVAL = "not run: shell commands need approval; rerun with --yes (AUTO_APPROVE=1) or use the chat."
 
 
+# Control characters and bidi overrides could redraw the prompt so the person approves a command
+# that is not what runs; they are shown as visible escapes instead.
+_HIDING_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
 def shell_question(command: str) -> str:
     """What the person is asked; the first line stays the same for every command, so "always" can
     answer all the shell questions of a session at once."""
-    return "Run this shell command in the notes folder?\n    " + command.replace("\n", "\n    ")
+    visible = _HIDING_CHARACTERS.sub(lambda m: repr(m.group())[1:-1], command)
+    return "Run this shell command in the notes folder?\n    " + visible.replace("\n", "\n    ")
 
 
 def bash(kb: Path, command: str, settings: Settings, confirm: Callable[[str], bool] | None) -> str:

@@ -110,6 +110,13 @@ def test_api_key_is_not_in_the_commands_environment(kb, monkeypatch):
     assert "sk-live-1" not in result and "sk-settings-key" not in result
 
 
+def test_the_question_cannot_hide_the_real_command():
+    sneaky = "rm -r notes\r\x1b[2Kecho hello \u202e"
+    question = tools.shell_question(sneaky)
+    assert "\x1b" not in question and "\r" not in question and "\u202e" not in question
+    assert "rm -r notes" in question and "\\x1b[2K" in question
+
+
 def test_always_approves_the_rest_of_the_session(settings, monkeypatch):
     replies = iter(["a"])
     prompts = []
