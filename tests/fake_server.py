@@ -15,12 +15,15 @@ reads the first hit and answers from it, so `python tests/fake_server.py` gives 
 
 import itertools
 import json
+import os
 import re
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PIECE = 12  # characters of content per streamed chunk
+PACE = float(os.environ.get("FAKE_PACE", "0"))  # seconds between chunks, to watch streaming (and Ctrl+C) by hand
 _call_ids = itertools.count(1)
 
 
@@ -64,8 +67,9 @@ def _call_for(messages: list, call_id: str):
 
 
 class FakeLLM:
-    def __init__(self, replies=None, responder=demo_brain, port: int = 0):
+    def __init__(self, replies=None, responder=demo_brain, port: int = 0, thinking_mode: bool = False):
         self.replies = list(replies or [])
+        self.thinking_mode = thinking_mode  # answer 400, as DeepSeek does, if reasoning is not sent back
         self.responder = responder
         self.requests: list[dict] = []
         self.lock = threading.Lock()
@@ -105,6 +109,9 @@ def _handler_for(fake: FakeLLM):
                 return self._json(400, {"error": {"message": "invalid JSON body"}})
             if not self.path.endswith("/chat/completions"):
                 return self._json(404, {"error": {"message": f"no route {self.path}"}})
+            if fake.thinking_mode and _reasoning_dropped(request):
+                return self._json(400, {"error": {"message": "The `reasoning_content` in the thinking mode "
+                                                             "must be passed back to the API."}})
             reply = fake.next_reply(request)
             if "status" in reply:
                 return self._json(reply["status"], {"error": {"message": reply.get("message", "error")}},
@@ -134,6 +141,8 @@ def _handler_for(fake: FakeLLM):
                     self.connection.shutdown(2)  # mid-body: the client sees an incomplete chunked read
                     return
                 self._send_event(event)
+                if PACE:
+                    time.sleep(PACE)
             self._send_event("[DONE]")
             self.wfile.write(b"0\r\n\r\n")
 
@@ -144,6 +153,10 @@ def _handler_for(fake: FakeLLM):
             self.wfile.flush()
 
     return Handler
+
+
+def _reasoning_dropped(request: dict) -> bool:
+    return any(m.get("tool_calls") and "reasoning_content" not in m for m in request["messages"])
 
 
 def _tool_calls(reply: dict) -> list[dict]:

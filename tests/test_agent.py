@@ -190,3 +190,12 @@ def test_ctrl_c_while_streaming_drops_the_turn(kb):
 def test_missing_key_is_a_clear_error(kb):
     with pytest.raises(AgentError, match="DEEPSEEK_API_KEY"):
         run_agent("x", settings=make_settings(kb, api_key=None))
+
+
+@pytest.mark.parametrize("error, expected", [
+    (openai.APITimeoutError(request=httpx2.Request("POST", "http://x")), "did not answer within"),
+    (openai.APIConnectionError(request=httpx2.Request("POST", "http://x")), "Could not connect"),
+])
+def test_timeouts_and_refused_connections_are_explained(kb, error, expected):
+    with pytest.raises(AgentError, match=expected):
+        run_agent("x", settings=make_settings(kb, stream=False), client=StubClient([error]))

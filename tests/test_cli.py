@@ -131,3 +131,18 @@ def test_help_lists_the_flags(kb):
     assert result.returncode == 0
     for flag in ("--kb", "--model", "--base-url", "--max-rounds", "--no-stream"):
         assert flag in result.stdout
+
+
+@pytest.mark.parametrize("flags", [[], ["--no-stream"]])
+def test_thinking_mode_reasoning_is_sent_back_with_tool_calls(fake_llm, kb, flags):
+    fake_llm.thinking_mode = True
+    fake_llm.replies = [
+        {"reasoning": "Search first.", "tool_calls": [{"name": "search_notes", "arguments": '{"query": "vim"}'}]},
+        {"reasoning": "Read it.", "tool_calls": [{"name": "read_note", "arguments": '{"file_path": "vim.md"}'}]},
+        {"reasoning": "Done.", "content": "dd deletes a line."},
+    ]
+    result = run_main(*flags, "how do I delete a line in vim?", kb=kb, base_url=fake_llm.base_url)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "dd deletes a line.\n"
+    sent = [m for m in fake_llm.requests[-1]["messages"] if m.get("tool_calls")]
+    assert [m["reasoning_content"] for m in sent] == ["Search first.", "Read it."]
