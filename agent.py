@@ -25,6 +25,8 @@ Today is {today}.
   marked as such.
 - When asked to write a note, pick a short descriptive file name (e.g. git-cheatsheet.md) and write clean
   Markdown with a top-level heading. Never replace an existing note unless the person asked for it.
+- To change a note, read it first, then edit_note the exact passage (append_note to add at the end);
+  rewrite a whole note (write_note with overwrite) only when asked. Move or delete only when asked.
 - Reply in the language the person writes in."""
 
 CANCELLED = "not executed: the user cancelled the answer (Ctrl+C)"

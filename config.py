@@ -36,6 +36,16 @@ SEARCH_LINES_PER_HIT = 3
 SEARCH_OUTPUT_CHARS = 4000
 LIST_MAX_NOTES = 200
 
+# --- Versions, undo and editing (versions.py, edit/append/move/delete tools) ---
+# Every change that replaces or removes text first copies the old file to
+# <kb>/.history/<rel_path>.<timestamp>; these limits bound how many copies pile up.
+HISTORY_KEEP = 20  # versions kept per note (0 = no count limit); the newest is never pruned
+HISTORY_MAX_AGE_DAYS = 0  # versions older than this are pruned (0 = never by age); the newest is kept
+UNDO_LOG_NAME = "undo.jsonl"  # inside HISTORY_DIR: one line per change the agent made
+UNDO_LOG_KEEP = 200  # changes remembered for /undo; older lines are dropped (their versions stay)
+EDIT_CLOSEST_LINES = 3  # lines shown when edit_note's old_text is not found
+EDIT_MAX_MATCHES_COUNTED = 20  # edit_note stops counting ambiguous matches here
+
 # --- Shell tool (issue 6; off unless ALLOW_SHELL=1 or --allow-shell) ---
 SHELL_TIMEOUT = 60.0  # seconds a command may run before it and everything it started are killed
 SHELL_KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL when stopping a command

@@ -13,9 +13,11 @@ import json
 import os
 import sys
 
+import search
+import versions
 from agent import AgentError, make_client, run_agent
 from config import ConfigError, Settings, load_settings
-from tools import tool_schemas
+from tools import CHANGE_TOOLS, SHELL_QUESTION, tool_schemas
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 TRACE_WIDTH = 110  # characters of a tool call or result shown on stderr
@@ -102,6 +104,9 @@ class Display:
 
     def tool_result(self, name: str, result: str) -> None:
         first = result.splitlines()[0] if result else "(empty)"
+        if name in CHANGE_TOOLS and not result.startswith("Error:"):
+            self.info(self._style("32", "  " + first))  # the change summary: `~ notes/git.md  +3 −1`
+            return
         line = "  ← " + _shorten(first)
         self.info(self._style("31", line) if result.startswith("Error:") else self._style("2", line))
 
@@ -146,22 +151,23 @@ def ask(question: str, choices: str) -> str:
 def make_confirm(settings: Settings, interactive: bool):
     """The confirm(question) -> bool callback for the tools; None when nobody can be asked.
 
-    Answering "a" (always) approves, for the rest of the session, every later question whose first line
-    is the same: all shell commands, for instance, since their question's first line never varies.
+    Shell commands may also be answered "a" (always): later shell commands in this session run
+    without asking. Every other question is asked each time.
     """
     if settings.auto_approve:
         return lambda question: True
     if not interactive:
         return None
-    always: set[str] = set()
+    shell_always = False
 
     def confirm(question: str) -> bool:
-        kind = question.splitlines()[0] if question else ""
-        if kind in always:
+        nonlocal shell_always
+        if not question.startswith(SHELL_QUESTION):
+            return ask_yes_no(question)
+        if shell_always:
             return True
         reply = ask(question, "y/N/a=always this session")
-        if reply == "a":
-            always.add(kind)
+        shell_always = reply == "a"
         return reply in ("y", "a")
 
     return confirm
@@ -184,7 +190,8 @@ def repl(settings: Settings, client, display: Display) -> int:
     _enable_line_editing()
     names = ", ".join(schema["function"]["name"] for schema in tool_schemas(settings))
     display.info(f"knowledge-agent · model {settings.model} · notes {settings.kb}\n"
-                 f"tools: {names}\nAsk about your notes. Ctrl+C cancels an answer; Ctrl+D or 'exit' leaves.")
+                 f"tools: {names}\nAsk about your notes. /undo reverts the agent's last change. "
+                 "Ctrl+C cancels an answer; Ctrl+D or 'exit' leaves.")
     if settings.allow_shell:
         approval = "every command runs without asking (--yes)" if settings.auto_approve else \
             "you approve each command"
@@ -192,6 +199,7 @@ def repl(settings: Settings, client, display: Display) -> int:
                      "The guard against destructive commands is a seat belt, not a sandbox.")
     history: list[dict] = []
     confirm = make_confirm(settings, interactive=True)
+    undone = ""  # told to the model with the next question, so it does not trust what it read before
     while True:
         try:
             line = input("\n> ").strip()
@@ -202,11 +210,25 @@ def repl(settings: Settings, client, display: Display) -> int:
             continue
         if line.lower() in ("exit", "quit", "/exit", "/quit"):
             return EXIT_OK
+        if line.lower() == "/undo":
+            message = undo(settings)
+            display.info(message)
+            undone += f"[I ran /undo: {message}]\n"
+            continue
+        question, undone = undone + line, ""
         try:
-            answer(line, history, settings, client, display, confirm)
+            answer(question, history, settings, client, display, confirm)
         except KeyboardInterrupt:
             display.end_answer()
             display.info("[cancelled]")
+
+
+def undo(settings: Settings) -> str:
+    """Revert the agent's last recorded change in the notes folder; one line saying what happened."""
+    try:
+        return versions.undo_last(settings.kb, on_change=lambda rel: search.note_changed(settings.kb, rel))
+    except Exception as exc:  # undo must never end the chat
+        return f"Error: undo failed: {type(exc).__name__}: {exc}. Your notes and .history/ are as they were."
 
 
 def _enable_line_editing() -> None:

@@ -7,17 +7,27 @@ it never raises (except KeyboardInterrupt, which ends the turn). Every path the 
 `safe_path`, which admits only visible .md/.txt notes inside the knowledge base.
 """
 
-import inspect
+import difflib
 import json
 import os
 import re
-import tempfile
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Callable
 
 import search
 import shell
-from config import MAX_NOTE_BYTES, MAX_TOOL_OUTPUT, NOTE_SUFFIXES, READ_MAX_LINES, Settings, load_settings
+import versions
+from config import (
+    EDIT_CLOSEST_LINES,
+    EDIT_MAX_MATCHES_COUNTED,
+    HISTORY_DIR,
+    MAX_NOTE_BYTES,
+    MAX_TOOL_OUTPUT,
+    NOTE_SUFFIXES,
+    READ_MAX_LINES,
+    Settings,
+    load_settings,
+)
 
 ERROR_PREFIX = "Error: "
 
@@ -84,16 +94,7 @@ def _read_note_text(path: Path) -> str:
 def atomic_write(path: Path, data: bytes) -> None:
     """Write via a temp file in the same folder and os.replace, so a failure never leaves half a note."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    versions.atomic_write(path, data)
 
 
 # --- The tools ---
@@ -134,38 +135,179 @@ def read_note(kb: Path, file_path: str, start_line: int = 1) -> str:
     return header + "\n" + "\n".join(shown) + footer
 
 
+# --- Changing notes: every change goes through versions.py (atomic, format kept, recoverable) ---
+# Results of these tools start with a one-line change summary (`~ notes/git.md  +3 −1`) that main.py shows.
+
+def _note_text(kb: Path, path: Path) -> str:
+    """The whole text of an existing note, as a change will see it."""
+    if path.is_dir():
+        raise ToolError(f"{_rel(kb, path)} is a folder, not a note.")
+    if not path.is_file():
+        raise ToolError(f"{_rel(kb, path)} does not exist. Use search_notes or list_notes to find the right path.")
+    if path.stat().st_size > MAX_NOTE_BYTES:
+        raise ToolError(f"{_rel(kb, path)} is larger than {MAX_NOTE_BYTES} bytes; it is too big to change safely here.")
+    try:
+        text, _ = versions.read_note(path)
+    except versions.VersionError as exc:
+        raise ToolError(f"{_rel(kb, path)} is {exc}.") from None
+    if "\0" in text[:8192]:
+        raise ToolError(f"{_rel(kb, path)} looks binary, not a text note; it was left alone.")
+    return text
+
+
+def _lf(text: str) -> str:
+    # Notes are handled with "\n" endings; versions.py puts a CRLF note's own endings back.
+    return text.replace("\r\n", "\n")
+
+
+def _find_all(text: str, passage: str) -> list[tuple[int, int]]:
+    """(start, end) of every occurrence, overlapping ones included (they are just as ambiguous)."""
+    # A note that mixes CRLF and LF keeps its "\r\n" in the text; the model copies lines without "\r".
+    pattern = re.compile("\r?\n".join(map(re.escape, passage.split("\n"))))
+    found, match = [], pattern.search(text)
+    while match and len(found) <= EDIT_MAX_MATCHES_COUNTED:
+        found.append(match.span())
+        match = pattern.search(text, match.start() + 1)
+    return found
+
+
+def closest_lines(text: str, passage: str, limit: int = EDIT_CLOSEST_LINES) -> str:
+    """The note's lines most like the passage's longest line, to help the model copy it exactly."""
+    wanted = max(passage.strip().splitlines() or [passage], key=len).strip()
+    matcher = difflib.SequenceMatcher(autojunk=False)
+    matcher.set_seq2(wanted)
+    scored = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        matcher.set_seq1(line.strip())
+        if line.strip() and matcher.real_quick_ratio() >= 0.5 and matcher.quick_ratio() >= 0.5:
+            ratio = matcher.ratio()
+            if ratio >= 0.5:
+                scored.append((-ratio, number, line))
+    if not scored:
+        return "No line of the note looks like it; read_note the note again to see its current text."
+    best = sorted(scored)[:limit]
+    shown = "\n".join(f"  line {number}: {_shorten_line(line)}" for _, number, line in sorted(best, key=lambda s: s[1]))
+    return "The closest lines are:\n" + shown
+
+
+def _shorten_line(line: str, width: int = 200) -> str:
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def edit_note(kb: Path, file_path: str, old_text: str, new_text: str) -> str:
+    path = safe_path(kb, file_path)
+    rel = _rel(kb, path)
+    if not old_text:
+        raise ToolError("old_text is empty. Copy the exact passage to replace from read_note; "
+                        "to add text at the end of a note use append_note.")
+    text = _note_text(kb, path)
+    old_text, new_text = _lf(old_text), _lf(new_text)
+    found = _find_all(text, old_text)
+    if not found:
+        raise ToolError(f"old_text was not found in {rel} (0 matches); nothing was changed. "
+                        f"{closest_lines(text, old_text)}\nCopy the passage exactly, spaces and punctuation included.")
+    if len(found) > 1:
+        count = f"more than {EDIT_MAX_MATCHES_COUNTED}" if len(found) > EDIT_MAX_MATCHES_COUNTED else str(len(found))
+        raise ToolError(f"old_text occurs {count} times in {rel}; nothing was changed. "
+                        "Include more of the surrounding text so it matches exactly once.")
+    if old_text == new_text:
+        raise ToolError("old_text and new_text are the same; nothing to change.")
+    start, end = found[0]
+    if "\r\n" in text[start:end]:
+        new_text = new_text.replace("\n", "\r\n")
+    updated = text[:start] + new_text + text[end:]
+    summary = versions.save_note(kb, rel, updated, "edit", expected=text)
+    search.note_changed(kb, rel)
+    return f"{summary}\nEdited {rel}; the previous version is kept and /undo restores it."
+
+
+def append_note(kb: Path, file_path: str, content: str) -> str:
+    path = safe_path(kb, file_path)
+    rel = _rel(kb, path)
+    if not content.strip():
+        raise ToolError("content is empty; nothing to append.")
+    content = _lf(content)
+    if not content.endswith("\n"):
+        content += "\n"
+    if not os.path.lexists(path):
+        summary = versions.save_note(kb, rel, content, "write")
+        search.note_changed(kb, rel)
+        return f"{summary}\nCreated {rel} with the content (it did not exist)."
+    text = _note_text(kb, path)
+    joiner = "" if not text or text.endswith("\n") else "\n"
+    summary = versions.save_note(kb, rel, text + joiner + content, "append", expected=text)
+    search.note_changed(kb, rel)
+    return f"{summary}\nAppended to the end of {rel}."
+
+
 def write_note(kb: Path, file_path: str, content: str, overwrite: bool = False) -> str:
     path = safe_path(kb, file_path)
-    existed = path.exists()
+    rel = _rel(kb, path)
     if path.is_dir():
-        raise ToolError(f"{file_path!r} is a folder.")
-    if existed and not overwrite:
-        raise ToolError(
-            f"{_rel(kb, path)} already exists. Read it and change it, write to a new path, "
-            "or pass overwrite: true to replace it."
-        )
-    atomic_write(path, content.encode("utf-8"))
-    search.note_changed(kb, _rel(kb, path))
-    verb = "Replaced" if existed else "Created"
-    return f"{verb} {_rel(kb, path)} ({len(content.splitlines())} lines)."
+        raise ToolError(f"{rel} is a folder.")
+    content = _lf(content)
+    if not os.path.lexists(path):
+        summary = versions.save_note(kb, rel, content, "write")
+        search.note_changed(kb, rel)
+        return f"{summary}\nCreated {rel}."
+    if not overwrite:
+        raise ToolError(f"{rel} already exists; nothing was written. To change part of it use edit_note, to add "
+                        "to its end use append_note; pass overwrite: true only if the person asked for a full rewrite.")
+    text = _note_text(kb, path)
+    summary = versions.save_note(kb, rel, content, "overwrite", expected=text)
+    search.note_changed(kb, rel)
+    return f"{summary}\nReplaced {rel}; the previous version is kept and /undo restores it."
+
+
+def _confirmed(confirm, question: str) -> None:
+    if confirm is None:
+        # Short: the person reads it on one trace line of about 110 characters.
+        raise ToolError("not done: nobody can confirm here (one-shot/piped); rerun with --yes or AUTO_APPROVE=1.")
+    if not confirm(question):
+        raise ToolError("not done: the person declined. Do not retry unless they ask again.")
+
+
+def move_note(kb: Path, from_path: str, to_path: str, confirm=None) -> str:
+    source = safe_path(kb, from_path, "from_path")
+    target = safe_path(kb, to_path, "to_path")
+    src, dst = _rel(kb, source), _rel(kb, target)
+    if not source.is_file():
+        raise ToolError(f"{src} does not exist. Use search_notes or list_notes to find the right path.")
+    if os.path.lexists(target):
+        raise ToolError(f"{dst} already exists; nothing was moved. Choose another to_path.")
+    _confirmed(confirm, f"Move {src} to {dst}?")
+    summary = versions.move_note(kb, src, dst)
+    search.note_changed(kb, src)
+    search.note_changed(kb, dst)
+    return f"{summary}\nMoved {src} to {dst}; /undo moves it back."
+
+
+def delete_note(kb: Path, file_path: str, confirm=None) -> str:
+    path = safe_path(kb, file_path)
+    rel = _rel(kb, path)
+    if not path.is_file():
+        raise ToolError(f"{rel} does not exist. Use search_notes or list_notes to find the right path.")
+    _confirmed(confirm, f"Delete {rel}? (a copy is kept in {HISTORY_DIR}/)")
+    summary = versions.delete_note(kb, rel)
+    search.note_changed(kb, rel)
+    return f"{summary}\nDeleted {rel}; a copy is kept in {HISTORY_DIR}/ and /undo brings it back."
 
 
 SHELL_DISABLED = ("the shell tool is disabled. The person can enable it by starting with --allow-shell "
                   "(or ALLOW_SHELL=1); until then use the note tools.")
-# Short: the person sees it on one trace line of about 110 characters.
-SHELL_NEEDS_APPROVAL = "not run: shell commands need approval; rerun with --yes (AUTO_APPROVE=1) or use the chat."
-
 
 # Control characters and bidi overrides could redraw the prompt so the person approves a command
 # that is not what runs; they are shown as visible escapes instead.
 _HIDING_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
+SHELL_QUESTION = "Run this shell command in the notes folder?"  # main.py offers "always" for these
+
+
 def shell_question(command: str) -> str:
-    """What the person is asked; the first line stays the same for every command, so "always" can
-    answer all the shell questions of a session at once."""
+    """What the person is asked: SHELL_QUESTION, then the command, indented, control characters visible."""
     visible = _HIDING_CHARACTERS.sub(lambda m: repr(m.group())[1:-1], command)
-    return "Run this shell command in the notes folder?\n    " + visible.replace("\n", "\n    ")
+    return SHELL_QUESTION + "\n    " + visible.replace("\n", "\n    ")
 
 
 def bash(kb: Path, command: str, settings: Settings, confirm: Callable[[str], bool] | None) -> str:
@@ -177,10 +319,7 @@ def bash(kb: Path, command: str, settings: Settings, confirm: Callable[[str], bo
     if reason:  # refused before anyone is asked, and even with --yes
         raise ToolError(f"refused by the safety guard: {reason}. Do not try to work around it; if the person "
                         "really wants this, they can run it themselves.")
-    if confirm is None:
-        raise ToolError(SHELL_NEEDS_APPROVAL)
-    if not confirm(shell_question(command)):
-        raise ToolError("the person declined to run this command. Ask what they want instead.")
+    _confirmed(confirm, shell_question(command))
     return shell.run_shell(command, kb, settings.shell_timeout, hide=(settings.api_key or "",))
 
 
@@ -227,18 +366,54 @@ TOOLS = {
     "write_note": (write_note, _schema(
         "write_note",
         "Create a new note (.md or .txt); folders are created as needed. It refuses to replace an "
-        "existing note unless overwrite is true — only do that when the person asked for a full rewrite.",
+        "existing note unless overwrite is true — only do that when the person asked for a full rewrite; "
+        "to change part of a note use edit_note, to add to its end use append_note.",
         {"file_path": _PATH,
          "content": {"type": "string", "description": "The whole Markdown text of the note."},
-         "overwrite": {"type": "boolean", "description": "Replace an existing note. Default false."}},
+         "overwrite": {"type": "boolean", "description": "Replace an existing note (its old text is kept "
+                       "in the history). Default false."}},
         ["file_path", "content"],
+    )),
+    "edit_note": (edit_note, _schema(
+        "edit_note",
+        "Change part of a note: replace one exact passage with new text; the rest of the note stays "
+        "byte-for-byte the same. read_note first and copy old_text exactly (spaces and punctuation "
+        "included), with enough surrounding text to occur only once. Use this for fixes and small "
+        "changes instead of rewriting the note.",
+        {"file_path": _PATH,
+         "old_text": {"type": "string", "description": "The exact current text to replace; must occur once."},
+         "new_text": {"type": "string", "description": "The text to put in its place (empty to delete it)."}},
+        ["file_path", "old_text", "new_text"],
+    )),
+    "append_note": (append_note, _schema(
+        "append_note",
+        "Add text at the end of a note (journals, to-do lists, meeting logs), on a new line. Creates "
+        "the note if it does not exist.",
+        {"file_path": _PATH,
+         "content": {"type": "string", "description": "The Markdown text to add at the end."}},
+        ["file_path", "content"],
+    )),
+    "move_note": (move_note, _schema(
+        "move_note",
+        "Move or rename a note. Never replaces an existing note; the person is asked to confirm.",
+        {"from_path": _PATH,
+         "to_path": {"type": "string", "description": "The new path relative to the notes folder, "
+                     "e.g. 'archive/old-ideas.md'. Must not exist yet."}},
+        ["from_path", "to_path"],
+    )),
+    "delete_note": (delete_note, _schema(
+        "delete_note",
+        "Delete a note (a copy is kept in the history, and /undo brings it back). Only when the person "
+        "asked for it; the person is asked to confirm.",
+        {"file_path": _PATH},
+        ["file_path"],
     )),
     "bash": (bash, _schema(
         "bash",
         "Run one bash command in the notes folder and get exit_code, stdout and stderr (long output keeps "
         "its head and tail). Use it for what the note tools cannot do: counting or finding files "
         "(find, wc, grep), dates and sizes, or a script the person asks you to run. Read, search and "
-        "write notes with the note tools instead. The person approves every command; stdin is closed, "
+        "change notes with the note tools instead (changes made with bash cannot be undone). The person approves every command; stdin is closed, "
         "so nothing interactive works; commands that run too long are stopped; destructive commands are "
         "refused.",
         {"command": {"type": "string", "description": "The command, e.g. \"find . -name '*.md' | wc -l\"."}},
@@ -248,13 +423,16 @@ TOOLS = {
 OPT_IN_TOOLS = {"bash": "allow_shell"}  # tool -> the Settings flag that offers it to the model
 TOOL_SCHEMAS = [schema for name, (_, schema) in TOOLS.items() if name not in OPT_IN_TOOLS]
 READ_ONLY_TOOLS = {"search_notes", "list_notes", "read_note"}
-NEEDS_CONFIRMATION: set[str] = {"bash"}
+NEEDS_CONFIRMATION = {"move_note", "delete_note", "bash"}  # their functions take a `confirm` callback
+NEEDS_SETTINGS = {"bash"}  # their functions take `settings`
+CHANGE_TOOLS = {"write_note", "edit_note", "append_note", "move_note", "delete_note"}  # results start with a summary
 
 
 def tool_schemas(settings: Settings | None) -> list[dict]:
     """The tools offered to the model: TOOL_SCHEMAS plus the opt-in tools these settings enable."""
     return [schema for name, (_, schema) in TOOLS.items()
             if name not in OPT_IN_TOOLS or (settings and getattr(settings, OPT_IN_TOOLS[name]))]
+
 
 _JSON_TYPES = {"string": str, "integer": int, "boolean": bool, "object": dict, "array": list}
 
@@ -314,11 +492,12 @@ def execute_tool(
             raise ToolError(f"unknown tool {name!r}. Available tools: {', '.join(offered)}.")
         function, schema = TOOLS[name]
         args = _check_arguments(schema, _parse_arguments(arguments))
-        context = {"settings": settings, "confirm": confirm}  # only for tools that declare them
-        wanted = inspect.signature(function).parameters
-        args.update({key: value for key, value in context.items() if key in wanted})
+        if name in NEEDS_CONFIRMATION:
+            args["confirm"] = confirm
+        if name in NEEDS_SETTINGS:
+            args["settings"] = settings
         return _cap(function(settings.kb, **args))
-    except ToolError as exc:
+    except (ToolError, versions.VersionError) as exc:
         return ERROR_PREFIX + str(exc)
     except OSError as exc:
         return ERROR_PREFIX + f"{name} failed: {exc.strerror or exc}."

@@ -77,14 +77,14 @@ def test_approved_command_runs_in_the_notes_folder(kb):
 def test_declined_command_does_not_run(kb):
     settings = make_settings(kb, allow_shell=True)
     result = tools.execute_tool("bash", {"command": "touch made.txt"}, settings, confirm=lambda q: False)
-    assert result.startswith("Error: the person declined")
+    assert result.startswith("Error: not done: the person declined")
     assert not (kb / "made.txt").exists()
 
 
 def test_nobody_to_ask_means_refused_with_how_to_allow(kb):
     settings = make_settings(kb, allow_shell=True)
     result = tools.execute_tool("bash", {"command": "touch made.txt"}, settings, confirm=None)
-    assert result.startswith("Error: not run") and "--yes" in result and "AUTO_APPROVE=1" in result
+    assert result.startswith("Error: not done") and "--yes" in result and "AUTO_APPROVE=1" in result
     assert not (kb / "made.txt").exists()
 
 
@@ -126,6 +126,18 @@ def test_always_approves_the_rest_of_the_session(settings, monkeypatch):
     assert confirm(tools.shell_question("ls")) is True
     assert confirm(tools.shell_question("wc -l *.md")) is True  # not asked again
     assert prompts == ["y/N/a=always this session"]
+
+
+def test_always_is_only_for_shell_commands(settings, monkeypatch):
+    replies = iter(["a", "a", "y"])
+    prompts = []
+    monkeypatch.setattr("builtins.input", lambda: next(replies))
+    monkeypatch.setattr(main, "ask", lambda q, choices, real=main.ask: prompts.append(choices) or real(q, choices))
+    confirm = main.make_confirm(settings, interactive=True)
+    assert confirm("Delete vim.md?") is False  # "a" is not an answer offered here
+    assert confirm("Delete vim.md?") is False
+    assert confirm("Delete vim.md?") is True
+    assert prompts == ["y/N"] * 3
 
 
 def test_plain_enter_declines(settings, monkeypatch):
@@ -183,7 +195,7 @@ def test_one_shot_without_yes_refuses_and_says_how_to_allow(fake_llm, kb):
     result = run_main("--allow-shell", "make a file", kb=kb, base_url=fake_llm.base_url)
     assert result.returncode == 0, result.stderr
     assert "--yes" in result.stderr  # the person sees how to allow it
-    assert tool_results(fake_llm.requests[1])[0].startswith("Error: not run")
+    assert tool_results(fake_llm.requests[1])[0].startswith("Error: not done")
     assert not (kb / "made.txt").exists()
 
 

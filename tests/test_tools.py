@@ -47,7 +47,7 @@ def test_symlink_leading_outside_is_refused(settings, kb, tmp_path):
     os.symlink(tmp_path / "secret.md", kb / "link.md")
     result = run(settings, "read_note", file_path="link.md")
     assert result.startswith("Error:") and "hunter2" not in result
-    assert not run(settings, "write_note", file_path="link.md", content="x", overwrite=True).startswith("Created")
+    assert run(settings, "write_note", file_path="link.md", content="x", overwrite=True).startswith("Error:")
     assert (tmp_path / "secret.md").read_text() == "password=hunter2"
 
 
@@ -95,7 +95,7 @@ def test_missing_note_and_folder_say_what_to_do(settings):
 # --- write ---
 
 def test_write_creates_folders_and_refuses_to_replace(settings, kb):
-    assert run(settings, "write_note", file_path="new/dir/git.md", content="# Git\n").startswith("Created")
+    assert run(settings, "write_note", file_path="new/dir/git.md", content="# Git\n").startswith("+ new/dir/git.md  +1")
     assert (kb / "new/dir/git.md").read_text(encoding="utf-8") == "# Git\n"
     refused = run(settings, "write_note", file_path="python.md", content="gone")
     assert refused.startswith("Error:") and "overwrite" in refused
@@ -109,7 +109,8 @@ def test_write_failure_leaves_no_temp_file(settings, kb, monkeypatch):
     result = run(settings, "write_note", file_path="python.md", content="new", overwrite=True)
     assert result.startswith("Error:") and "No space left" in result
     assert "装饰器" in (kb / "python.md").read_text(encoding="utf-8")
-    assert sorted(p.name for p in kb.iterdir()) == ["python.md", "vim.md", "work"]
+    left = [p.relative_to(kb).as_posix() for p in kb.rglob("*") if p.is_file()]
+    assert sorted(left) == ["python.md", "vim.md", "work/meeting.md"]
 
 
 # --- search and list ---

@@ -1,0 +1,328 @@
+"""The editing tools on real notes: edit, append, overwrite, move, delete, confirmation, /undo in the REPL."""
+
+import codecs
+import json
+
+import pytest
+from conftest import StubClient, make_settings
+
+import main
+import versions
+from tools import execute_tool
+
+
+def run(settings, name, confirm=None, **args):
+    return execute_tool(name, json.dumps(args, ensure_ascii=False), settings, confirm)
+
+
+def yes(question):
+    return True
+
+
+def history_texts(kb, rel):
+    return [path.read_text(encoding="utf-8") for _, path in versions.list_versions(kb, rel)]
+
+
+LONG_NOTE = "".join(f"Line {i}: some text about topic {i}.\n" for i in range(1, 400)).replace(
+    "Line 200: some text", "Line 200: sme text with a tpyo"
+)
+
+
+# --- edit_note ---
+
+
+def test_fixing_a_typo_changes_only_that_passage(settings, kb):
+    (kb / "long.md").write_text(LONG_NOTE, encoding="utf-8")
+    result = run(settings, "edit_note", file_path="long.md", old_text="sme text with a tpyo",
+                 new_text="some text with a typo")
+    assert result.startswith("~ long.md  +1 \u22121")
+    after = (kb / "long.md").read_bytes()
+    assert after == LONG_NOTE.replace("sme text with a tpyo", "some text with a typo").encode()
+    assert history_texts(kb, "long.md") == [LONG_NOTE]
+
+
+def test_edit_keeps_crlf_and_bom_byte_for_byte(settings, kb):
+    original = codecs.BOM_UTF8 + "# 会议\r\n\r\n决定：十二月发布。\r\nAction: Bob\r\n".encode()
+    (kb / "crlf.md").write_bytes(original)
+    result = run(settings, "edit_note", file_path="crlf.md", old_text="决定：十二月发布。\nAction: Bob",
+                 new_text="决定：一月发布。\nAction: Bob")
+    assert not result.startswith("Error:"), result
+    assert (kb / "crlf.md").read_bytes() == original.replace("十二月".encode(), "一月".encode())
+
+
+def test_edit_with_missing_text_shows_the_closest_lines_and_changes_nothing(settings, kb):
+    (kb / "long.md").write_text(LONG_NOTE, encoding="utf-8")
+    result = run(settings, "edit_note", file_path="long.md", old_text="Line 200: some text with a typo",
+                 new_text="x")
+    assert result.startswith("Error:") and "0 matches" in result
+    assert "line 200: Line 200: sme text with a tpyo" in result
+    assert (kb / "long.md").read_text(encoding="utf-8") == LONG_NOTE
+
+
+def test_edit_with_ambiguous_text_says_how_many(settings, kb):
+    (kb / "todo.md").write_text("- [ ] call\n- [ ] write\n- [ ] call\n", encoding="utf-8")
+    result = run(settings, "edit_note", file_path="todo.md", old_text="- [ ] call", new_text="- [x] call")
+    assert result.startswith("Error:") and "2 times" in result
+    assert (kb / "todo.md").read_text(encoding="utf-8") == "- [ ] call\n- [ ] write\n- [ ] call\n"
+
+
+def test_overlapping_matches_count_as_ambiguous(settings, kb):
+    (kb / "a.md").write_text("aaa\n", encoding="utf-8")
+    assert "2 times" in run(settings, "edit_note", file_path="a.md", old_text="aa", new_text="b")
+
+
+@pytest.mark.parametrize("args, expected", [
+    ({"file_path": "python.md", "old_text": "", "new_text": "x"}, "old_text is empty"),
+    ({"file_path": "nope.md", "old_text": "a", "new_text": "b"}, "does not exist"),
+    ({"file_path": "python.md", "old_text": "Use venv", "new_text": "Use venv"}, "the same"),
+])
+def test_edit_refusals(settings, kb, args, expected):
+    before = (kb / "python.md").read_bytes()
+    result = run(settings, "edit_note", **args)
+    assert result.startswith("Error:") and expected in result
+    assert (kb / "python.md").read_bytes() == before
+    assert not (kb / ".history").exists()
+
+
+def test_edit_of_a_non_utf8_note_is_refused(settings, kb):
+    (kb / "latin.md").write_bytes("café crème".encode("latin-1"))
+    result = run(settings, "edit_note", file_path="latin.md", old_text="caf", new_text="tea")
+    assert result.startswith("Error:") and "not UTF-8" in result
+    assert (kb / "latin.md").read_bytes() == "café crème".encode("latin-1")
+
+
+def test_empty_new_text_deletes_the_passage_recoverably(settings, kb):
+    run(settings, "edit_note", file_path="vim.md", old_text="`dd` deletes a line.\n", new_text="")
+    assert (kb / "vim.md").read_text(encoding="utf-8") == "# Vim\n\n`:wq` saves and quits.\n"
+    assert "`dd` deletes a line." in history_texts(kb, "vim.md")[0]
+
+
+# --- append_note ---
+
+
+def test_append_adds_a_line_at_the_end(settings, kb):
+    (kb / "journal.md").write_text("# Journal\n- Monday: rain", encoding="utf-8")  # no final newline
+    result = run(settings, "append_note", file_path="journal.md", content="- Tuesday: sun")
+    assert result.startswith("~ journal.md  +1 \u22120")
+    assert (kb / "journal.md").read_text(encoding="utf-8") == "# Journal\n- Monday: rain\n- Tuesday: sun\n"
+
+
+def test_append_to_a_missing_note_creates_it(settings, kb):
+    result = run(settings, "append_note", file_path="logs/meetings.md", content="## 12-01\nShip it.")
+    assert result.startswith("+ logs/meetings.md  +2")
+    assert (kb / "logs/meetings.md").read_text(encoding="utf-8") == "## 12-01\nShip it.\n"
+
+
+def test_append_to_a_crlf_note_stays_crlf(settings, kb):
+    (kb / "w.md").write_bytes(b"a\r\nb\r\n")
+    run(settings, "append_note", file_path="w.md", content="c\n")
+    assert (kb / "w.md").read_bytes() == b"a\r\nb\r\nc\r\n"
+
+
+# --- write_note ---
+
+
+def test_overwrite_needs_the_flag_and_keeps_the_old_text(settings, kb):
+    before = (kb / "python.md").read_text(encoding="utf-8")
+    refused = run(settings, "write_note", file_path="python.md", content="gone")
+    assert refused.startswith("Error:") and "edit_note" in refused and "overwrite" in refused
+    result = run(settings, "write_note", file_path="python.md", content="# Python\nShort now.\n", overwrite=True)
+    assert result.startswith("~ python.md  +2 \u22124")
+    assert history_texts(kb, "python.md") == [before]
+
+
+def test_overwrite_keeps_the_notes_bom_and_crlf(settings, kb):
+    (kb / "w.md").write_bytes(codecs.BOM_UTF8 + b"old\r\n")
+    run(settings, "write_note", file_path="w.md", content="new\nlines\n", overwrite=True)
+    assert (kb / "w.md").read_bytes() == codecs.BOM_UTF8 + b"new\r\nlines\r\n"
+
+
+# --- move_note and delete_note ---
+
+
+def test_move_and_delete_are_refused_when_nobody_can_confirm(settings, kb):
+    for name, args in (("move_note", {"from_path": "vim.md", "to_path": "editors/vim.md"}),
+                       ("delete_note", {"file_path": "vim.md"})):
+        result = run(settings, name, **args)
+        assert result.startswith("Error:") and "--yes" in result and "AUTO_APPROVE=1" in result
+    assert (kb / "vim.md").exists() and not (kb / "editors").exists()
+
+
+def test_declined_confirmation_changes_nothing(settings, kb):
+    asked = []
+
+    def no(question):
+        asked.append(question)
+        return False
+
+    result = run(settings, "delete_note", confirm=no, file_path="vim.md")
+    assert result.startswith("Error:") and "declined" in result
+    assert asked == ["Delete vim.md? (a copy is kept in .history/)"]
+    assert (kb / "vim.md").exists()
+
+
+def test_move_renames_and_never_replaces(settings, kb):
+    result = run(settings, "move_note", confirm=yes, from_path="vim.md", to_path="editors/vim.md")
+    assert result.startswith("→ vim.md → editors/vim.md")
+    assert (kb / "editors/vim.md").read_text(encoding="utf-8").startswith("# Vim")
+    refused = run(settings, "move_note", confirm=yes, from_path="python.md", to_path="work/meeting.md")
+    assert refused.startswith("Error:") and "already exists" in refused
+    assert (kb / "work/meeting.md").read_text(encoding="utf-8").startswith("# Meeting")
+    assert (kb / "python.md").exists()
+
+
+def test_delete_keeps_a_copy(settings, kb):
+    before = (kb / "vim.md").read_text(encoding="utf-8")
+    assert run(settings, "delete_note", confirm=yes, file_path="vim.md").startswith("- vim.md")
+    assert not (kb / "vim.md").exists()
+    assert history_texts(kb, "vim.md") == [before]
+
+
+def test_auto_approve_in_one_shot_mode_lets_delete_through(settings, kb):
+    confirm = main.make_confirm(make_settings(kb, auto_approve=True), interactive=False)
+    assert run(settings, "delete_note", confirm=confirm, file_path="vim.md").startswith("- vim.md")
+    assert main.make_confirm(settings, interactive=False) is None
+
+
+# --- the path guard on every new argument, and the hidden history ---
+
+
+@pytest.mark.parametrize("bad", ["../outside.md", "/etc/x.md", ".history/vim.md", "notes.py", "~/x.md"])
+def test_every_path_argument_is_guarded(settings, kb, bad):
+    calls = [
+        ("edit_note", {"file_path": bad, "old_text": "a", "new_text": "b"}),
+        ("append_note", {"file_path": bad, "content": "x"}),
+        ("move_note", {"from_path": bad, "to_path": "ok.md"}),
+        ("move_note", {"from_path": "vim.md", "to_path": bad}),
+        ("delete_note", {"file_path": bad}),
+    ]
+    for name, args in calls:
+        result = run(settings, name, confirm=yes, **args)
+        assert result.startswith("Error:"), (name, args, result)
+    assert (kb / "vim.md").exists() and not (kb.parent / "outside.md").exists()
+
+
+def test_history_is_hidden_from_search_list_and_read(settings, kb):
+    run(settings, "write_note", file_path="python.md", content="rewritten\n", overwrite=True)
+    run(settings, "delete_note", confirm=yes, file_path="vim.md")
+    assert ".history" not in run(settings, "list_notes")
+    assert "python.md" not in run(settings, "search_notes", query="装饰器")  # only the old version has it
+    assert "vim" not in run(settings, "search_notes", query="deletes")
+    [kept] = [p for _, p in versions.list_versions(kb, "vim.md")]
+    result = run(settings, "read_note", file_path=kept.relative_to(kb).as_posix())
+    assert result.startswith("Error:")
+    assert run(settings, "list_notes", folder=".history").startswith("Error:")
+
+
+# --- undo through the tools ---
+
+
+@pytest.mark.parametrize("name, args, check", [
+    ("edit_note", {"file_path": "vim.md", "old_text": "`dd`", "new_text": "`D`"}, "vim.md"),
+    ("write_note", {"file_path": "vim.md", "content": "new", "overwrite": True}, "vim.md"),
+    ("append_note", {"file_path": "vim.md", "content": "more"}, "vim.md"),
+    ("move_note", {"from_path": "vim.md", "to_path": "x/vim.md"}, "vim.md"),
+    ("delete_note", {"file_path": "vim.md"}, "vim.md"),
+])
+def test_undo_after_each_change(settings, kb, name, args, check):
+    before = (kb / "vim.md").read_bytes()
+    assert not run(settings, name, confirm=yes, **args).startswith("Error:")
+    message = main.undo(settings)
+    assert message.startswith("Undid"), message
+    assert (kb / "vim.md").read_bytes() == before
+    assert not (kb / "x/vim.md").exists()
+
+
+def test_undo_of_a_created_note_removes_it(settings, kb):
+    run(settings, "write_note", file_path="draft.md", content="draft\n")
+    assert "removed draft.md" in main.undo(settings)
+    assert not (kb / "draft.md").exists()
+    assert main.undo(settings).startswith("Nothing to undo")
+
+
+# --- the REPL ---
+
+
+def call(name, **args):
+    return {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}
+
+
+def run_repl(monkeypatch, settings, lines, replies, answers=()):
+    """Drive main.repl with typed lines (and y/N answers), against a scripted model."""
+    typed = iter(list(lines))
+    answered = iter(list(answers))
+
+    def fake_input(prompt=""):
+        source = typed if prompt.startswith("\n>") else answered
+        try:
+            return next(source)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr("builtins.input", fake_input)
+    client = StubClient(replies)
+    assert main.repl(settings, client, main.Display()) == main.EXIT_OK
+    return client
+
+
+def test_repl_delete_then_undo_brings_the_note_back(monkeypatch, capsys, kb):
+    settings = make_settings(kb)
+    before = (kb / "vim.md").read_bytes()
+    client = run_repl(monkeypatch, settings, ["delete my vim note", "/undo", "thanks"], [
+        {"tool_calls": [call("delete_note", file_path="vim.md")]},
+        {"content": "Deleted."},
+        {"content": "You're welcome."},
+    ], answers=["y"])
+    err = capsys.readouterr().err
+    assert "Delete vim.md? (a copy is kept in .history/) [y/N]" in err
+    assert "  - vim.md" in err  # the change summary line
+    assert "Undid the delete of vim.md" in err and "vim.md is back" in err
+    assert (kb / "vim.md").read_bytes() == before
+    # The model hears about the undo with the next question.
+    assert "[I ran /undo: Undid the delete of vim.md" in client.requests[-1]["messages"][-1]["content"]
+
+
+def test_repl_declined_delete_keeps_the_note(monkeypatch, capsys, kb):
+    settings = make_settings(kb)
+    run_repl(monkeypatch, settings, ["delete vim"], [
+        {"tool_calls": [call("delete_note", file_path="vim.md")]},
+        {"content": "OK, I left it."},
+    ], answers=[""])
+    assert (kb / "vim.md").exists()
+    assert "declined" in capsys.readouterr().err
+
+
+def test_repl_shows_a_summary_line_for_an_edit(monkeypatch, capsys, kb):
+    settings = make_settings(kb)
+    run_repl(monkeypatch, settings, ["fix vim"], [
+        {"tool_calls": [call("edit_note", file_path="vim.md", old_text="`dd` deletes a line.",
+                             new_text="`dd` deletes a line.\n`yy` copies a line.")]},
+        {"content": "Done."},
+    ])
+    assert "  ~ vim.md  +1 \u22120" in capsys.readouterr().err
+
+
+# --- end to end: main.py one-shot against the fake server ---
+
+
+def test_one_shot_delete_needs_yes(fake_llm, kb):
+    from test_cli import run_main
+
+    script = [{"tool_calls": [call("delete_note", file_path="vim.md")]}, {"content": "Reported."}]
+    fake_llm.replies = list(script)
+    refused = run_main("delete my vim note", kb=kb, base_url=fake_llm.base_url)
+    assert refused.returncode == 0 and (kb / "vim.md").exists()
+    assert "--yes or AUTO_APPROVE=1" in fake_llm.requests[-1]["messages"][-1]["content"]
+    fake_llm.replies = list(script)
+    done = run_main("--yes", "delete my vim note", kb=kb, base_url=fake_llm.base_url)
+    assert done.returncode == 0 and not (kb / "vim.md").exists()
+    assert "  - vim.md" in done.stderr and "Traceback" not in done.stderr
+    assert history_texts(kb, "vim.md")[0].startswith("# Vim")
+
+
+def test_edit_across_lines_of_a_note_with_mixed_line_endings(settings, kb):
+    (kb / "mixed.md").write_bytes(b"# Mixed\r\nfrom windows\r\nfrom linux\nend\n")
+    result = run(settings, "edit_note", file_path="mixed.md", old_text="from windows\nfrom linux",
+                 new_text="from windows, fixed\nfrom linux")
+    assert result.startswith("~ mixed.md  +1 \u22121"), result
+    assert (kb / "mixed.md").read_bytes() == b"# Mixed\r\nfrom windows, fixed\r\nfrom linux\nend\n"

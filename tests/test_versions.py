@@ -1,0 +1,394 @@
+"""versions.py on real files: faithful formats, atomic writes that fail cleanly, pruning, undo of every op."""
+
+import codecs
+import os
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+import config
+import versions
+from versions import VersionError, change_summary, read_note, save_note, undo_last
+
+BOM = codecs.BOM_UTF8
+
+
+def make(kb, rel, data: bytes):
+    path = kb / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return path
+
+
+def history_files(kb, rel):
+    return [p for _, p in versions.list_versions(kb, rel)]
+
+
+def stray_files(folder):
+    """Temp files left anywhere under folder."""
+    return [p for p in folder.rglob("*") if p.name.startswith(".~") or p.suffix == ".tmp"]
+
+
+# --- formats ---
+
+
+def test_crlf_note_stays_crlf_and_untouched_lines_stay_byte_identical(tmp_path):
+    original = b"# Git\r\n\r\ngit comit -m msg\r\nline four\r\n"
+    path = make(tmp_path, "git.md", original)
+    text, fmt = read_note(path)
+    assert text == "# Git\n\ngit comit -m msg\nline four\n"
+    assert fmt.newline == "\r\n" and not fmt.bom
+    save_note(tmp_path, "git.md", text.replace("comit", "commit"), "edit", expected=text)
+    assert path.read_bytes() == original.replace(b"comit", b"commit")
+
+
+def test_bom_and_chinese_survive_a_round_trip(tmp_path):
+    original = BOM + "# 笔记\r\n编辑 note\r\n".encode()
+    path = make(tmp_path, "zh.md", original)
+    text, fmt = read_note(path)
+    assert text == "# 笔记\n编辑 note\n" and fmt.bom
+    save_note(tmp_path, "zh.md", text + "新的一行\n", "append", expected=text)
+    assert path.read_bytes() == original + "新的一行\r\n".encode()
+
+
+def test_lf_note_without_bom_gets_no_bom_and_no_cr(tmp_path):
+    path = make(tmp_path, "a.md", b"one\ntwo\n")
+    save_note(tmp_path, "a.md", "one\n2\n", "edit")
+    assert path.read_bytes() == b"one\n2\n"
+
+
+def test_mixed_line_endings_and_stray_cr_are_kept_exactly(tmp_path):
+    for name, data in [("mixed.md", b"a\r\nb\nc\r\n"), ("cr.md", b"x\r\r\ny\r\n")]:
+        path = make(tmp_path, name, data)
+        text, fmt = read_note(path)
+        save_note(tmp_path, name, text + "end", "append")
+        assert path.read_bytes() == data + b"end"
+
+
+def test_non_utf8_note_is_refused_and_left_alone(tmp_path):
+    path = make(tmp_path, "latin.txt", "café".encode("latin-1"))
+    with pytest.raises(VersionError, match="not UTF-8"):
+        read_note(path)
+    with pytest.raises(VersionError, match="not UTF-8"):
+        save_note(tmp_path, "latin.txt", "new", "overwrite")
+    assert path.read_bytes() == "café".encode("latin-1")
+
+
+# --- atomic writes ---
+
+
+@pytest.mark.parametrize("broken", ["replace", "fsync", "chmod"])
+def test_failed_write_leaves_old_note_and_no_temp_file(tmp_path, monkeypatch, broken):
+    path = make(tmp_path, "n.md", b"precious words\n")
+
+    def disk_full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, broken, disk_full)
+    with pytest.raises(OSError):
+        versions.atomic_write(path, b"garbage")
+    monkeypatch.undo()
+    assert path.read_bytes() == b"precious words\n"
+    assert stray_files(tmp_path) == []
+
+
+def test_failed_save_says_so_and_records_nothing(tmp_path, monkeypatch):
+    path = make(tmp_path, "notes/n.md", b"precious words\n")
+    real_replace = os.replace
+
+    def fail_on_the_note(src, dst):
+        # The version copy into .history goes through; the note's own write fails.
+        if str(dst).endswith("notes/n.md"):
+            raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", fail_on_the_note)
+    with pytest.raises(VersionError, match="No space left on device; the note is as it was"):
+        save_note(tmp_path, "notes/n.md", "garbage", "overwrite")
+    monkeypatch.undo()
+    assert path.read_bytes() == b"precious words\n"
+    assert stray_files(tmp_path) == []
+    assert versions.read_log(tmp_path) == []  # a failed change is nothing to undo
+
+
+def test_interrupt_during_write_cleans_up_too(tmp_path, monkeypatch):
+    path = make(tmp_path, "n.md", b"old\n")
+
+    def interrupted(*args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        versions.atomic_write(path, b"new\n")
+    assert path.read_bytes() == b"old\n"
+    assert stray_files(tmp_path) == []
+
+
+def test_write_keeps_file_permissions_and_symlinks(tmp_path):
+    real = make(tmp_path, "real.md", b"x\n")
+    os.chmod(real, 0o640)
+    (tmp_path / "link.md").symlink_to(real)
+    save_note(tmp_path, "link.md", "y\n", "overwrite")
+    assert (tmp_path / "link.md").is_symlink()
+    assert real.read_bytes() == b"y\n"
+    assert real.stat().st_mode & 0o777 == 0o640
+
+
+# --- creating, replacing, refusing ---
+
+
+def test_write_creates_folders_and_never_replaces_an_existing_note(tmp_path):
+    assert save_note(tmp_path, "new/deep/n.md", "a\nb\n", "write") == "+ new/deep/n.md  +2"
+    assert (tmp_path / "new/deep/n.md").read_bytes() == b"a\nb\n"
+    with pytest.raises(VersionError, match="already exists"):
+        save_note(tmp_path, "new/deep/n.md", "other", "write")
+    assert (tmp_path / "new/deep/n.md").read_text() == "a\nb\n"
+
+
+def test_create_loses_a_race_without_replacing(tmp_path, monkeypatch):
+    # The person saves a note of the same name between our check and our write.
+    real_create = versions._create
+
+    def person_saves_first(path, data):
+        path.write_bytes(b"typed by the person")
+        real_create(path, data)
+
+    monkeypatch.setattr(versions, "_create", person_saves_first)
+    with pytest.raises(VersionError, match="already exists"):
+        save_note(tmp_path, "n.md", "agent", "write")
+    assert (tmp_path / "n.md").read_bytes() == b"typed by the person"
+    assert stray_files(tmp_path) == []
+
+
+def test_overwrite_keeps_previous_version_in_history(tmp_path):
+    make(tmp_path, "notes/a.md", b"years of writing\n")
+    summary = save_note(tmp_path, "notes/a.md", "short\n", "overwrite")
+    assert summary == "~ notes/a.md  +1 \u22121"
+    [kept] = history_files(tmp_path, "notes/a.md")
+    assert kept.read_bytes() == b"years of writing\n"
+    assert kept.relative_to(tmp_path).as_posix().startswith(".history/notes/a.md.")
+
+
+def test_stale_text_is_not_written(tmp_path):
+    path = make(tmp_path, "a.md", b"the person edited this meanwhile\n")
+    with pytest.raises(VersionError, match="changed on disk"):
+        save_note(tmp_path, "a.md", "agent text", "edit", expected="what the agent read\n")
+    assert path.read_bytes() == b"the person edited this meanwhile\n"
+
+
+def test_move_refuses_existing_target_and_missing_source(tmp_path):
+    make(tmp_path, "a.md", b"A")
+    make(tmp_path, "b.md", b"B")
+    with pytest.raises(VersionError, match="already exists"):
+        versions.move_note(tmp_path, "a.md", "b.md")
+    with pytest.raises(VersionError, match="does not exist"):
+        versions.move_note(tmp_path, "zzz.md", "c.md")
+    assert (tmp_path / "a.md").read_bytes() == b"A" and (tmp_path / "b.md").read_bytes() == b"B"
+    assert versions.move_note(tmp_path, "a.md", "sub/c.md") == "→ a.md → sub/c.md"
+    assert not (tmp_path / "a.md").exists() and (tmp_path / "sub/c.md").read_bytes() == b"A"
+
+
+def test_delete_keeps_a_copy(tmp_path):
+    make(tmp_path, "old.md", b"gone?\n")
+    assert versions.delete_note(tmp_path, "old.md") == "- old.md"
+    assert not (tmp_path / "old.md").exists()
+    [kept] = history_files(tmp_path, "old.md")
+    assert kept.read_bytes() == b"gone?\n"
+
+
+# --- pruning ---
+
+
+def fake_versions(kb, rel, ages_days, now):
+    make(kb, rel, b"current")
+    for age in ages_days:
+        versions.snapshot(kb, rel, now=now - timedelta(days=age))
+
+
+def test_prune_by_count_keeps_the_newest(tmp_path):
+    now = datetime(2026, 11, 30, tzinfo=timezone.utc)
+    fake_versions(tmp_path, "n.md", [5, 4, 3, 2, 1], now)
+    removed = versions.prune_versions(tmp_path, "n.md", keep=2, max_age_days=0, now=now)
+    assert len(removed) == 3
+    kept = [taken for taken, _ in versions.list_versions(tmp_path, "n.md")]
+    assert kept == [now - timedelta(days=2), now - timedelta(days=1)]
+
+
+def test_prune_by_age_never_removes_the_newest(tmp_path):
+    now = datetime(2026, 11, 30, tzinfo=timezone.utc)
+    fake_versions(tmp_path, "n.md", [400, 300, 200], now)
+    versions.prune_versions(tmp_path, "n.md", keep=0, max_age_days=30, now=now)
+    assert [t for t, _ in versions.list_versions(tmp_path, "n.md")] == [now - timedelta(days=200)]
+
+
+def test_prune_leaves_other_notes_with_similar_names_alone(tmp_path):
+    now = datetime(2026, 11, 30, tzinfo=timezone.utc)
+    fake_versions(tmp_path, "n.md", [3, 2, 1], now)
+    fake_versions(tmp_path, "n.md.bak.md", [3, 2, 1], now)
+    versions.prune_versions(tmp_path, "n.md", keep=1, max_age_days=0, now=now)
+    assert len(history_files(tmp_path, "n.md")) == 1
+    assert len(history_files(tmp_path, "n.md.bak.md")) == 3
+
+
+def test_saving_prunes_to_the_configured_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(config, "HISTORY_KEEP", 3)
+    make(tmp_path, "n.md", b"v0\n")
+    for i in range(1, 7):
+        save_note(tmp_path, "n.md", f"v{i}\n", "overwrite")
+    kept = [p.read_text() for p in history_files(tmp_path, "n.md")]
+    assert kept == ["v3\n", "v4\n", "v5\n"]
+
+
+# --- undo ---
+
+
+def test_undo_with_nothing_recorded(tmp_path):
+    assert undo_last(tmp_path).startswith("Nothing to undo")
+
+
+def test_undo_create_removes_the_note_but_keeps_a_copy(tmp_path):
+    save_note(tmp_path, "new.md", "draft\n", "write")
+    message = undo_last(tmp_path)
+    assert "removed new.md" in message
+    assert not (tmp_path / "new.md").exists()
+    assert [p.read_text() for p in history_files(tmp_path, "new.md")] == ["draft\n"]
+
+
+@pytest.mark.parametrize("op", ["overwrite", "edit", "append"])
+def test_undo_restores_the_previous_text_byte_for_byte(tmp_path, op):
+    original = BOM + b"line one\r\nline two\r\n"
+    path = make(tmp_path, "n.md", original)
+    save_note(tmp_path, "n.md", "replaced\n", op)
+    message = undo_last(tmp_path)
+    assert f"the {op} of n.md" in message and "as it was" in message
+    assert path.read_bytes() == original
+
+
+def test_undo_move_moves_it_back(tmp_path):
+    make(tmp_path, "a.md", b"A\n")
+    versions.move_note(tmp_path, "a.md", "archive/b.md")
+    assert "moved archive/b.md back to a.md" in undo_last(tmp_path)
+    assert (tmp_path / "a.md").read_bytes() == b"A\n"
+    assert not (tmp_path / "archive/b.md").exists()
+
+
+def test_undo_delete_brings_the_note_back(tmp_path):
+    make(tmp_path, "old.md", b"keep me\n")
+    versions.delete_note(tmp_path, "old.md")
+    assert "old.md is back" in undo_last(tmp_path)
+    assert (tmp_path / "old.md").read_bytes() == b"keep me\n"
+
+
+def test_undo_keeps_what_the_person_wrote_meanwhile(tmp_path):
+    make(tmp_path, "n.md", b"v1\n")
+    save_note(tmp_path, "n.md", "v2 by agent\n", "overwrite")
+    (tmp_path / "n.md").write_text("v3 by the person\n")
+    message = undo_last(tmp_path)
+    assert (tmp_path / "n.md").read_text() == "v1\n"
+    assert "kept in .history/n.md." in message
+    assert "v3 by the person\n" in [p.read_text() for p in history_files(tmp_path, "n.md")]
+
+
+def test_undo_delete_keeps_a_note_the_person_created_at_that_path(tmp_path):
+    make(tmp_path, "n.md", b"old\n")
+    versions.delete_note(tmp_path, "n.md")
+    (tmp_path / "n.md").write_text("person's new note\n")
+    undo_last(tmp_path)
+    assert (tmp_path / "n.md").read_text() == "old\n"
+    assert "person's new note\n" in [p.read_text() for p in history_files(tmp_path, "n.md")]
+
+
+def test_undo_move_keeps_a_note_the_person_created_at_the_old_path(tmp_path):
+    make(tmp_path, "a.md", b"moved\n")
+    versions.move_note(tmp_path, "a.md", "b.md")
+    (tmp_path / "a.md").write_text("person's a\n")
+    undo_last(tmp_path)
+    assert (tmp_path / "a.md").read_text() == "moved\n"
+    assert [p.read_text() for p in history_files(tmp_path, "a.md")] == ["person's a\n"]
+
+
+def test_undo_goes_back_one_change_at_a_time(tmp_path):
+    make(tmp_path, "n.md", b"1\n")
+    save_note(tmp_path, "n.md", "2\n", "edit")
+    save_note(tmp_path, "n.md", "3\n", "edit")
+    versions.move_note(tmp_path, "n.md", "m.md")
+    undo_last(tmp_path)
+    undo_last(tmp_path)
+    assert (tmp_path / "n.md").read_text() == "2\n"
+    undo_last(tmp_path)
+    assert (tmp_path / "n.md").read_text() == "1\n"
+    assert undo_last(tmp_path).startswith("Nothing to undo")
+
+
+def test_undo_of_a_change_that_cannot_be_undone_is_dropped_with_a_reason(tmp_path):
+    make(tmp_path, "a.md", b"A\n")
+    make(tmp_path, "x.md", b"X\n")
+    save_note(tmp_path, "x.md", "X2\n", "edit")
+    versions.move_note(tmp_path, "a.md", "b.md")
+    (tmp_path / "b.md").unlink()  # the person deleted it by hand
+    message = undo_last(tmp_path)
+    assert message.startswith("Could not undo the move of a.md → b.md") and "b.md no longer exists" in message
+    assert "x.md is as it was" in undo_last(tmp_path)  # the next undo still works
+    assert (tmp_path / "x.md").read_text() == "X\n"
+
+
+def test_undo_reports_each_touched_path(tmp_path):
+    make(tmp_path, "a.md", b"A\n")
+    versions.move_note(tmp_path, "a.md", "b.md")
+    touched = []
+    undo_last(tmp_path, on_change=touched.append)
+    assert sorted(touched) == ["a.md", "b.md"]
+
+
+def test_undo_log_survives_garbage_lines_and_stays_bounded(tmp_path, monkeypatch):
+    monkeypatch.setattr(config, "UNDO_LOG_KEEP", 3)
+    make(tmp_path, "n.md", b"0\n")
+    for i in range(1, 10):
+        save_note(tmp_path, "n.md", f"{i}\n", "edit")
+    with open(tmp_path / ".history" / config.UNDO_LOG_NAME, "a") as f:
+        f.write("{not json\n")
+    assert len(versions.read_log(tmp_path)) <= 2 * 3
+    assert "as it was" in undo_last(tmp_path)
+    assert (tmp_path / "n.md").read_text() == "8\n"
+
+
+# --- summaries ---
+
+
+def test_change_summaries():
+    assert change_summary("write", "new.md", new_text="a\n" * 12) == "+ new.md  +12"
+    assert change_summary("edit", "notes/git.md", "a\nb\nc\n", "a\nB\nB2\nB3\nc\n") == "~ notes/git.md  +3 \u22121"
+    assert change_summary("append", "j.md", "a\n", "a\nb\n") == "~ j.md  +1 \u22120"
+    assert change_summary("delete", "old.md") == "- old.md"
+    assert change_summary("move", "a.md", to="b.md") == "→ a.md → b.md"
+
+
+def test_summary_of_a_one_line_edit_in_a_long_note_is_fast_and_exact():
+    old = "".join(f"line {i}\n" for i in range(200_000))
+    new = old.replace("line 100000\n", "line 100000 fixed\n")
+    assert versions.count_changed_lines(old, new) == (1, 1)
+
+
+def test_no_change_without_a_place_for_the_old_version(tmp_path):
+    make(tmp_path, "n.md", b"keep\n")
+    (tmp_path / ".history").write_text("a file where the folder should be")
+    with pytest.raises(VersionError, match="could not keep a copy of n.md in .history/"):
+        save_note(tmp_path, "n.md", "new\n", "overwrite")
+    with pytest.raises(VersionError, match="nothing was changed"):
+        versions.delete_note(tmp_path, "n.md")
+    assert (tmp_path / "n.md").read_bytes() == b"keep\n"
+
+
+def test_undo_that_cannot_keep_a_copy_changes_nothing_and_can_be_retried(tmp_path, monkeypatch):
+    make(tmp_path, "n.md", b"v1\n")
+    save_note(tmp_path, "n.md", "v2\n", "edit")
+
+    def disk_full(*args, **kwargs):
+        raise VersionError("could not keep a copy of n.md in .history/ (No space left on device)")
+
+    monkeypatch.setattr(versions, "snapshot", disk_full)
+    assert undo_last(tmp_path).startswith("Error: could not undo the edit of n.md")
+    assert (tmp_path / "n.md").read_text() == "v2\n"
+    monkeypatch.undo()
+    assert "as it was" in undo_last(tmp_path)
+    assert (tmp_path / "n.md").read_text() == "v1\n"
