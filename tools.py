@@ -413,9 +413,9 @@ TOOLS = {
         "Run one bash command in the notes folder and get exit_code, stdout and stderr (long output keeps "
         "its head and tail). Use it for what the note tools cannot do: counting or finding files "
         "(find, wc, grep), dates and sizes, or a script the person asks you to run. Read, search and "
-        "change notes with the note tools instead (changes made with bash cannot be undone). The person approves every command; stdin is closed, "
-        "so nothing interactive works; commands that run too long are stopped; destructive commands are "
-        "refused.",
+        "change notes with the note tools instead: changes made with bash cannot be undone. The person "
+        "approves every command; stdin is closed, so nothing interactive works; commands that run too "
+        "long are stopped; destructive commands are refused.",
         {"command": {"type": "string", "description": "The command, e.g. \"find . -name '*.md' | wc -l\"."}},
         ["command"],
     )),
