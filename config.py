@@ -46,6 +46,11 @@ UNDO_LOG_KEEP = 200  # changes remembered for /undo; older lines are dropped (th
 EDIT_CLOSEST_LINES = 3  # lines shown when edit_note's old_text is not found
 EDIT_MAX_MATCHES_COUNTED = 20  # edit_note stops counting ambiguous matches here
 
+# --- MCP server (mcp_server.py) ---
+# One JSON-RPC message per line; a longer line is skipped with an error, so memory stays bounded.
+# Big enough for a note of MAX_NOTE_BYTES sent as write_note content with every character \u-escaped.
+MCP_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+
 # --- Shell tool (issue 6; off unless ALLOW_SHELL=1 or --allow-shell) ---
 SHELL_TIMEOUT = 60.0  # seconds a command may run before it and everything it started are killed
 SHELL_KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL when stopping a command

@@ -91,12 +91,6 @@ def _read_note_text(path: Path) -> str:
     return text
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write via a temp file in the same folder and os.replace, so a failure never leaves half a note."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    versions.atomic_write(path, data)
-
-
 # --- The tools ---
 
 def search_notes(kb: Path, query: str, folder: str | None = None) -> str:
@@ -426,6 +420,13 @@ READ_ONLY_TOOLS = {"search_notes", "list_notes", "read_note"}
 NEEDS_CONFIRMATION = {"move_note", "delete_note", "bash"}  # their functions take a `confirm` callback
 NEEDS_SETTINGS = {"bash"}  # their functions take `settings`
 CHANGE_TOOLS = {"write_note", "edit_note", "append_note", "move_note", "delete_note"}  # results start with a summary
+# Tools that change notes only by adding words. Every other tool that is not read-only counts as able to
+# overwrite, move or delete: a tool nobody classified is treated as the dangerous kind (MCP clients see
+# this as destructiveHint and may ask before calling it).
+ADDITIVE_TOOLS = {"append_note"}
+# Tools that act on the computer outside the notes (a shell). The MCP server serves them only when started
+# with --allow-shell, so a setting meant for the terminal chat never hands every MCP client a shell.
+SHELL_TOOLS = {"bash"}
 
 
 def tool_schemas(settings: Settings | None) -> list[dict]:

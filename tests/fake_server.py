@@ -75,6 +75,7 @@ class FakeLLM:
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
         self.server.daemon_threads = True
+        self.server.handle_error = lambda request, address: None  # a client hanging up is not news
         self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 

@@ -13,6 +13,7 @@ import time
 import pytest
 
 import main
+import mcp_server
 import tools
 from agent import CANCELLED, run_agent
 from config import load_settings
@@ -236,3 +237,11 @@ def test_ctrl_c_in_one_shot_stops_the_command_and_exits_130(fake_llm, kb):
     assert "[interrupted]" in err and "Traceback" not in err
     background, group = map(int, pid_file.read_text().split())
     assert not running(background) and group_members(group) == []
+
+
+def test_mcp_serves_bash_only_when_the_chat_and_the_server_both_allow_it(kb):
+    on, off = make_settings(kb, allow_shell=True), make_settings(kb)
+    assert "bash" in mcp_server.served_tools(True, True, on)
+    assert "bash" not in mcp_server.served_tools(True, True, off)  # ALLOW_SHELL is not set
+    assert "bash" not in mcp_server.served_tools(True, False, on)  # the server was not started with --allow-shell
+    assert "bash" not in mcp_server.served_tools(False, True, on)  # nobody would approve the commands
