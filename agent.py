@@ -95,7 +95,7 @@ def _error_detail(exc: openai.APIStatusError) -> str:
 
 
 def _request_params(settings: Settings, messages: list[dict]) -> dict:
-    params = {"model": settings.model, "messages": messages, "tools": tools.TOOL_SCHEMAS}
+    params = {"model": settings.model, "messages": messages, "tools": tools.tool_schemas(settings)}
     extra = {}
     if settings.thinking:
         extra["thinking"] = {"type": settings.thinking}

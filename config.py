@@ -51,6 +51,12 @@ EDIT_MAX_MATCHES_COUNTED = 20  # edit_note stops counting ambiguous matches here
 # Big enough for a note of MAX_NOTE_BYTES sent as write_note content with every character \u-escaped.
 MCP_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 
+# --- Shell tool (issue 6; off unless ALLOW_SHELL=1 or --allow-shell) ---
+SHELL_TIMEOUT = 60.0  # seconds a command may run before it and everything it started are killed
+SHELL_KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL when stopping a command
+SHELL_STDOUT_CHARS = 4000  # the model sees the head and tail of each stream, the middle is cut
+SHELL_STDERR_CHARS = 2000
+
 
 class ConfigError(Exception):
     """A setting is missing or invalid; the message says what to set and where."""
@@ -68,6 +74,8 @@ class Settings:
     reasoning_effort: str | None
     show_reasoning: bool
     auto_approve: bool
+    allow_shell: bool = False
+    shell_timeout: float = SHELL_TIMEOUT
 
 
 _dotenv: dict[str, str] = {}  # the .env file's values; they never enter os.environ, so commands never see them
@@ -103,6 +111,18 @@ def _positive_int(name: str, value, default: int) -> int:
         number = 0
     if number < 1:
         raise ConfigError(f"{name} must be a whole number of at least 1, not {value!r}.")
+    return number
+
+
+def _positive_float(name: str, value, default: float) -> float:
+    if value is None:
+        return default
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        number = 0.0
+    if not 0 < number < float("inf"):
+        raise ConfigError(f"{name} must be a number of seconds above 0, not {value!r}.")
     return number
 
 
@@ -145,4 +165,7 @@ def load_settings(**overrides) -> Settings:
         reasoning_effort=_choice("REASONING_EFFORT", _env("REASONING_EFFORT"), ("low", "medium", "high", "max")),
         show_reasoning=given.get("show_reasoning", _flag("SHOW_REASONING", True)),
         auto_approve=given.get("auto_approve", _flag("AUTO_APPROVE", False)),
+        allow_shell=given.get("allow_shell", _flag("ALLOW_SHELL", False)),
+        shell_timeout=_positive_float("SHELL_TIMEOUT", given.get("shell_timeout", _env("SHELL_TIMEOUT")),
+                                      SHELL_TIMEOUT),
     )

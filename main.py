@@ -17,7 +17,7 @@ import search
 import versions
 from agent import AgentError, make_client, run_agent
 from config import ConfigError, Settings, load_settings
-from tools import CHANGE_TOOLS, TOOL_SCHEMAS
+from tools import CHANGE_TOOLS, SHELL_QUESTION, tool_schemas
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 TRACE_WIDTH = 110  # characters of a tool call or result shown on stderr
@@ -40,6 +40,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--no-stream", action="store_true", help="wait for whole answers (STREAM=0)")
     parser.add_argument("--no-reasoning", action="store_true", help="hide the model's reasoning (SHOW_REASONING=0)")
     parser.add_argument("-y", "--yes", action="store_true", help="approve actions that ask first (AUTO_APPROVE=1)")
+    parser.add_argument("--allow-shell", action="store_true",
+                        help="let the model run shell commands in the notes folder, each one confirmed "
+                             "(ALLOW_SHELL=1; read the README first)")
     return parser.parse_args(argv)
 
 
@@ -52,6 +55,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         stream=False if args.no_stream else None,
         show_reasoning=False if args.no_reasoning else None,
         auto_approve=True if args.yes else None,
+        allow_shell=True if args.allow_shell else None,
     )
 
 
@@ -128,18 +132,45 @@ def _shorten(text: str) -> str:
 
 def ask_yes_no(question: str) -> bool:
     """Ask the person at the terminal; anything but y/yes (or a closed stdin) means no."""
+    return ask(question, "y/N") == "y"
+
+
+def ask(question: str, choices: str) -> str:
+    """Ask at the terminal; returns "y", "a" (always, if offered) or "n" (anything else, or a closed stdin)."""
     try:
-        sys.stderr.write(f"{question} [y/N] ")
+        sys.stderr.write(f"{question} [{choices}] ")
         sys.stderr.flush()
-        return input().strip().lower() in ("y", "yes")
+        reply = input().strip().lower()
     except EOFError:
-        return False
+        return "n"
+    if reply in ("y", "yes"):
+        return "y"
+    return "a" if reply in ("a", "always") and "a" in choices else "n"
 
 
 def make_confirm(settings: Settings, interactive: bool):
+    """The confirm(question) -> bool callback for the tools; None when nobody can be asked.
+
+    Shell commands may also be answered "a" (always): later shell commands in this session run
+    without asking. Every other question is asked each time.
+    """
     if settings.auto_approve:
         return lambda question: True
-    return ask_yes_no if interactive else None
+    if not interactive:
+        return None
+    shell_always = False
+
+    def confirm(question: str) -> bool:
+        nonlocal shell_always
+        if not question.startswith(SHELL_QUESTION):
+            return ask_yes_no(question)
+        if shell_always:
+            return True
+        reply = ask(question, "y/N/a=always this session")
+        shell_always = reply == "a"
+        return reply in ("y", "a")
+
+    return confirm
 
 
 def answer(question: str, history: list, settings: Settings, client, display: Display, confirm) -> bool:
@@ -157,10 +188,15 @@ def answer(question: str, history: list, settings: Settings, client, display: Di
 
 def repl(settings: Settings, client, display: Display) -> int:
     _enable_line_editing()
-    names = ", ".join(schema["function"]["name"] for schema in TOOL_SCHEMAS)
+    names = ", ".join(schema["function"]["name"] for schema in tool_schemas(settings))
     display.info(f"knowledge-agent · model {settings.model} · notes {settings.kb}\n"
                  f"tools: {names}\nAsk about your notes. /undo reverts the agent's last change. "
                  "Ctrl+C cancels an answer; Ctrl+D or 'exit' leaves.")
+    if settings.allow_shell:
+        approval = "every command runs without asking (--yes)" if settings.auto_approve else \
+            "you approve each command"
+        display.info(f"shell is ON: the model can run commands as you in {settings.kb}; {approval}. "
+                     "The guard against destructive commands is a seat belt, not a sandbox.")
     history: list[dict] = []
     confirm = make_confirm(settings, interactive=True)
     undone = ""  # told to the model with the next question, so it does not trust what it read before
