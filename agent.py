@@ -9,6 +9,7 @@ call id, also after Ctrl+C or a failed request. API faults leave as one `AgentEr
 """
 
 import json
+import time
 from datetime import date
 from typing import Callable
 
@@ -254,16 +255,22 @@ def _explain_broken_stream(exc: Exception, settings: Settings) -> str:
 
 def execute(calls: list[tuple[str, str, str]], history: list[dict], settings: Settings, confirm,
             on_tool_call, on_tool_result) -> None:
-    """Run each (id, name, arguments) call and append its result; if interrupted, answer the rest as not run."""
+    """Run each (id, name, arguments) call and append its result; if interrupted, say so for every call left."""
+    started = time.monotonic()
     try:
         for call_id, name, arguments in calls:
             on_tool_call and on_tool_call(name, arguments)
+            started = time.monotonic()
             result = clean_text(tools.execute_tool(name, arguments, settings, confirm))
             history.append({"role": "tool", "tool_call_id": call_id, "content": result})
             on_tool_result and on_tool_result(name, result)
     except KeyboardInterrupt:
         answered = {m.get("tool_call_id") for m in history[-len(calls):]}
-        answer_unrun([call_id for call_id, _, _ in calls if call_id not in answered], history, CANCELLED)
+        unanswered = [call_id for call_id, _, _ in calls if call_id not in answered]
+        if unanswered:  # the first was running when Ctrl+C came, and may have done part of its work
+            stopped = f"stopped: the user pressed Ctrl+C after {time.monotonic() - started:.1f} s; it may be half done"
+            answer_unrun(unanswered[:1], history, stopped)
+            answer_unrun(unanswered[1:], history, CANCELLED)
         raise
 
 

@@ -177,7 +177,8 @@ def test_ctrl_c_during_a_tool_answers_every_call(kb, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         run_agent("x", history, settings=make_settings(kb), client=client)
     assert_valid_history(history)
-    assert [m["content"] for m in history if m["role"] == "tool"][1:] == [CANCELLED, CANCELLED]
+    results = [m["content"] for m in history if m["role"] == "tool"]
+    assert results[1].startswith("stopped: the user pressed Ctrl+C after") and results[2] == CANCELLED
 
 
 def test_ctrl_c_while_streaming_drops_the_turn(kb):
