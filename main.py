@@ -16,14 +16,12 @@ import json
 import os
 import sys
 
-from dotenv import load_dotenv
-
 import search
 import sessions
 import versions
 from agent import AgentError, make_client, next_request_size, run_agent
-from config import ENV_FILE, ConfigError, Settings, load_settings
-from tools import CHANGE_TOOLS, TOOL_SCHEMAS, execute_tool
+from config import ConfigError, Settings, load_settings
+from tools import CHANGE_TOOLS, SHELL_QUESTION, execute_tool, tool_schemas
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 TRACE_WIDTH = 110  # characters of a tool call or result shown on stderr
@@ -46,6 +44,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--no-stream", action="store_true", help="wait for whole answers (STREAM=0)")
     parser.add_argument("--no-reasoning", action="store_true", help="hide the model's reasoning (SHOW_REASONING=0)")
     parser.add_argument("-y", "--yes", action="store_true", help="approve actions that ask first (AUTO_APPROVE=1)")
+    parser.add_argument("--allow-shell", action="store_true",
+                        help="let the model run shell commands in the notes folder, each one confirmed "
+                             "(ALLOW_SHELL=1; read the README first)")
     earlier = parser.add_mutually_exclusive_group()
     earlier.add_argument("-c", "--continue", dest="continue_last", action="store_true",
                          help="continue the most recent conversation")
@@ -64,6 +65,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
         stream=False if args.no_stream else None,
         show_reasoning=False if args.no_reasoning else None,
         auto_approve=True if args.yes else None,
+        allow_shell=True if args.allow_shell else None,
     )
 
 
@@ -140,18 +142,45 @@ def _shorten(text: str) -> str:
 
 def ask_yes_no(question: str) -> bool:
     """Ask the person at the terminal; anything but y/yes (or a closed stdin) means no."""
+    return ask(question, "y/N") == "y"
+
+
+def ask(question: str, choices: str) -> str:
+    """Ask at the terminal; returns "y", "a" (always, if offered) or "n" (anything else, or a closed stdin)."""
     try:
-        sys.stderr.write(f"{question} [y/N] ")
+        sys.stderr.write(f"{question} [{choices}] ")
         sys.stderr.flush()
-        return input().strip().lower() in ("y", "yes")
+        reply = input().strip().lower()
     except EOFError:
-        return False
+        return "n"
+    if reply in ("y", "yes"):
+        return "y"
+    return "a" if reply in ("a", "always") and "a" in choices else "n"
 
 
 def make_confirm(settings: Settings, interactive: bool):
+    """The confirm(question) -> bool callback for the tools; None when nobody can be asked.
+
+    Shell commands may also be answered "a" (always): later shell commands in this session run
+    without asking. Every other question is asked each time.
+    """
     if settings.auto_approve:
         return lambda question: True
-    return ask_yes_no if interactive else None
+    if not interactive:
+        return None
+    shell_always = False
+
+    def confirm(question: str) -> bool:
+        nonlocal shell_always
+        if not question.startswith(SHELL_QUESTION):
+            return ask_yes_no(question)
+        if shell_always:
+            return True
+        reply = ask(question, "y/N/a=always this session")
+        shell_always = reply == "a"
+        return reply in ("y", "a")
+
+    return confirm
 
 
 def answer(question: str, history: list, settings: Settings, client, display: Display, confirm,
@@ -163,7 +192,7 @@ def answer(question: str, history: list, settings: Settings, client, display: Di
         run_agent(question, history, settings=settings, client=client, on_text=display.text,
                   on_reasoning=display.reasoning, on_tool_call=display.tool_call,
                   on_tool_result=display.tool_result, confirm=confirm,
-                  on_message=conversation and conversation.save, on_usage=conversation and conversation.add_usage)
+                  on_change=conversation and conversation.sync, on_usage=conversation and conversation.add_usage)
         display.end_answer()
         return True
     except AgentError as exc:
@@ -191,12 +220,17 @@ NO_KEY = ("Chat is off: no API key. Set DEEPSEEK_API_KEY (or OPENAI_API_KEY) in 
 
 def repl(settings: Settings, client, display: Display, conversation: sessions.Conversation | None = None) -> int:
     """The chat. `client` None means notes-only mode: the commands work, questions say how to enable chat."""
-    conversation = conversation or sessions.Conversation(sessions.SessionStore(warn=display.info), settings.kb)
+    conversation = conversation or open_store_conversation(settings, display)
     _enable_line_editing()
-    names = ", ".join(schema["function"]["name"] for schema in TOOL_SCHEMAS)
+    names = ", ".join(schema["function"]["name"] for schema in tool_schemas(settings))
     display.info(f"knowledge-agent · model {settings.model} · notes {settings.kb}\ntools: {names}")
     display.info("Ask about your notes. /help lists commands; /undo reverts the agent's last change. "
                  "Ctrl+C cancels an answer; Ctrl+D or /exit leaves." if client else NO_KEY)
+    if settings.allow_shell:
+        approval = "every command runs without asking (--yes)" if settings.auto_approve else \
+            "you approve each command"
+        display.info(f"shell is ON: the model can run commands as you in {settings.kb}; {approval}. "
+                     "The guard against destructive commands is a seat belt, not a sandbox.")
     confirm = make_confirm(settings, interactive=True)
     undone = ""  # told to the model with the next question, so it does not trust what it read before
     while True:
@@ -248,7 +282,7 @@ def run_command(line: str, settings: Settings, client, display: Display, convers
         display.info("\n".join(f"  {usage:<16} {text}" for usage, text in COMMANDS.items())
                      + "\n  anything else    a question for the agent" + ("" if client else " (needs an API key)"))
     elif name == "/tools":
-        for schema in TOOL_SCHEMAS:
+        for schema in tool_schemas(settings):
             function = schema["function"]
             display.info(f"  {function['name']:<14} {function['description'].split('. ')[0].rstrip('.')}.")
     elif name == "/new":
@@ -358,6 +392,8 @@ def piped(settings: Settings, client, display: Display, conversation: sessions.C
     confirm = make_confirm(settings, interactive=False)
     ok = True
     for line in sys.stdin:
+        if line.strip().lower() in ("exit", "quit", "/exit", "/quit"):
+            break
         if line.strip():
             ok = answer(line.strip(), conversation.history, settings, client, display, confirm, conversation) and ok
     return EXIT_OK if ok else EXIT_FAILED
@@ -365,7 +401,7 @@ def piped(settings: Settings, client, display: Display, conversation: sessions.C
 
 def open_conversation(args, settings: Settings, display: Display) -> sessions.Conversation:
     """The conversation to carry on: new, the latest (--continue) or a given one (--resume ID)."""
-    conversation = sessions.Conversation(sessions.SessionStore(warn=display.info), settings.kb)
+    conversation = open_store_conversation(settings, display)
     if args.resume is not None:
         if not conversation.resume(args.resume):
             raise ConfigError(f"No conversation {args.resume}. python main.py --list-sessions lists them.")
@@ -380,9 +416,17 @@ def open_conversation(args, settings: Settings, display: Display) -> sessions.Co
     return conversation
 
 
-def list_sessions(display: Display) -> int:
-    load_dotenv(ENV_FILE, override=False)  # KA_DATA_DIR may be set there
-    store = sessions.SessionStore(warn=display.info)
+def open_store_conversation(settings: Settings, display: Display) -> sessions.Conversation:
+    store = sessions.SessionStore(sessions.default_db_path(settings.data_dir), warn=display.info)
+    return sessions.Conversation(store, settings.kb)
+
+
+def list_sessions(args, display: Display) -> int:
+    try:
+        data_dir = settings_from(args).data_dir  # KA_DATA_DIR may be in .env
+    except ConfigError:  # e.g. no notes folder: not needed to list conversations
+        data_dir = None
+    store = sessions.SessionStore(sessions.default_db_path(data_dir), warn=display.info)
     listed = store.list_sessions()
     for info in listed:
         sys.stdout.write(sessions.format_session_line(info) + "\n")
@@ -392,11 +436,13 @@ def list_sessions(display: Display) -> int:
 
 
 def main(argv=None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # a terminal or file that cannot show a character gets '?'
+        stream.reconfigure(errors="replace")
     args = parse_args(argv)
     display = Display()
     try:
         if args.list_sessions:
-            return list_sessions(display)
+            return list_sessions(args, display)
         settings = settings_from(args)
         display.show_reasoning = settings.show_reasoning
         interactive = not args.question and sys.stdin.isatty()
@@ -404,7 +450,10 @@ def main(argv=None) -> int:
         client = make_client(settings) if settings.api_key or not interactive else None
         conversation = open_conversation(args, settings, display)
         if args.question:
-            question = " ".join(args.question)
+            question = " ".join(args.question).strip()
+            if not question:
+                display.error("The question is empty. Ask something, or run without arguments to chat.")
+                return EXIT_USAGE
             ok = answer(question, conversation.history, settings, client, display,
                         make_confirm(settings, interactive=False), conversation)
             if args.verbose:

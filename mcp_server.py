@@ -75,8 +75,10 @@ def is_served(name: str, allow_destructive: bool, allow_shell: bool) -> bool:
     return allow_destructive or name not in tools.NEEDS_CONFIRMATION
 
 
-def served_tools(allow_destructive: bool, allow_shell: bool) -> dict[str, dict]:
-    return {schema["function"]["name"]: mcp_tool(schema) for schema in tools.TOOL_SCHEMAS
+def served_tools(allow_destructive: bool, allow_shell: bool,
+                 settings: Settings | None = None) -> dict[str, dict]:
+    # tool_schemas(settings) adds the shell only when the chat's own settings enable it (ALLOW_SHELL=1).
+    return {schema["function"]["name"]: mcp_tool(schema) for schema in tools.tool_schemas(settings)
             if is_served(schema["function"]["name"], allow_destructive, allow_shell)}
 
 
@@ -99,7 +101,7 @@ class McpServer:
 
     def __init__(self, settings: Settings, allow_destructive: bool = False, allow_shell: bool = False):
         self.settings = settings
-        self.tools = served_tools(allow_destructive, allow_shell)
+        self.tools = served_tools(allow_destructive, allow_shell, settings)
         # The client asked the person already (it sees destructiveHint); without the flag, nobody can be asked.
         self.confirm = (lambda question: True) if allow_destructive else None
         self.version: str | None = None

@@ -36,8 +36,10 @@ def iter_notes(kb: Path, folder: str | None = None):
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(Path(entry.path))
                 elif entry.is_file() and entry.name.lower().endswith(NOTE_SUFFIXES):
+                    if entry.is_symlink() and not Path(entry.path).resolve().is_relative_to(kb):
+                        continue  # a link leading out of the notes: its target is not the person's note
                     yield Path(entry.path).relative_to(kb).as_posix(), entry
-            except OSError:
+            except (OSError, RuntimeError):  # RuntimeError: a symlink loop
                 continue
 
 

@@ -11,7 +11,8 @@ itself cannot be used, the store lives in memory for this run and says so. Nothi
 caller: a failed write is reported once and the conversation goes on in memory.
 
 Messages are stored exactly as the OpenAI chat API takes them (JSON of the message dict); bookkeeping such
-as the time lives in columns beside it, never inside the message.
+as the time lives in columns beside it, never inside the message. A turn the agent abandons (the API
+refused it, so sending it again would fail again) is marked `dropped`: kept in the file, never loaded.
 """
 
 import json
@@ -40,7 +41,8 @@ CREATE TABLE IF NOT EXISTS messages (
     session_id INTEGER NOT NULL REFERENCES sessions(id),
     created    REAL NOT NULL,
     role       TEXT NOT NULL,
-    body       TEXT NOT NULL
+    body       TEXT NOT NULL,
+    dropped    INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS messages_by_session ON messages(session_id, id);
 """
@@ -60,9 +62,10 @@ class SessionInfo:
     completion_tokens: int = 0
 
 
-def default_db_path() -> Path:
-    """Where the session database lives, following the XDG convention unless KA_DATA_DIR says otherwise."""
-    folder = os.environ.get(config.DATA_DIR_ENV)
+def default_db_path(data_dir: Path | str | None = None) -> Path:
+    """Where the session database lives: data_dir (Settings.data_dir, from KA_DATA_DIR in the environment
+    or .env), else $KA_DATA_DIR, else the XDG data folder."""
+    folder = data_dir or os.environ.get(config.DATA_DIR_ENV)
     if not folder:
         xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
         folder = str(Path(xdg) / "knowledge-agent")
@@ -237,23 +240,30 @@ class SessionStore:
             "INSERT INTO sessions (started, kb) VALUES (?, ?)",
             (time.time(), str(kb) if kb else None)).lastrowid)
 
-    def add_message(self, session_id: int, message) -> bool:
-        """Append one OpenAI-format message and commit it. True when it is safely on disk (or memory)."""
+    def add_message(self, session_id: int, message) -> int | None:
+        """Append one OpenAI-format message and commit it. Its row id once it is safely stored, else None."""
         if session_id is None:
-            return False
+            return None
         message = _plain(message)
         body = json.dumps(message, ensure_ascii=False)
         role = str(message.get("role", ""))
 
         def insert(conn):
-            conn.execute("INSERT INTO messages (session_id, created, role, body) VALUES (?, ?, ?, ?)",
-                         (session_id, time.time(), role, body))
+            row = conn.execute("INSERT INTO messages (session_id, created, role, body) VALUES (?, ?, ?, ?)",
+                               (session_id, time.time(), role, body)).lastrowid
             if role == "user":
                 conn.execute("UPDATE sessions SET title = ? WHERE id = ? AND title IS NULL",
                              (_title_of(message), session_id))
-            return True
+            return row
 
-        return bool(self._write("save a message", insert))
+        return self._write("save a message", insert)
+
+    def drop_messages(self, row_ids: list[int]) -> None:
+        """Leave these messages out of every later load (they stay in the file)."""
+        rows = [(row,) for row in row_ids if row is not None]
+        if rows:
+            self._write("update the history", lambda c: c.executemany(
+                "UPDATE messages SET dropped = 1 WHERE id = ?", rows))
 
     def record_usage(self, session_id: int, prompt_tokens: int, completion_tokens: int) -> None:
         """Add one API call's token counts to the session's totals."""
@@ -278,7 +288,7 @@ class SessionStore:
     def load_messages(self, session_id: int) -> list[dict]:
         """The session's messages in the order they were added (a row that fails to parse is skipped)."""
         messages = []
-        for (body,) in self._read("SELECT body FROM messages WHERE session_id = ? ORDER BY id",
+        for (body,) in self._read("SELECT body FROM messages WHERE session_id = ? AND NOT dropped ORDER BY id",
                                   (session_id,)):
             try:
                 message = json.loads(body)
@@ -290,21 +300,21 @@ class SessionStore:
 
     def latest_session_id(self) -> int | None:
         """The most recent conversation that has at least one message."""
-        rows = self._read("SELECT session_id FROM messages ORDER BY id DESC LIMIT 1")
+        rows = self._read("SELECT session_id FROM messages WHERE NOT dropped ORDER BY id DESC LIMIT 1")
         return rows[0][0] if rows else None
 
     def list_sessions(self, limit: int = config.SESSIONS_LIST_LIMIT) -> list[SessionInfo]:
         """Most recent first; conversations that never got a message are left out."""
         rows = self._read(
             "SELECT s.id, s.started, coalesce(s.title, ''), count(m.id), s.prompt_tokens, "
-            "s.completion_tokens FROM sessions s JOIN messages m ON m.session_id = s.id "
+            "s.completion_tokens FROM sessions s JOIN messages m ON m.session_id = s.id AND NOT m.dropped "
             "GROUP BY s.id ORDER BY max(m.id) DESC LIMIT ?", (limit,))
         return [SessionInfo(*row) for row in rows]
 
     def session_info(self, session_id: int) -> SessionInfo | None:
         rows = self._read(
             "SELECT s.id, s.started, coalesce(s.title, ''), "
-            "(SELECT count(*) FROM messages m WHERE m.session_id = s.id), s.prompt_tokens, "
+            "(SELECT count(*) FROM messages m WHERE m.session_id = s.id AND NOT m.dropped), s.prompt_tokens, "
             "s.completion_tokens FROM sessions s WHERE s.id = ?", (session_id,))
         return SessionInfo(*rows[0]) if rows else None
 
@@ -319,19 +329,22 @@ def format_session_line(info: SessionInfo) -> str:
 class Conversation:
     """The conversation in progress: its messages in memory, each one also committed to the store.
 
-    The session row is created with the first message, so starting the program and leaving at once
-    leaves nothing behind. Token usage is counted per turn (for /usage and -v) and per session (stored).
+    sync() is the agent's on_change callback: it commits the messages added since the last call and marks
+    as dropped the ones the agent removed (a refused turn). The session row is created with the first
+    message, so starting the program and leaving at once leaves nothing behind. Token usage is counted per
+    turn (for /usage and -v) and per session (stored).
     """
 
     def __init__(self, store: SessionStore, kb: Path | str | None = None):
         self.store, self.kb = store, kb
         self.session_id: int | None = None
         self.history: list[dict] = []
+        self.rows: list[int | None] = []  # the store's row id of each message in history (None: not stored)
         self.turn_usage = self.run_usage = (0, 0)
         self.turn_calls = 0
 
     def start_new(self) -> None:
-        self.session_id, self.history = None, []
+        self.session_id, self.history, self.rows = None, [], []
 
     def resume(self, session_id: int) -> bool:
         """Load an earlier conversation; False if there is none with that id."""
@@ -340,12 +353,21 @@ class Conversation:
         # A conversation cut off by a kill may end in unanswered tool calls: repair it the same way every
         # request is repaired, so the next turn starts from valid history.
         self.session_id, self.history = session_id, repair_history(self.store.load_messages(session_id))
+        self.rows = [None] * len(self.history)  # only messages of later turns are ever dropped
         return True
 
-    def save(self, message: dict) -> None:
-        if self.session_id is None:
-            self.session_id = self.store.new_session(self.kb)
-        self.store.add_message(self.session_id, message)
+    def sync(self, history: list[dict] | None = None) -> None:
+        """Make the store match the history: commit new messages, mark removed ones as dropped."""
+        history = self.history if history is None else history
+        if len(history) < len(self.rows):
+            self.store.drop_messages(self.rows[len(history):])
+            del self.rows[len(history):]
+        for message in history[len(self.rows):]:
+            if self.session_id is None:
+                self.session_id = self.store.new_session(self.kb)
+            # recorded before the write returns, so a Ctrl+C inside it cannot store the message twice
+            self.rows.append(None)
+            self.rows[-1] = self.store.add_message(self.session_id, message)
 
     def begin_turn(self) -> None:
         self.turn_usage, self.turn_calls = (0, 0), 0

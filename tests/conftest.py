@@ -20,7 +20,8 @@ def clean_environment(monkeypatch, tmp_path):
     """No test sees the developer's keys, .env-loaded settings or real cache and data folders."""
     for name in ("DEEPSEEK_API_KEY", "OPENAI_API_KEY", "DEEPSEEK_BASE_URL", "OPENAI_BASE_URL", "MODEL",
                  "KNOWLEDGE_BASE", "MAX_TOOL_ROUNDS", "STREAM", "THINKING", "REASONING_EFFORT",
-                 "SHOW_REASONING", "AUTO_APPROVE", "NO_COLOR", "KA_DATA_DIR", "CONTEXT_TOKENS"):
+                 "SHOW_REASONING", "AUTO_APPROVE", "NO_COLOR", "ALLOW_SHELL", "SHELL_TIMEOUT", "KA_DATA_DIR",
+                 "CONTEXT_TOKENS"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))

@@ -32,7 +32,7 @@ _call_ids = itertools.count(1)
 
 
 def demo_brain(request: dict) -> dict:
-    """A rule-based stand-in for a model: enough to drive the search → read → answer → write flow."""
+    """A rule-based stand-in for a model: search → read → answer, write a note, and the direct phrases below."""
     messages = request["messages"]
     last = messages[-1]
     if last["role"] == "tool":
@@ -46,8 +46,11 @@ def demo_brain(request: dict) -> dict:
         if name == "read_note":
             body = [line for line in last["content"].splitlines()[1:] if line.strip()][:3]
             return {"content": "According to your note: " + " / ".join(body)}
-        return {"content": "Done: " + last["content"].splitlines()[0]}
+        return {"content": "Done:\n" + last["content"][:600]}
     question = last["content"]
+    direct = _direct_request(question)
+    if direct:
+        return {"tool_calls": [direct]}
     if re.search(r"写|write", question, re.I):
         content = "# Git 常用命令\n\n- git status\n- git add -A\n- git commit -m \"msg\"\n- git log --oneline\n"
         return {"tool_calls": [{"name": "write_note",
@@ -60,6 +63,26 @@ def demo_brain(request: dict) -> dict:
     words = re.findall(r"[A-Za-z]{3,}|[\u4e00-\u9fff]{2,}", question)
     query = " ".join(w for w in words if w.lower() not in {"find", "notes", "about", "the", "my"})[:40]
     return {"tool_calls": [{"name": "search_notes", "arguments": json.dumps({"query": query or question})}]}
+
+
+def _direct_request(question: str):
+    """Phrases that map straight onto one tool, so every tool can be tried by hand in the demo."""
+    rules = [
+        (r"^(?:run|运行)[:：]?\s+(.+)$", lambda m: ("bash", {"command": m[1]})),
+        (r"count my notes by folder|按文件夹统计", lambda m: (
+            "bash", {"command": "find . -name '*.md' -not -path './.*' | cut -d/ -f2 | sort | uniq -c"})),
+        (r"^delete\s+(\S+)$", lambda m: ("delete_note", {"file_path": m[1]})),
+        (r"^move\s+(\S+)\s+to\s+(\S+)$", lambda m: ("move_note", {"from_path": m[1], "to_path": m[2]})),
+        (r"^in\s+(\S+)\s+replace\s+(.+?)\s+with\s+(.+)$", lambda m: (
+            "edit_note", {"file_path": m[1], "old_text": m[2], "new_text": m[3]})),
+        (r"^append to\s+(\S+):\s*(.+)$", lambda m: ("append_note", {"file_path": m[1], "content": m[2]})),
+    ]
+    for pattern, make in rules:
+        match = re.search(pattern, question.strip(), re.I)
+        if match:
+            name, args = make(match)
+            return {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}
+    return None
 
 
 def _call_for(messages: list, call_id: str):
@@ -193,7 +216,7 @@ def _tool_calls(reply: dict) -> list[dict]:
     for call in reply.get("tool_calls") or []:
         call.setdefault("id", f"call_{next(_call_ids)}")  # unique across rounds, as real servers do
     return [{"id": call["id"], "type": "function",
-             "function": {"name": call["name"], "arguments": call.get("arguments", "{}")}}
+             "function": {"name": call["name"], "arguments": call.get("arguments") or ""}}
             for call in reply.get("tool_calls") or []]
 
 

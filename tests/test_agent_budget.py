@@ -1,6 +1,7 @@
 """The tool loop with a context budget and a session store attached (stubbed client, no network)."""
 
 import json
+import sqlite3
 
 import pytest
 from conftest import StubClient, make_settings
@@ -40,7 +41,7 @@ def test_every_message_reaches_the_store_as_it_happens(kb, tmp_path):
         client = StubClient([{"tool_calls": [call("read_note", file_path="vim.md")], "reasoning": "hm"},
                              {"content": "done"}])
         run_agent("read vim", conversation.history, settings=make_settings(kb), client=client,
-                  on_message=conversation.save, on_usage=conversation.add_usage)
+                  on_change=conversation.sync, on_usage=conversation.add_usage)
     finally:
         tools.TOOLS["read_note"] = original
     assert seen_in_store == [2]
@@ -54,14 +55,31 @@ def test_a_failed_turn_is_left_out_when_the_conversation_resumes(kb, tmp_path):
     conversation = Conversation(SessionStore(tmp_path / "s.db"), kb)
     with pytest.raises(AgentError):
         run_agent("lost question", conversation.history, settings=make_settings(kb),
-                  client=StubClient([_status_error(500, "boom")]), on_message=conversation.save)
+                  client=StubClient([_status_error(500, "boom")]), on_change=conversation.sync)
     assert conversation.history == []  # the turn died before any tool ran: dropped whole
     run_agent("second", conversation.history, settings=make_settings(kb),
-              client=StubClient([{"content": "ok"}]), on_message=conversation.save)
+              client=StubClient([{"content": "ok"}]), on_change=conversation.sync)
 
     again = Conversation(SessionStore(tmp_path / "s.db"), kb)
     assert again.resume(conversation.session_id)
     assert [m["content"] for m in again.history] == ["second", "ok"]
+
+
+def test_a_refused_turn_is_kept_in_the_file_but_not_resumed(kb, tmp_path):
+    conversation = Conversation(SessionStore(tmp_path / "s.db"), kb)
+    run_agent("first", conversation.history, settings=make_settings(kb),
+              client=StubClient([{"content": "one"}]), on_change=conversation.sync)
+    refused = StubClient([{"tool_calls": [call("list_notes")]}, _status_error(400, "invalid message")])
+    with pytest.raises(AgentError):
+        run_agent("second", conversation.history, settings=make_settings(kb), client=refused,
+                  on_change=conversation.sync)
+    assert [m["content"] for m in conversation.history] == ["first", "one"]
+
+    again = Conversation(SessionStore(tmp_path / "s.db"), kb)
+    again.resume(conversation.session_id)
+    assert again.history == conversation.history  # sending the refused turn again would fail again
+    kept = sqlite3.connect(tmp_path / "s.db").execute("SELECT count(*) FROM messages").fetchone()[0]
+    assert kept == 2 + 3  # the refused question, call and result are still in the file
 
 
 def test_requests_are_fitted_to_the_budget_and_history_is_kept_whole(kb):

@@ -202,8 +202,8 @@ def test_failed_write_is_reported_once_and_does_not_raise(tmp_path):
     store = store_in(tmp_path, warnings)
     sid = store.new_session()
     store.conn.execute("PRAGMA query_only=ON")  # every write now fails, as on a full disk
-    assert store.add_message(sid, {"role": "user", "content": "a"}) is False
-    assert store.add_message(sid, {"role": "user", "content": "b"}) is False
+    assert store.add_message(sid, {"role": "user", "content": "a"}) is None
+    assert store.add_message(sid, {"role": "user", "content": "b"}) is None
     store.record_usage(sid, 1, 1)
     assert len(warnings) == 1 and "goes on unsaved" in warnings[0]
 
