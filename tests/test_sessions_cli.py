@@ -165,3 +165,11 @@ def test_note_commands_work_without_an_api_key(monkeypatch, capsys, kb):
     assert "Unknown command /hist. Did you mean /history?" in err
     assert "Unknown command /frobnicate. /help" in err
     assert "search_notes" in err and "/resume ID" in err
+
+
+def test_conversations_go_where_ka_data_dir_says(fake_llm, kb, tmp_path):
+    result = run_main("find vim notes", kb=kb, base_url=fake_llm.base_url,
+                      extra_env={"KA_DATA_DIR": str(tmp_path / "mine")})
+    assert result.returncode == 0
+    assert (tmp_path / "mine" / "sessions.db").is_file()
+    assert not (tmp_path / "data" / "knowledge-agent" / "sessions.db").exists()
