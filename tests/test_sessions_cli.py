@@ -173,3 +173,35 @@ def test_conversations_go_where_ka_data_dir_says(fake_llm, kb, tmp_path):
     assert result.returncode == 0
     assert (tmp_path / "mine" / "sessions.db").is_file()
     assert not (tmp_path / "data" / "knowledge-agent" / "sessions.db").exists()
+
+
+def test_killed_while_the_model_thinks_keeps_the_question_and_the_tool_results(kb, tmp_path):
+    import os
+    import subprocess
+    import threading
+
+    from test_cli import MAIN
+
+    asked, release = threading.Event(), threading.Event()
+
+    def slow_after_tools(request):
+        if request["messages"][-1]["role"] == "tool" and request["messages"][-1]["content"].startswith("vim.md"):
+            asked.set()  # the model is "thinking" about the note it read: kill the program now
+            release.wait(30)
+        return fake_server.demo_brain(request)
+
+    with fake_server.FakeLLM(responder=slow_after_tools) as fake:
+        env = {**os.environ, "DEEPSEEK_API_KEY": "k", "DEEPSEEK_BASE_URL": fake.base_url, "KNOWLEDGE_BASE": str(kb)}
+        proc = subprocess.Popen([sys.executable, str(MAIN), "find vim notes"], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            assert asked.wait(60)
+            proc.kill()
+            proc.wait()
+        finally:
+            release.set()
+        again = run_main("--continue", "summarise it in one line", kb=kb, base_url=fake.base_url)
+    roles = [m["role"] for m in fake.requests[-1]["messages"]]
+    assert roles == ["system", "user", "assistant", "tool", "assistant", "tool", "user"]
+    assert "`dd` deletes a line." in fake.requests[-1]["messages"][5]["content"]  # the note read before the kill
+    assert again.returncode == 0
