@@ -6,14 +6,20 @@
 `history` is the conversation — a plain list of OpenAI-format messages that run_agent extends in place.
 It is always valid to send: every assistant message with tool calls is followed by one tool message per
 call id, also after Ctrl+C or a failed request. API faults leave as one `AgentError` with a readable line.
+Each request carries as much of the history as fits the context budget (context.fit_to_budget), and
+`on_change(history)` is called after every change to the history, so the session store can commit each
+message as it happens.
 """
 
 import json
+import re
+import time
 from datetime import date
 from typing import Callable
 
 import openai
 
+import context
 import tools
 from config import API_MAX_RETRIES, CONNECT_TIMEOUT, REQUEST_TIMEOUT, STREAM_RETRIES, Settings, load_settings
 
@@ -37,6 +43,18 @@ class AgentError(Exception):
     """A failure that ends one answer; its message is one line for the person."""
 
 
+class RequestRejected(AgentError):
+    """The API refused the request itself (HTTP 400): resending the same history would fail again."""
+
+
+class ContextTooLong(RequestRejected):
+    """The server said the request exceeds the model's context window (`window` tokens, if it said)."""
+
+    def __init__(self, message: str, window: int | None = None):
+        super().__init__(message)
+        self.window = window
+
+
 class _StreamBroken(Exception):
     """The connection failed or the server sent an error event after the stream had started."""
 
@@ -57,7 +75,8 @@ def make_client(settings: Settings) -> openai.OpenAI:
 def explain_api_error(exc: Exception, settings: Settings) -> str:
     """One line per kind of failure, saying what happened and what to do."""
     if isinstance(exc, openai.APITimeoutError):
-        return f"The API did not answer within {REQUEST_TIMEOUT:.0f} s (timeout). Try again, or check {settings.base_url}."
+        return (f"The API did not answer within {REQUEST_TIMEOUT:.0f} s ({API_MAX_RETRIES + 1} tries). "
+                f"Try again, or check {settings.base_url}.")
     if isinstance(exc, openai.APIConnectionError):
         return f"Could not connect to {settings.base_url} ({exc.__cause__ or exc}). Check the network or DEEPSEEK_BASE_URL."
     if not isinstance(exc, openai.APIStatusError):
@@ -82,6 +101,17 @@ def explain_api_error(exc: Exception, settings: Settings) -> str:
     return f"The API rejected the request (HTTP {status}): {detail}"
 
 
+def _is_context_error(exc: Exception) -> bool:
+    return (isinstance(exc, openai.APIStatusError) and exc.status_code == 400
+            and any(word in _error_detail(exc).lower() for word in ("context", "too long", "maximum", "tokens")))
+
+
+def _context_window(exc: openai.APIStatusError) -> int | None:
+    """The window size when the error names it ("maximum context length is 65536 tokens")."""
+    match = re.search(r"context (?:length|window)\D{0,20}(\d{3,})", _error_detail(exc))
+    return int(match[1]) if match else None
+
+
 def _error_detail(exc: openai.APIStatusError) -> str:
     body = exc.body if isinstance(exc.body, dict) else {}
     error = body.get("error", body)
@@ -90,7 +120,7 @@ def _error_detail(exc: openai.APIStatusError) -> str:
 
 
 def _request_params(settings: Settings, messages: list[dict]) -> dict:
-    params = {"model": settings.model, "messages": messages, "tools": tools.TOOL_SCHEMAS}
+    params = {"model": settings.model, "messages": messages, "tools": tools.tool_schemas(settings)}
     extra = {}
     if settings.thinking:
         extra["thinking"] = {"type": settings.thinking}
@@ -141,7 +171,7 @@ class _Reply:
 def _valid_json(arguments: str) -> str:
     """Keep history sendable: some servers reject a call whose arguments are not a JSON object."""
     try:
-        return arguments if isinstance(json.loads(arguments or "{}"), dict) else "{}"
+        return arguments if isinstance(json.loads(arguments), dict) else "{}"
     except ValueError:
         return "{}"
 
@@ -154,6 +184,8 @@ def _stream_reply(client, params: dict, on_text, on_reasoning) -> _Reply:
             _add_chunk(reply, chunk, on_text, on_reasoning)
     except openai.APIError as exc:  # the SDK does not retry errors raised while iterating a stream
         raise _StreamBroken(exc) from exc
+    if reply.finish_reason is None and not (reply.content or reply.calls or reply.reasoning):
+        raise ValueError("the stream held no answer")  # e.g. an HTML page served as text/event-stream
     return reply
 
 
@@ -165,8 +197,8 @@ def _add_chunk(reply: _Reply, chunk, on_text, on_reasoning) -> None:
     choice = chunk.choices[0]
     delta = choice.delta
     reasoning = getattr(delta, "reasoning_content", None)
-    if reasoning is not None:
-        reply.reasoning = (reply.reasoning or "") + reasoning
+    if reasoning is not None or "reasoning_content" in (delta.model_extra or {}):
+        reply.reasoning = (reply.reasoning or "") + (reasoning or "")
         if reasoning and on_reasoning:
             on_reasoning(reasoning)
     if delta.content:
@@ -182,13 +214,15 @@ def _add_chunk(reply: _Reply, chunk, on_text, on_reasoning) -> None:
 def _whole_reply(client, params: dict, on_text, on_reasoning) -> _Reply:
     reply = _Reply()
     response = client.chat.completions.create(**params)
-    reply.usage = response.usage
+    reply.usage = getattr(response, "usage", None)
     if not response.choices:
         raise AgentError("The API returned a response with no answer in it. Try again.")
     choice = response.choices[0]
     message = choice.message
     reply.finish_reason = choice.finish_reason
     reply.reasoning = getattr(message, "reasoning_content", None)
+    if reply.reasoning is None and "reasoning_content" in (message.model_extra or {}):
+        reply.reasoning = ""
     if reply.reasoning and on_reasoning:
         on_reasoning(reply.reasoning)
     reply.content = message.content or ""
@@ -220,29 +254,50 @@ def query(client, settings: Settings, messages: list[dict], on_text=None, on_rea
                 return _stream_reply(client, params, show_text, show_reasoning)
             return _whole_reply(client, params, show_text, show_reasoning)
         except openai.APIError as exc:  # the SDK already retried what is worth retrying
-            raise AgentError(explain_api_error(exc, settings)) from None
+            if _is_context_error(exc):
+                raise ContextTooLong(explain_api_error(exc, settings), _context_window(exc)) from None
+            error = RequestRejected if getattr(exc, "status_code", None) == 400 else AgentError
+            raise error(explain_api_error(exc, settings)) from None
         except _StreamBroken as broken:
-            cause = explain_api_error(broken.__cause__, settings)
+            cause = _explain_broken_stream(broken.__cause__, settings)
             if shown:  # asking again would print the same text twice
                 raise AgentError(f"The answer broke off midway: {cause} What was shown above is incomplete.") from None
             if attempt == STREAM_RETRIES:
                 raise AgentError(cause) from None
+        except (AgentError, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # HTML, malformed JSON or SSE: the base URL is not a chat completions API
+            raise AgentError(
+                f"The server at {settings.base_url} sent something that is not an OpenAI-compatible answer "
+                f"({type(exc).__name__}). Check DEEPSEEK_BASE_URL (it usually ends in /v1)."
+            ) from None
+
+
+def _explain_broken_stream(exc: Exception, settings: Settings) -> str:
+    if isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError):
+        return f"The connection to {settings.base_url} dropped during the answer."
+    return explain_api_error(exc, settings)
 
 
 def execute(calls: list[tuple[str, str, str]], history: list[dict], settings: Settings, confirm,
-            on_tool_call, on_tool_result) -> None:
-    """Run each (id, name, arguments) call and append its result; if interrupted, answer the rest as not run."""
-    pending = list(calls)
+            on_tool_call, on_tool_result, on_change=None) -> None:
+    """Run each (id, name, arguments) call and append its result; if interrupted, say so for every call left."""
+    started = time.monotonic()
     try:
-        while pending:
-            call_id, name, arguments = pending[0]
+        for call_id, name, arguments in calls:
             on_tool_call and on_tool_call(name, arguments)
-            result = tools.execute_tool(name, arguments, settings, confirm)
-            on_tool_result and on_tool_result(name, result)
+            started = time.monotonic()
+            result = clean_text(tools.execute_tool(name, arguments, settings, confirm))
             history.append({"role": "tool", "tool_call_id": call_id, "content": result})
-            pending.pop(0)
+            on_change and on_change(history)  # a note may have changed: keep the result even if we crash next
+            on_tool_result and on_tool_result(name, result)
     except KeyboardInterrupt:
-        answer_unrun([call_id for call_id, _, _ in pending], history, CANCELLED)
+        answered = {m.get("tool_call_id") for m in history[-len(calls):]}
+        unanswered = [call_id for call_id, _, _ in calls if call_id not in answered]
+        if unanswered:  # the first was running when Ctrl+C came, and may have done part of its work
+            stopped = f"stopped: the user pressed Ctrl+C after {time.monotonic() - started:.1f} s; it may be half done"
+            answer_unrun(unanswered[:1], history, stopped)
+            answer_unrun(unanswered[1:], history, CANCELLED)
         raise
 
 
@@ -251,9 +306,9 @@ def answer_unrun(call_ids: list[str], history: list[dict], reason: str) -> None:
         history.append({"role": "tool", "tool_call_id": call_id, "content": reason})
 
 
-def _rewind_failed_turn(history: list[dict], turn_start: int) -> None:
-    """Drop what cannot be sent again: a turn in which no tool ran, or a trailing unanswered call."""
-    if not any(m.get("role") == "tool" for m in history[turn_start:]):
+def _rewind_failed_turn(history: list[dict], turn_start: int, rejected: bool) -> None:
+    """Drop what cannot be sent again: a turn the API rejected or in which no tool ran, else unanswered calls."""
+    if rejected or not any(m.get("role") == "tool" for m in history[turn_start:]):
         del history[turn_start:]
         return
     last = history[-1]
@@ -273,35 +328,92 @@ def run_agent(
     on_tool_result: Callable[[str, str], None] | None = None,
     on_usage: Callable[[object], None] | None = None,
     confirm: Callable[[str], bool] | None = None,
+    on_change: Callable[[list[dict]], None] | None = None,
+    calibration: context.Calibration | None = None,
 ) -> str:
     """Answer one question, using the tools as needed. Extends `history` in place with the whole turn."""
     settings = settings or load_settings()
     client = client or make_client(settings)
     history = [] if history is None else history
+    calibration = calibration or CALIBRATION
+    changed = on_change or (lambda history: None)
     turn_start = len(history)
-    history.append({"role": "user", "content": user_query})
-    system = {"role": "system", "content": SYSTEM_PROMPT.format(today=date.today().isoformat())}
+    history.append({"role": "user", "content": clean_text(user_query)})
+    changed(history)
+    system = _system_message()
     try:
         for round_number in range(1, settings.max_rounds + 1):
-            reply = query(client, settings, [system] + history, on_text, on_reasoning)
+            reply = _query_within_budget(client, settings, [system] + history, calibration, on_text, on_reasoning)
             if reply.usage and on_usage:
                 on_usage(reply.usage)
             message = reply.message(round_number)
             history.append(message)
+            changed(history)
             if not message.get("tool_calls"):  # decided by the calls, not finish_reason: servers differ
                 return _final_answer(reply, on_text)
             calls = reply.calls_to_run(message)
             if round_number == settings.max_rounds:
                 answer_unrun([call_id for call_id, _, _ in calls], history, ROUND_LIMIT)
+                changed(history)
                 break
-            execute(calls, history, settings, confirm, on_tool_call, on_tool_result)
-    except (KeyboardInterrupt, AgentError):
-        _rewind_failed_turn(history, turn_start)
+            execute(calls, history, settings, confirm, on_tool_call, on_tool_result, changed)
+    except (KeyboardInterrupt, AgentError) as exc:
+        _rewind_failed_turn(history, turn_start, rejected=isinstance(exc, RequestRejected))
+        changed(history)
         raise
     notice = (f"[Stopped: reached the limit of {settings.max_rounds} model calls for one question "
               "(MAX_TOOL_ROUNDS or --max-rounds). Ask again to continue, or raise the limit.]")
     on_text and on_text(notice)
     return (reply.content + "\n\n" if reply.content else "") + notice
+
+
+# What this process has learnt about the server's token counts; shared by every run_agent call.
+CALIBRATION = context.Calibration()
+CONTEXT_RETRIES = 2  # a "context too long" answer is retried with this many ever-shorter requests
+
+
+def _system_message() -> dict:
+    return {"role": "system", "content": SYSTEM_PROMPT.format(today=date.today().isoformat())}
+
+
+def _tools_tokens(settings: Settings) -> int:
+    return context.estimate_tokens([], _request_params(settings, [])["tools"])
+
+
+def next_request_size(history: list[dict], settings: Settings) -> tuple[int, int]:
+    """(estimated tokens, messages of the history) the next request would carry, for /usage."""
+    sent = context.fit_to_budget([_system_message()] + history, CALIBRATION.budget(settings.context_tokens),
+                                 CALIBRATION.factor, _tools_tokens(settings))
+    tokens = (context.estimate_tokens(sent) + _tools_tokens(settings)) * CALIBRATION.factor
+    return round(tokens), len(sent) - 1
+
+
+def _query_within_budget(client, settings: Settings, messages: list[dict], calibration: context.Calibration,
+                         on_text, on_reasoning) -> _Reply:
+    """One API call carrying as much of the conversation as fits; learns the server's real count from
+    `usage`. If the server still says "too long" (a model smaller than CONTEXT_TOKENS assumes), it asks
+    again with less, and keeps every later request of this run below that too."""
+    fixed = _tools_tokens(settings)
+    for attempt in range(CONTEXT_RETRIES + 1):
+        sent = context.fit_to_budget(messages, calibration.budget(settings.context_tokens), calibration.factor, fixed)
+        try:
+            reply = query(client, settings, sent, on_text, on_reasoning)
+        except ContextTooLong as exc:
+            if attempt == CONTEXT_RETRIES:
+                raise
+            calibration.rejected(round((context.estimate_tokens(sent) + fixed) * calibration.factor), exc.window)
+            continue
+        if reply.usage:
+            calibration.observe(context.estimate_tokens(sent) + fixed, getattr(reply.usage, "prompt_tokens", 0))
+        return reply
+
+
+def clean_text(text: str) -> str:
+    """Bytes that are not UTF-8 (a terminal or pipe in another encoding) become U+FFFD, not a crash."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeEncodeError:  # a lone surrogate that surrogateescape did not make
+        return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def _final_answer(reply: _Reply, on_text) -> str:

@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from dotenv import load_dotenv
+from dotenv import dotenv_values
 
 PROJECT_DIR = Path(__file__).resolve().parent
 ENV_FILE = PROJECT_DIR / ".env"
@@ -36,6 +36,42 @@ SEARCH_LINES_PER_HIT = 3
 SEARCH_OUTPUT_CHARS = 4000
 LIST_MAX_NOTES = 200
 
+# --- Sessions and context budget (issue 5) -------------------------------------------------------------
+# The session store lives in $KA_DATA_DIR, else $XDG_DATA_HOME/knowledge-agent, else
+# ~/.local/share/knowledge-agent. One SQLite file keeps every conversation.
+DATA_DIR_ENV = "KA_DATA_DIR"
+SESSIONS_DB_NAME = "sessions.db"
+# How long a write waits for another REPL holding the database before giving up (seconds).
+SESSIONS_BUSY_TIMEOUT = 10.0
+# How many conversations /sessions and --list-sessions show.
+SESSIONS_LIST_LIMIT = 20
+
+# deepseek-flash has a 128k-token window. The thinking model may spend up to ~32k tokens reasoning and
+# answering, and the estimate is only approximate until the API's own count corrects it, so a request
+# aims at 88k (env CONTEXT_TOKENS).
+CONTEXT_TOKENS = 88_000
+# When an old tool result is shortened, this many characters stay in front of "[… elided, N chars]".
+ELIDED_TOOL_HEAD_CHARS = 300
+# Turns just before the current one whose tool results are shortened only when all older ones are gone.
+CONTEXT_KEEP_RECENT_TURNS = 2
+# Token estimate: Latin text ~4 characters a token, CJK ~1 token a character, plus what each message and
+# each tool call costs in the chat template.
+CHARS_PER_TOKEN = 4
+MESSAGE_OVERHEAD_TOKENS = 4
+TOOL_CALL_OVERHEAD_TOKENS = 8
+# The learnt correction (API count / estimate) is kept within these bounds, so one odd reply cannot
+# make the budget absurd, and is learnt only from requests big enough for the ratio to mean something.
+# It never goes below 1: the estimate over-counts Chinese and under-counts English, so a factor learnt on
+# Chinese turns would let the next big English tool result overflow the window.
+TOKEN_FACTOR_MIN = 1.0
+TOKEN_FACTOR_MAX = 3.0
+TOKEN_FACTOR_MIN_SAMPLE = 500
+# How far one lower ratio pulls the factor down (it jumps up to a higher one at once).
+TOKEN_FACTOR_DECAY = 0.1
+# After a "context too long" answer, requests aim at this share of what was refused (or of the window the
+# error names) for the rest of the run: the model may be smaller than CONTEXT_TOKENS assumes.
+CONTEXT_SHRINK_AFTER_REJECTION = 0.7
+
 # --- Versions, undo and editing (versions.py, edit/append/move/delete tools) ---
 # Every change that replaces or removes text first copies the old file to
 # <kb>/.history/<rel_path>.<timestamp>; these limits bound how many copies pile up.
@@ -45,6 +81,17 @@ UNDO_LOG_NAME = "undo.jsonl"  # inside HISTORY_DIR: one line per change the agen
 UNDO_LOG_KEEP = 200  # changes remembered for /undo; older lines are dropped (their versions stay)
 EDIT_CLOSEST_LINES = 3  # lines shown when edit_note's old_text is not found
 EDIT_MAX_MATCHES_COUNTED = 20  # edit_note stops counting ambiguous matches here
+
+# --- MCP server (mcp_server.py) ---
+# One JSON-RPC message per line; a longer line is skipped with an error, so memory stays bounded.
+# Big enough for a note of MAX_NOTE_BYTES sent as write_note content with every character \u-escaped.
+MCP_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+
+# --- Shell tool (issue 6; off unless ALLOW_SHELL=1 or --allow-shell) ---
+SHELL_TIMEOUT = 60.0  # seconds a command may run before it and everything it started are killed
+SHELL_KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL when stopping a command
+SHELL_STDOUT_CHARS = 4000  # the model sees the head and tail of each stream, the middle is cut
+SHELL_STDERR_CHARS = 2000
 
 # --- search index (search.py, issue 3) ------------------------------------------------------------
 # Where the per-knowledge-base index files live. Unset: $XDG_CACHE_HOME/knowledge-agent, else
@@ -83,13 +130,22 @@ class Settings:
     reasoning_effort: str | None
     show_reasoning: bool
     auto_approve: bool
+    allow_shell: bool = False
+    shell_timeout: float = SHELL_TIMEOUT
+    context_tokens: int = CONTEXT_TOKENS  # what one request may carry (issue 5)
+    data_dir: Path | None = None  # where sessions.db lives; None: $XDG_DATA_HOME/knowledge-agent
+
+
+_dotenv: dict[str, str] = {}  # the .env file's values; they never enter os.environ, so commands never see them
 
 
 def _env(name: str, fallback: str | None = None) -> str | None:
-    for key in (name, fallback):
-        value = os.environ.get(key, "").strip() if key else ""
-        if value:
-            return value
+    """The environment wins over .env for both names, so an exported OPENAI_* beats DEEPSEEK_* in .env."""
+    for source in (os.environ, _dotenv):
+        for key in (name, fallback):
+            value = (source.get(key) or "").strip() if key else ""
+            if value:
+                return value
     return None
 
 
@@ -116,6 +172,18 @@ def _positive_int(name: str, value, default: int) -> int:
     return number
 
 
+def _positive_float(name: str, value, default: float) -> float:
+    if value is None:
+        return default
+    try:
+        number = float(str(value).strip())
+    except ValueError:
+        number = 0.0
+    if not 0 < number < float("inf"):
+        raise ConfigError(f"{name} must be a number of seconds above 0, not {value!r}.")
+    return number
+
+
 def _choice(name: str, value: str | None, choices: tuple[str, ...]) -> str | None:
     if value is not None and value not in choices:
         raise ConfigError(f"{name}={value!r} is not valid: use one of {', '.join(choices)}.")
@@ -124,16 +192,21 @@ def _choice(name: str, value: str | None, choices: tuple[str, ...]) -> str | Non
 
 def _knowledge_base(value: str | None) -> Path:
     kb = Path(value).expanduser() if value else PROJECT_DIR / "knowledge_base"
+    if kb.exists() and not kb.is_dir():
+        raise ConfigError(f"{kb} is a file, not a folder. Point KNOWLEDGE_BASE (or --kb) at your notes folder.")
     if not kb.is_dir():
         raise ConfigError(
             f"Notes folder not found: {kb}. Create it, or point KNOWLEDGE_BASE (or --kb) at your notes."
         )
+    if not os.access(kb, os.R_OK | os.X_OK):
+        raise ConfigError(f"Notes folder {kb} cannot be read (permission denied). Check its permissions.")
     return kb.resolve()
 
 
 def load_settings(**overrides) -> Settings:
     """Build Settings from defaults, .env, the environment and non-None keyword overrides (CLI flags)."""
-    load_dotenv(ENV_FILE, override=False)
+    _dotenv.clear()
+    _dotenv.update({k: v for k, v in dotenv_values(ENV_FILE).items() if v is not None})
     given = {key: value for key, value in overrides.items() if value is not None}
     return Settings(
         api_key=given.get("api_key") or _env("DEEPSEEK_API_KEY", "OPENAI_API_KEY"),
@@ -150,4 +223,11 @@ def load_settings(**overrides) -> Settings:
         reasoning_effort=_choice("REASONING_EFFORT", _env("REASONING_EFFORT"), ("low", "medium", "high", "max")),
         show_reasoning=given.get("show_reasoning", _flag("SHOW_REASONING", True)),
         auto_approve=given.get("auto_approve", _flag("AUTO_APPROVE", False)),
+        allow_shell=given.get("allow_shell", _flag("ALLOW_SHELL", False)),
+        shell_timeout=_positive_float("SHELL_TIMEOUT", given.get("shell_timeout", _env("SHELL_TIMEOUT")),
+                                      SHELL_TIMEOUT),
+        context_tokens=_positive_int(
+            "CONTEXT_TOKENS", given.get("context_tokens", _env("CONTEXT_TOKENS")), CONTEXT_TOKENS
+        ),
+        data_dir=Path(_env(DATA_DIR_ENV)).expanduser() if _env(DATA_DIR_ENV) else None,
     )

@@ -25,6 +25,7 @@ import hashlib
 import os
 import re
 import sqlite3
+import stat
 import struct
 import sys
 import threading
@@ -81,15 +82,37 @@ def _walk(kb: Path, top: str, watcher=None) -> dict:
                 continue  # hidden (is_hidden_name, inlined: this loop runs once per file per search)
             try:
                 if entry.is_dir(follow_symlinks=False):
-                    stack.append(prefix + name)
-                elif name.lower().endswith(NOTE_SUFFIXES) and entry.is_file(follow_symlinks=False):
+                    stack.append(prefix + name)  # linked folders are not followed: no loops, no escapes
+                elif name.lower().endswith(NOTE_SUFFIXES):
+                    if entry.is_file(follow_symlinks=False):
+                        st = entry.stat(follow_symlinks=False)
+                    elif entry.is_symlink() and _link_stays_inside(entry.path, kb):
+                        st = os.stat(entry.path)
+                        if not stat.S_ISREG(st.st_mode):
+                            continue
+                    else:
+                        continue  # FIFOs, sockets, links leading out of the notes
                     rel = prefix + name
                     rel.encode("utf-8")  # a name that is not valid Unicode cannot be stored or shown
-                    st = entry.stat(follow_symlinks=False)
                     found[rel] = (st.st_size, st.st_mtime_ns)
-            except (OSError, UnicodeEncodeError):
+            except (OSError, RuntimeError, UnicodeEncodeError):  # RuntimeError: a symlink loop
                 continue
     return found
+
+
+def _link_stays_inside(link: str, kb: Path) -> bool:
+    """A linked note is the person's note only if its target is inside the notes folder too."""
+    return Path(link).resolve().is_relative_to(kb)
+
+
+def _note_stat(path: Path, kb: Path):
+    """(size, mtime_ns) of one note, as _walk would see it; None if it is no (longer a) regular note."""
+    st = os.stat(path, follow_symlinks=False)
+    if stat.S_ISLNK(st.st_mode):
+        if not _link_stays_inside(str(path), kb):
+            return None
+        st = os.stat(path)
+    return (st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -459,14 +482,13 @@ _BATCH = 500  # notes read and written together: bounds memory during a big buil
 def _prepare(kb: Path, items: list):
     """Read notes and turn them into index rows; also return the paths that could not be read."""
     rows, unreadable = [], []
-    for rel, stat in items:
+    for rel, size_mtime in items:
         abs_path = kb / rel
         try:
-            if stat is None:
-                st = os.stat(abs_path, follow_symlinks=False)
-                stat = (st.st_size, st.st_mtime_ns)
-            text = _read_note(abs_path)
-        except OSError:
+            if size_mtime is None:
+                size_mtime = _note_stat(abs_path, kb)
+            text = _read_note(abs_path) if size_mtime else None
+        except (OSError, RuntimeError):
             text = None
         if text is None:
             unreadable.append(rel)
@@ -478,7 +500,7 @@ def _prepare(kb: Path, items: list):
             words = _cjk_words
         else:  # most notes have no CJK text: skip four needless passes over them
             words = str
-        rows.append((rel, stat[0], stat[1], title, _key(title), _key(stem),
+        rows.append((rel, size_mtime[0], size_mtime[1], title, _key(title), _key(stem),
                      words(folder + stem), words(title), words(_lead_of(text)), words(text)))
     return rows, unreadable
 

@@ -1,8 +1,10 @@
 """The note tools the model may call, their JSON schemas, and the path guard that keeps them in the notes.
 
-`TOOL_SCHEMAS` is what the model is offered; `execute_tool(name, arguments)` runs one call and always
-returns text — an error the model can act on starts with "Error: " — it never raises. Every path the
-model gives goes through `safe_path`, which admits only visible .md/.txt notes inside the knowledge base.
+`tool_schemas(settings)` is what the model is offered: `TOOL_SCHEMAS` (the note tools) plus the opt-in
+`bash` tool when the shell is enabled (shell.py does the running and the guarding). `execute_tool(name,
+arguments)` runs one call and always returns text — an error the model can act on starts with "Error: " —
+it never raises (except KeyboardInterrupt, which ends the turn). Every path the model gives goes through
+`safe_path`, which admits only visible .md/.txt notes inside the knowledge base.
 """
 
 import difflib
@@ -13,6 +15,7 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Callable
 
 import search
+import shell
 import versions
 from config import (
     EDIT_CLOSEST_LINES,
@@ -50,7 +53,10 @@ def _relative_parts(file_path: str, what: str) -> PurePosixPath:
 
 def safe_folder(kb: Path, folder: str, what: str = "folder") -> Path:
     """Resolve a folder inside the knowledge base, refusing escapes and hidden folders."""
-    resolved = (kb / _relative_parts(folder, what)).resolve()
+    try:
+        resolved = (kb / _relative_parts(folder, what)).resolve()
+    except (OSError, RuntimeError):  # a symlink loop; the message would show the host path
+        raise ToolError(f"{what} {folder!r} cannot be resolved (a symlink loop?).") from None
     if not resolved.is_relative_to(kb):
         raise ToolError(f"{what} {folder!r} is outside the notes folder.")
     if any(search.is_hidden_name(part) for part in resolved.relative_to(kb).parts):
@@ -73,6 +79,8 @@ def _rel(kb: Path, path: Path) -> str:
 # --- Reading and writing ---
 
 def _read_note_text(path: Path) -> str:
+    if path.exists() and not path.is_dir() and not path.is_file():
+        raise ToolError("that is not a regular file (a pipe or device?), so it is not read.")
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_NOTE_BYTES + 1)
@@ -86,12 +94,6 @@ def _read_note_text(path: Path) -> str:
     if len(data) > MAX_NOTE_BYTES:
         text += f"\n[… file is larger than {MAX_NOTE_BYTES} bytes; the rest is not read]"
     return text
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write via a temp file in the same folder and os.replace, so a failure never leaves half a note."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    versions.atomic_write(path, data)
 
 
 # --- The tools ---
@@ -258,8 +260,8 @@ def write_note(kb: Path, file_path: str, content: str, overwrite: bool = False) 
 
 def _confirmed(confirm, question: str) -> None:
     if confirm is None:
-        raise ToolError("not done: this needs the person's confirmation, and nobody can answer here "
-                        "(one-shot or piped mode). Tell the person to rerun with --yes or AUTO_APPROVE=1.")
+        # Short: the person reads it on one trace line of about 110 characters.
+        raise ToolError("not done: nobody can confirm here (one-shot/piped); rerun with --yes or AUTO_APPROVE=1.")
     if not confirm(question):
         raise ToolError("not done: the person declined. Do not retry unless they ask again.")
 
@@ -288,6 +290,36 @@ def delete_note(kb: Path, file_path: str, confirm=None) -> str:
     summary = versions.delete_note(kb, rel)
     search.note_changed(kb, rel)
     return f"{summary}\nDeleted {rel}; a copy is kept in {HISTORY_DIR}/ and /undo brings it back."
+
+
+SHELL_DISABLED = ("the shell tool is disabled. The person can enable it by starting with --allow-shell "
+                  "(or ALLOW_SHELL=1); until then use the note tools.")
+
+# Control characters and bidi overrides could redraw the prompt so the person approves a command
+# that is not what runs; they are shown as visible escapes instead.
+_HIDING_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+SHELL_QUESTION = "Run this shell command in the notes folder?"  # main.py offers "always" for these
+
+
+def shell_question(command: str) -> str:
+    """What the person is asked: SHELL_QUESTION, then the command, indented, control characters visible."""
+    visible = _HIDING_CHARACTERS.sub(lambda m: repr(m.group())[1:-1], command)
+    return SHELL_QUESTION + "\n    " + visible.replace("\n", "\n    ")
+
+
+def bash(kb: Path, command: str, settings: Settings, confirm: Callable[[str], bool] | None) -> str:
+    if not settings.allow_shell:
+        raise ToolError(SHELL_DISABLED)
+    if not command.strip():
+        raise ToolError("command is empty.")
+    reason = shell.check_command(command)
+    if reason:  # refused before anyone is asked, and even with --yes
+        raise ToolError(f"refused by the safety guard: {reason}. Do not try to work around it; if the person "
+                        "really wants this, they can run it themselves.")
+    _confirmed(confirm, shell_question(command))
+    return shell.run_shell(command, kb, settings.shell_timeout, hide=(settings.api_key or "",))
 
 
 _PATH = {"type": "string", "description": "Path relative to the notes folder, e.g. 'python.md' or 'work/ideas.md'."}
@@ -377,11 +409,38 @@ TOOLS = {
         {"file_path": _PATH},
         ["file_path"],
     )),
+    "bash": (bash, _schema(
+        "bash",
+        "Run one bash command in the notes folder and get exit_code, stdout and stderr (long output keeps "
+        "its head and tail). Use it for what the note tools cannot do: counting or finding files "
+        "(find, wc, grep), dates and sizes, or a script the person asks you to run. Read, search and "
+        "change notes with the note tools instead: changes made with bash cannot be undone. The person "
+        "approves every command; stdin is closed, so nothing interactive works; commands that run too "
+        "long are stopped; destructive commands are refused.",
+        {"command": {"type": "string", "description": "The command, e.g. \"find . -name '*.md' | wc -l\"."}},
+        ["command"],
+    )),
 }
-TOOL_SCHEMAS = [schema for _, schema in TOOLS.values()]
+OPT_IN_TOOLS = {"bash": "allow_shell"}  # tool -> the Settings flag that offers it to the model
+TOOL_SCHEMAS = [schema for name, (_, schema) in TOOLS.items() if name not in OPT_IN_TOOLS]
 READ_ONLY_TOOLS = {"search_notes", "list_notes", "read_note"}
-NEEDS_CONFIRMATION = {"move_note", "delete_note"}  # their functions take a `confirm` callback
+NEEDS_CONFIRMATION = {"move_note", "delete_note", "bash"}  # their functions take a `confirm` callback
+NEEDS_SETTINGS = {"bash"}  # their functions take `settings`
 CHANGE_TOOLS = {"write_note", "edit_note", "append_note", "move_note", "delete_note"}  # results start with a summary
+# Tools that change notes only by adding words. Every other tool that is not read-only counts as able to
+# overwrite, move or delete: a tool nobody classified is treated as the dangerous kind (MCP clients see
+# this as destructiveHint and may ask before calling it).
+ADDITIVE_TOOLS = {"append_note"}
+# Tools that act on the computer outside the notes (a shell). The MCP server serves them only when started
+# with --allow-shell, so a setting meant for the terminal chat never hands every MCP client a shell.
+SHELL_TOOLS = {"bash"}
+
+
+def tool_schemas(settings: Settings | None) -> list[dict]:
+    """The tools offered to the model: TOOL_SCHEMAS plus the opt-in tools these settings enable."""
+    return [schema for name, (_, schema) in TOOLS.items()
+            if name not in OPT_IN_TOOLS or (settings and getattr(settings, OPT_IN_TOOLS[name]))]
+
 
 _JSON_TYPES = {"string": str, "integer": int, "boolean": bool, "object": dict, "array": list}
 
@@ -433,14 +492,19 @@ def execute_tool(
 ) -> str:
     """Run one tool call. Never raises: every failure is text starting with "Error: "."""
     try:
+        settings = settings or load_settings()
+        offered = [schema["function"]["name"] for schema in tool_schemas(settings)]
+        if name in OPT_IN_TOOLS and name not in offered:
+            raise ToolError(SHELL_DISABLED)
         if name not in TOOLS:
-            raise ToolError(f"unknown tool {name!r}. Available tools: {', '.join(TOOLS)}.")
+            raise ToolError(f"unknown tool {name!r}. Available tools: {', '.join(offered)}.")
         function, schema = TOOLS[name]
         args = _check_arguments(schema, _parse_arguments(arguments))
-        kb = (settings or load_settings()).kb
         if name in NEEDS_CONFIRMATION:
             args["confirm"] = confirm
-        return _cap(function(kb, **args))
+        if name in NEEDS_SETTINGS:
+            args["settings"] = settings
+        return _cap(function(settings.kb, **args))
     except (ToolError, versions.VersionError) as exc:
         return ERROR_PREFIX + str(exc)
     except OSError as exc:

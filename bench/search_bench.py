@@ -340,9 +340,9 @@ def main():
         edit = measure_edit(base)
         print_table(rows, edit, broad_words(base))
     finally:
+        shutil.rmtree(tmp, ignore_errors=True)
         import search
         search.close_indexes()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def print_table(rows, edit, broad_words_seen):

@@ -9,6 +9,8 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import agent  # noqa: E402
+import context  # noqa: E402
 import fake_server  # noqa: E402
 from config import Settings  # noqa: E402
 
@@ -18,10 +20,13 @@ def clean_environment(monkeypatch, tmp_path):
     """No test sees the developer's keys, .env-loaded settings or real cache and data folders."""
     for name in ("DEEPSEEK_API_KEY", "OPENAI_API_KEY", "DEEPSEEK_BASE_URL", "OPENAI_BASE_URL", "MODEL",
                  "KNOWLEDGE_BASE", "MAX_TOOL_ROUNDS", "STREAM", "THINKING", "REASONING_EFFORT",
-                 "SHOW_REASONING", "AUTO_APPROVE", "NO_COLOR"):
+                 "SHOW_REASONING", "AUTO_APPROVE", "NO_COLOR", "ALLOW_SHELL", "SHELL_TIMEOUT", "KA_DATA_DIR",
+                 "CONTEXT_TOKENS"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    # What one test teaches the agent about token counts must not shrink the next test's requests.
+    monkeypatch.setattr(agent, "CALIBRATION", context.Calibration())
 
 
 @pytest.fixture

@@ -11,6 +11,10 @@ JSON, so the whole client path is exercised. A reply is a dict:
 
 When the queue is empty, `responder(request_json)` makes the reply (default: a "demo brain" that searches,
 reads the first hit and answers from it, so `python tests/fake_server.py` gives a working offline demo).
+
+`FakeLLM(context_limit=N)` answers 400 "maximum context length" like real servers when a request counts more
+than N tokens by the fake's own tokenizer (prompt_tokens below: JSON characters / 3, harsher than the
+client's estimate on purpose); `.rejected` counts such answers and `.max_prompt_tokens` the largest request.
 """
 
 import itertools
@@ -28,7 +32,7 @@ _call_ids = itertools.count(1)
 
 
 def demo_brain(request: dict) -> dict:
-    """A rule-based stand-in for a model: enough to drive the search → read → answer → write flow."""
+    """A rule-based stand-in for a model: search → read → answer, write a note, and the direct phrases below."""
     messages = request["messages"]
     last = messages[-1]
     if last["role"] == "tool":
@@ -42,8 +46,11 @@ def demo_brain(request: dict) -> dict:
         if name == "read_note":
             body = [line for line in last["content"].splitlines()[1:] if line.strip()][:3]
             return {"content": "According to your note: " + " / ".join(body)}
-        return {"content": "Done: " + last["content"].splitlines()[0]}
+        return {"content": "Done:\n" + last["content"][:600]}
     question = last["content"]
+    direct = _direct_request(question)
+    if direct:
+        return {"tool_calls": [direct]}
     if re.search(r"写|write", question, re.I):
         content = "# Git 常用命令\n\n- git status\n- git add -A\n- git commit -m \"msg\"\n- git log --oneline\n"
         return {"tool_calls": [{"name": "write_note",
@@ -58,6 +65,26 @@ def demo_brain(request: dict) -> dict:
     return {"tool_calls": [{"name": "search_notes", "arguments": json.dumps({"query": query or question})}]}
 
 
+def _direct_request(question: str):
+    """Phrases that map straight onto one tool, so every tool can be tried by hand in the demo."""
+    rules = [
+        (r"^(?:run|运行)[:：]?\s+(.+)$", lambda m: ("bash", {"command": m[1]})),
+        (r"count my notes by folder|按文件夹统计", lambda m: (
+            "bash", {"command": "find . -name '*.md' -not -path './.*' | cut -d/ -f2 | sort | uniq -c"})),
+        (r"^delete\s+(\S+)$", lambda m: ("delete_note", {"file_path": m[1]})),
+        (r"^move\s+(\S+)\s+to\s+(\S+)$", lambda m: ("move_note", {"from_path": m[1], "to_path": m[2]})),
+        (r"^in\s+(\S+)\s+replace\s+(.+?)\s+with\s+(.+)$", lambda m: (
+            "edit_note", {"file_path": m[1], "old_text": m[2], "new_text": m[3]})),
+        (r"^append to\s+(\S+):\s*(.+)$", lambda m: ("append_note", {"file_path": m[1], "content": m[2]})),
+    ]
+    for pattern, make in rules:
+        match = re.search(pattern, question.strip(), re.I)
+        if match:
+            name, args = make(match)
+            return {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}
+    return None
+
+
 def _call_for(messages: list, call_id: str):
     for message in messages:
         for call in message.get("tool_calls") or []:
@@ -66,15 +93,26 @@ def _call_for(messages: list, call_id: str):
     return None
 
 
+def prompt_tokens(request: dict) -> int:
+    """The fake's token count of a request: what the client estimates must be corrected towards it."""
+    body = {"messages": request.get("messages", []), "tools": request.get("tools") or []}
+    return len(json.dumps(body, ensure_ascii=False)) // 3
+
+
 class FakeLLM:
-    def __init__(self, replies=None, responder=demo_brain, port: int = 0, thinking_mode: bool = False):
+    def __init__(self, replies=None, responder=demo_brain, port: int = 0, thinking_mode: bool = False,
+                 context_limit: int | None = None):
         self.replies = list(replies or [])
         self.thinking_mode = thinking_mode  # answer 400, as DeepSeek does, if reasoning is not sent back
         self.responder = responder
         self.requests: list[dict] = []
+        self.context_limit = context_limit
+        self.rejected = 0
+        self.max_prompt_tokens = 0
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
         self.server.daemon_threads = True
+        self.server.handle_error = lambda request, address: None  # a client hanging up is not news
         self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -85,6 +123,17 @@ class FakeLLM:
     def __exit__(self, *exc):
         self.server.shutdown()
         self.server.server_close()
+
+    def too_long(self, request: dict) -> str | None:
+        """The error message real servers give when the request exceeds the context window, if it does."""
+        tokens = prompt_tokens(request)
+        with self.lock:
+            self.max_prompt_tokens = max(self.max_prompt_tokens, tokens)
+            if self.context_limit is None or tokens <= self.context_limit:
+                return None
+            self.rejected += 1
+        return (f"This model's maximum context length is {self.context_limit} tokens. However, you requested "
+                f"{tokens} tokens. Please reduce the length of the messages.")
 
     def next_reply(self, request: dict) -> dict:
         with self.lock:
@@ -109,6 +158,10 @@ def _handler_for(fake: FakeLLM):
                 return self._json(400, {"error": {"message": "invalid JSON body"}})
             if not self.path.endswith("/chat/completions"):
                 return self._json(404, {"error": {"message": f"no route {self.path}"}})
+            too_long = fake.too_long(request)
+            if too_long:
+                return self._json(400, {"error": {"message": too_long, "type": "invalid_request_error",
+                                                  "code": "context_length_exceeded"}})
             if fake.thinking_mode and _reasoning_dropped(request):
                 return self._json(400, {"error": {"message": "The `reasoning_content` in the thinking mode "
                                                              "must be passed back to the API."}})
@@ -163,7 +216,7 @@ def _tool_calls(reply: dict) -> list[dict]:
     for call in reply.get("tool_calls") or []:
         call.setdefault("id", f"call_{next(_call_ids)}")  # unique across rounds, as real servers do
     return [{"id": call["id"], "type": "function",
-             "function": {"name": call["name"], "arguments": call.get("arguments", "{}")}}
+             "function": {"name": call["name"], "arguments": call.get("arguments") or ""}}
             for call in reply.get("tool_calls") or []]
 
 
@@ -172,7 +225,7 @@ def _finish(reply: dict) -> str:
 
 
 def _usage(request: dict, reply: dict) -> dict:
-    prompt = len(json.dumps(request["messages"], ensure_ascii=False)) // 4
+    prompt = prompt_tokens(request)
     completion = len(reply.get("content") or "") // 4 + 1
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 

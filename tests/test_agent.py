@@ -7,7 +7,7 @@ import openai
 import pytest
 from conftest import StubClient, make_settings
 
-from agent import CANCELLED, AgentError, run_agent
+from agent import CANCELLED, CONTEXT_RETRIES, AgentError, run_agent
 
 
 def call(name, **args):
@@ -147,7 +147,9 @@ def _status_error(status, message):
 def test_api_errors_become_one_readable_line(kb, status, message, expected):
     history = [{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "answer"}]
     with pytest.raises(AgentError) as info:
-        run_agent("x", history, settings=make_settings(kb), client=StubClient([_status_error(status, message)]))
+        # "context too long" is retried with shorter requests before it is reported
+        replies = [_status_error(status, message)] * (1 + CONTEXT_RETRIES)
+        run_agent("x", history, settings=make_settings(kb), client=StubClient(replies))
     assert expected in str(info.value) and "\n" not in str(info.value)
     assert history == [{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "answer"}]
 
@@ -177,7 +179,8 @@ def test_ctrl_c_during_a_tool_answers_every_call(kb, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         run_agent("x", history, settings=make_settings(kb), client=client)
     assert_valid_history(history)
-    assert [m["content"] for m in history if m["role"] == "tool"][1:] == [CANCELLED, CANCELLED]
+    results = [m["content"] for m in history if m["role"] == "tool"]
+    assert results[1].startswith("stopped: the user pressed Ctrl+C after") and results[2] == CANCELLED
 
 
 def test_ctrl_c_while_streaming_drops_the_turn(kb):
@@ -199,3 +202,38 @@ def test_missing_key_is_a_clear_error(kb):
 def test_timeouts_and_refused_connections_are_explained(kb, error, expected):
     with pytest.raises(AgentError, match=expected):
         run_agent("x", settings=make_settings(kb, stream=False), client=StubClient([error]))
+
+
+def test_a_rejected_request_does_not_poison_the_conversation(kb):
+    history = []
+    client = StubClient([{"tool_calls": [call("list_notes")]}, _status_error(400, "invalid message"),
+                         {"content": "fine"}])
+    with pytest.raises(AgentError):
+        run_agent("first", history, settings=make_settings(kb), client=client)
+    assert history == []  # the turn the API refused is not sent again
+    assert run_agent("second", history, settings=make_settings(kb), client=client) == "fine"
+
+
+def test_streamed_reasoning_field_that_is_always_null_is_kept_as_empty(kb):
+    """DeepSeek needs the key back with tool calls even when no reasoning text ever arrived."""
+    from openai.types.chat import ChatCompletionChunk
+
+    def chunk(delta, finish):
+        return ChatCompletionChunk.model_validate({"id": "c", "object": "chat.completion.chunk", "created": 0,
+                                                   "model": "m", "choices": [{"index": 0, "delta": delta,
+                                                                              "finish_reason": finish}]})
+
+    call_chunk = chunk({"reasoning_content": None, "tool_calls": [
+        {"index": 0, "id": "call_a", "type": "function", "function": {"name": "list_notes", "arguments": None}}]},
+        "tool_calls")
+    client = StubClient([iter([call_chunk]), iter([chunk({"content": "ok"}, "stop")])])
+    client.create = lambda **params: client.requests.append(params) or client.replies.pop(0)
+    history = []
+    run_agent("x", history, settings=make_settings(kb), client=client)
+    assert history[1]["reasoning_content"] == "" and history[1]["tool_calls"][0]["function"]["arguments"] == "{}"
+
+
+def test_question_with_undecodable_bytes_is_sent_with_replacements(kb):
+    client = StubClient([{"content": "ok"}])
+    run_agent("find \udcff vim", settings=make_settings(kb), client=client)
+    assert client.requests[0]["messages"][-1]["content"] == "find \ufffd vim"

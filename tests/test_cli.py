@@ -146,3 +146,52 @@ def test_thinking_mode_reasoning_is_sent_back_with_tool_calls(fake_llm, kb, flag
     assert result.stdout == "dd deletes a line.\n"
     sent = [m for m in fake_llm.requests[-1]["messages"] if m.get("tool_calls")]
     assert [m["reasoning_content"] for m in sent] == ["Search first.", "Read it."]
+
+
+def test_server_that_is_not_an_openai_api(kb, tmp_path):
+    import http.server
+    import threading
+
+    class Html(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = b"<html><body>Welcome to nginx</body></html>"
+            self.send_response(200)
+            self.send_header("content-type", self.server.content_type)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Html)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        for content_type in ("text/html", "text/event-stream"):
+            server.content_type = content_type
+            for flags in ([], ["--no-stream"]):
+                result = run_main(*flags, "q", kb=kb, base_url=f"http://127.0.0.1:{server.server_address[1]}/v1")
+                assert_clean_failure(result, 1)
+                assert "not an OpenAI-compatible answer" in result.stderr, (content_type, flags, result.stderr)
+    finally:
+        server.shutdown()
+
+
+def test_odd_input_and_output_encodings_never_crash(fake_llm, kb):
+    fake_llm.replies = [{"content": "答案: dd"}]
+    result = run_main("q", kb=kb, base_url=fake_llm.base_url, extra_env={"PYTHONIOENCODING": "ascii"})
+    assert result.returncode == 0 and result.stdout == "??: dd\n"
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env.update({"DEEPSEEK_API_KEY": "k", "DEEPSEEK_BASE_URL": fake_llm.base_url, "KNOWLEDGE_BASE": str(kb)})
+    fake_llm.replies = [{"content": "ok"}]
+    raw = subprocess.run([sys.executable, str(MAIN)], input=b"find \xff vim\n", capture_output=True, env=env,
+                         timeout=60)
+    assert raw.returncode == 0 and raw.stdout == b"ok\n", raw.stderr
+    assert fake_llm.requests[-1]["messages"][-1]["content"] == "find \ufffd vim"
+
+
+def test_empty_question_and_exit_line(fake_llm, kb):
+    assert_clean_failure(run_main("  ", kb=kb, base_url=fake_llm.base_url), 2)
+    fake_llm.replies = [{"content": "one"}, {"content": "two"}]
+    result = run_main(kb=kb, base_url=fake_llm.base_url, stdin="first\nexit\nnever sent\n")
+    assert result.stdout == "one\n" and len(fake_llm.requests) == 1

@@ -331,6 +331,18 @@ def test_odd_names_are_notes_and_hidden_or_foreign_files_are_skipped(kb):
     assert sorted(hits(out)) == sorted(["odd/..md", "odd/!.md", "odd/((.md", "odd/[.md", "broken.md"])
 
 
+def test_links_out_fifos_and_loops_added_later_are_never_indexed(kb, tmp_path, watch_mode):
+    search.search_notes(kb, "bread")
+    (tmp_path / "secret.md").write_text("quasar password", encoding="utf-8")
+    os.symlink(tmp_path / "secret.md", kb / "out.md")
+    os.symlink(kb / "python.md", kb / "inside.md")
+    os.symlink(kb / "loop.md", kb / "loop.md")
+    os.mkfifo(kb / "pipe.md")
+    search.note_changed(kb, "pipe.md")  # must not block on the FIFO
+    assert "No notes" in search.search_notes(kb, "quasar")
+    assert set(hits(search.search_notes(kb, "language"))) == {"python.md", "inside.md"}
+
+
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root reads everything")
 def test_unreadable_note_is_skipped_quietly(kb, capsys):
     secret = write(kb, "secret.md", "quasar")

@@ -172,3 +172,21 @@ def test_every_schema_is_well_formed():
         function = schema["function"]
         assert function["description"] and function["parameters"]["type"] == "object"
         assert set(function["parameters"]["required"]) <= set(function["parameters"]["properties"])
+
+
+def test_search_and_list_never_show_files_behind_links_leading_out(settings, kb, tmp_path):
+    (tmp_path / "passwd").write_text("SECRETPW root", encoding="utf-8")
+    os.symlink(tmp_path / "passwd", kb / "pw.md")
+    os.symlink(kb / "vim.md", kb / "vim-link.md")  # a link that stays inside is fine
+    assert run(settings, "search_notes", query="SECRETPW").startswith("No notes match")
+    listing = run(settings, "list_notes")
+    assert "pw.md" not in listing and "vim-link.md" in listing
+
+
+def test_symlink_loop_and_fifo_are_refused_without_hanging(settings, kb):
+    os.symlink(kb / "loop.md", kb / "loop.md")
+    os.mkfifo(kb / "pipe.md")
+    loop = run(settings, "read_note", file_path="loop.md")
+    assert loop.startswith("Error:") and str(kb) not in loop
+    assert "not a regular file" in run(settings, "read_note", file_path="pipe.md")
+    assert "note(s)" in run(settings, "list_notes") and "pipe.md" not in run(settings, "list_notes")

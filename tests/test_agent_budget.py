@@ -1,0 +1,118 @@
+"""The tool loop with a context budget and a session store attached (stubbed client, no network)."""
+
+import json
+import sqlite3
+
+import pytest
+from conftest import StubClient, make_settings
+from test_agent import _status_error, assert_valid_history, call
+
+import agent
+import context
+from agent import AgentError, run_agent
+from sessions import Conversation, SessionStore
+
+
+def big_history(turns: int, chars: int = 6000) -> list[dict]:
+    history = []
+    for i in range(turns):
+        history += [{"role": "user", "content": f"question {i}"},
+                    {"role": "assistant", "content": None, "reasoning_content": "",
+                     "tool_calls": [{"id": f"c{i}", "type": "function",
+                                     "function": {"name": "read_note", "arguments": "{}"}}]},
+                    {"role": "tool", "tool_call_id": f"c{i}", "content": "x" * chars},
+                    {"role": "assistant", "content": f"answer {i}"}]
+    return history
+
+
+def test_every_message_reaches_the_store_as_it_happens(kb, tmp_path):
+    conversation = Conversation(SessionStore(tmp_path / "s.db"), kb)
+    seen_in_store = []
+
+    def read_note_and_look(kb_path, file_path, start_line=1):
+        # while the tool runs, the question and the call asking for it are already committed
+        seen_in_store.append(len(SessionStore(tmp_path / "s.db").load_messages(conversation.session_id)))
+        return "note text"
+
+    import tools
+    original = tools.TOOLS["read_note"]
+    tools.TOOLS["read_note"] = (read_note_and_look, original[1])
+    try:
+        client = StubClient([{"tool_calls": [call("read_note", file_path="vim.md")], "reasoning": "hm"},
+                             {"content": "done"}])
+        run_agent("read vim", conversation.history, settings=make_settings(kb), client=client,
+                  on_change=conversation.sync, on_usage=conversation.add_usage)
+    finally:
+        tools.TOOLS["read_note"] = original
+    assert seen_in_store == [2]
+    stored = SessionStore(tmp_path / "s.db").load_messages(conversation.session_id)
+    assert stored == conversation.history and [m["role"] for m in stored] == ["user", "assistant", "tool", "assistant"]
+    assert stored[1]["reasoning_content"] == "hm"
+    assert conversation.turn_calls == 2 and conversation.session_usage()[0] > 0
+
+
+def test_a_failed_turn_is_left_out_when_the_conversation_resumes(kb, tmp_path):
+    conversation = Conversation(SessionStore(tmp_path / "s.db"), kb)
+    with pytest.raises(AgentError):
+        run_agent("lost question", conversation.history, settings=make_settings(kb),
+                  client=StubClient([_status_error(500, "boom")]), on_change=conversation.sync)
+    assert conversation.history == []  # the turn died before any tool ran: dropped whole
+    run_agent("second", conversation.history, settings=make_settings(kb),
+              client=StubClient([{"content": "ok"}]), on_change=conversation.sync)
+
+    again = Conversation(SessionStore(tmp_path / "s.db"), kb)
+    assert again.resume(conversation.session_id)
+    assert [m["content"] for m in again.history] == ["second", "ok"]
+
+
+def test_a_refused_turn_is_kept_in_the_file_but_not_resumed(kb, tmp_path):
+    conversation = Conversation(SessionStore(tmp_path / "s.db"), kb)
+    run_agent("first", conversation.history, settings=make_settings(kb),
+              client=StubClient([{"content": "one"}]), on_change=conversation.sync)
+    refused = StubClient([{"tool_calls": [call("list_notes")]}, _status_error(400, "invalid message")])
+    with pytest.raises(AgentError):
+        run_agent("second", conversation.history, settings=make_settings(kb), client=refused,
+                  on_change=conversation.sync)
+    assert [m["content"] for m in conversation.history] == ["first", "one"]
+
+    again = Conversation(SessionStore(tmp_path / "s.db"), kb)
+    again.resume(conversation.session_id)
+    assert again.history == conversation.history  # sending the refused turn again would fail again
+    kept = sqlite3.connect(tmp_path / "s.db").execute("SELECT count(*) FROM messages").fetchone()[0]
+    assert kept == 2 + 3  # the refused question, call and result are still in the file
+
+
+def test_requests_are_fitted_to_the_budget_and_history_is_kept_whole(kb):
+    history = big_history(40)
+    client = StubClient([{"content": "fine"}])
+    run_agent("latest", history, settings=make_settings(kb, context_tokens=5000), client=client)
+    sent = client.requests[0]["messages"]
+    fixed = context.estimate_tokens([], client.requests[0]["tools"])
+    assert context.estimate_tokens(sent) + fixed <= 5000
+    assert sent[0]["role"] == "system" and sent[-1] == {"role": "user", "content": "latest"}
+    assert len(history) == 40 * 4 + 2 and history[2]["content"] == "x" * 6000  # nothing lost in memory
+    assert_valid_history(sent[1:])
+
+
+def test_context_too_long_is_retried_shorter_and_remembered(kb):
+    history = big_history(40)
+    too_long = _status_error(400, "This model's maximum context length is 4000 tokens")
+    client = StubClient([too_long, {"content": "fine"}, {"content": "again"}])
+    settings = make_settings(kb, context_tokens=20_000)
+    assert run_agent("latest", history, settings=settings, client=client) == "fine"
+    first, second = (json.dumps(r["messages"]) for r in client.requests[:2])
+    assert len(second) < len(first) * 0.5
+    # the error named the window: requests now aim at 70% of it, leaving room for the answer
+    assert agent.CALIBRATION.ceiling == 2800
+    fixed = context.estimate_tokens([], client.requests[1]["tools"])
+    assert context.estimate_tokens(client.requests[1]["messages"]) + fixed <= 2800
+    run_agent("next", history, settings=settings, client=client)  # later requests start short
+    assert len(json.dumps(client.requests[2]["messages"])) < len(first) * 0.5
+
+
+def test_the_factor_is_learnt_from_usage(kb):
+    history = big_history(5, chars=4000)
+    client = StubClient([{"content": "fine"}])
+    run_agent("q", history, settings=make_settings(kb), client=client)
+    # the stub reports prompt tokens as JSON characters / 3, well above the chars / 4 estimate
+    assert agent.CALIBRATION.factor > 1.1 and agent.CALIBRATION.samples == 1

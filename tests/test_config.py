@@ -1,0 +1,67 @@
+"""Settings: precedence of flags, environment and .env, and one-line errors for bad values."""
+
+import os
+
+import pytest
+
+import config
+from config import ConfigError, load_settings
+
+
+@pytest.fixture
+def env_file(tmp_path, monkeypatch, kb):
+    path = tmp_path / ".env"
+    monkeypatch.setattr(config, "ENV_FILE", path)
+    monkeypatch.setenv("KNOWLEDGE_BASE", str(kb))
+    return path
+
+
+def test_environment_beats_env_file_for_either_name(env_file, monkeypatch):
+    env_file.write_text("DEEPSEEK_API_KEY=from-file\nDEEPSEEK_BASE_URL=https://api.deepseek.com\n")
+    monkeypatch.setenv("OPENAI_API_KEY", "from-env")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:11434/v1")
+    settings = load_settings()
+    assert (settings.api_key, settings.base_url) == ("from-env", "http://localhost:11434/v1")
+
+
+def test_env_file_fills_what_the_environment_leaves_empty(env_file, monkeypatch):
+    env_file.write_text("DEEPSEEK_API_KEY=from-file\nMODEL=deepseek-v4-pro\n")
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "")
+    settings = load_settings()
+    assert (settings.api_key, settings.model) == ("from-file", "deepseek-v4-pro")
+    assert "DEEPSEEK_API_KEY" not in os.environ or not os.environ["DEEPSEEK_API_KEY"]  # never exported
+
+
+def test_flags_beat_everything(env_file, monkeypatch, tmp_path):
+    env_file.write_text("MODEL=from-file\nMAX_TOOL_ROUNDS=4\n")
+    monkeypatch.setenv("MODEL", "from-env")
+    settings = load_settings(model="from-flag", max_rounds="7", stream=False)
+    assert (settings.model, settings.max_rounds, settings.stream) == ("from-flag", 7, False)
+
+
+def test_defaults(env_file):
+    settings = load_settings()
+    assert (settings.base_url, settings.model, settings.max_rounds, settings.stream) == (
+        "https://api.deepseek.com", "deepseek-flash", 10, True)
+
+
+@pytest.mark.parametrize("name, value, expected", [
+    ("MAX_TOOL_ROUNDS", "0", "at least 1"),
+    ("STREAM", "maybe", "use 1 or 0"),
+    ("REASONING_EFFORT", "extreme", "low, medium, high, max"),
+])
+def test_bad_values_name_the_setting(env_file, monkeypatch, name, value, expected):
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=expected):
+        load_settings()
+
+
+def test_notes_folder_problems(env_file, tmp_path, monkeypatch):
+    (tmp_path / "file.md").write_text("x")
+    with pytest.raises(ConfigError, match="is a file, not a folder"):
+        load_settings(kb=str(tmp_path / "file.md"))
+    with pytest.raises(ConfigError, match="not found"):
+        load_settings(kb=str(tmp_path / "missing"))
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    with pytest.raises(ConfigError, match="cannot be read"):
+        load_settings()
