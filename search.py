@@ -854,7 +854,10 @@ def note_changed(kb: Path, rel_path: str) -> None:
             idx = _OPEN.get(key)
             if idx is None:
                 return  # nothing open in this process: the next search compares the disk anyway
-            rel = "/".join(p for p in PurePosixPath(str(rel_path).replace("\\", "/")).parts if p != ".")
+            parts = [p for p in PurePosixPath(str(rel_path).replace("\\", "/")).parts if p != "."]
+            if not parts or any(p == ".." or p == "/" or is_hidden_name(p) for p in parts):
+                return  # not a path inside the notes: nothing of ours to update
+            rel = "/".join(parts)
             if (idx.kb / rel).is_dir():
                 _sync_tree(idx, rel)
             elif is_note_file(rel):

@@ -233,12 +233,14 @@ def test_agent_changes_through_the_tools_show_in_the_next_search(kb, watch_mode)
         assert execute_tool("search_notes", {"query": "flour", "folder": folder}, settings).startswith("Error:")
 
 
-def test_note_changed_never_raises(kb):
+def test_note_changed_never_raises_nor_reaches_outside(kb, tmp_path):
     search.note_changed(kb, "no/such/note.md")
     search.search_notes(kb, "bread")
-    search.note_changed(kb, "no/such/note.md")
-    search.note_changed(kb, "../outside.md")
+    write(tmp_path, "outside/leak.md", "quasar")
+    for rel in ("no/such/note.md", "../outside.md", "../outside", str(tmp_path / "outside"), ""):
+        search.note_changed(kb, rel)
     search.note_changed(kb / "missing", "x.md")
+    assert "No notes" in search.search_notes(kb, "quasar")
 
 
 def test_index_lives_outside_the_notes_and_is_reused(kb, index_dir):
