@@ -422,7 +422,7 @@ class _Index:
     conn: sqlite3.Connection
     watcher: object = None
     checked: bool = False  # has a full comparison with the disk run in this process yet?
-    known: dict = None     # path -> (size, mtime_ns) as indexed; spares the full comparison a table read
+    known: dict | None = None  # path -> (size, mtime_ns) as indexed: spares full comparisons a table read
 
 
 def _read_note(abs_path: Path):
