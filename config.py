@@ -139,7 +139,7 @@ class Settings:
 _dotenv: dict[str, str] = {}  # the .env file's values; they never enter os.environ, so commands never see them
 
 
-def _env(name: str, fallback: str | None = None) -> str | None:
+def env_value(name: str, fallback: str | None = None) -> str | None:
     """The environment wins over .env for both names, so an exported OPENAI_* beats DEEPSEEK_* in .env."""
     for source in (os.environ, _dotenv):
         for key in (name, fallback):
@@ -150,7 +150,7 @@ def _env(name: str, fallback: str | None = None) -> str | None:
 
 
 def _flag(name: str, default: bool) -> bool:
-    value = _env(name)
+    value = env_value(name)
     if value is None:
         return default
     if value.lower() in ("1", "true", "yes", "on"):
@@ -209,25 +209,25 @@ def load_settings(**overrides) -> Settings:
     _dotenv.update({k: v for k, v in dotenv_values(ENV_FILE).items() if v is not None})
     given = {key: value for key, value in overrides.items() if value is not None}
     return Settings(
-        api_key=given.get("api_key") or _env("DEEPSEEK_API_KEY", "OPENAI_API_KEY"),
-        base_url=given.get("base_url") or _env("DEEPSEEK_BASE_URL", "OPENAI_BASE_URL") or DEFAULT_BASE_URL,
-        model=given.get("model") or _env("MODEL") or DEFAULT_MODEL,
-        kb=_knowledge_base(given.get("kb") or _env("KNOWLEDGE_BASE")),
+        api_key=given.get("api_key") or env_value("DEEPSEEK_API_KEY", "OPENAI_API_KEY"),
+        base_url=given.get("base_url") or env_value("DEEPSEEK_BASE_URL", "OPENAI_BASE_URL") or DEFAULT_BASE_URL,
+        model=given.get("model") or env_value("MODEL") or DEFAULT_MODEL,
+        kb=_knowledge_base(given.get("kb") or env_value("KNOWLEDGE_BASE")),
         max_rounds=_positive_int(
             "MAX_TOOL_ROUNDS (or --max-rounds)",
-            given.get("max_rounds", _env("MAX_TOOL_ROUNDS")),
+            given.get("max_rounds", env_value("MAX_TOOL_ROUNDS")),
             DEFAULT_MAX_TOOL_ROUNDS,
         ),
         stream=given.get("stream", _flag("STREAM", True)),
-        thinking=_choice("THINKING", _env("THINKING"), ("enabled", "disabled")),
-        reasoning_effort=_choice("REASONING_EFFORT", _env("REASONING_EFFORT"), ("low", "medium", "high", "max")),
+        thinking=_choice("THINKING", env_value("THINKING"), ("enabled", "disabled")),
+        reasoning_effort=_choice("REASONING_EFFORT", env_value("REASONING_EFFORT"), ("low", "medium", "high", "max")),
         show_reasoning=given.get("show_reasoning", _flag("SHOW_REASONING", True)),
         auto_approve=given.get("auto_approve", _flag("AUTO_APPROVE", False)),
         allow_shell=given.get("allow_shell", _flag("ALLOW_SHELL", False)),
-        shell_timeout=_positive_float("SHELL_TIMEOUT", given.get("shell_timeout", _env("SHELL_TIMEOUT")),
+        shell_timeout=_positive_float("SHELL_TIMEOUT", given.get("shell_timeout", env_value("SHELL_TIMEOUT")),
                                       SHELL_TIMEOUT),
         context_tokens=_positive_int(
-            "CONTEXT_TOKENS", given.get("context_tokens", _env("CONTEXT_TOKENS")), CONTEXT_TOKENS
+            "CONTEXT_TOKENS", given.get("context_tokens", env_value("CONTEXT_TOKENS")), CONTEXT_TOKENS
         ),
-        data_dir=Path(_env(DATA_DIR_ENV)).expanduser() if _env(DATA_DIR_ENV) else None,
+        data_dir=Path(env_value(DATA_DIR_ENV)).expanduser() if env_value(DATA_DIR_ENV) else None,
     )

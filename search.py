@@ -38,7 +38,7 @@ from config import (INDEX_BUSY_TIMEOUT_MS, INDEX_DIR_ENV, INDEX_MAX_NOTE_BYTES,
                     INDEX_OPEN_MAX, INDEX_PROGRESS_AFTER_S, LIST_MAX_NOTES, LIST_OUTPUT_CHARS,
                     NOTE_SUFFIXES, SEARCH_LEAD_CHARS, SEARCH_LINE_CHARS, SEARCH_LINES_PER_HIT,
                     SEARCH_MAX_HITS, SEARCH_OUTPUT_CHARS, SEARCH_WATCH_ENV, SEARCH_WEIGHT_BODY,
-                    SEARCH_WEIGHT_LEAD, SEARCH_WEIGHT_PATH, SEARCH_WEIGHT_TITLE)
+                    SEARCH_WEIGHT_LEAD, SEARCH_WEIGHT_PATH, SEARCH_WEIGHT_TITLE, env_value)
 
 SCHEMA_VERSION = "2"  # bump when the tables or the text preparation change: old indexes get rebuilt
 
@@ -223,7 +223,7 @@ def _parse_query(query: str) -> list:
 
 
 def _index_dir() -> Path:
-    override = os.environ.get(INDEX_DIR_ENV)
+    override = env_value(INDEX_DIR_ENV)
     if override:
         return Path(override).expanduser()
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -403,7 +403,7 @@ class _Inotify:
 
 
 def _start_watcher():
-    if not sys.platform.startswith("linux") or os.environ.get(SEARCH_WATCH_ENV, "1") == "0":
+    if not sys.platform.startswith("linux") or env_value(SEARCH_WATCH_ENV) == "0":
         return None
     try:
         return _Inotify()

@@ -65,7 +65,7 @@ class SessionInfo:
 def default_db_path(data_dir: Path | str | None = None) -> Path:
     """Where the session database lives: data_dir (Settings.data_dir, from KA_DATA_DIR in the environment
     or .env), else $KA_DATA_DIR, else the XDG data folder."""
-    folder = data_dir or os.environ.get(config.DATA_DIR_ENV)
+    folder = data_dir or config.env_value(config.DATA_DIR_ENV)
     if not folder:
         xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
         folder = str(Path(xdg) / "knowledge-agent")
