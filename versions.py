@@ -89,6 +89,11 @@ def write_note_text(path: Path, text: str, fmt: NoteFormat = NoteFormat()) -> No
 def atomic_write(path: Path, data: bytes) -> None:
     """Replace `path` with `data` all at once: readers see the old file or the new one, never half."""
     target = Path(os.path.realpath(path))  # through a symlinked note, so the link itself survives
+    _write_via_temp(target, data, os.replace)
+
+
+def _write_via_temp(target: Path, data: bytes, put_in_place) -> None:
+    """Write a synced temp file beside `target`, then `put_in_place(tmp, target)`; no temp file survives."""
     # A dot name keeps a temp file left by a power cut out of search and listings.
     fd, tmp = tempfile.mkstemp(prefix=f".~{target.name}.", suffix=".tmp", dir=target.parent)
     try:
@@ -97,7 +102,7 @@ def atomic_write(path: Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, _mode_for(target))
-        os.replace(tmp, target)
+        put_in_place(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -311,19 +316,7 @@ def save_note(kb: Path, rel_path: str, text: str, op: str, expected: str | None 
 
 
 def _create(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".~{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, _mode_for(path))
-        _place_new(Path(tmp), path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
+    _write_via_temp(path, data, lambda tmp, target: _place_new(Path(tmp), target))
 
 
 def move_note(kb: Path, from_path: str, to_path: str) -> str:

@@ -18,6 +18,16 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import shell  # noqa: E402
 from shell import check_command, run_shell  # noqa: E402
 
+
+def press_ctrl_c_when_exists(path):
+    """Send this process SIGINT once `path` appears: the command under test has started."""
+    def watch():
+        deadline = time.monotonic() + 10
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)  # polling for the command to start, not sleeping in its place
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=watch, daemon=True).start()
+
 posix_only = pytest.mark.skipif(os.name == "nt", reason="checks processes with ps and POSIX groups")
 
 
@@ -105,13 +115,7 @@ def test_background_processes_do_not_outlive_the_command(tmp_path):
 def test_ctrl_c_kills_the_tree_and_reraises(tmp_path):
     pid_file = tmp_path / "pids"
 
-    def press_ctrl_c_once_started():
-        deadline = time.monotonic() + 10
-        while not pid_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)  # polling for the command to start, not sleeping in its place
-        os.kill(os.getpid(), signal.SIGINT)
-
-    threading.Thread(target=press_ctrl_c_once_started, daemon=True).start()
+    press_ctrl_c_when_exists(pid_file)
     with pytest.raises(KeyboardInterrupt):
         run_shell(f"sleep 30 & echo $! $$ > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; sleep 30",
                   tmp_path, timeout=20)

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
@@ -19,7 +18,7 @@ from agent import run_agent
 from config import load_settings
 from conftest import StubClient, make_settings
 from test_cli import MAIN, run_main
-from test_shell import group_members, running
+from test_shell import group_members, press_ctrl_c_when_exists, running
 
 posix_only = pytest.mark.skipif(os.name == "nt", reason="checks processes with ps and POSIX groups")
 
@@ -155,13 +154,7 @@ def test_ctrl_c_during_a_command_kills_it_and_ends_the_turn_cleanly(kb):
     client = StubClient([bash_call(command)])
     settings = make_settings(kb, allow_shell=True, auto_approve=True)
 
-    def press_ctrl_c_once_started():
-        deadline = time.monotonic() + 10
-        while not pid_file.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)  # polling for the command to start, not sleeping in its place
-        os.kill(os.getpid(), signal.SIGINT)
-
-    threading.Thread(target=press_ctrl_c_once_started, daemon=True).start()
+    press_ctrl_c_when_exists(pid_file)
     history = []
     with pytest.raises(KeyboardInterrupt):
         run_agent("run it", history, settings=settings, client=client, confirm=lambda q: True)
