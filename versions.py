@@ -19,6 +19,7 @@ Problems come out as `VersionError` with a message meant for the model or the pe
 import codecs
 import contextlib
 import difflib
+import hashlib
 import json
 import os
 import re
@@ -260,10 +261,14 @@ def _write_log(kb: Path, entries: list[dict]) -> None:
     atomic_write(_log_path(kb), text.encode("utf-8"))
 
 
-def log_change(kb: Path, op: str, path: str, to: str | None = None, snapshot_path: str | None = None) -> str:
-    """Record a change that was made; return "" or a warning to append to its summary (never raise)."""
+def log_change(kb: Path, op: str, path: str, to: str | None = None, snapshot_path: str | None = None,
+               after: str | None = None) -> str:
+    """Record a change that was made; return "" or a warning to append to its summary (never raise).
+
+    `after` is the digest of what the agent wrote: undo copies the note aside first only if it differs."""
     try:
-        _append_log(kb, {"time": _stamp(), "op": op, "path": path, "to": to, "snapshot": snapshot_path})
+        _append_log(kb, {"time": _stamp(), "op": op, "path": path, "to": to, "snapshot": snapshot_path,
+                         "after": after})
         return ""
     except OSError as e:
         return f"  (done, but /undo will not know about it: {e.strerror or e})"
@@ -310,9 +315,17 @@ def save_note(kb: Path, rel_path: str, text: str, op: str, expected: str | None 
         kept = snapshot(kb, rel_path)
         write_note_text(path, text, fmt)
         prune_versions(kb, rel_path)
-        return change_summary(op, rel_path, old_text, text) + log_change(kb, op, rel_path, snapshot_path=kept)
+        return change_summary(op, rel_path, old_text, text) + log_change(
+            kb, op, rel_path, snapshot_path=kept, after=_digest(path))
     except OSError as e:
         raise VersionError(f"could not save {rel_path}: {e.strerror or e}; the note is as it was") from None
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def _create(path: Path, data: bytes) -> None:
@@ -387,18 +400,22 @@ def _describe(entry: dict) -> str:
     return f"the {entry['op']} of {target}" + (f" at {when} UTC" if when else "")
 
 
-def _keep_current(kb: Path, rel_path: str) -> str:
-    """Copy what is at rel_path now into .history before undo replaces it; return a note for the message."""
-    if not (Path(kb) / rel_path).is_file():
+def _keep_current(kb: Path, rel_path: str, after: str | None = None) -> str:
+    """Copy what is at rel_path now into .history before undo replaces it; return a note for the message.
+
+    Text that is exactly what the agent wrote is not copied: those copies would count against
+    HISTORY_KEEP and push out the older versions that further undos need."""
+    path = Path(kb) / rel_path
+    if not path.is_file() or (after and _digest(path) == after):
         return ""
     return f" The text it had before this undo is kept in {snapshot(kb, rel_path)}."
 
 
-def _restore(kb: Path, rel_path: str, snapshot_path: str | None) -> str:
+def _restore(kb: Path, rel_path: str, snapshot_path: str | None, after: str | None) -> str:
     source = Path(kb) / (snapshot_path or "")
     if not snapshot_path or not source.is_file():
         raise _Gone(f"its saved version {snapshot_path or '(none)'} is gone")
-    kept = _keep_current(kb, rel_path)
+    kept = _keep_current(kb, rel_path, after)
     path = Path(kb) / rel_path
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, source.read_bytes())
@@ -422,7 +439,7 @@ def _undo(kb: Path, entry: dict) -> tuple[str, list[str]]:
         (kb / rel_path).parent.mkdir(parents=True, exist_ok=True)
         os.replace(kb / to, kb / rel_path)
         return f"Undid {what}: moved {to} back to {rel_path}.{kept}", [to, rel_path]
-    kept = _restore(kb, rel_path, entry.get("snapshot"))
+    kept = _restore(kb, rel_path, entry.get("snapshot"), entry.get("after"))
     if op == "delete":
         return f"Undid {what}: {rel_path} is back.{kept}", [rel_path]
     return f"Undid {what}: {rel_path} is as it was before.{kept}", [rel_path]

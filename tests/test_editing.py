@@ -326,3 +326,14 @@ def test_edit_across_lines_of_a_note_with_mixed_line_endings(settings, kb):
                  new_text="from windows, fixed\nfrom linux")
     assert result.startswith("~ mixed.md  +1 \u22121"), result
     assert (kb / "mixed.md").read_bytes() == b"# Mixed\r\nfrom windows, fixed\r\nfrom linux\nend\n"
+
+
+def test_undos_as_deep_as_the_version_limit_reach_the_original(settings, kb, monkeypatch):
+    import config
+    monkeypatch.setattr(config, "HISTORY_KEEP", 5)
+    (kb / "count.md").write_text("v0\n", encoding="utf-8")
+    for i in range(5):
+        assert "~ count.md" in run(settings, "edit_note", file_path="count.md", old_text=f"v{i}", new_text=f"v{i + 1}")
+    for _ in range(5):
+        assert versions.undo_last(kb).startswith("Undid")
+    assert (kb / "count.md").read_text(encoding="utf-8") == "v0\n"

@@ -382,13 +382,14 @@ def test_no_change_without_a_place_for_the_old_version(tmp_path):
 def test_undo_that_cannot_keep_a_copy_changes_nothing_and_can_be_retried(tmp_path, monkeypatch):
     make(tmp_path, "n.md", b"v1\n")
     save_note(tmp_path, "n.md", "v2\n", "edit")
+    (tmp_path / "n.md").write_text("v2 and the person's own line\n")  # so undo must keep a copy first
 
     def disk_full(*args, **kwargs):
         raise VersionError("could not keep a copy of n.md in .history/ (No space left on device)")
 
     monkeypatch.setattr(versions, "snapshot", disk_full)
     assert undo_last(tmp_path).startswith("Error: could not undo the edit of n.md")
-    assert (tmp_path / "n.md").read_text() == "v2\n"
+    assert (tmp_path / "n.md").read_text() == "v2 and the person's own line\n"
     monkeypatch.undo()
     assert "as it was" in undo_last(tmp_path)
     assert (tmp_path / "n.md").read_text() == "v1\n"
