@@ -20,7 +20,7 @@ import search
 import sessions
 import versions
 from agent import AgentError, make_client, next_request_size, run_agent
-from config import ConfigError, Settings, load_settings
+from config import SESSIONS_LIST_LIMIT, ConfigError, Settings, load_settings
 from tools import CHANGE_TOOLS, SHELL_QUESTION, execute_tool, tool_schemas
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -232,38 +232,46 @@ def repl(settings: Settings, client, display: Display, conversation: sessions.Co
         display.info(f"shell is ON: the model can run commands as you in {settings.kb}; {approval}. "
                      "The guard against destructive commands is a seat belt, not a sandbox.")
     confirm = make_confirm(settings, interactive=True)
-    undone = ""  # told to the model with the next question, so it does not trust what it read before
+    told: list[str] = []
     while True:
         try:
             line = input("\n> ").strip()
         except (EOFError, KeyboardInterrupt):
             display.info("")
             break
-        if not line:
-            continue
-        if line.lower() in ("exit", "quit"):
-            break
-        if line.lower() == "/undo":
-            message = undo(settings)
-            display.info(message)
-            undone += f"[I ran /undo: {message}]\n"
-            continue
-        if line.startswith("/"):
-            if not run_command(line, settings, client, display, conversation):
-                break
-            continue
-        if not client:
-            display.info(NO_KEY)
-            continue
-        question, undone = undone + line, ""
         try:
-            answer(question, conversation.history, settings, client, display, confirm, conversation)
-        except KeyboardInterrupt:
+            if line and chat_line(line, settings, client, display, conversation, confirm, told) == "exit":
+                break
+        except KeyboardInterrupt:  # cancels this answer or command, not the chat
             display.end_answer()
             display.info("[cancelled]")
     if conversation.session_id is not None and conversation.store.persistent:
         display.info(f"Conversation {conversation.session_id} is saved: python main.py --continue picks it up.")
     return EXIT_OK
+
+
+def chat_line(line: str, settings: Settings, client, display: Display, conversation, confirm,
+              told: list[str]) -> str:
+    """One line of the chat, typed or piped: a /command or a question. Returns "exit", "ok" or "failed".
+
+    `told` collects what the model should hear with the next question (what /undo restored), so it does
+    not trust what it read before."""
+    if line.lower() in ("exit", "quit"):
+        return "exit"
+    if line.lower() == "/undo":
+        message = undo(settings)
+        display.info(message)
+        told.append(f"[I ran /undo: {message}]")
+        return "ok"
+    if line.startswith("/"):
+        return "ok" if run_command(line, settings, client, display, conversation) else "exit"
+    if not client:
+        display.error(NO_KEY)
+        return "failed"
+    question = "\n".join(told + [line])
+    told.clear()
+    return "ok" if answer(question, conversation.history, settings, client, display, confirm, conversation) \
+        else "failed"
 
 
 def run_command(line: str, settings: Settings, client, display: Display, conversation) -> bool:
@@ -389,13 +397,15 @@ def _enable_line_editing() -> None:
 
 
 def piped(settings: Settings, client, display: Display, conversation: sessions.Conversation) -> int:
+    """Each line of stdin is a turn of one conversation, /commands included; EOF ends it."""
     confirm = make_confirm(settings, interactive=False)
+    told: list[str] = []
     ok = True
     for line in sys.stdin:
-        if line.strip().lower() in ("exit", "quit", "/exit", "/quit"):
+        result = chat_line(line.strip(), settings, client, display, conversation, confirm, told) if line.strip() else "ok"
+        if result == "exit":
             break
-        if line.strip():
-            ok = answer(line.strip(), conversation.history, settings, client, display, confirm, conversation) and ok
+        ok = ok and result == "ok"
     return EXIT_OK if ok else EXIT_FAILED
 
 
@@ -432,6 +442,8 @@ def list_sessions(args, display: Display) -> int:
         sys.stdout.write(sessions.format_session_line(info) + "\n")
     if not listed:
         display.info(f"No saved conversations yet (in {store.path}).")
+    elif len(listed) == SESSIONS_LIST_LIMIT:
+        display.info(f"(the {SESSIONS_LIST_LIMIT} most recent; older ones still open with --resume ID)")
     return EXIT_OK
 
 
@@ -445,21 +457,20 @@ def main(argv=None) -> int:
             return list_sessions(args, display)
         settings = settings_from(args)
         display.show_reasoning = settings.show_reasoning
-        interactive = not args.question and sys.stdin.isatty()
-        # Without a key the REPL still opens, for the note commands; a question cannot be answered.
-        client = make_client(settings) if settings.api_key or not interactive else None
+        question = " ".join(args.question).strip()
+        if args.question and not question:
+            display.error("The question is empty. Ask something, or run without arguments to chat.")
+            return EXIT_USAGE
+        # Without a key the REPL opens and /commands run, for the notes alone; a question needs the key.
+        client = make_client(settings) if settings.api_key or (question and not question.startswith("/")) else None
         conversation = open_conversation(args, settings, display)
-        if args.question:
-            question = " ".join(args.question).strip()
-            if not question:
-                display.error("The question is empty. Ask something, or run without arguments to chat.")
-                return EXIT_USAGE
-            ok = answer(question, conversation.history, settings, client, display,
-                        make_confirm(settings, interactive=False), conversation)
+        if question:
+            ok = chat_line(question, settings, client, display, conversation,
+                           make_confirm(settings, interactive=False), []) != "failed"
             if args.verbose:
                 display.info(usage_line(conversation))
             return EXIT_OK if ok else EXIT_FAILED
-        if not interactive:
+        if not sys.stdin.isatty():
             code = piped(settings, client, display, conversation)
             if args.verbose:
                 display.info(usage_line(conversation))

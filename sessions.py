@@ -345,6 +345,7 @@ class Conversation:
 
     def start_new(self) -> None:
         self.session_id, self.history, self.rows = None, [], []
+        self.turn_usage, self.turn_calls = (0, 0), 0  # /usage speaks of this conversation only
 
     def resume(self, session_id: int) -> bool:
         """Load an earlier conversation; False if there is none with that id."""

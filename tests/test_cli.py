@@ -195,3 +195,25 @@ def test_empty_question_and_exit_line(fake_llm, kb):
     fake_llm.replies = [{"content": "one"}, {"content": "two"}]
     result = run_main(kb=kb, base_url=fake_llm.base_url, stdin="first\nexit\nnever sent\n")
     assert result.stdout == "one\n" and len(fake_llm.requests) == 1
+
+
+def test_slash_commands_work_piped_and_one_shot_even_without_a_key(fake_llm, kb):
+    piped = run_main(kb=kb, base_url=fake_llm.base_url, stdin="/search quits\n/list work\n/read vim.md\n")
+    assert piped.returncode == 0, piped.stderr
+    assert "vim.md" in piped.stdout and "work/meeting.md" in piped.stdout and "`dd` deletes a line." in piped.stdout
+    assert fake_llm.requests == []  # no command reached the model
+    one_shot = run_main("/search", "quits", kb=kb, key=None)
+    assert one_shot.returncode == 0 and "vim.md" in one_shot.stdout, one_shot.stderr
+    no_key_question = run_main(kb=kb, key=None, stdin="/list\nwhat is in my notes?\n")
+    assert no_key_question.returncode == 1 and "note" in no_key_question.stdout
+    assert "no API key" in no_key_question.stderr and "Traceback" not in no_key_question.stderr
+
+
+def test_piped_undo_reverts_and_tells_the_model(fake_llm, kb):
+    fake_llm.replies = [{"tool_calls": [{"name": "append_note", "arguments": '{"file_path": "vim.md", "content": "x"}'}]},
+                        {"content": "appended"}, {"content": "ok"}]
+    before = (kb / "vim.md").read_bytes()
+    result = run_main("--yes", kb=kb, base_url=fake_llm.base_url, stdin="add x to vim\n/undo\nwhat now?\n")
+    assert result.returncode == 0, result.stderr
+    assert (kb / "vim.md").read_bytes() == before and "Undid the append of vim.md" in result.stderr
+    assert fake_llm.requests[-1]["messages"][-1]["content"].startswith("[I ran /undo: Undid the append")
