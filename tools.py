@@ -177,16 +177,31 @@ def closest_lines(text: str, passage: str, limit: int = EDIT_CLOSEST_LINES) -> s
     matcher.set_seq2(wanted)
     scored = []
     for number, line in enumerate(text.splitlines(), start=1):
-        matcher.set_seq1(line.strip())
-        if line.strip() and matcher.real_quick_ratio() >= 0.5 and matcher.quick_ratio() >= 0.5:
-            ratio = matcher.ratio()
-            if ratio >= 0.5:
-                scored.append((-ratio, number, line))
+        ratio = _likeness(matcher, line.strip(), len(wanted))
+        if ratio >= 0.5:
+            scored.append((-ratio, number, line))
     if not scored:
         return "No line of the note looks like it; read_note the note again to see its current text."
     best = sorted(scored)[:limit]
     shown = "\n".join(f"  line {number}: {_shorten_line(line)}" for _, number, line in sorted(best, key=lambda s: s[1]))
     return "The closest lines are:\n" + shown
+
+
+def _likeness(matcher: difflib.SequenceMatcher, line: str, width: int) -> float:
+    """How like the wanted text the line, or the most alike stretch of it, is (0..1).
+
+    A typo fix quotes part of a line, so a long line is compared piece by piece, one piece per word start."""
+    wanted = matcher.b
+    pairs = {wanted[i:i + 2] for i in range(len(wanted) - 1)}
+    if pairs and sum(pair in line for pair in pairs) < len(pairs) / 3:
+        return 0.0  # too few letter pairs in common to be worth comparing closely
+    starts = [0] + [i + 1 for i, c in enumerate(line) if c == " " and i + 1 < len(line)] if len(line) > width else [0]
+    best = 0.0
+    for start in starts:
+        matcher.set_seq1(line[start:start + width + width // 4] if len(line) > width else line)
+        if matcher.real_quick_ratio() > best and matcher.quick_ratio() > best:
+            best = max(best, matcher.ratio())
+    return best
 
 
 def _shorten_line(line: str, width: int = 200) -> str:

@@ -337,3 +337,10 @@ def test_undos_as_deep_as_the_version_limit_reach_the_original(settings, kb, mon
     for _ in range(5):
         assert versions.undo_last(kb).startswith("Undid")
     assert (kb / "count.md").read_text(encoding="utf-8") == "v0\n"
+
+
+def test_a_missed_typo_fix_inside_a_long_line_is_shown_its_closest_line(settings, kb):
+    (kb / "fox.md").write_text("# Fox\n\nIn the morning the quick brwon fox jumps over the lazy dog, as always.\n"
+                               "Nothing else here.\n", encoding="utf-8")
+    result = run(settings, "edit_note", file_path="fox.md", old_text="quikk brwn fox", new_text="quick brown fox")
+    assert "0 matches" in result and "line 3: In the morning the quick brwon fox" in result
