@@ -60,7 +60,7 @@ def safe_folder(kb: Path, folder: str, what: str = "folder") -> Path:
     if not resolved.is_relative_to(kb):
         raise ToolError(f"{what} {folder!r} is outside the notes folder.")
     if any(search.is_hidden_name(part) for part in resolved.relative_to(kb).parts):
-        raise ToolError(f"{what} {folder!r} is in a hidden folder, which the tools do not touch.")
+        raise ToolError(f"{what} {folder!r} is hidden (a dot-file or dot-folder such as .git or .history), which the tools do not touch.")
     return resolved
 
 
