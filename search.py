@@ -35,9 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from config import (INDEX_BUSY_TIMEOUT_MS, INDEX_DIR_ENV, INDEX_MAX_NOTE_BYTES,
-                    INDEX_OPEN_MAX, INDEX_PROGRESS_AFTER_S, LIST_MAX_NOTES, LIST_OUTPUT_CHARS,
+                    INDEX_OPEN_MAX, INDEX_PROGRESS_AFTER_S, INDEX_WAIT_S, LIST_MAX_NOTES, LIST_OUTPUT_CHARS,
                     NOTE_SUFFIXES, SEARCH_LEAD_CHARS, SEARCH_LINE_CHARS, SEARCH_LINES_PER_HIT,
-                    SEARCH_MAX_HITS, SEARCH_OUTPUT_CHARS, SEARCH_WATCH_ENV, SEARCH_WEIGHT_BODY,
+                    SEARCH_MAX_HITS, SEARCH_OUTPUT_CHARS, SEARCH_QUERY_ECHO_CHARS,
+                    SEARCH_QUERY_MAX_WORDS, SEARCH_WATCH_ENV, SEARCH_WEIGHT_BODY,
                     SEARCH_WEIGHT_LEAD, SEARCH_WEIGHT_PATH, SEARCH_WEIGHT_TITLE, env_value)
 
 SCHEMA_VERSION = "2"  # bump when the tables or the text preparation change: old indexes get rebuilt
@@ -237,20 +238,29 @@ def index_path(kb: Path) -> Path:
     return _index_dir() / f"{kb.name or 'root'}-{digest}.sqlite"
 
 
-_SCHEMA = f"""
-CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);
-CREATE TABLE notes(id INTEGER PRIMARY KEY, path TEXT UNIQUE NOT NULL, size INTEGER, mtime_ns INTEGER,
-                   title TEXT, title_key TEXT, stem_key TEXT);
-CREATE INDEX notes_title ON notes(title_key);
-CREATE INDEX notes_stem ON notes(stem_key);
-CREATE INDEX notes_mtime ON notes(mtime_ns);
-CREATE VIRTUAL TABLE fts USING fts5(path, title, lead, body, tokenize='porter unicode61 remove_diacritics 2');
-INSERT INTO meta VALUES ('schema', '{SCHEMA_VERSION}');
-"""
+# Every statement may run again: two processes opening a new index at once both try to create it.
+_SCHEMA = [
+    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)",
+    "CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, path TEXT UNIQUE NOT NULL, size INTEGER, "
+    "mtime_ns INTEGER, title TEXT, title_key TEXT, stem_key TEXT)",
+    "CREATE INDEX IF NOT EXISTS notes_title ON notes(title_key)",
+    "CREATE INDEX IF NOT EXISTS notes_stem ON notes(stem_key)",
+    "CREATE INDEX IF NOT EXISTS notes_mtime ON notes(mtime_ns)",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(path, title, lead, body, "
+    "tokenize='porter unicode61 remove_diacritics 2')",
+    f"INSERT OR IGNORE INTO meta VALUES ('schema', '{SCHEMA_VERSION}')",
+]
 
 
 class _Corrupt(Exception):
     pass
+
+
+class _Busy(Exception):
+    """Another process kept the index's write lock longer than we wait (it is building a big index)."""
+
+    def __str__(self):
+        return "another process kept it locked"
 
 
 def _is_corruption(exc: Exception) -> bool:
@@ -264,16 +274,60 @@ def _is_corruption(exc: Exception) -> bool:
 def _connect(target: str) -> sqlite3.Connection:
     conn = sqlite3.connect(target, timeout=INDEX_BUSY_TIMEOUT_MS / 1000, check_same_thread=False,
                            isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
+    _while_busy(conn, "PRAGMA journal_mode=WAL")  # a new file: the process creating it may hold it a moment
     conn.execute("PRAGMA synchronous=NORMAL")  # safe with WAL; at worst the last change is re-indexed
-    has_meta = conn.execute("SELECT 1 FROM sqlite_master WHERE name='meta'").fetchone()
-    if not has_meta:
-        conn.executescript("BEGIN;" + _SCHEMA + "COMMIT;")
+    if not _has_meta(conn):
+        _begin_write(conn)
+        try:
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
     version = conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
     if not version or version[0] != SCHEMA_VERSION:
         conn.close()
         raise _Corrupt()
     return conn
+
+
+def _has_meta(conn: sqlite3.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE name='meta'").fetchone() is not None
+
+
+def _begin_write(conn: sqlite3.Connection, wait_s: float | None = None) -> None:
+    """Take the index's write lock, waiting up to wait_s (and saying so) while another process holds it.
+
+    SQLite's own wait (INDEX_BUSY_TIMEOUT_MS) covers short writes; a first build of tens of thousands of
+    notes holds the lock far longer, and the process waiting for it then finds that work done already.
+    """
+    _while_busy(conn, "BEGIN IMMEDIATE", wait_s)
+
+
+def _while_busy(conn: sqlite3.Connection, sql: str, wait_s: float | None = None) -> None:
+    """Run sql, retrying for up to wait_s (default INDEX_WAIT_S) while another process locks the index."""
+    wait_s = INDEX_WAIT_S if wait_s is None else wait_s
+    deadline = time.monotonic() + wait_s
+    told = False
+    while True:
+        try:
+            conn.execute(sql)
+            return
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise _Busy() from None
+            if not told:
+                _notice("another knowledge-agent is updating the search index of these notes; "
+                        f"waiting for it (at most {wait_s:.0f} s)…")
+                told = True
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    name = getattr(exc, "sqlite_errorname", "")
+    return name.startswith("SQLITE_BUSY") or "database is locked" in str(exc)
 
 
 def _remove_index(path: Path) -> None:
@@ -294,7 +348,7 @@ def _open_db(path: Path) -> sqlite3.Connection:
         return _connect(":memory:")
     try:
         return _connect(str(path))
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, _Busy) as exc:
         if not _is_corruption(exc):
             _notice(f"cannot open the search index {path} ({exc}); keeping it in memory for this session.")
             return _connect(":memory:")
@@ -305,7 +359,7 @@ def _open_db(path: Path) -> sqlite3.Connection:
     try:
         _remove_index(path)
         return _connect(str(path))
-    except (OSError, sqlite3.DatabaseError, _Corrupt) as exc:
+    except (OSError, sqlite3.DatabaseError, _Corrupt, _Busy) as exc:
         _notice(f"cannot rebuild the search index ({exc}); keeping it in memory for this session.")
         return _connect(":memory:")
 
@@ -423,6 +477,7 @@ class _Index:
     watcher: object = None
     checked: bool = False  # has a full comparison with the disk run in this process yet?
     known: dict | None = None  # path -> (size, mtime_ns) as indexed: spares full comparisons a table read
+    version: int | None = None  # PRAGMA data_version when `known` matched the table; others' commits change it
 
 
 def _read_note(abs_path: Path):
@@ -437,21 +492,23 @@ def _read_note(abs_path: Path):
     return raw.decode("utf-8-sig", errors="replace")
 
 
-def _apply(idx: _Index, changed: dict, gone) -> None:
+def _apply(idx: _Index, changed: dict, gone, wait_s: float | None = None) -> None:
     """Write changes to the index in one transaction.
 
     `changed` maps a path to its (size, mtime_ns), or to None to stat it now; `gone` lists removed paths.
-    A note that cannot be read (any more) leaves the index.
+    A note that cannot be read (any more) leaves the index. Raises _Busy if another process keeps the
+    index locked for more than wait_s.
     """
     if not changed and not gone:
         return
     conn = idx.conn
-    started = time.monotonic()
-    shown = False
-    items = list(changed.items())
-    known = idx.known if idx.known is not None else {}
-    conn.execute("BEGIN IMMEDIATE")
+    _begin_write(conn, wait_s)
     try:
+        changed = _still_changed(idx, changed)
+        started = time.monotonic()
+        shown = False
+        items = list(changed.items())
+        known = idx.known if idx.known is not None else {}
         _delete(conn, list(gone))
         for rel in gone:
             known.pop(rel, None)
@@ -477,6 +534,21 @@ def _apply(idx: _Index, changed: dict, gone) -> None:
 
 
 _BATCH = 500  # notes read and written together: bounds memory during a big build
+
+
+def _still_changed(idx: _Index, changed: dict) -> dict:
+    """Under the write lock: leave out notes another process has indexed meanwhile, as they are on disk.
+
+    This is what spares a process that waited for another's first build from indexing everything again.
+    """
+    version = idx.conn.execute("PRAGMA data_version").fetchone()[0]
+    if version == idx.version:
+        return changed
+    idx.version = version
+    current = {p: (s, m) for p, s, m in idx.conn.execute("SELECT path, size, mtime_ns FROM notes")}
+    if idx.known is not None:
+        idx.known = current
+    return {p: st for p, st in changed.items() if st is None or current.get(p) != st}
 
 
 def _prepare(kb: Path, items: list):
@@ -544,7 +616,7 @@ def _range(rel_dir: str):
     return rel_dir + "/", rel_dir + "0"  # "0" sorts right after "/"
 
 
-def _sync_tree(idx: _Index, rel_dir: str) -> None:
+def _sync_tree(idx: _Index, rel_dir: str, wait_s: float | None = None) -> None:
     """Compare the notes in a folder ("" = all) with the index by size and mtime; re-index differences.
 
     The whole-KB comparison uses the in-memory copy of what this process indexed. Another process
@@ -554,13 +626,14 @@ def _sync_tree(idx: _Index, rel_dir: str) -> None:
     lo, hi = _range(rel_dir)
     indexed = idx.known if not rel_dir else None
     if indexed is None:
+        version = idx.conn.execute("PRAGMA data_version").fetchone()[0]
         indexed = {p: (s, m) for p, s, m in idx.conn.execute(
             "SELECT path, size, mtime_ns FROM notes WHERE path >= ? AND path < ?", (lo, hi))}
         if not rel_dir:
-            idx.known = indexed
+            idx.known, idx.version = indexed, version
     changed = {p: st for p, st in on_disk.items() if indexed.get(p) != st}
     gone = [p for p in indexed if p not in on_disk]
-    _apply(idx, changed, gone)
+    _apply(idx, changed, gone, wait_s)
 
 
 def _sync_watch_failed(idx: _Index) -> None:
@@ -638,7 +711,10 @@ def _with_index(kb: Path, action):
             idx = None
             try:
                 idx = _get_index(kb)
-                _refresh(idx)
+                try:
+                    _refresh(idx)
+                except _Busy:
+                    return action(idx) + _still_indexing(idx)
                 return action(idx)
             except sqlite3.DatabaseError as exc:
                 if idx is None or attempt == 2 or not _is_corruption(exc):
@@ -650,6 +726,14 @@ def _with_index(kb: Path, action):
                 _remove_index(idx.path)
             except OSError as exc:
                 return f"Error: cannot read the notes folder ({exc.strerror or exc})."
+
+
+def _still_indexing(idx: _Index) -> str:
+    """Another process has been indexing for INDEX_WAIT_S already: answer from what the index holds now."""
+    idx.checked = False  # changes noticed in this round were not written: compare everything next time
+    _notice("the search index is still being updated by another knowledge-agent; searching what it holds.")
+    return ("\n\n(Another knowledge-agent process is still indexing these notes, so this answer may miss "
+            "some. Try again in a minute.)")
 
 
 def _folder(kb: Path, folder) -> str:
@@ -858,9 +942,9 @@ def note_changed(kb: Path, rel_path: str) -> None:
             if not parts or any(p == ".." or p == "/" or is_hidden_name(p) for p in parts):
                 return  # not a path inside the notes: nothing of ours to update
             rel = "/".join(parts)
-            if (idx.kb / rel).is_dir():
-                _sync_tree(idx, rel)
+            if (idx.kb / rel).is_dir():  # no waiting for another process: the next search catches up
+                _sync_tree(idx, rel, wait_s=0)
             elif is_note_file(rel):
-                _apply(idx, {rel: None}, [])
+                _apply(idx, {rel: None}, [], wait_s=0)
     except Exception:  # the next search's freshness check repairs whatever this missed
         pass

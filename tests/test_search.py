@@ -308,6 +308,35 @@ def test_another_process_can_use_the_same_index(kb, index_dir, watch_mode):
     assert sqlite3.connect(search.index_path(kb)).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
+def test_opening_an_index_another_process_has_just_created_is_no_error(kb, monkeypatch, capsys):
+    search.search_notes(kb, "bread")
+    search.close_indexes()
+    monkeypatch.setattr(search, "_has_meta", lambda conn: False)  # created by another right after our look
+    assert hits(search.search_notes(kb, "bread"))[0] == "cooking/bread.md"
+    assert capsys.readouterr().err == ""
+
+
+def test_index_locked_too_long_by_another_process_answers_from_what_it_holds(kb, watch_mode, monkeypatch,
+                                                                               capsys):
+    search.search_notes(kb, "bread")
+    search.close_indexes()
+    monkeypatch.setattr(search, "INDEX_BUSY_TIMEOUT_MS", 10)
+    monkeypatch.setattr(search, "INDEX_WAIT_S", 0)
+    search.search_notes(kb, "bread")
+    write(kb, "late.md", "Bread, written while another process builds the index.\n")
+    other = sqlite3.connect(search.index_path(kb), isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # what a long first build in another process looks like
+    try:
+        out = search.search_notes(kb, "bread")
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert "cooking/bread.md" in hits(out) and "late.md" not in hits(out)
+    assert "still indexing" in out and not out.startswith("Error")
+    assert "still being updated" in capsys.readouterr().err
+    assert "late.md" in hits(search.search_notes(kb, "bread"))  # the next search catches up
+
+
 def test_slow_first_build_reports_progress_on_stderr(kb, monkeypatch, capsys):
     monkeypatch.setattr(search, "INDEX_PROGRESS_AFTER_S", 0)
     monkeypatch.setattr(search, "_BATCH", 2)
@@ -399,3 +428,43 @@ def test_list_notes_in_a_folder_and_capped(tmp_path, monkeypatch):
     assert out.startswith("30 note(s) in box/")
     assert len(re.findall(r"^box/", out, re.M)) == 10 and "20 more not shown" in out
     assert search.list_notes(kb, "../..").startswith("Error: ")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Several processes on one new index
+
+_RACE = """
+import sys, search
+from pathlib import Path
+search.INDEX_BUSY_TIMEOUT_MS = 50  # the 5 s wait against a 10-20 s build of 45,000 notes, scaled down
+search.INDEX_PROGRESS_AFTER_S = 0  # every process that indexes notes says so
+print("ready", flush=True)
+sys.stdin.read()  # all three start searching when the test closes their input
+print(search.search_notes(Path(sys.argv[1]), "zephyr"))
+"""
+
+
+def test_processes_building_a_new_index_at_once_all_get_results_and_only_one_indexes(tmp_path, index_dir):
+    kb = tmp_path / "many"
+    for i in range(3000):
+        write(kb, f"d{i % 30}/n{i}.md", f"# Note {i}\n\nA zephyr, number {i}.\n\n" + "Filler text. " * 40)
+    env = dict(os.environ, **{config.INDEX_DIR_ENV: str(index_dir)})
+    procs, errs = [], []
+    for n in range(3):
+        errs.append(tmp_path / f"err{n}.txt")
+        with open(errs[-1], "w") as err:
+            procs.append(subprocess.Popen([sys.executable, "-c", _RACE, str(kb)], stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+                                          cwd=Path(search.__file__).parent))
+    for proc in procs:
+        assert proc.stdout.readline() == "ready\n"
+    for proc in procs:
+        proc.stdin.close()
+    outs = [proc.stdout.read() for proc in procs]
+    for proc in procs:
+        proc.wait(timeout=120)
+    stderr = [err.read_text() for err in errs]
+    for out, err in zip(outs, stderr):
+        assert out.startswith("3000 notes match") and "Error" not in out, (out, err)
+        assert not re.search(r"error|locked|exists|memory|traceback", err, re.I), err
+    assert sum("indexed 3000 notes" in err for err in stderr) == 1, stderr
