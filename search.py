@@ -121,6 +121,7 @@ def _note_stat(path: Path, kb: Path):
 
 _CJK_CHARS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 _CJK_RUN = re.compile(f"[{_CJK_CHARS}]+")
+_SCRIPT_PIECE = re.compile(f"[{_CJK_CHARS}]+|[^{_CJK_CHARS}]+")  # a word cut where the script changes
 _HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$", re.M)
 _FRONT_TITLE = re.compile(r"\A---\s*\n(?:.*\n)*?title:\s*['\"]?(.+?)['\"]?\s*\n(?:.*\n)*?---", re.M)
 _WORD = re.compile(r"[^\W_]+")
@@ -132,17 +133,31 @@ def _cjk_words(text: str, for_query: bool = False) -> str:
     """Rewrite each CJK run as overlapping 2-character words: 归档实用 -> 归档 档实 实用 用.
 
     In the index every run also ends with its last character alone, so a 1-character query (matched as a
-    prefix) finds a character at the end of a run too; queries leave that tail off so phrases still line up.
+    prefix) finds a character at the end of a run too. A query leaves that tail off only where its text
+    ends, so a phrase still lines up with a longer run in a note, and 解压zip still lines up with 解压 压 zip.
     """
+    end = len(text.rstrip())
+
     def grams(match):
         run = match.group()
         if len(run) == 1:
             return f" {run} "
         words = [run[i:i + 2] for i in range(len(run) - 1)]
-        if not for_query:
+        if not for_query or match.end() < end:
             words.append(run[-1])
         return " " + " ".join(words) + " "
     return _CJK_RUN.sub(grams, text)
+
+
+def _units(word: str) -> list:
+    """The separate words inside one word: 解压zip文件 -> 解压 zip 文件, 如何压缩 -> 如何 何压 压缩."""
+    units = []
+    for piece in _SCRIPT_PIECE.findall(word):
+        if len(piece) > 1 and _CJK_RUN.fullmatch(piece):
+            units += [piece[i:i + 2] for i in range(len(piece) - 1)]
+        else:
+            units.append(piece)
+    return units
 
 
 def _title_of(text: str, stem: str) -> str:
@@ -182,10 +197,11 @@ def _stem(rel: str) -> str:
 
 @dataclass
 class _Term:
-    fts: str          # FTS5 phrase, quoted, ready for MATCH
+    fts: str          # the chunk as one FTS5 phrase, quoted, ready for MATCH: the best kind of match
+    every: list       # its words as separate phrases, all wanted in any order (a CJK run: its 2-char words)
+    loose: list       # what the "any word" fallback looks for: each word, unless the person quoted a phrase
     words: list       # lowercased words / CJK strings used to pick the lines shown
     optional: bool    # a stopword: helps ranking, never required
-    loose: list       # what the "any word" fallback looks for: each word, unless the person quoted a phrase
 
 
 def _phrase(words: list) -> str:
@@ -196,23 +212,35 @@ def _phrase(words: list) -> str:
     return phrase
 
 
+def _chunk_words(chunk: str):
+    words = [w.casefold() for w in _WORD.findall(chunk)]
+    return words, list(dict.fromkeys(u for w in words for u in _units(w)))
+
+
 def _parse_query(query: str) -> list:
     """Split a person's or model's query into safe FTS5 phrases; operators and punctuation become text.
 
-    "a b" in double quotes is a phrase. An unquoted chunk with punctuation inside (gnu-tar, title:x) is
-    first tried as a phrase, and its words one by one in the fallback.
+    "a b" in double quotes is a phrase. An unquoted chunk made of several words (gnu-tar, title:x, a run
+    of Chinese written without spaces, 解压zip文件) is a phrase first, then its words in any order, then
+    any of its words in the fallback. At most SEARCH_QUERY_MAX_WORDS words count: a pasted page is no query.
     """
     quoted = re.findall(r'"([^"]*)"', query)
     rest = re.sub(r'"[^"]*"', " ", query).replace('"', " ")
-    chunks = [(c, True) for c in quoted]
-    chunks += [(w, False) for w in rest.split() if w not in ("AND", "OR", "NOT", "NEAR")]
-    terms = []
+    chunks = [(c, True) for c in quoted] + [(w, False) for w in rest.split()]
+    terms, budget = [], SEARCH_QUERY_MAX_WORDS
     for chunk, is_quoted in chunks:
-        words = [w.casefold() for w in _WORD.findall(chunk)]
-        if not words:
+        if budget <= 0:
+            break
+        words, units = _chunk_words(chunk)
+        if len(units) > budget:  # every word takes at least one character, so this many characters fit
+            words, units = _chunk_words(chunk[:budget])
+        if not units:
             continue
-        loose = [_phrase(words)] if is_quoted else [_phrase([w]) for w in words]
-        terms.append(_Term(_phrase(words), words, len(words) == 1 and words[0] in _STOPWORDS, loose))
+        budget -= len(units)
+        fts = _phrase(words)
+        every = [fts] if is_quoted else [_phrase([u]) for u in units]
+        loose = every if len(every) == 1 else every + [fts]  # the whole phrase adds to the rank
+        terms.append(_Term(fts, every, loose, words, len(words) == 1 and words[0] in _STOPWORDS))
     if terms and all(t.optional for t in terms):
         for t in terms:
             t.optional = False
@@ -781,7 +809,9 @@ def _ranked(conn, match: str, lo: str, hi: str, qkey: str, limit: int, exclude=(
 
 def search_notes(kb: Path, query: str, folder: str | None = None, limit: int = SEARCH_MAX_HITS) -> str:
     """Best notes for `query` (all words first, then any word), with their best lines; bounded text."""
-    terms = _parse_query(query or "")
+    query = _valid_text(query or "")
+    folder = None if folder is None else _valid_text(folder)
+    terms = _parse_query(query)
     if not terms:
         return "Error: the search query has no words to look for. Give one or more keywords."
     try:
@@ -792,18 +822,27 @@ def search_notes(kb: Path, query: str, folder: str | None = None, limit: int = S
     return _with_index(kb, lambda idx: _search(idx, terms, query, rel_dir, limit))
 
 
+def _valid_text(text: str) -> str:
+    """Text that can be encoded: a lone surrogate (from broken JSON escapes) becomes U+FFFD."""
+    return re.sub("[\ud800-\udfff]", "\ufffd", str(text))
+
+
 def _search(idx: _Index, terms: list, query: str, rel_dir: str, limit: int) -> str:
+    """Rank in tiers: each chunk as a phrase, then every word in any order, then any word."""
     conn = idx.conn
     lo, hi = _range(rel_dir)
     qkey = _key(query.replace('"', " "))
-    required = [t.fts for t in terms if not t.optional]
-    all_words = " AND ".join(required)
-    hits = _ranked(conn, all_words, lo, hi, qkey, limit)
-    total = _count(conn, all_words, lo, hi)
+    required = [t for t in terms if not t.optional]
+    as_phrases = " AND ".join(t.fts for t in required)
+    every_word = " AND ".join(dict.fromkeys(p for t in required for p in t.every))
+    any_word = " OR ".join(dict.fromkeys(p for t in terms for p in t.loose))
+    hits = []
+    for match in dict.fromkeys((as_phrases, every_word)):
+        if len(hits) < limit:
+            hits += _ranked(conn, match, lo, hi, qkey, limit - len(hits), [h[0] for h in hits])
+    total = _count(conn, every_word, lo, hi)
     some_only = 0
-    loose = list(dict.fromkeys(p for t in terms for p in t.loose))
-    if len(hits) < limit and len(loose) > 1:
-        any_word = " OR ".join(loose)
+    if len(hits) < limit and any_word not in (as_phrases, every_word):
         hits += _ranked(conn, any_word, lo, hi, qkey, limit - len(hits), [h[0] for h in hits])
         some_only = _count(conn, any_word, lo, hi) - total
     where = f" in {rel_dir}/" if rel_dir else ""
@@ -813,14 +852,16 @@ def _search(idx: _Index, terms: list, query: str, rel_dir: str, limit: int) -> s
 
 
 def _line_patterns(terms: list) -> list:
-    patterns = []
+    """Patterns marking the lines to show; a line holding a whole Chinese run also holds its 2-char words."""
+    patterns = set()
     for word in {w for t in terms for w in t.words}:
-        if _CJK_RUN.search(word):
-            patterns.append(re.compile(re.escape(word)))
-        else:  # match the word's start, so "archives" also marks "archive" lines (the index stems words)
-            core = word[:-1] if len(word) > 4 and word.endswith("s") else word
-            patterns.append(re.compile(r"(?<![^\W_])" + re.escape(core), re.I))
-    return patterns
+        for piece in _SCRIPT_PIECE.findall(word):
+            if _CJK_RUN.fullmatch(piece):
+                patterns.update(re.escape(u) for u in {piece, *_units(piece)})
+            else:  # match the word's start, so "archives" also marks "archive" lines (the index stems words)
+                core = piece[:-1] if len(piece) > 4 and piece.endswith("s") else piece
+                patterns.add(r"(?<![^\W_])(?i:" + re.escape(core) + ")")
+    return [re.compile(p) for p in patterns]
 
 
 def _best_lines(abs_path: Path, patterns: list) -> list:
@@ -849,7 +890,10 @@ def _clip(line: str, start: int) -> str:
 
 
 def _quoted(query: str) -> str:
+    """The query as echoed in the answer's first line: on one line, and cut if it is long."""
     query = " ".join(query.split())
+    if len(query) > SEARCH_QUERY_ECHO_CHARS:
+        query = query[:SEARCH_QUERY_ECHO_CHARS].rstrip() + "…"
     return f"'{query}'" if '"' in query else f'"{query}"'
 
 
@@ -891,6 +935,7 @@ def _format_hits(kb: Path, terms, hits, total_all: int, some_only: int, where: s
 
 def list_notes(kb: Path, folder: str | None = None) -> str:
     """How many notes there are (per subfolder) and the newest ones first, capped and bounded."""
+    folder = None if folder is None else _valid_text(folder)
     try:
         rel_dir = _folder(kb, folder)
     except ValueError as exc:
