@@ -35,9 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from config import (INDEX_BUSY_TIMEOUT_MS, INDEX_DIR_ENV, INDEX_MAX_NOTE_BYTES,
-                    INDEX_OPEN_MAX, INDEX_PROGRESS_AFTER_S, LIST_MAX_NOTES, LIST_OUTPUT_CHARS,
+                    INDEX_OPEN_MAX, INDEX_PROGRESS_AFTER_S, INDEX_WAIT_S, LIST_MAX_NOTES, LIST_OUTPUT_CHARS,
                     NOTE_SUFFIXES, SEARCH_LEAD_CHARS, SEARCH_LINE_CHARS, SEARCH_LINES_PER_HIT,
-                    SEARCH_MAX_HITS, SEARCH_OUTPUT_CHARS, SEARCH_WATCH_ENV, SEARCH_WEIGHT_BODY,
+                    SEARCH_MAX_HITS, SEARCH_OUTPUT_CHARS, SEARCH_QUERY_ECHO_CHARS,
+                    SEARCH_QUERY_MAX_WORDS, SEARCH_WATCH_ENV, SEARCH_WEIGHT_BODY,
                     SEARCH_WEIGHT_LEAD, SEARCH_WEIGHT_PATH, SEARCH_WEIGHT_TITLE, env_value)
 
 SCHEMA_VERSION = "2"  # bump when the tables or the text preparation change: old indexes get rebuilt
@@ -120,6 +121,7 @@ def _note_stat(path: Path, kb: Path):
 
 _CJK_CHARS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 _CJK_RUN = re.compile(f"[{_CJK_CHARS}]+")
+_SCRIPT_PIECE = re.compile(f"[{_CJK_CHARS}]+|[^{_CJK_CHARS}]+")  # a word cut where the script changes
 _HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$", re.M)
 _FRONT_TITLE = re.compile(r"\A---\s*\n(?:.*\n)*?title:\s*['\"]?(.+?)['\"]?\s*\n(?:.*\n)*?---", re.M)
 _WORD = re.compile(r"[^\W_]+")
@@ -131,17 +133,31 @@ def _cjk_words(text: str, for_query: bool = False) -> str:
     """Rewrite each CJK run as overlapping 2-character words: 归档实用 -> 归档 档实 实用 用.
 
     In the index every run also ends with its last character alone, so a 1-character query (matched as a
-    prefix) finds a character at the end of a run too; queries leave that tail off so phrases still line up.
+    prefix) finds a character at the end of a run too. A query leaves that tail off only where its text
+    ends, so a phrase still lines up with a longer run in a note, and 解压zip still lines up with 解压 压 zip.
     """
+    end = len(text.rstrip())
+
     def grams(match):
         run = match.group()
         if len(run) == 1:
             return f" {run} "
         words = [run[i:i + 2] for i in range(len(run) - 1)]
-        if not for_query:
+        if not for_query or match.end() < end:
             words.append(run[-1])
         return " " + " ".join(words) + " "
     return _CJK_RUN.sub(grams, text)
+
+
+def _units(word: str) -> list:
+    """The separate words inside one word: 解压zip文件 -> 解压 zip 文件, 如何压缩 -> 如何 何压 压缩."""
+    units = []
+    for piece in _SCRIPT_PIECE.findall(word):
+        if len(piece) > 1 and _CJK_RUN.fullmatch(piece):
+            units += [piece[i:i + 2] for i in range(len(piece) - 1)]
+        else:
+            units.append(piece)
+    return units
 
 
 def _title_of(text: str, stem: str) -> str:
@@ -181,10 +197,11 @@ def _stem(rel: str) -> str:
 
 @dataclass
 class _Term:
-    fts: str          # FTS5 phrase, quoted, ready for MATCH
+    fts: str          # the chunk as one FTS5 phrase, quoted, ready for MATCH: the best kind of match
+    every: list       # its words as separate phrases, all wanted in any order (a CJK run: its 2-char words)
+    loose: list       # what the "any word" fallback looks for: each word, unless the person quoted a phrase
     words: list       # lowercased words / CJK strings used to pick the lines shown
     optional: bool    # a stopword: helps ranking, never required
-    loose: list       # what the "any word" fallback looks for: each word, unless the person quoted a phrase
 
 
 def _phrase(words: list) -> str:
@@ -195,23 +212,35 @@ def _phrase(words: list) -> str:
     return phrase
 
 
+def _chunk_words(chunk: str):
+    words = [w.casefold() for w in _WORD.findall(chunk)]
+    return words, list(dict.fromkeys(u for w in words for u in _units(w)))
+
+
 def _parse_query(query: str) -> list:
     """Split a person's or model's query into safe FTS5 phrases; operators and punctuation become text.
 
-    "a b" in double quotes is a phrase. An unquoted chunk with punctuation inside (gnu-tar, title:x) is
-    first tried as a phrase, and its words one by one in the fallback.
+    "a b" in double quotes is a phrase. An unquoted chunk made of several words (gnu-tar, title:x, a run
+    of Chinese written without spaces, 解压zip文件) is a phrase first, then its words in any order, then
+    any of its words in the fallback. At most SEARCH_QUERY_MAX_WORDS words count: a pasted page is no query.
     """
     quoted = re.findall(r'"([^"]*)"', query)
     rest = re.sub(r'"[^"]*"', " ", query).replace('"', " ")
-    chunks = [(c, True) for c in quoted]
-    chunks += [(w, False) for w in rest.split() if w not in ("AND", "OR", "NOT", "NEAR")]
-    terms = []
+    chunks = [(c, True) for c in quoted] + [(w, False) for w in rest.split()]
+    terms, budget = [], SEARCH_QUERY_MAX_WORDS
     for chunk, is_quoted in chunks:
-        words = [w.casefold() for w in _WORD.findall(chunk)]
-        if not words:
+        if budget <= 0:
+            break
+        words, units = _chunk_words(chunk)
+        if len(units) > budget:  # every word takes at least one character, so this many characters fit
+            words, units = _chunk_words(chunk[:budget])
+        if not units:
             continue
-        loose = [_phrase(words)] if is_quoted else [_phrase([w]) for w in words]
-        terms.append(_Term(_phrase(words), words, len(words) == 1 and words[0] in _STOPWORDS, loose))
+        budget -= len(units)
+        fts = _phrase(words)
+        every = [fts] if is_quoted else [_phrase([u]) for u in units]
+        loose = every if len(every) == 1 else every + [fts]  # the whole phrase adds to the rank
+        terms.append(_Term(fts, every, loose, words, len(words) == 1 and words[0] in _STOPWORDS))
     if terms and all(t.optional for t in terms):
         for t in terms:
             t.optional = False
@@ -237,20 +266,29 @@ def index_path(kb: Path) -> Path:
     return _index_dir() / f"{kb.name or 'root'}-{digest}.sqlite"
 
 
-_SCHEMA = f"""
-CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT);
-CREATE TABLE notes(id INTEGER PRIMARY KEY, path TEXT UNIQUE NOT NULL, size INTEGER, mtime_ns INTEGER,
-                   title TEXT, title_key TEXT, stem_key TEXT);
-CREATE INDEX notes_title ON notes(title_key);
-CREATE INDEX notes_stem ON notes(stem_key);
-CREATE INDEX notes_mtime ON notes(mtime_ns);
-CREATE VIRTUAL TABLE fts USING fts5(path, title, lead, body, tokenize='porter unicode61 remove_diacritics 2');
-INSERT INTO meta VALUES ('schema', '{SCHEMA_VERSION}');
-"""
+# Every statement may run again: two processes opening a new index at once both try to create it.
+_SCHEMA = [
+    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)",
+    "CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, path TEXT UNIQUE NOT NULL, size INTEGER, "
+    "mtime_ns INTEGER, title TEXT, title_key TEXT, stem_key TEXT)",
+    "CREATE INDEX IF NOT EXISTS notes_title ON notes(title_key)",
+    "CREATE INDEX IF NOT EXISTS notes_stem ON notes(stem_key)",
+    "CREATE INDEX IF NOT EXISTS notes_mtime ON notes(mtime_ns)",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(path, title, lead, body, "
+    "tokenize='porter unicode61 remove_diacritics 2')",
+    f"INSERT OR IGNORE INTO meta VALUES ('schema', '{SCHEMA_VERSION}')",
+]
 
 
 class _Corrupt(Exception):
     pass
+
+
+class _Busy(Exception):
+    """Another process kept the index's write lock longer than we wait (it is building a big index)."""
+
+    def __str__(self):
+        return "another process kept it locked"
 
 
 def _is_corruption(exc: Exception) -> bool:
@@ -264,16 +302,60 @@ def _is_corruption(exc: Exception) -> bool:
 def _connect(target: str) -> sqlite3.Connection:
     conn = sqlite3.connect(target, timeout=INDEX_BUSY_TIMEOUT_MS / 1000, check_same_thread=False,
                            isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
+    _while_busy(conn, "PRAGMA journal_mode=WAL")  # a new file: the process creating it may hold it a moment
     conn.execute("PRAGMA synchronous=NORMAL")  # safe with WAL; at worst the last change is re-indexed
-    has_meta = conn.execute("SELECT 1 FROM sqlite_master WHERE name='meta'").fetchone()
-    if not has_meta:
-        conn.executescript("BEGIN;" + _SCHEMA + "COMMIT;")
+    if not _has_meta(conn):
+        _begin_write(conn)
+        try:
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
     version = conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
     if not version or version[0] != SCHEMA_VERSION:
         conn.close()
         raise _Corrupt()
     return conn
+
+
+def _has_meta(conn: sqlite3.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE name='meta'").fetchone() is not None
+
+
+def _begin_write(conn: sqlite3.Connection, wait_s: float | None = None) -> None:
+    """Take the index's write lock, waiting up to wait_s (and saying so) while another process holds it.
+
+    SQLite's own wait (INDEX_BUSY_TIMEOUT_MS) covers short writes; a first build of tens of thousands of
+    notes holds the lock far longer, and the process waiting for it then finds that work done already.
+    """
+    _while_busy(conn, "BEGIN IMMEDIATE", wait_s)
+
+
+def _while_busy(conn: sqlite3.Connection, sql: str, wait_s: float | None = None) -> None:
+    """Run sql, retrying for up to wait_s (default INDEX_WAIT_S) while another process locks the index."""
+    wait_s = INDEX_WAIT_S if wait_s is None else wait_s
+    deadline = time.monotonic() + wait_s
+    told = False
+    while True:
+        try:
+            conn.execute(sql)
+            return
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise _Busy() from None
+            if not told:
+                _notice("another knowledge-agent is updating the search index of these notes; "
+                        f"waiting for it (at most {wait_s:.0f} s)…")
+                told = True
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    name = getattr(exc, "sqlite_errorname", "")
+    return name.startswith("SQLITE_BUSY") or "database is locked" in str(exc)
 
 
 def _remove_index(path: Path) -> None:
@@ -294,7 +376,7 @@ def _open_db(path: Path) -> sqlite3.Connection:
         return _connect(":memory:")
     try:
         return _connect(str(path))
-    except sqlite3.DatabaseError as exc:
+    except (sqlite3.DatabaseError, _Busy) as exc:
         if not _is_corruption(exc):
             _notice(f"cannot open the search index {path} ({exc}); keeping it in memory for this session.")
             return _connect(":memory:")
@@ -305,7 +387,7 @@ def _open_db(path: Path) -> sqlite3.Connection:
     try:
         _remove_index(path)
         return _connect(str(path))
-    except (OSError, sqlite3.DatabaseError, _Corrupt) as exc:
+    except (OSError, sqlite3.DatabaseError, _Corrupt, _Busy) as exc:
         _notice(f"cannot rebuild the search index ({exc}); keeping it in memory for this session.")
         return _connect(":memory:")
 
@@ -423,6 +505,7 @@ class _Index:
     watcher: object = None
     checked: bool = False  # has a full comparison with the disk run in this process yet?
     known: dict | None = None  # path -> (size, mtime_ns) as indexed: spares full comparisons a table read
+    version: int | None = None  # PRAGMA data_version when `known` matched the table; others' commits change it
 
 
 def _read_note(abs_path: Path):
@@ -437,21 +520,23 @@ def _read_note(abs_path: Path):
     return raw.decode("utf-8-sig", errors="replace")
 
 
-def _apply(idx: _Index, changed: dict, gone) -> None:
+def _apply(idx: _Index, changed: dict, gone, wait_s: float | None = None) -> None:
     """Write changes to the index in one transaction.
 
     `changed` maps a path to its (size, mtime_ns), or to None to stat it now; `gone` lists removed paths.
-    A note that cannot be read (any more) leaves the index.
+    A note that cannot be read (any more) leaves the index. Raises _Busy if another process keeps the
+    index locked for more than wait_s.
     """
     if not changed and not gone:
         return
     conn = idx.conn
-    started = time.monotonic()
-    shown = False
-    items = list(changed.items())
-    known = idx.known if idx.known is not None else {}
-    conn.execute("BEGIN IMMEDIATE")
+    _begin_write(conn, wait_s)
     try:
+        changed = _still_changed(idx, changed)
+        started = time.monotonic()
+        shown = False
+        items = list(changed.items())
+        known = idx.known if idx.known is not None else {}
         _delete(conn, list(gone))
         for rel in gone:
             known.pop(rel, None)
@@ -477,6 +562,21 @@ def _apply(idx: _Index, changed: dict, gone) -> None:
 
 
 _BATCH = 500  # notes read and written together: bounds memory during a big build
+
+
+def _still_changed(idx: _Index, changed: dict) -> dict:
+    """Under the write lock: leave out notes another process has indexed meanwhile, as they are on disk.
+
+    This is what spares a process that waited for another's first build from indexing everything again.
+    """
+    version = idx.conn.execute("PRAGMA data_version").fetchone()[0]
+    if version == idx.version:
+        return changed
+    idx.version = version
+    current = {p: (s, m) for p, s, m in idx.conn.execute("SELECT path, size, mtime_ns FROM notes")}
+    if idx.known is not None:
+        idx.known = current
+    return {p: st for p, st in changed.items() if st is None or current.get(p) != st}
 
 
 def _prepare(kb: Path, items: list):
@@ -544,7 +644,7 @@ def _range(rel_dir: str):
     return rel_dir + "/", rel_dir + "0"  # "0" sorts right after "/"
 
 
-def _sync_tree(idx: _Index, rel_dir: str) -> None:
+def _sync_tree(idx: _Index, rel_dir: str, wait_s: float | None = None) -> None:
     """Compare the notes in a folder ("" = all) with the index by size and mtime; re-index differences.
 
     The whole-KB comparison uses the in-memory copy of what this process indexed. Another process
@@ -554,13 +654,14 @@ def _sync_tree(idx: _Index, rel_dir: str) -> None:
     lo, hi = _range(rel_dir)
     indexed = idx.known if not rel_dir else None
     if indexed is None:
+        version = idx.conn.execute("PRAGMA data_version").fetchone()[0]
         indexed = {p: (s, m) for p, s, m in idx.conn.execute(
             "SELECT path, size, mtime_ns FROM notes WHERE path >= ? AND path < ?", (lo, hi))}
         if not rel_dir:
-            idx.known = indexed
+            idx.known, idx.version = indexed, version
     changed = {p: st for p, st in on_disk.items() if indexed.get(p) != st}
     gone = [p for p in indexed if p not in on_disk]
-    _apply(idx, changed, gone)
+    _apply(idx, changed, gone, wait_s)
 
 
 def _sync_watch_failed(idx: _Index) -> None:
@@ -638,7 +739,10 @@ def _with_index(kb: Path, action):
             idx = None
             try:
                 idx = _get_index(kb)
-                _refresh(idx)
+                try:
+                    _refresh(idx)
+                except _Busy:
+                    return action(idx) + _still_indexing(idx)
                 return action(idx)
             except sqlite3.DatabaseError as exc:
                 if idx is None or attempt == 2 or not _is_corruption(exc):
@@ -650,6 +754,14 @@ def _with_index(kb: Path, action):
                 _remove_index(idx.path)
             except OSError as exc:
                 return f"Error: cannot read the notes folder ({exc.strerror or exc})."
+
+
+def _still_indexing(idx: _Index) -> str:
+    """Another process has been indexing for INDEX_WAIT_S already: answer from what the index holds now."""
+    idx.checked = False  # changes noticed in this round were not written: compare everything next time
+    _notice("the search index is still being updated by another knowledge-agent; searching what it holds.")
+    return ("\n\n(Another knowledge-agent process is still indexing these notes, so this answer may miss "
+            "some. Try again in a minute.)")
 
 
 def _folder(kb: Path, folder) -> str:
@@ -697,7 +809,9 @@ def _ranked(conn, match: str, lo: str, hi: str, qkey: str, limit: int, exclude=(
 
 def search_notes(kb: Path, query: str, folder: str | None = None, limit: int = SEARCH_MAX_HITS) -> str:
     """Best notes for `query` (all words first, then any word), with their best lines; bounded text."""
-    terms = _parse_query(query or "")
+    query = _valid_text(query or "")
+    folder = None if folder is None else _valid_text(folder)
+    terms = _parse_query(query)
     if not terms:
         return "Error: the search query has no words to look for. Give one or more keywords."
     try:
@@ -708,18 +822,27 @@ def search_notes(kb: Path, query: str, folder: str | None = None, limit: int = S
     return _with_index(kb, lambda idx: _search(idx, terms, query, rel_dir, limit))
 
 
+def _valid_text(text: str) -> str:
+    """Text that can be encoded: a lone surrogate (from broken JSON escapes) becomes U+FFFD."""
+    return re.sub("[\ud800-\udfff]", "\ufffd", str(text))
+
+
 def _search(idx: _Index, terms: list, query: str, rel_dir: str, limit: int) -> str:
+    """Rank in tiers: each chunk as a phrase, then every word in any order, then any word."""
     conn = idx.conn
     lo, hi = _range(rel_dir)
     qkey = _key(query.replace('"', " "))
-    required = [t.fts for t in terms if not t.optional]
-    all_words = " AND ".join(required)
-    hits = _ranked(conn, all_words, lo, hi, qkey, limit)
-    total = _count(conn, all_words, lo, hi)
+    required = [t for t in terms if not t.optional]
+    as_phrases = " AND ".join(t.fts for t in required)
+    every_word = " AND ".join(dict.fromkeys(p for t in required for p in t.every))
+    any_word = " OR ".join(dict.fromkeys(p for t in terms for p in t.loose))
+    hits = []
+    for match in dict.fromkeys((as_phrases, every_word)):
+        if len(hits) < limit:
+            hits += _ranked(conn, match, lo, hi, qkey, limit - len(hits), [h[0] for h in hits])
+    total = _count(conn, every_word, lo, hi)
     some_only = 0
-    loose = list(dict.fromkeys(p for t in terms for p in t.loose))
-    if len(hits) < limit and len(loose) > 1:
-        any_word = " OR ".join(loose)
+    if len(hits) < limit and any_word not in (as_phrases, every_word):
         hits += _ranked(conn, any_word, lo, hi, qkey, limit - len(hits), [h[0] for h in hits])
         some_only = _count(conn, any_word, lo, hi) - total
     where = f" in {rel_dir}/" if rel_dir else ""
@@ -729,14 +852,16 @@ def _search(idx: _Index, terms: list, query: str, rel_dir: str, limit: int) -> s
 
 
 def _line_patterns(terms: list) -> list:
-    patterns = []
+    """Patterns marking the lines to show; a line holding a whole Chinese run also holds its 2-char words."""
+    patterns = set()
     for word in {w for t in terms for w in t.words}:
-        if _CJK_RUN.search(word):
-            patterns.append(re.compile(re.escape(word)))
-        else:  # match the word's start, so "archives" also marks "archive" lines (the index stems words)
-            core = word[:-1] if len(word) > 4 and word.endswith("s") else word
-            patterns.append(re.compile(r"(?<![^\W_])" + re.escape(core), re.I))
-    return patterns
+        for piece in _SCRIPT_PIECE.findall(word):
+            if _CJK_RUN.fullmatch(piece):
+                patterns.update(re.escape(u) for u in {piece, *_units(piece)})
+            else:  # match the word's start, so "archives" also marks "archive" lines (the index stems words)
+                core = piece[:-1] if len(piece) > 4 and piece.endswith("s") else piece
+                patterns.add(r"(?<![^\W_])(?i:" + re.escape(core) + ")")
+    return [re.compile(p) for p in patterns]
 
 
 def _best_lines(abs_path: Path, patterns: list) -> list:
@@ -765,7 +890,10 @@ def _clip(line: str, start: int) -> str:
 
 
 def _quoted(query: str) -> str:
+    """The query as echoed in the answer's first line: on one line, and cut if it is long."""
     query = " ".join(query.split())
+    if len(query) > SEARCH_QUERY_ECHO_CHARS:
+        query = query[:SEARCH_QUERY_ECHO_CHARS].rstrip() + "…"
     return f"'{query}'" if '"' in query else f'"{query}"'
 
 
@@ -807,6 +935,7 @@ def _format_hits(kb: Path, terms, hits, total_all: int, some_only: int, where: s
 
 def list_notes(kb: Path, folder: str | None = None) -> str:
     """How many notes there are (per subfolder) and the newest ones first, capped and bounded."""
+    folder = None if folder is None else _valid_text(folder)
     try:
         rel_dir = _folder(kb, folder)
     except ValueError as exc:
@@ -858,9 +987,9 @@ def note_changed(kb: Path, rel_path: str) -> None:
             if not parts or any(p == ".." or p == "/" or is_hidden_name(p) for p in parts):
                 return  # not a path inside the notes: nothing of ours to update
             rel = "/".join(parts)
-            if (idx.kb / rel).is_dir():
-                _sync_tree(idx, rel)
+            if (idx.kb / rel).is_dir():  # no waiting for another process: the next search catches up
+                _sync_tree(idx, rel, wait_s=0)
             elif is_note_file(rel):
-                _apply(idx, {rel: None}, [])
+                _apply(idx, {rel: None}, [], wait_s=0)
     except Exception:  # the next search's freshness check repairs whatever this missed
         pass

@@ -125,9 +125,9 @@ def test_two_character_chinese_words_inside_sentences_are_found(kb, word, note):
     assert hits(search.search_notes(kb, word))[0] == note
 
 
-def test_longer_chinese_term_matches_as_a_whole_not_as_scattered_pairs(kb):
-    write(kb, "zh/scattered.md", "机器很好。学习也好。\n")
-    assert hits(search.search_notes(kb, "机器学习")) == ["zh/读书.md"]
+def test_longer_chinese_term_ranks_whole_matches_before_scattered_pairs(kb):
+    write(kb, "zh/scattered.md", "# 机器 学习\n\n机器很好。学习也好。\n")  # a title weighs more, yet comes after
+    assert hits(search.search_notes(kb, "机器学习")) == ["zh/读书.md", "zh/scattered.md"]
 
 
 def test_single_chinese_character_is_found_anywhere_in_a_run(kb):
@@ -137,6 +137,48 @@ def test_single_chinese_character_is_found_anywhere_in_a_run(kb):
 def test_mixed_chinese_and_english_query(kb):
     assert hits(search.search_notes(kb, "Vim 编辑"))[0] == "zh/编辑器.md"
     assert hits(search.search_notes(kb, "用Vim"))[0] == "zh/编辑器.md"
+
+
+@pytest.fixture
+def zh_kb(tmp_path):
+    """Notes that hold the words of the tester's queries, but never the queries as written."""
+    root = tmp_path / "zh-notes"
+    write(root, "gzip.md", "# gzip\n\n> 压缩文件或者解压文件。\n")
+    write(root, "ip.md", "# ip\n\n> 显示和修改网络配置。\n")
+    write(root, "chmod.md", "# chmod\n\n> 修改文件或目录的访问权限。\n")
+    write(root, "unzip.md", "# unzip\n\n> 从 ZIP 压缩包中解压出文件。\n")
+    write(root, "admin.md", "# 系统管理\n\n> 网络配置与权限管理。\n")
+    write(root, "misc.md", "# 杂项\n\n> 这里的文件很多。\n")
+    write(root, "en.md", "# Archives\n\nCompress files with tar.\n")
+    return root
+
+
+@pytest.mark.parametrize("query, best", [("如何压缩文件", "gzip.md"), ("查看网络配置", "ip.md"),
+                                         ("怎么修改文件的权限", "chmod.md"), ("解压zip文件", "unzip.md"),
+                                         ("压缩文件权限管理系统网络配置", "admin.md")])
+def test_chinese_written_without_spaces_finds_notes_with_its_words(zh_kb, query, best):
+    out = search.search_notes(zh_kb, query)
+    assert hits(out)[0] == best, out
+    assert "en.md" not in hits(out)
+
+
+def test_chinese_run_ranks_phrase_then_every_word_then_any_word(zh_kb):
+    write(zh_kb, "phrase.md", "如何压缩文件？看这里。\n")
+    write(zh_kb, "apart.md", "压缩文件。如何压？\n")  # every 2-character word of the query, not in a row
+    write(zh_kb, "one.md", "# 压缩\n\n压缩，压缩，压缩。\n")  # only one word, but in the title and often
+    out = search.search_notes(zh_kb, "如何压缩文件")
+    ranked = hits(out)
+    assert ranked[:2] == ["phrase.md", "apart.md"], out
+    assert ranked.index("gzip.md") < ranked.index("one.md")  # more of the query's words beat one word
+    assert "(2 with every word)" in out
+    assert "1: 如何压缩文件？看这里。" in out
+
+
+def test_mixed_chinese_and_latin_run_is_split_where_the_script_changes(zh_kb):
+    write(zh_kb, "howto.md", "# 笔记\n\n解压ZIP文件的方法。\n")
+    out = search.search_notes(zh_kb, "解压zip文件")
+    assert hits(out)[:2] == ["howto.md", "unzip.md"], out
+    assert "3: 解压ZIP文件的方法。" in out and "3: > 从 ZIP 压缩包中解压出文件。" in out
 
 
 def test_matching_chinese_line_is_shown(kb):
@@ -156,6 +198,13 @@ def test_fts5_operator_characters_never_reach_the_user_as_errors(kb, query):
     assert "syntax" not in out.lower() and "fts5" not in out.lower()
     if re.search(r"bread", query):
         assert "cooking/bread.md" in hits(out)
+
+
+@pytest.mark.parametrize("word", ["NOT", "AND", "OR", "NEAR"])
+def test_upper_case_operators_are_searched_as_words(kb, word):
+    write(kb, "ops.md", "# Operators\n\nDo not panic, near or far, and smile.\n")
+    assert "ops.md" in hits(search.search_notes(kb, word))
+    assert hits(search.search_notes(kb, f"panic {word}"))[0] == "ops.md"
 
 
 def test_query_with_no_words_is_a_clear_error(kb):
@@ -308,6 +357,35 @@ def test_another_process_can_use_the_same_index(kb, index_dir, watch_mode):
     assert sqlite3.connect(search.index_path(kb)).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
+def test_opening_an_index_another_process_has_just_created_is_no_error(kb, monkeypatch, capsys):
+    search.search_notes(kb, "bread")
+    search.close_indexes()
+    monkeypatch.setattr(search, "_has_meta", lambda conn: False)  # created by another right after our look
+    assert hits(search.search_notes(kb, "bread"))[0] == "cooking/bread.md"
+    assert capsys.readouterr().err == ""
+
+
+def test_index_locked_too_long_by_another_process_answers_from_what_it_holds(kb, watch_mode, monkeypatch,
+                                                                               capsys):
+    search.search_notes(kb, "bread")
+    search.close_indexes()
+    monkeypatch.setattr(search, "INDEX_BUSY_TIMEOUT_MS", 10)
+    monkeypatch.setattr(search, "INDEX_WAIT_S", 0)
+    search.search_notes(kb, "bread")
+    write(kb, "late.md", "Bread, written while another process builds the index.\n")
+    other = sqlite3.connect(search.index_path(kb), isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # what a long first build in another process looks like
+    try:
+        out = search.search_notes(kb, "bread")
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    assert "cooking/bread.md" in hits(out) and "late.md" not in hits(out)
+    assert "still indexing" in out and not out.startswith("Error")
+    assert "still being updated" in capsys.readouterr().err
+    assert "late.md" in hits(search.search_notes(kb, "bread"))  # the next search catches up
+
+
 def test_slow_first_build_reports_progress_on_stderr(kb, monkeypatch, capsys):
     monkeypatch.setattr(search, "INDEX_PROGRESS_AFTER_S", 0)
     monkeypatch.setattr(search, "_BATCH", 2)
@@ -376,6 +454,25 @@ def test_huge_match_set_is_bounded_and_counts_the_rest(tmp_path):
     assert all(len(line) <= config.SEARCH_LINE_CHARS + 12 for line in out.splitlines())
 
 
+def test_huge_query_is_echoed_short_and_the_answer_stays_bounded(kb):
+    query = " ".join(["bread"] + [f"word{i}" for i in range(20000)])[:100_000]
+    for text in (query, "面包" * 50_000):
+        out = search.search_notes(kb, text)
+        assert len(out) <= config.SEARCH_OUTPUT_CHARS, len(out)
+        assert len(out.splitlines()[0]) < config.SEARCH_QUERY_ECHO_CHARS + 120
+    assert "cooking/bread.md" in hits(search.search_notes(kb, query))
+
+
+def test_lone_surrogate_in_a_json_query_is_replaced_and_the_rest_searched(kb):
+    write(kb, "archive.md", "# Archive\n\nUse tar for this.\n")
+    settings = make_settings(kb)
+    out = execute_tool("search_notes", '{"query": "\\ud800tar"}', settings)
+    assert hits(out) == ["archive.md"], out
+    assert execute_tool("search_notes", '{"query": "tar", "folder": "\\udc80x"}', settings).startswith(
+        "Error: there is no folder")
+    assert search.list_notes(kb, "\ud800").startswith("Error: there is no folder")
+
+
 # ----------------------------------------------------------------------------------------------------
 # Listing
 
@@ -399,3 +496,43 @@ def test_list_notes_in_a_folder_and_capped(tmp_path, monkeypatch):
     assert out.startswith("30 note(s) in box/")
     assert len(re.findall(r"^box/", out, re.M)) == 10 and "20 more not shown" in out
     assert search.list_notes(kb, "../..").startswith("Error: ")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Several processes on one new index
+
+_RACE = """
+import sys, search
+from pathlib import Path
+search.INDEX_BUSY_TIMEOUT_MS = 50  # the 5 s wait against a 10-20 s build of 45,000 notes, scaled down
+search.INDEX_PROGRESS_AFTER_S = 0  # every process that indexes notes says so
+print("ready", flush=True)
+sys.stdin.read()  # all three start searching when the test closes their input
+print(search.search_notes(Path(sys.argv[1]), "zephyr"))
+"""
+
+
+def test_processes_building_a_new_index_at_once_all_get_results_and_only_one_indexes(tmp_path, index_dir):
+    kb = tmp_path / "many"
+    for i in range(3000):
+        write(kb, f"d{i % 30}/n{i}.md", f"# Note {i}\n\nA zephyr, number {i}.\n\n" + "Filler text. " * 40)
+    env = dict(os.environ, **{config.INDEX_DIR_ENV: str(index_dir)})
+    procs, errs = [], []
+    for n in range(3):
+        errs.append(tmp_path / f"err{n}.txt")
+        with open(errs[-1], "w") as err:
+            procs.append(subprocess.Popen([sys.executable, "-c", _RACE, str(kb)], stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+                                          cwd=Path(search.__file__).parent))
+    for proc in procs:
+        assert proc.stdout.readline() == "ready\n"
+    for proc in procs:
+        proc.stdin.close()
+    outs = [proc.stdout.read() for proc in procs]
+    for proc in procs:
+        proc.wait(timeout=120)
+    stderr = [err.read_text() for err in errs]
+    for out, err in zip(outs, stderr):
+        assert out.startswith("3000 notes match") and "Error" not in out, (out, err)
+        assert not re.search(r"error|locked|exists|memory|traceback", err, re.I), err
+    assert sum("indexed 3000 notes" in err for err in stderr) == 1, stderr
