@@ -287,7 +287,7 @@ def execute(calls: list[tuple[str, str, str]], history: list[dict], settings: Se
         for call_id, name, arguments in calls:
             on_tool_call and on_tool_call(name, arguments)
             started = time.monotonic()
-            result = clean_text(tools.execute_tool(name, arguments, settings, confirm))
+            result = tools.clean_text(tools.execute_tool(name, arguments, settings, confirm))
             history.append({"role": "tool", "tool_call_id": call_id, "content": result})
             on_change and on_change(history)  # a note may have changed: keep the result even if we crash next
             on_tool_result and on_tool_result(name, result)
@@ -338,7 +338,7 @@ def run_agent(
     calibration = calibration or CALIBRATION
     changed = on_change or (lambda history: None)
     turn_start = len(history)
-    history.append({"role": "user", "content": clean_text(user_query)})
+    history.append({"role": "user", "content": tools.clean_text(user_query)})
     changed(history)
     system = _system_message()
     try:
@@ -406,14 +406,6 @@ def _query_within_budget(client, settings: Settings, messages: list[dict], calib
         if reply.usage:
             calibration.observe(context.estimate_tokens(sent) + fixed, getattr(reply.usage, "prompt_tokens", 0))
         return reply
-
-
-def clean_text(text: str) -> str:
-    """Bytes that are not UTF-8 (a terminal or pipe in another encoding) become U+FFFD, not a crash."""
-    try:
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    except UnicodeEncodeError:  # a lone surrogate that surrogateescape did not make
-        return text.encode("utf-8", "replace").decode("utf-8")
 
 
 def _final_answer(reply: _Reply, on_text) -> str:

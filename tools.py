@@ -460,6 +460,14 @@ def tool_schemas(settings: Settings | None) -> list[dict]:
 _JSON_TYPES = {"string": str, "integer": int, "boolean": bool, "object": dict, "array": list}
 
 
+def clean_text(text: str) -> str:
+    """Bytes that are not UTF-8 (a terminal or pipe in another encoding) become U+FFFD, not a crash."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeEncodeError:  # a lone surrogate that surrogateescape did not make
+        return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def _parse_arguments(arguments) -> dict:
     if isinstance(arguments, dict):
         return arguments
@@ -489,7 +497,7 @@ def _check_arguments(schema: dict, args: dict) -> dict:
             continue
         if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
             raise ToolError(f"argument {name!r} must be of type {spec['type']}, not {type(value).__name__}.")
-        checked[name] = value
+        checked[name] = clean_text(value) if expected is str else value
     return checked
 
 

@@ -190,3 +190,9 @@ def test_symlink_loop_and_fifo_are_refused_without_hanging(settings, kb):
     assert loop.startswith("Error:") and str(kb) not in loop
     assert "not a regular file" in run(settings, "read_note", file_path="pipe.md")
     assert "note(s)" in run(settings, "list_notes") and "pipe.md" not in run(settings, "list_notes")
+
+
+def test_lone_surrogates_in_arguments_never_crash_a_tool(settings):
+    for name, args in (("list_notes", '{"folder": "\\ud800work"}'), ("read_note", '{"file_path": "\\ud800.md"}'),
+                       ("write_note", '{"file_path": "s\\udc80.md", "content": "x\\ud800"}')):
+        assert "failed unexpectedly" not in execute_tool(name, args, settings)
