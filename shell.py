@@ -8,22 +8,26 @@ neither makes it safe:
   sandbox: it reads the command text, and a determined or obfuscated command gets past it.
 - run_shell(command, cwd, timeout) runs bash (Git Bash on Windows, else the platform shell) with stdin
   closed, in a session of its own, with API keys and tokens removed from the environment. A timeout or
-  Ctrl+C kills the whole process tree (TERM, then KILL after a grace period), and the output comes back
-  as `exit_code=N` / `stdout:` / `stderr:`, each stream cut to its head and tail so a huge output cannot
-  flood the model's context or this process's memory.
+  Ctrl+C kills the whole process tree (TERM, then KILL after a grace period), and so does the end of the
+  command for whatever it left in the background. On Linux this process becomes a child subreaper, so
+  even processes that left the command's session (`setsid`, daemons) come back to it and are stopped.
+  The output comes back as `exit_code=N` / `stdout:` / `stderr:`, each stream cut to its head and tail
+  so a huge output cannot flood the model's context or this process's memory.
 """
+import ctypes
 import os
 import posixpath
 import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
-from config import (HISTORY_DIR, SHELL_KILL_GRACE, SHELL_STDERR_CHARS, SHELL_STDOUT_CHARS,
-                    SHELL_TIMEOUT)
+from config import (HISTORY_DIR, SHELL_KILL_GRACE, SHELL_OUTPUT_GRACE, SHELL_STDERR_CHARS,
+                    SHELL_STDOUT_CHARS, SHELL_TIMEOUT)
 
 # ---------------------------------------------------------------------------------------------------
 # The guard
@@ -498,6 +502,10 @@ RULES = {"rm": _rm, "chmod": _recursive_change, "chown": _recursive_change, "chg
 
 SECRET_VARIABLE = re.compile(r"API_?KEY|TOKEN|SECRET|PASSW(OR)?D|CREDENTIAL|ACCESS_KEY", re.I)
 READ_CHUNK = 65536
+PR_SET_CHILD_SUBREAPER = 36  # from <linux/prctl.h>
+STRAY_ROUNDS = 10  # stopping a stray can hand us its children; this many sweeps at most
+_subreaper: bool | None = None  # None until the first command asks for it
+_running: set[int] = set()  # pids (and session ids) of commands running now
 
 
 def run_shell(command: str, cwd, timeout: float | None = None, hide: tuple[str, ...] = ()) -> str:
@@ -509,23 +517,31 @@ def run_shell(command: str, cwd, timeout: float | None = None, hide: tuple[str, 
     """
     timeout = SHELL_TIMEOUT if timeout is None else timeout
     started = time.monotonic()
+    _become_subreaper()
     try:
         proc = subprocess.Popen(shell_argv(command), cwd=cwd, env=clean_env(hide),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, **_own_group())
     except (OSError, ValueError) as exc:
         return f"Error: could not start the shell: {exc}"
+    born = _start_time(proc.pid)  # read before it can be reaped: what the command starts is younger
+    _running.add(proc.pid)
     out = _Capture(proc.stdout, SHELL_STDOUT_CHARS)
     err = _Capture(proc.stderr, SHELL_STDERR_CHARS)
     try:
         finished = _wait(proc, (out, err), started + timeout)
         leftovers = kill_tree(proc)  # the command is over; whatever it left in the background goes too
+        leftovers = stop_strays(proc.pid, born) or leftovers
     except KeyboardInterrupt:
         try:
             kill_tree(proc)
+            stop_strays(proc.pid, born)
         except KeyboardInterrupt:  # a second Ctrl+C: no more grace
             _kill_now(proc)
+            stop_strays(proc.pid, born, grace=0)
         raise
+    finally:
+        _running.discard(proc.pid)
     notes = []
     if not finished:
         notes.append(f"stopped after {timeout:g} s (timeout): the command and everything it started were "
@@ -579,17 +595,24 @@ def _own_group() -> dict:
 
 
 def _wait(proc, captures, deadline: float) -> bool:
-    """Wait until the command exited and closed its output, or the deadline; True if it finished."""
+    """Wait until the command's shell exited, or the deadline; True if it exited in time.
+
+    Then its output gets SHELL_OUTPUT_GRACE to close. A background process still holding it open
+    (`sleep 100 & echo hi`) is left to kill_tree, instead of keeping the command waiting until its
+    timeout and hiding its real exit code.
+    """
+    while proc.poll() is None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        try:
+            proc.wait(min(remaining, 0.1))  # short slices keep Ctrl+C responsive everywhere
+        except subprocess.TimeoutExpired:
+            pass
+    grace_ends = time.monotonic() + SHELL_OUTPUT_GRACE
     for capture in captures:
-        while capture.thread.is_alive():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            capture.thread.join(min(remaining, 0.1))  # short slices keep Ctrl+C responsive everywhere
-    try:
-        proc.wait(max(deadline - time.monotonic(), 0))
-    except subprocess.TimeoutExpired:
-        return False
+        while capture.thread.is_alive() and time.monotonic() < grace_ends:
+            capture.thread.join(max(min(grace_ends - time.monotonic(), 0.1), 0))
     return True
 
 
@@ -633,17 +656,128 @@ def _group_alive(group: int) -> bool:
     slow to reap orphans (containers), they linger for seconds and would make every kill wait."""
     if not os.path.isdir("/proc/self"):
         return _signal_group(group, 0)
+    return any(info.group == group and info.alive for info in _processes().values())
+
+
+class _Process:
+    """One line of the process table, from /proc/<pid>/stat (Linux, or any system with that file)."""
+
+    def __init__(self, stat: bytes):
+        fields = stat.rsplit(b")", 1)[1].split()  # the name in (...) may hold anything
+        self.alive = fields[0] not in (b"Z", b"X")  # zombies are dead, just not yet reaped
+        self.parent, self.group, self.session = int(fields[1]), int(fields[2]), int(fields[3])
+        self.started = int(fields[19])  # clock ticks after boot
+
+
+def _processes() -> dict[int, _Process]:
+    table = {}
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()  # the name in (...) may hold anything
-        except (OSError, IndexError):
-            continue  # the process ended while we looked
-        if int(fields[2]) == group and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                    table[int(entry.name)] = _Process(stat.read())
+            except (OSError, IndexError, ValueError):
+                continue  # the process ended while we looked
+    return table
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return _Process(stat.read()).started
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _become_subreaper() -> bool:
+    """Ask Linux to hand this process the orphans of its descendants, once.
+
+    Without it a process that leaves the command's session (`setsid sleep 999 &`, any daemon) is
+    adopted by init when the shell exits, and no group or session kill reaches it. Elsewhere this
+    does nothing, and such processes can outlive the command (the README says so).
+    """
+    global _subreaper
+    if _subreaper is None:
+        _subreaper = False
+        if sys.platform.startswith("linux"):
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                _subreaper = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+            except (OSError, AttributeError):
+                pass
+    return _subreaper
+
+
+def stop_strays(shell_pid: int, born: int | None, grace: float | None = None) -> bool:
+    """Stop what the command started outside its session, and reap it. True if any was still running.
+
+    As a subreaper this process adopts them once their parents exit. A stray is a child of ours that
+    the command could have started: younger than its shell, in a session that is neither ours (what
+    this program starts itself) nor another running command's.
+    """
+    if not _subreaper or born is None:
+        return False
+    me, mine, others = os.getpid(), os.getsid(0), _running - {shell_pid}
+    stopped = False
+    for _ in range(STRAY_ROUNDS):
+        table = _processes()
+        strays = [pid for pid, info in table.items()
+                  if info.parent == me and pid != shell_pid and info.started >= born
+                  and info.session != mine and info.session not in others]
+        if not strays:
+            break
+        doomed = [pid for pid in _with_descendants(table, strays) if table[pid].alive]
+        if doomed:
+            stopped = True
+            _term_then_kill(doomed, strays, SHELL_KILL_GRACE if grace is None else grace)
+        for pid in strays:  # our children now: only we can reap them (not one stuck in the kernel)
+            _reap(pid, block=not _alive(pid))
+    return stopped
+
+
+def _with_descendants(table: dict[int, _Process], roots: list[int]) -> list[int]:
+    found, todo = [], list(roots)
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += [child for child, info in table.items() if info.parent == pid and child not in found]
+    return found
+
+
+def _term_then_kill(pids: list[int], children: list[int], grace: float) -> None:
+    """TERM the processes, KILL those still running after grace seconds."""
+    signals = [signal.SIGTERM, signal.SIGKILL] if grace > 0 else [signal.SIGKILL]
+    for sig in signals:
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + grace
+        while True:
+            for pid in children:
+                _reap(pid, block=False)
+            pids = [pid for pid in pids if _alive(pid)]
+            if not pids or time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+        if not pids:
+            return
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return _Process(stat.read()).alive
+    except (OSError, IndexError, ValueError):
+        return False
+
+
+def _reap(pid: int, block: bool) -> None:
+    try:
+        os.waitpid(pid, 0 if block else os.WNOHANG)
+    except ChildProcessError:  # already reaped
+        pass
 
 
 def _signal_group(group: int, sig: int) -> bool:

@@ -112,6 +112,98 @@ def test_background_processes_do_not_outlive_the_command(tmp_path):
 
 
 @posix_only
+def test_a_background_process_holding_the_output_does_not_make_it_a_timeout(tmp_path):
+    # The shell is done at once; its background child keeps stdout open. Waiting for the pipe to
+    # close would run into the timeout and hide the command's real exit code.
+    result = run_shell("sleep 30 & echo $!; exit 3", tmp_path, timeout=5)
+    assert "timeout" not in result
+    assert result.splitlines()[0] == "exit_code=3"
+    assert "left running in the background were stopped" in result
+    assert not running(int(section(result, "stdout")))
+
+
+def marked_processes(mark: str) -> list[int]:
+    """Live processes whose environment carries mark: everything a command started, wherever it went."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as environ:
+                if mark.encode() not in environ.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{entry}/stat", "rb") as stat:
+                if stat.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X"):
+                    found.append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue  # not a process, not ours, or gone
+    return found
+
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="needs Linux's child subreaper")
+
+
+@linux_only
+@pytest.mark.parametrize("escape", [
+    "setsid sleep 30 >/dev/null 2>&1 & echo started",
+    "(setsid sleep 30 >/dev/null 2>&1 &); echo started",
+    "setsid sh -c 'sleep 30 & sleep 30' >/dev/null 2>&1 & echo started",  # the escapee has a child
+    "setsid sleep 30 & echo started",  # and it holds the output open
+    "set -m; sleep 30 >/dev/null 2>&1 & echo started",  # job control: a process group of its own
+])
+def test_processes_that_leave_the_session_do_not_survive(tmp_path, escape):
+    mark = f"KA_TEST_MARK={os.getpid()}-{abs(hash(escape))}"
+    try:
+        result = run_shell(f"export {mark}; {escape}", tmp_path, timeout=5)
+        assert result.splitlines()[0] == "exit_code=0" and "timeout" not in result
+        assert section(result, "stdout") == "started"
+        assert "left running in the background were stopped" in result
+        assert marked_processes(mark) == []
+    finally:
+        for pid in marked_processes(mark):  # a failure must not leave sleepers behind
+            os.kill(pid, signal.SIGKILL)
+
+
+@linux_only
+def test_escapees_are_stopped_on_timeout_too(tmp_path):
+    mark = f"KA_TEST_MARK={os.getpid()}-timeout"
+    try:
+        result = run_shell(f"export {mark}; setsid sleep 30 >/dev/null 2>&1 & sleep 30", tmp_path, timeout=0.5)
+        assert "stopped after 0.5 s (timeout)" in result
+        assert marked_processes(mark) == []
+    finally:
+        for pid in marked_processes(mark):
+            os.kill(pid, signal.SIGKILL)
+
+
+@linux_only
+def test_escapees_are_stopped_on_ctrl_c_too(tmp_path):
+    mark = f"KA_TEST_MARK={os.getpid()}-ctrl-c"
+    started = tmp_path / "started"
+    press_ctrl_c_when_exists(started)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_shell(f"export {mark}; setsid sleep 30 >/dev/null 2>&1 & touch {started}; sleep 30", tmp_path,
+                      timeout=20)
+        assert marked_processes(mark) == []
+    finally:
+        for pid in marked_processes(mark):
+            os.kill(pid, signal.SIGKILL)
+
+
+@posix_only
+def test_processes_this_program_started_itself_are_left_alone(tmp_path):
+    own = subprocess.Popen(["sleep", "30"])
+    mark = f"KA_TEST_MARK={os.getpid()}-own"
+    try:
+        run_shell(f"export {mark}; setsid sleep 30 >/dev/null 2>&1 & echo started", tmp_path, timeout=5)
+        assert own.poll() is None
+    finally:
+        own.kill()
+        own.wait()
+        for pid in marked_processes(mark) if sys.platform.startswith("linux") else ():
+            os.kill(pid, signal.SIGKILL)
+
+
+@posix_only
 def test_ctrl_c_kills_the_tree_and_reraises(tmp_path):
     pid_file = tmp_path / "pids"
 
