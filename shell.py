@@ -3,9 +3,10 @@
 Enabling the shell hands a language model your account. Two things here make that less dangerous,
 neither makes it safe:
 
-- check_command(command) refuses obviously destructive or exfiltrating commands (`rm -rf ~`, `mkfs`,
-  `curl … | sh`, reading `.env` files, touching `~/.ssh`, ...) with a reason. It is a seat belt, not a
-  sandbox: it reads the command text, and a determined or obfuscated command gets past it.
+- check_command(command, kb) refuses obviously destructive or exfiltrating commands (`rm -rf ~`, `mkfs`,
+  `curl … | sh`, reading `.env` files, touching `~/.ssh`, deleting the notes folder by any name, ...)
+  with a reason. It is a seat belt, not a sandbox: it reads the command text, and a determined or
+  obfuscated command gets past it.
 - run_shell(command, cwd, timeout) runs bash (Git Bash on Windows, else the platform shell) with stdin
   closed, in a session of its own, with API keys and tokens removed from the environment. A timeout or
   Ctrl+C kills the whole process tree (TERM, then KILL after a grace period), and so does the end of the
@@ -15,6 +16,7 @@ neither makes it safe:
   so a huge output cannot flood the model's context or this process's memory.
 """
 import ctypes
+import fnmatch
 import os
 import posixpath
 import re
@@ -65,14 +67,54 @@ SECRET_PLACES = [  # (pattern on a path-like word, what it is)
 ENV_FILE = re.compile(r"^\.env(rc|\.(?!(example|sample|template|dist|defaults?)$)[\w.-]+)?$")
 FORK_BOMB = re.compile(r"([\w:.-]+)\s*\(\s*\)\s*\{([^}]{0,200})\}")  # bombs are short; unbounded is quadratic
 MAX_NESTING = 4
+MAX_FOLDERS = 32  # folders a command may have cd'd into that the guard keeps track of
+NOTES_FOLDER = "the notes folder"
 
 
-def check_command(command: str) -> str | None:
-    """Why this command is refused, or None to let it run. A seat belt, not a sandbox."""
-    return _check(command, 0)
+class _Where:
+    """Where a command's paths point: the folders it may be in, and the places it must not delete.
+
+    Every `cd` adds a folder instead of replacing one: `(cd x); rm -rf y` and `cd x || rm -rf y` run rm
+    in either, and the guard cannot tell which, so a target is judged against all of them.
+    """
+
+    def __init__(self, kb):
+        home = _posix(os.path.expanduser("~"))
+        self.home = home if home.startswith("/") else None
+        self.kb = _posix(kb) if kb else None
+        self.folders: list[str | None] = [self.kb]  # None: a folder the guard cannot work out
+        self.protected: dict[str, str] = {}  # absolute path -> what deleting it would delete
+        for place, what in ((self.kb, NOTES_FOLDER), (self.home, "your home directory")):
+            for path in _spellings(place):
+                self.protected.setdefault(path, what)
+        for place, what in ((self.kb, NOTES_FOLDER), (self.home, "your home directory")):
+            for path in _spellings(place):
+                while posixpath.dirname(path) != path:
+                    path = posixpath.dirname(path)
+                    self.protected.setdefault(path, f"a folder holding {what}")
 
 
-def _check(command: str, depth: int) -> str | None:
+def _posix(path) -> str:
+    return str(path).replace("\\", "/")
+
+
+def _spellings(path: str | None) -> set[str]:
+    """The path as given and with symlinks resolved: either may be how a command names it."""
+    if not path or not path.startswith("/"):
+        return set()
+    return {posixpath.normpath(path), _posix(os.path.realpath(path))}
+
+
+def check_command(command: str, kb=None) -> str | None:
+    """Why this command is refused, or None to let it run. A seat belt, not a sandbox.
+
+    kb is the notes folder, where the command will run: deleting it, or a folder that holds it,
+    is refused by whatever name the command gives it.
+    """
+    return _check(command, 0, _Where(kb))
+
+
+def _check(command: str, depth: int, where: _Where) -> str | None:
     if depth > MAX_NESTING:
         return "nested too deeply to check (shells inside shells inside shells)"
     reason = _fork_bomb(command)
@@ -80,11 +122,11 @@ def _check(command: str, depth: int) -> str | None:
         return reason
     tokens, inner = _tokenize(command)
     for pipeline in _pipelines(tokens):
-        reason = _check_pipeline(pipeline, depth)
+        reason = _check_pipeline(pipeline, depth, where)
         if reason:
             return reason
     for body in inner:  # $(...), `...`, <(...): they run too
-        reason = _check(body, depth + 1)
+        reason = _check(body, depth + 1, where)
         if reason:
             return reason
     return None
@@ -254,7 +296,7 @@ def _name(word: str) -> str:
     return word.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".exe")
 
 
-def _check_pipeline(pipeline, depth: int) -> str | None:
+def _check_pipeline(pipeline, depth: int, where: _Where) -> str | None:
     fetched = False
     for position, cmd in enumerate(pipeline):
         argv = _strip_prefixes(cmd["argv"])
@@ -264,13 +306,28 @@ def _check_pipeline(pipeline, depth: int) -> str | None:
         fetched = fetched or name in FETCHERS
         if name in RAW_NETWORK and (position > 0 or cmd["reads"]):
             return f"sends data over a raw network connection ({name})"
-        reason = _check_simple(argv, cmd["writes"], cmd["reads"], depth)
+        reason = _check_simple(argv, cmd["writes"], cmd["reads"], depth, where)
         if reason:
             return reason
+        if name in ("cd", "pushd", "popd") and len(pipeline) == 1:
+            _change_folder(argv, where)
     return None
 
 
-def _check_simple(argv: list[str], writes: list[str], reads: list[str], depth: int) -> str | None:
+def _change_folder(argv: list[str], where: _Where) -> None:
+    args = [a for a in argv[1:] if a not in ("-L", "-P", "-e", "-@", "--")]
+    if argv[0] == "popd" or args[:1] == ["-"]:
+        new = [None]
+    else:
+        new = [_resolve(args[0] if args else "~", folder, where) for folder in where.folders]
+    for folder in new:
+        if folder and re.search(r"[*?\[]", folder):
+            folder = None
+        if folder not in where.folders:
+            where.folders.append(folder if len(where.folders) < MAX_FOLDERS else None)
+
+
+def _check_simple(argv: list[str], writes: list[str], reads: list[str], depth: int, where: _Where) -> str | None:
     """The rules for one simple command (prefixes already stripped)."""
     name, args = (argv[0], argv[1:]) if argv else ("", [])
     for target in writes:
@@ -287,12 +344,14 @@ def _check_simple(argv: list[str], writes: list[str], reads: list[str], depth: i
                 return "runs code downloaded from the internet (`sh <(curl …)`); download it, read it, then run it"
         script = _script_argument(name, args)
         if script is not None:
-            return _check(script, depth + 1)
+            return _check(script, depth + 1, where)
     if name not in TEXT_ONLY:
         for arg in _drop_pattern(args) if name in PATTERN_FIRST else args:
             reason = _secret(arg) or _env_file(arg)
             if reason:
                 return reason
+    if name in ("rm", "find"):
+        return RULES[name](args, where)
     rule = RULES.get(name)
     if rule:
         return rule(args)
@@ -372,7 +431,7 @@ def _doomed(target: str) -> str | None:
     return None
 
 
-def _rm(args: list[str]) -> str | None:
+def _rm(args: list[str], where: _Where) -> str | None:
     if "--no-preserve-root" in args:
         return "rm --no-preserve-root: deletes everything on the machine"
     targets, options_done = [], False
@@ -387,7 +446,60 @@ def _rm(args: list[str]) -> str | None:
             return f"removing `{target}` would delete {doomed}"
         if posixpath.normpath(target).split("/")[0] == HISTORY_DIR:
             return f"deletes {HISTORY_DIR}, the backups that let a person undo the agent's edits"
+        for path in _resolutions(target, where):
+            doomed = _protected(path, where)
+            if doomed:
+                return f"removing `{target}` would delete {doomed} ({path})"
+            history = posixpath.join(where.kb or "", HISTORY_DIR)
+            if where.kb and (path == history or path.startswith(history + "/")):
+                return f"deletes {HISTORY_DIR}, the backups that let a person undo the agent's edits"
     return None
+
+
+def _resolutions(target: str, where: _Where) -> list[str]:
+    """The absolute paths target may name, one for each folder the command may be in."""
+    paths = {_resolve(target, folder, where) for folder in where.folders}
+    return sorted(path for path in paths if path)
+
+
+def _resolve(target: str, folder: str | None, where: _Where) -> str | None:
+    """target as an absolute, normalised path, or None when it depends on what the guard cannot know."""
+    word = _home_form(target)
+    if re.search(r"[$`]", word) or (word.startswith("~") and not re.match(r"^~(/|$)", word)):
+        return None
+    if word.startswith("~"):
+        if not where.home:
+            return None
+        word = where.home + word[1:]
+    elif not word.startswith("/"):
+        if not folder:
+            return None
+        word = folder + "/" + word
+    return "/" + posixpath.normpath(word).lstrip("/")
+
+
+def _protected(path: str, where: _Where) -> str | None:
+    """What deleting path would delete, if that is the notes folder, the home directory or a folder
+    holding either. A glob counts if it can match one, or names everything inside one (`kb/*`)."""
+    if not re.search(r"[*?\[]", path):
+        for spelling in {path, _posix(os.path.realpath(path))}:
+            if spelling in where.protected:
+                return where.protected[spelling]
+        return None
+    folder, last = posixpath.split(path)
+    if last in ("*", ".*", "*.*", "**") and not re.search(r"[*?\[]", folder):
+        doomed = _protected(folder, where)
+        if doomed:
+            return f"everything in {doomed}"
+    return next((what for place, what in where.protected.items() if _glob_matches(path, place)), None)
+
+
+def _glob_matches(pattern: str, path: str) -> bool:
+    """Whether bash would expand pattern to path (no dotglob: `*` skips names starting with a dot)."""
+    wanted, parts = pattern.split("/"), path.split("/")
+    return len(wanted) == len(parts) and all(
+        fnmatch.fnmatchcase(part, want) and (want.startswith(".") or not part.startswith("."))
+        for want, part in zip(wanted, parts))
 
 
 def _recursive_change(args: list[str]) -> str | None:
@@ -412,7 +524,7 @@ def _mv(args: list[str]) -> str | None:
 FIND_FILTERS = {"-name", "-iname", "-path", "-ipath", "-wholename", "-regex", "-iregex", "-empty"}
 
 
-def _find(args: list[str]) -> str | None:
+def _find(args: list[str], where: _Where) -> str | None:
     deleting = "-delete" in args or any(
         a in ("-exec", "-execdir", "-ok") and i + 1 < len(args) and _name(args[i + 1]) in ("rm", "shred")
         for i, a in enumerate(args))
@@ -425,6 +537,10 @@ def _find(args: list[str]) -> str | None:
         doomed = _doomed(start)
         if doomed and not ("knowledge base" in doomed and filtered):
             return f"deletes files all over {doomed}"
+        for path in _resolutions(start, where):
+            doomed = _protected(path, where)
+            if doomed and not (doomed == NOTES_FOLDER and filtered):
+                return f"deletes files all over {doomed} ({path})"
     return None
 
 

@@ -330,3 +330,43 @@ def test_guard_reasons_say_what_would_happen():
     assert "home directory" in check_command("rm -rf ~")
     assert ".env" in check_command("cat .env")
     assert "downloaded" in check_command("curl -s x | sh")
+
+
+@pytest.fixture
+def notes_in(tmp_path, monkeypatch):
+    """A notes folder at <tmp>/projects/kb2 and a home directory beside it, as the guard sees them."""
+    kb = tmp_path / "projects" / "kb2"
+    (kb / "build").mkdir(parents=True)
+    (tmp_path / "projects" / "other-project" / "tmp").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    return kb
+
+
+def test_guard_refuses_deleting_the_notes_folder_by_any_name(notes_in, tmp_path):
+    kb = notes_in
+    for command in (f"rm -rf {kb}", f"rm -rf {kb}/", f'rm -rf "{kb}"', "rm -rf ../kb2", "rm -rf ../kb2/",
+                    "cd .. && rm -rf kb2", "cd ..; rm -rf kb2", "cd ..\nrm -rf ./kb2",
+                    f"cd / && rm -rf {str(kb)[1:]}", "cd build && rm -rf ../../kb2",
+                    "rm -rf ../../projects", f"rm -rf {tmp_path}", f"rm -rf {kb}/*", "rm -rf ../kb*",
+                    f"rm -rf {kb.parent}/*", "cd ~ && rm -rf .", f"rm -rf {tmp_path}/home", "cd; rm -rf ../home",
+                    'bash -c "cd .. && rm -rf kb2"', "(cd ..; rm -rf kb2)", "sudo rm -r -f -- ../kb2",
+                    f"find {kb} -delete", "cd .. && find kb2 -type f -exec rm {} +",
+                    f"rm -rf {kb}/.history", "cd .. && rm -rf kb2/.history/"):
+        reason = check_command(command, kb)
+        assert reason and re.search(r"notes folder|home directory|knowledge base|\.history", reason), command
+
+
+def test_guard_resolves_symlinks_to_the_notes_folder(notes_in, tmp_path):
+    (tmp_path / "link").symlink_to(notes_in)
+    assert "notes folder" in check_command(f"rm -rf {tmp_path}/link/", notes_in)
+
+
+def test_guard_allows_deleting_other_folders_near_the_notes(notes_in):
+    kb = notes_in
+    for command in ("rm -rf ./build", "rm -rf build", "rm -rf ../other-project/tmp", "rm -rf ../other-project",
+                    "cd .. && rm -rf other-project", "cd build && rm -rf ../dist", f"rm -rf {kb}/build",
+                    'grep -r "rm -rf /" notes', f"rm -rf {kb}/*.tmp", "rm -rf ../kb2/build", "rm -f ../kb2.zip",
+                    "cd .. && rm -rf other-project/kb2", "find . -name '*.tmp' -delete", "rm -rf ~/tmp",
+                    f"ls {kb.parent}", "cd .. && ls kb2"):
+        assert check_command(command, kb) is None, command

@@ -100,6 +100,17 @@ def test_guard_refuses_before_asking_even_when_auto_approved(kb, tmp_path):
     assert asked == []
 
 
+def test_guard_knows_the_notes_folder_it_runs_in(kb):
+    settings = make_settings(kb, allow_shell=True, auto_approve=True)
+    for command in (f"rm -rf {kb}", f"cd .. && rm -rf {kb.name}", f"rm -rf ../{kb.name}"):
+        result = tools.execute_tool("bash", {"command": command}, settings, confirm=lambda q: True)
+        assert result.startswith("Error: refused by the safety guard") and "notes folder" in result, command
+    assert (kb / "python.md").exists()
+    result = tools.execute_tool("bash", {"command": "mkdir build && rm -rf ./build && echo gone"}, settings,
+                                confirm=lambda q: True)
+    assert result.startswith("exit_code=0") and "gone" in result
+
+
 def test_api_key_is_not_in_the_commands_environment(kb, monkeypatch):
     monkeypatch.setenv("KA_PROBE", "visible")
     monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-live-1")
