@@ -54,6 +54,7 @@ DISK_TOOLS = {"mke2fs", "mkswap", "wipefs", "fdisk", "sfdisk", "cfdisk", "parted
 POWER = {"shutdown", "reboot", "halt", "poweroff"}
 # Commands whose arguments are text, not files read: `echo .env` reads nothing.
 TEXT_ONLY = {"echo", "printf", "true", "false", ":", "test", "[", "which", "type"}
+NAMES_ONLY = {"ls", "du", "stat"}  # they show a .env file's name and size, never what it holds
 PATTERN_FIRST = {"grep", "egrep", "fgrep", "rg", "ag", "ack"}
 SAFE_DEVICES = {"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/zero"}
 SECRET_PLACES = [  # (pattern on a path-like word, what it is)
@@ -63,8 +64,12 @@ SECRET_PLACES = [  # (pattern on a path-like word, what it is)
     (re.compile(r"(^|/)\.(netrc|git-credentials|pgpass)$"), "saved passwords"),
     (re.compile(r"(^|/)\.(docker/config\.json|kube/config|config/gh/hosts\.yml)$"), "saved credentials"),
     (re.compile(r"^/etc/(shadow|gshadow|sudoers)"), "system password files"),
+    (re.compile(r"^/proc/[^/]+/(task/[^/]+/)?(environ|mem)$"),
+     "another process's environment or memory (the agent's holds the API key)"),
 ]
 ENV_FILE = re.compile(r"^\.env(rc|\.(?!(example|sample|template|dist|defaults?)$)[\w.-]+)?$")
+ENV_FILE_NAMES = (".env", ".env.local", ".envrc")  # a glob that can match one of these can match a .env file
+MAX_BRACE_WORDS = 64
 FORK_BOMB = re.compile(r"([\w:.-]+)\s*\(\s*\)\s*\{([^}]{0,200})\}")  # bombs are short; unbounded is quadratic
 MAX_NESTING = 4
 MAX_FOLDERS = 32  # folders a command may have cd'd into that the guard keeps track of
@@ -117,7 +122,7 @@ def check_command(command: str, kb=None) -> str | None:
 def _check(command: str, depth: int, where: _Where) -> str | None:
     if depth > MAX_NESTING:
         return "nested too deeply to check (shells inside shells inside shells)"
-    reason = _fork_bomb(command)
+    reason = _fork_bomb(_unquoted(command))  # `echo ":(){ :|:& };:"` only prints one
     if reason:
         return reason
     tokens, inner = _tokenize(command)
@@ -138,6 +143,31 @@ def _fork_bomb(command: str) -> str | None:
         if re.search(rf"{me}\s*[|&]\s*{me}", body):  # calls itself twice at once, forever
             return "a fork bomb: it starts copies of itself until the machine stops responding"
     return None
+
+
+def _unquoted(command: str) -> str:
+    """The command with the text of its quoted strings left out: what bash reads as code.
+    A `$(...)` inside double quotes is code too, but _check looks at it on its own."""
+    kept, i, n = [], 0, len(command)
+    while i < n:
+        c = command[i]
+        if c == "\\":
+            kept.append(command[i:i + 2])
+            i += 2
+        elif c == "'":
+            close = command.find("'", i + 1)
+            i = n if close < 0 else close + 1
+            kept.append("''")
+        elif c == '"':
+            i += 1
+            while i < n and command[i] != '"':
+                i += 2 if command[i] == "\\" else 1
+            i += 1
+            kept.append('""')
+        else:
+            kept.append(c)
+            i += 1
+    return "".join(kept)
 
 
 def _tokenize(command: str) -> tuple[list[tuple[str, str]], list[str]]:
@@ -306,6 +336,12 @@ def _check_pipeline(pipeline, depth: int, where: _Where) -> str | None:
         fetched = fetched or name in FETCHERS
         if name in RAW_NETWORK and (position > 0 or cmd["reads"]):
             return f"sends data over a raw network connection ({name})"
+        if name in SHELLS and position > 0 and not [a for a in argv[1:] if not a.startswith("-")]:
+            for earlier in pipeline[:position]:  # `echo 'rm -rf ~' | sh` runs what echo prints
+                words = _strip_prefixes(earlier["argv"])
+                reason = words[:1] in (["echo"], ["printf"]) and _check(" ".join(words[1:]), depth + 1, where)
+                if reason:
+                    return reason
         reason = _check_simple(argv, cmd["writes"], cmd["reads"], depth, where)
         if reason:
             return reason
@@ -331,11 +367,11 @@ def _check_simple(argv: list[str], writes: list[str], reads: list[str], depth: i
     """The rules for one simple command (prefixes already stripped)."""
     name, args = (argv[0], argv[1:]) if argv else ("", [])
     for target in writes:
-        reason = _device_or_network(target, writing=True) or _secret(target) or _env_file(target)
+        reason = _device_or_network(target, writing=True) or _secret_file(target)
         if reason:
             return reason
     for source in reads:
-        reason = _device_or_network(source, writing=False) or _secret(source) or _env_file(source)
+        reason = _device_or_network(source, writing=False) or _secret_file(source)
         if reason:
             return reason
     if name in SHELLS or name in ("eval", "su"):
@@ -347,7 +383,7 @@ def _check_simple(argv: list[str], writes: list[str], reads: list[str], depth: i
             return _check(script, depth + 1, where)
     if name not in TEXT_ONLY:
         for arg in _drop_pattern(args) if name in PATTERN_FIRST else args:
-            reason = _secret(arg) or _env_file(arg)
+            reason = _secret_file(arg, env_files=name not in NAMES_ONLY)
             if reason:
                 return reason
     if name in ("rm", "find"):
@@ -390,6 +426,17 @@ def _device_or_network(path: str, writing: bool) -> str | None:
     return None
 
 
+def _secret_file(word: str, env_files: bool = True) -> str | None:
+    """Why reading or writing the file this word names is refused. A `$(...)` in it counts by the words
+    it holds: `cat "$(echo .env)"` reads .env."""
+    names = [word] + [part for body in _tokenize(word)[1] for kind, part in _tokenize(body)[0] if kind == "word"]
+    for name in names:
+        reason = _secret(name) or (env_files and _env_file(name))
+        if reason:
+            return reason
+    return None
+
+
 def _secret(word: str) -> str | None:
     word = _home_form(word)
     if not (word.startswith(("~", "/")) or "/" in word):
@@ -401,9 +448,24 @@ def _secret(word: str) -> str | None:
 
 
 def _env_file(word: str) -> str | None:
-    if ENV_FILE.match(posixpath.basename(word.rstrip("/"))):
-        return "reads or changes a .env file, which usually holds API keys and passwords"
+    for name in _braces(posixpath.basename(word.rstrip("/"))):
+        if ENV_FILE.match(name) or (re.search(r"[*?\[]", name) and
+                                    any(_glob_matches(name, env) for env in ENV_FILE_NAMES)):
+            return "reads or changes a .env file, which usually holds API keys and passwords"
     return None
+
+
+def _braces(word: str) -> list[str]:
+    """The words bash's brace expansion makes of word: `.e{n,x}v` -> [".env", ".exv"] (bounded)."""
+    match = re.search(r"\{([^{}]*,[^{}]*)\}", word)
+    if not match:
+        return [word]
+    words = []
+    for choice in match.group(1).split(","):
+        words += _braces(word[:match.start()] + choice + word[match.end():])
+        if len(words) >= MAX_BRACE_WORDS:
+            break
+    return words[:MAX_BRACE_WORDS]
 
 
 def _home_form(word: str) -> str:
