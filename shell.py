@@ -89,14 +89,14 @@ class _Where:
         self.kb = _posix(kb) if kb else None
         self.folders: list[str | None] = [self.kb]  # None: a folder the guard cannot work out
         self.protected: dict[str, str] = {}  # absolute path -> what deleting it would delete
-        for place, what in ((self.kb, NOTES_FOLDER), (self.home, "your home directory")):
-            for path in _spellings(place):
-                self.protected.setdefault(path, what)
-        for place, what in ((self.kb, NOTES_FOLDER), (self.home, "your home directory")):
-            for path in _spellings(place):
-                while posixpath.dirname(path) != path:
-                    path = posixpath.dirname(path)
-                    self.protected.setdefault(path, f"a folder holding {what}")
+        places = [(path, what) for place, what in ((self.kb, NOTES_FOLDER), (self.home, "your home directory"))
+                  for path in _spellings(place)]
+        for path, what in places:  # the places themselves first: their names win over "a folder holding"
+            self.protected.setdefault(path, what)
+        for path, what in places:
+            while posixpath.dirname(path) != path:
+                path = posixpath.dirname(path)
+                self.protected.setdefault(path, f"a folder holding {what}")
 
 
 def _posix(path) -> str:
