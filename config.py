@@ -90,6 +90,9 @@ MCP_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 # --- Shell tool (issue 6; off unless ALLOW_SHELL=1 or --allow-shell) ---
 SHELL_TIMEOUT = 60.0  # seconds a command may run before it and everything it started are killed
 SHELL_KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL when stopping a command
+# Once the command's shell has exited, how long its output may stay open (seconds). A background process
+# still holding it open after that is stopped, instead of making the command wait for its timeout.
+SHELL_OUTPUT_GRACE = 0.5
 SHELL_STDOUT_CHARS = 4000  # the model sees the head and tail of each stream, the middle is cut
 SHELL_STDERR_CHARS = 2000
 

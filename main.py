@@ -152,7 +152,10 @@ def ask(question: str, choices: str) -> str:
         sys.stderr.flush()
         reply = input().strip().lower()
     except EOFError:
+        sys.stderr.write("\n")  # Ctrl+D ends no line
         return "n"
+    if not reply and "readline" in sys.modules and sys.stdin.isatty() and sys.stdout.isatty():
+        sys.stderr.write("\n")  # readline ends the line only if it holds text: its prompt was empty
     if reply in ("y", "yes"):
         return "y"
     return "a" if reply in ("a", "always") and "a" in choices else "n"

@@ -3,27 +3,33 @@
 Enabling the shell hands a language model your account. Two things here make that less dangerous,
 neither makes it safe:
 
-- check_command(command) refuses obviously destructive or exfiltrating commands (`rm -rf ~`, `mkfs`,
-  `curl … | sh`, reading `.env` files, touching `~/.ssh`, ...) with a reason. It is a seat belt, not a
-  sandbox: it reads the command text, and a determined or obfuscated command gets past it.
+- check_command(command, kb) refuses obviously destructive or exfiltrating commands (`rm -rf ~`, `mkfs`,
+  `curl … | sh`, reading `.env` files, touching `~/.ssh`, deleting the notes folder by any name, ...)
+  with a reason. It is a seat belt, not a sandbox: it reads the command text, and a determined or
+  obfuscated command gets past it.
 - run_shell(command, cwd, timeout) runs bash (Git Bash on Windows, else the platform shell) with stdin
   closed, in a session of its own, with API keys and tokens removed from the environment. A timeout or
-  Ctrl+C kills the whole process tree (TERM, then KILL after a grace period), and the output comes back
-  as `exit_code=N` / `stdout:` / `stderr:`, each stream cut to its head and tail so a huge output cannot
-  flood the model's context or this process's memory.
+  Ctrl+C kills the whole process tree (TERM, then KILL after a grace period), and so does the end of the
+  command for whatever it left in the background. On Linux this process becomes a child subreaper, so
+  even processes that left the command's session (`setsid`, daemons) come back to it and are stopped.
+  The output comes back as `exit_code=N` / `stdout:` / `stderr:`, each stream cut to its head and tail
+  so a huge output cannot flood the model's context or this process's memory.
 """
+import ctypes
+import fnmatch
 import os
 import posixpath
 import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
-from config import (HISTORY_DIR, SHELL_KILL_GRACE, SHELL_STDERR_CHARS, SHELL_STDOUT_CHARS,
-                    SHELL_TIMEOUT)
+from config import (HISTORY_DIR, SHELL_KILL_GRACE, SHELL_OUTPUT_GRACE, SHELL_STDERR_CHARS,
+                    SHELL_STDOUT_CHARS, SHELL_TIMEOUT)
 
 # ---------------------------------------------------------------------------------------------------
 # The guard
@@ -48,6 +54,7 @@ DISK_TOOLS = {"mke2fs", "mkswap", "wipefs", "fdisk", "sfdisk", "cfdisk", "parted
 POWER = {"shutdown", "reboot", "halt", "poweroff"}
 # Commands whose arguments are text, not files read: `echo .env` reads nothing.
 TEXT_ONLY = {"echo", "printf", "true", "false", ":", "test", "[", "which", "type"}
+NAMES_ONLY = {"ls", "du", "stat"}  # they show a .env file's name and size, never what it holds
 PATTERN_FIRST = {"grep", "egrep", "fgrep", "rg", "ag", "ack"}
 SAFE_DEVICES = {"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/zero"}
 SECRET_PLACES = [  # (pattern on a path-like word, what it is)
@@ -57,30 +64,74 @@ SECRET_PLACES = [  # (pattern on a path-like word, what it is)
     (re.compile(r"(^|/)\.(netrc|git-credentials|pgpass)$"), "saved passwords"),
     (re.compile(r"(^|/)\.(docker/config\.json|kube/config|config/gh/hosts\.yml)$"), "saved credentials"),
     (re.compile(r"^/etc/(shadow|gshadow|sudoers)"), "system password files"),
+    (re.compile(r"^/proc/[^/]+/(task/[^/]+/)?(environ|mem)$"),
+     "another process's environment or memory (the agent's holds the API key)"),
 ]
 ENV_FILE = re.compile(r"^\.env(rc|\.(?!(example|sample|template|dist|defaults?)$)[\w.-]+)?$")
+ENV_FILE_NAMES = (".env", ".env.local", ".envrc")  # a glob that can match one of these can match a .env file
+MAX_BRACE_WORDS = 64
 FORK_BOMB = re.compile(r"([\w:.-]+)\s*\(\s*\)\s*\{([^}]{0,200})\}")  # bombs are short; unbounded is quadratic
 MAX_NESTING = 4
+MAX_FOLDERS = 32  # folders a command may have cd'd into that the guard keeps track of
+NOTES_FOLDER = "the notes folder"
 
 
-def check_command(command: str) -> str | None:
-    """Why this command is refused, or None to let it run. A seat belt, not a sandbox."""
-    return _check(command, 0)
+class _Where:
+    """Where a command's paths point: the folders it may be in, and the places it must not delete.
+
+    Every `cd` adds a folder instead of replacing one: `(cd x); rm -rf y` and `cd x || rm -rf y` run rm
+    in either, and the guard cannot tell which, so a target is judged against all of them.
+    """
+
+    def __init__(self, kb):
+        home = _posix(os.path.expanduser("~"))
+        self.home = home if home.startswith("/") else None
+        self.kb = _posix(kb) if kb else None
+        self.folders: list[str | None] = [self.kb]  # None: a folder the guard cannot work out
+        self.protected: dict[str, str] = {}  # absolute path -> what deleting it would delete
+        places = [(path, what) for place, what in ((self.kb, NOTES_FOLDER), (self.home, "your home directory"))
+                  for path in _spellings(place)]
+        for path, what in places:  # the places themselves first: their names win over "a folder holding"
+            self.protected.setdefault(path, what)
+        for path, what in places:
+            while posixpath.dirname(path) != path:
+                path = posixpath.dirname(path)
+                self.protected.setdefault(path, f"a folder holding {what}")
 
 
-def _check(command: str, depth: int) -> str | None:
+def _posix(path) -> str:
+    return str(path).replace("\\", "/")
+
+
+def _spellings(path: str | None) -> set[str]:
+    """The path as given and with symlinks resolved: either may be how a command names it."""
+    if not path or not path.startswith("/"):
+        return set()
+    return {posixpath.normpath(path), _posix(os.path.realpath(path))}
+
+
+def check_command(command: str, kb=None) -> str | None:
+    """Why this command is refused, or None to let it run. A seat belt, not a sandbox.
+
+    kb is the notes folder, where the command will run: deleting it, or a folder that holds it,
+    is refused by whatever name the command gives it.
+    """
+    return _check(command, 0, _Where(kb))
+
+
+def _check(command: str, depth: int, where: _Where) -> str | None:
     if depth > MAX_NESTING:
         return "nested too deeply to check (shells inside shells inside shells)"
-    reason = _fork_bomb(command)
+    reason = _fork_bomb(_unquoted(command))  # `echo ":(){ :|:& };:"` only prints one
     if reason:
         return reason
     tokens, inner = _tokenize(command)
     for pipeline in _pipelines(tokens):
-        reason = _check_pipeline(pipeline, depth)
+        reason = _check_pipeline(pipeline, depth, where)
         if reason:
             return reason
     for body in inner:  # $(...), `...`, <(...): they run too
-        reason = _check(body, depth + 1)
+        reason = _check(body, depth + 1, where)
         if reason:
             return reason
     return None
@@ -92,6 +143,31 @@ def _fork_bomb(command: str) -> str | None:
         if re.search(rf"{me}\s*[|&]\s*{me}", body):  # calls itself twice at once, forever
             return "a fork bomb: it starts copies of itself until the machine stops responding"
     return None
+
+
+def _unquoted(command: str) -> str:
+    """The command with the text of its quoted strings left out: what bash reads as code.
+    A `$(...)` inside double quotes is code too, but _check looks at it on its own."""
+    kept, i, n = [], 0, len(command)
+    while i < n:
+        c = command[i]
+        if c == "\\":
+            kept.append(command[i:i + 2])
+            i += 2
+        elif c == "'":
+            close = command.find("'", i + 1)
+            i = n if close < 0 else close + 1
+            kept.append("''")
+        elif c == '"':
+            i += 1
+            while i < n and command[i] != '"':
+                i += 2 if command[i] == "\\" else 1
+            i += 1
+            kept.append('""')
+        else:
+            kept.append(c)
+            i += 1
+    return "".join(kept)
 
 
 def _tokenize(command: str) -> tuple[list[tuple[str, str]], list[str]]:
@@ -250,7 +326,7 @@ def _name(word: str) -> str:
     return word.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".exe")
 
 
-def _check_pipeline(pipeline, depth: int) -> str | None:
+def _check_pipeline(pipeline, depth: int, where: _Where) -> str | None:
     fetched = False
     for position, cmd in enumerate(pipeline):
         argv = _strip_prefixes(cmd["argv"])
@@ -260,21 +336,42 @@ def _check_pipeline(pipeline, depth: int) -> str | None:
         fetched = fetched or name in FETCHERS
         if name in RAW_NETWORK and (position > 0 or cmd["reads"]):
             return f"sends data over a raw network connection ({name})"
-        reason = _check_simple(argv, cmd["writes"], cmd["reads"], depth)
+        if name in SHELLS and position > 0 and not [a for a in argv[1:] if not a.startswith("-")]:
+            for earlier in pipeline[:position]:  # `echo 'rm -rf ~' | sh` runs what echo prints
+                words = _strip_prefixes(earlier["argv"])
+                reason = words[:1] in (["echo"], ["printf"]) and _check(" ".join(words[1:]), depth + 1, where)
+                if reason:
+                    return reason
+        reason = _check_simple(argv, cmd["writes"], cmd["reads"], depth, where)
         if reason:
             return reason
+        if name in ("cd", "pushd", "popd") and len(pipeline) == 1:
+            _change_folder(argv, where)
     return None
 
 
-def _check_simple(argv: list[str], writes: list[str], reads: list[str], depth: int) -> str | None:
+def _change_folder(argv: list[str], where: _Where) -> None:
+    args = [a for a in argv[1:] if a not in ("-L", "-P", "-e", "-@", "--")]
+    if argv[0] == "popd" or args[:1] == ["-"]:
+        new = [None]
+    else:
+        new = [_resolve(args[0] if args else "~", folder, where) for folder in where.folders]
+    for folder in new:
+        if folder and re.search(r"[*?\[]", folder):
+            folder = None
+        if folder not in where.folders:
+            where.folders.append(folder if len(where.folders) < MAX_FOLDERS else None)
+
+
+def _check_simple(argv: list[str], writes: list[str], reads: list[str], depth: int, where: _Where) -> str | None:
     """The rules for one simple command (prefixes already stripped)."""
     name, args = (argv[0], argv[1:]) if argv else ("", [])
     for target in writes:
-        reason = _device_or_network(target, writing=True) or _secret(target) or _env_file(target)
+        reason = _device_or_network(target, writing=True) or _secret_file(target)
         if reason:
             return reason
     for source in reads:
-        reason = _device_or_network(source, writing=False) or _secret(source) or _env_file(source)
+        reason = _device_or_network(source, writing=False) or _secret_file(source)
         if reason:
             return reason
     if name in SHELLS or name in ("eval", "su"):
@@ -283,12 +380,14 @@ def _check_simple(argv: list[str], writes: list[str], reads: list[str], depth: i
                 return "runs code downloaded from the internet (`sh <(curl …)`); download it, read it, then run it"
         script = _script_argument(name, args)
         if script is not None:
-            return _check(script, depth + 1)
+            return _check(script, depth + 1, where)
     if name not in TEXT_ONLY:
         for arg in _drop_pattern(args) if name in PATTERN_FIRST else args:
-            reason = _secret(arg) or _env_file(arg)
+            reason = _secret_file(arg, env_files=name not in NAMES_ONLY)
             if reason:
                 return reason
+    if name in ("rm", "find"):
+        return RULES[name](args, where)
     rule = RULES.get(name)
     if rule:
         return rule(args)
@@ -327,6 +426,17 @@ def _device_or_network(path: str, writing: bool) -> str | None:
     return None
 
 
+def _secret_file(word: str, env_files: bool = True) -> str | None:
+    """Why reading or writing the file this word names is refused. A `$(...)` in it counts by the words
+    it holds: `cat "$(echo .env)"` reads .env."""
+    names = [word] + [part for body in _tokenize(word)[1] for kind, part in _tokenize(body)[0] if kind == "word"]
+    for name in names:
+        reason = _secret(name) or (env_files and _env_file(name))
+        if reason:
+            return reason
+    return None
+
+
 def _secret(word: str) -> str | None:
     word = _home_form(word)
     if not (word.startswith(("~", "/")) or "/" in word):
@@ -338,9 +448,24 @@ def _secret(word: str) -> str | None:
 
 
 def _env_file(word: str) -> str | None:
-    if ENV_FILE.match(posixpath.basename(word.rstrip("/"))):
-        return "reads or changes a .env file, which usually holds API keys and passwords"
+    for name in _braces(posixpath.basename(word.rstrip("/"))):
+        if ENV_FILE.match(name) or (re.search(r"[*?\[]", name) and
+                                    any(_glob_matches(name, env) for env in ENV_FILE_NAMES)):
+            return "reads or changes a .env file, which usually holds API keys and passwords"
     return None
+
+
+def _braces(word: str) -> list[str]:
+    """The words bash's brace expansion makes of word: `.e{n,x}v` -> [".env", ".exv"] (bounded)."""
+    match = re.search(r"\{([^{}]*,[^{}]*)\}", word)
+    if not match:
+        return [word]
+    words = []
+    for choice in match.group(1).split(","):
+        words += _braces(word[:match.start()] + choice + word[match.end():])
+        if len(words) >= MAX_BRACE_WORDS:
+            break
+    return words[:MAX_BRACE_WORDS]
 
 
 def _home_form(word: str) -> str:
@@ -368,7 +493,7 @@ def _doomed(target: str) -> str | None:
     return None
 
 
-def _rm(args: list[str]) -> str | None:
+def _rm(args: list[str], where: _Where) -> str | None:
     if "--no-preserve-root" in args:
         return "rm --no-preserve-root: deletes everything on the machine"
     targets, options_done = [], False
@@ -383,7 +508,60 @@ def _rm(args: list[str]) -> str | None:
             return f"removing `{target}` would delete {doomed}"
         if posixpath.normpath(target).split("/")[0] == HISTORY_DIR:
             return f"deletes {HISTORY_DIR}, the backups that let a person undo the agent's edits"
+        for path in _resolutions(target, where):
+            doomed = _protected(path, where)
+            if doomed:
+                return f"removing `{target}` would delete {doomed} ({path})"
+            history = posixpath.join(where.kb or "", HISTORY_DIR)
+            if where.kb and (path == history or path.startswith(history + "/")):
+                return f"deletes {HISTORY_DIR}, the backups that let a person undo the agent's edits"
     return None
+
+
+def _resolutions(target: str, where: _Where) -> list[str]:
+    """The absolute paths target may name, one for each folder the command may be in."""
+    paths = {_resolve(target, folder, where) for folder in where.folders}
+    return sorted(path for path in paths if path)
+
+
+def _resolve(target: str, folder: str | None, where: _Where) -> str | None:
+    """target as an absolute, normalised path, or None when it depends on what the guard cannot know."""
+    word = _home_form(target)
+    if re.search(r"[$`]", word) or (word.startswith("~") and not re.match(r"^~(/|$)", word)):
+        return None
+    if word.startswith("~"):
+        if not where.home:
+            return None
+        word = where.home + word[1:]
+    elif not word.startswith("/"):
+        if not folder:
+            return None
+        word = folder + "/" + word
+    return "/" + posixpath.normpath(word).lstrip("/")
+
+
+def _protected(path: str, where: _Where) -> str | None:
+    """What deleting path would delete, if that is the notes folder, the home directory or a folder
+    holding either. A glob counts if it can match one, or names everything inside one (`kb/*`)."""
+    if not re.search(r"[*?\[]", path):
+        for spelling in {path, _posix(os.path.realpath(path))}:
+            if spelling in where.protected:
+                return where.protected[spelling]
+        return None
+    folder, last = posixpath.split(path)
+    if last in ("*", ".*", "*.*", "**") and not re.search(r"[*?\[]", folder):
+        doomed = _protected(folder, where)
+        if doomed:
+            return f"everything in {doomed}"
+    return next((what for place, what in where.protected.items() if _glob_matches(path, place)), None)
+
+
+def _glob_matches(pattern: str, path: str) -> bool:
+    """Whether bash would expand pattern to path (no dotglob: `*` skips names starting with a dot)."""
+    wanted, parts = pattern.split("/"), path.split("/")
+    return len(wanted) == len(parts) and all(
+        fnmatch.fnmatchcase(part, want) and (want.startswith(".") or not part.startswith("."))
+        for want, part in zip(wanted, parts))
 
 
 def _recursive_change(args: list[str]) -> str | None:
@@ -408,7 +586,7 @@ def _mv(args: list[str]) -> str | None:
 FIND_FILTERS = {"-name", "-iname", "-path", "-ipath", "-wholename", "-regex", "-iregex", "-empty"}
 
 
-def _find(args: list[str]) -> str | None:
+def _find(args: list[str], where: _Where) -> str | None:
     deleting = "-delete" in args or any(
         a in ("-exec", "-execdir", "-ok") and i + 1 < len(args) and _name(args[i + 1]) in ("rm", "shred")
         for i, a in enumerate(args))
@@ -421,6 +599,10 @@ def _find(args: list[str]) -> str | None:
         doomed = _doomed(start)
         if doomed and not ("knowledge base" in doomed and filtered):
             return f"deletes files all over {doomed}"
+        for path in _resolutions(start, where):
+            doomed = _protected(path, where)
+            if doomed and not (doomed == NOTES_FOLDER and filtered):
+                return f"deletes files all over {doomed} ({path})"
     return None
 
 
@@ -498,6 +680,10 @@ RULES = {"rm": _rm, "chmod": _recursive_change, "chown": _recursive_change, "chg
 
 SECRET_VARIABLE = re.compile(r"API_?KEY|TOKEN|SECRET|PASSW(OR)?D|CREDENTIAL|ACCESS_KEY", re.I)
 READ_CHUNK = 65536
+PR_SET_CHILD_SUBREAPER = 36  # from <linux/prctl.h>
+STRAY_ROUNDS = 10  # stopping a stray can hand us its children; this many sweeps at most
+_subreaper: bool | None = None  # None until the first command asks for it
+_running: set[int] = set()  # pids (and session ids) of commands running now
 
 
 def run_shell(command: str, cwd, timeout: float | None = None, hide: tuple[str, ...] = ()) -> str:
@@ -509,23 +695,31 @@ def run_shell(command: str, cwd, timeout: float | None = None, hide: tuple[str, 
     """
     timeout = SHELL_TIMEOUT if timeout is None else timeout
     started = time.monotonic()
+    _become_subreaper()
     try:
         proc = subprocess.Popen(shell_argv(command), cwd=cwd, env=clean_env(hide),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, **_own_group())
     except (OSError, ValueError) as exc:
         return f"Error: could not start the shell: {exc}"
+    born = _start_time(proc.pid)  # read before it can be reaped: what the command starts is younger
+    _running.add(proc.pid)
     out = _Capture(proc.stdout, SHELL_STDOUT_CHARS)
     err = _Capture(proc.stderr, SHELL_STDERR_CHARS)
     try:
         finished = _wait(proc, (out, err), started + timeout)
         leftovers = kill_tree(proc)  # the command is over; whatever it left in the background goes too
+        leftovers = stop_strays(proc.pid, born) or leftovers
     except KeyboardInterrupt:
         try:
             kill_tree(proc)
+            stop_strays(proc.pid, born)
         except KeyboardInterrupt:  # a second Ctrl+C: no more grace
             _kill_now(proc)
+            stop_strays(proc.pid, born, grace=0)
         raise
+    finally:
+        _running.discard(proc.pid)
     notes = []
     if not finished:
         notes.append(f"stopped after {timeout:g} s (timeout): the command and everything it started were "
@@ -579,17 +773,24 @@ def _own_group() -> dict:
 
 
 def _wait(proc, captures, deadline: float) -> bool:
-    """Wait until the command exited and closed its output, or the deadline; True if it finished."""
+    """Wait until the command's shell exited, or the deadline; True if it exited in time.
+
+    Then its output gets SHELL_OUTPUT_GRACE to close. A background process still holding it open
+    (`sleep 100 & echo hi`) is left to kill_tree, instead of keeping the command waiting until its
+    timeout and hiding its real exit code.
+    """
+    while proc.poll() is None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        try:
+            proc.wait(min(remaining, 0.1))  # short slices keep Ctrl+C responsive everywhere
+        except subprocess.TimeoutExpired:
+            pass
+    grace_ends = time.monotonic() + SHELL_OUTPUT_GRACE
     for capture in captures:
-        while capture.thread.is_alive():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            capture.thread.join(min(remaining, 0.1))  # short slices keep Ctrl+C responsive everywhere
-    try:
-        proc.wait(max(deadline - time.monotonic(), 0))
-    except subprocess.TimeoutExpired:
-        return False
+        while capture.thread.is_alive() and time.monotonic() < grace_ends:
+            capture.thread.join(max(min(grace_ends - time.monotonic(), 0.1), 0))
     return True
 
 
@@ -633,17 +834,128 @@ def _group_alive(group: int) -> bool:
     slow to reap orphans (containers), they linger for seconds and would make every kill wait."""
     if not os.path.isdir("/proc/self"):
         return _signal_group(group, 0)
+    return any(info.group == group and info.alive for info in _processes().values())
+
+
+class _Process:
+    """One line of the process table, from /proc/<pid>/stat (Linux, or any system with that file)."""
+
+    def __init__(self, stat: bytes):
+        fields = stat.rsplit(b")", 1)[1].split()  # the name in (...) may hold anything
+        self.alive = fields[0] not in (b"Z", b"X")  # zombies are dead, just not yet reaped
+        self.parent, self.group, self.session = int(fields[1]), int(fields[2]), int(fields[3])
+        self.started = int(fields[19])  # clock ticks after boot
+
+
+def _processes() -> dict[int, _Process]:
+    table = {}
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()  # the name in (...) may hold anything
-        except (OSError, IndexError):
-            continue  # the process ended while we looked
-        if int(fields[2]) == group and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                    table[int(entry.name)] = _Process(stat.read())
+            except (OSError, IndexError, ValueError):
+                continue  # the process ended while we looked
+    return table
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return _Process(stat.read()).started
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _become_subreaper() -> bool:
+    """Ask Linux to hand this process the orphans of its descendants, once.
+
+    Without it a process that leaves the command's session (`setsid sleep 999 &`, any daemon) is
+    adopted by init when the shell exits, and no group or session kill reaches it. Elsewhere this
+    does nothing, and such processes can outlive the command (the README says so).
+    """
+    global _subreaper
+    if _subreaper is None:
+        _subreaper = False
+        if sys.platform.startswith("linux"):
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                _subreaper = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+            except (OSError, AttributeError):
+                pass
+    return _subreaper
+
+
+def stop_strays(shell_pid: int, born: int | None, grace: float | None = None) -> bool:
+    """Stop what the command started outside its session, and reap it. True if any was still running.
+
+    As a subreaper this process adopts them once their parents exit. A stray is a child of ours that
+    the command could have started: younger than its shell, in a session that is neither ours (what
+    this program starts itself) nor another running command's.
+    """
+    if not _subreaper or born is None:
+        return False
+    me, mine, others = os.getpid(), os.getsid(0), _running - {shell_pid}
+    stopped = False
+    for _ in range(STRAY_ROUNDS):
+        table = _processes()
+        strays = [pid for pid, info in table.items()
+                  if info.parent == me and pid != shell_pid and info.started >= born
+                  and info.session != mine and info.session not in others]
+        if not strays:
+            break
+        doomed = [pid for pid in _with_descendants(table, strays) if table[pid].alive]
+        if doomed:
+            stopped = True
+            _term_then_kill(doomed, strays, SHELL_KILL_GRACE if grace is None else grace)
+        for pid in strays:  # our children now: only we can reap them (not one stuck in the kernel)
+            _reap(pid, block=not _alive(pid))
+    return stopped
+
+
+def _with_descendants(table: dict[int, _Process], roots: list[int]) -> list[int]:
+    found, todo = [], list(roots)
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += [child for child, info in table.items() if info.parent == pid and child not in found]
+    return found
+
+
+def _term_then_kill(pids: list[int], children: list[int], grace: float) -> None:
+    """TERM the processes, KILL those still running after grace seconds."""
+    signals = [signal.SIGTERM, signal.SIGKILL] if grace > 0 else [signal.SIGKILL]
+    for sig in signals:
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + grace
+        while True:
+            for pid in children:
+                _reap(pid, block=False)
+            pids = [pid for pid in pids if _alive(pid)]
+            if not pids or time.monotonic() >= deadline:
+                break
+            time.sleep(0.02)
+        if not pids:
+            return
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return _Process(stat.read()).alive
+    except (OSError, IndexError, ValueError):
+        return False
+
+
+def _reap(pid: int, block: bool) -> None:
+    try:
+        os.waitpid(pid, 0 if block else os.WNOHANG)
+    except ChildProcessError:  # already reaped
+        pass
 
 
 def _signal_group(group: int, sig: int) -> bool:

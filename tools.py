@@ -329,7 +329,7 @@ def bash(kb: Path, command: str, settings: Settings, confirm: Callable[[str], bo
         raise ToolError(SHELL_DISABLED)
     if not command.strip():
         raise ToolError("command is empty.")
-    reason = shell.check_command(command)
+    reason = shell.check_command(command, kb)
     if reason:  # refused before anyone is asked, and even with --yes
         raise ToolError(f"refused by the safety guard: {reason}. Do not try to work around it; if the person "
                         "really wants this, they can run it themselves.")

@@ -4,6 +4,7 @@ Unit-level checks go through tools.execute_tool; end-to-end ones run main.py aga
 """
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -100,6 +101,17 @@ def test_guard_refuses_before_asking_even_when_auto_approved(kb, tmp_path):
     assert asked == []
 
 
+def test_guard_knows_the_notes_folder_it_runs_in(kb):
+    settings = make_settings(kb, allow_shell=True, auto_approve=True)
+    for command in (f"rm -rf {kb}", f"cd .. && rm -rf {kb.name}", f"rm -rf ../{kb.name}"):
+        result = tools.execute_tool("bash", {"command": command}, settings, confirm=lambda q: True)
+        assert result.startswith("Error: refused by the safety guard") and "notes folder" in result, command
+    assert (kb / "python.md").exists()
+    result = tools.execute_tool("bash", {"command": "mkdir build && rm -rf ./build && echo gone"}, settings,
+                                confirm=lambda q: True)
+    assert result.startswith("exit_code=0") and "gone" in result
+
+
 def test_api_key_is_not_in_the_commands_environment(kb, monkeypatch):
     monkeypatch.setenv("KA_PROBE", "visible")
     monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-live-1")
@@ -143,6 +155,57 @@ def test_always_is_only_for_shell_commands(settings, monkeypatch):
 def test_plain_enter_declines(settings, monkeypatch):
     monkeypatch.setattr("builtins.input", lambda: "")
     assert main.make_confirm(settings, interactive=True)(tools.shell_question("ls")) is False
+
+
+ASK_IN_A_TERMINAL = """
+import readline, sys
+sys.path.insert(0, sys.argv[1])
+import main
+main.ask("Run this?", "y/N")
+sys.stderr.write("NEXT LINE\\n")
+"""
+
+
+def answer_in_a_terminal(keys: bytes) -> str:
+    """What a terminal shows when `keys` are typed at main.ask's prompt and the next line is printed."""
+    import pty
+    import select
+    import termios
+    controller, terminal = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", ASK_IN_A_TERMINAL, str(MAIN.parent)], stdin=terminal,
+                            stdout=terminal, stderr=terminal, close_fds=True)
+    os.close(terminal)
+    shown, typed, deadline = b"", False, time.monotonic() + 20
+    try:
+        while time.monotonic() < deadline:
+            # Type only once readline has the terminal (no line editing by the terminal itself), as a
+            # person would; typed earlier, the terminal would echo the Enter on its own.
+            if not typed and b"[y/N] " in shown and not termios.tcgetattr(controller)[3] & termios.ICANON:
+                os.write(controller, keys)
+                typed = True
+            ready, _, _ = select.select([controller], [], [], 0.05)
+            if not ready:
+                continue
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # Linux: the terminal's other end is closed
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(controller)
+        proc.kill()
+        proc.wait()
+    return shown.decode(errors="replace").replace("\r\n", "\n")
+
+
+@posix_only
+@pytest.mark.parametrize("keys", [b"\r", b"y\r", b"no\r", b"\x04"], ids=["enter", "y", "no", "ctrl-d"])
+def test_the_prompt_line_ends_whatever_the_answer(keys):
+    shown = answer_in_a_terminal(keys)
+    assert "NEXT LINE" in shown, shown
+    assert re.search(r"\[y/N\] [^\n]*\nNEXT LINE", shown), repr(shown)  # on a line of its own, no blank one
 
 
 # --- the agent loop and the command line ----------------------------------------------------------
