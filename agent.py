@@ -92,7 +92,7 @@ def explain_api_error(exc: Exception, settings: Settings) -> str:
     if status == 404:
         return (f"Model {settings.model!r} or the endpoint was not found (404) at {settings.base_url}. "
                 "Check MODEL (--model) and DEEPSEEK_BASE_URL (--base-url).")
-    if status == 400 and any(word in detail.lower() for word in ("context", "too long", "maximum", "tokens")):
+    if status == 400 and CONTEXT_ERROR.search(detail):
         return f"The conversation is too long for the model's context (400): {detail} Start a new conversation."
     if status == 429:
         return f"Rate limited (429) even after {API_MAX_RETRIES} retries: {detail} Wait a moment and ask again."
@@ -101,9 +101,14 @@ def explain_api_error(exc: Exception, settings: Settings) -> str:
     return f"The API rejected the request (HTTP {status}): {detail}"
 
 
+# How servers word "the request is longer than the model's window" (OpenAI, DeepSeek, vLLM, llama.cpp, …);
+# other 400s that merely say "too long" or "maximum" (a tool description, say) must not shrink the history.
+CONTEXT_ERROR = re.compile(r"context.{0,20}(length|window|size)|maximum context|too many tokens|"
+                           r"prompt is too long|context_length_exceeded", re.I)
+
+
 def _is_context_error(exc: Exception) -> bool:
-    return (isinstance(exc, openai.APIStatusError) and exc.status_code == 400
-            and any(word in _error_detail(exc).lower() for word in ("context", "too long", "maximum", "tokens")))
+    return isinstance(exc, openai.APIStatusError) and exc.status_code == 400 and bool(CONTEXT_ERROR.search(_error_detail(exc)))
 
 
 def _context_window(exc: openai.APIStatusError) -> int | None:
@@ -282,18 +287,17 @@ def _explain_broken_stream(exc: Exception, settings: Settings) -> str:
 def execute(calls: list[tuple[str, str, str]], history: list[dict], settings: Settings, confirm,
             on_tool_call, on_tool_result, on_change=None) -> None:
     """Run each (id, name, arguments) call and append its result; if interrupted, say so for every call left."""
-    started = time.monotonic()
+    first_result, started = len(history), time.monotonic()  # started: also if Ctrl+C comes before the first tool
     try:
         for call_id, name, arguments in calls:
             on_tool_call and on_tool_call(name, arguments)
             started = time.monotonic()
-            result = tools.clean_text(tools.execute_tool(name, arguments, settings, confirm))
+            result = tools.execute_tool(name, arguments, settings, confirm)
             history.append({"role": "tool", "tool_call_id": call_id, "content": result})
             on_change and on_change(history)  # a note may have changed: keep the result even if we crash next
             on_tool_result and on_tool_result(name, result)
     except KeyboardInterrupt:
-        answered = {m.get("tool_call_id") for m in history[-len(calls):]}
-        unanswered = [call_id for call_id, _, _ in calls if call_id not in answered]
+        unanswered = [call_id for call_id, _, _ in calls][len(history) - first_result:]
         if unanswered:  # the first was running when Ctrl+C came, and may have done part of its work
             stopped = f"stopped: the user pressed Ctrl+C after {time.monotonic() - started:.1f} s; it may be half done"
             answer_unrun(unanswered[:1], history, stopped)

@@ -116,6 +116,7 @@ INDEX_PROGRESS_AFTER_S = 1.0    # an index build running longer than this report
 INDEX_BUSY_TIMEOUT_MS = 5000    # how long to wait for another process holding the index's write lock
 INDEX_OPEN_MAX = 4              # indexes (and inotify watchers) kept open per process, least recent closed
 INDEX_WAIT_S = 120              # a search waits this long for another process's index build, then searches
+INDEX_RETRY_PAUSE_S = 0.05  # pause between tries while another process holds the index
                                 # what the index holds (a first build of 90,000 notes takes 10-40 s)
 SEARCH_QUERY_ECHO_CHARS = 80    # the query is repeated in the result's first line, cut to this many characters
 SEARCH_QUERY_MAX_WORDS = 64     # words (Chinese: 2-character words) of a query searched; the rest is ignored

@@ -261,7 +261,7 @@ def chat_line(line: str, settings: Settings, client, display: Display, conversat
     not trust what it read before."""
     if line.lower() in ("exit", "quit"):
         return "exit"
-    if line.lower() == "/undo":
+    if line.split()[0].lower() == "/undo":
         message = undo(settings)
         display.info(message)
         told.append(f"[I ran /undo: {message}]")
@@ -272,9 +272,13 @@ def chat_line(line: str, settings: Settings, client, display: Display, conversat
         display.error(NO_KEY)
         return "failed"
     question = "\n".join(told + [line])
-    told.clear()
-    return "ok" if answer(question, conversation.history, settings, client, display, confirm, conversation) \
-        else "failed"
+    before = len(conversation.history)
+    try:
+        ok = answer(question, conversation.history, settings, client, display, confirm, conversation)
+    finally:
+        if len(conversation.history) > before:  # the turn was kept, and with it what the model was told
+            told.clear()
+    return "ok" if ok else "failed"
 
 
 def run_command(line: str, settings: Settings, client, display: Display, conversation) -> bool:
@@ -307,7 +311,7 @@ def run_command(line: str, settings: Settings, client, display: Display, convers
         show_history(conversation.history, display)
     elif name == "/usage":
         show_usage(conversation, settings, display)
-    else:
+    elif name in NOTE_COMMANDS:
         show_tool(name, argument, settings)
     return True
 
@@ -336,7 +340,7 @@ def show_sessions(store: sessions.SessionStore, display: Display, current: int |
 
 
 def resume(conversation: sessions.Conversation, argument: str, display: Display) -> bool:
-    if not argument.isdigit():
+    if not (argument.isascii() and argument.isdigit()):  # "²".isdigit() is True, int("²") is not
         display.info("Usage: /resume ID (the numbers /sessions shows)")
         return False
     if not conversation.resume(int(argument)):

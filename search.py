@@ -34,7 +34,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from config import (INDEX_BUSY_TIMEOUT_MS, INDEX_DIR_ENV, INDEX_MAX_NOTE_BYTES,
+from config import (INDEX_BUSY_TIMEOUT_MS, INDEX_RETRY_PAUSE_S, INDEX_DIR_ENV, INDEX_MAX_NOTE_BYTES,
                     INDEX_OPEN_MAX, INDEX_PROGRESS_AFTER_S, INDEX_WAIT_S, LIST_MAX_NOTES, LIST_OUTPUT_CHARS,
                     NOTE_SUFFIXES, SEARCH_LEAD_CHARS, SEARCH_LINE_CHARS, SEARCH_LINES_PER_HIT,
                     SEARCH_MAX_HITS, SEARCH_OUTPUT_CHARS, SEARCH_QUERY_ECHO_CHARS,
@@ -66,6 +66,8 @@ def is_note_file(rel_path) -> bool:
 def _walk(kb: Path, top: str, watcher=None) -> dict:
     """Map every note under the folder `top` ("" = whole KB) to (size, mtime_ns); watch each folder seen."""
     found = {}
+    if top and os.path.realpath(kb / top) != str(kb / top):
+        return found  # the folder was replaced by a link (perhaps leading out): nothing in it is a note here
     stack = [top]
     while stack:
         rel_dir = stack.pop()
@@ -351,6 +353,7 @@ def _while_busy(conn: sqlite3.Connection, sql: str, wait_s: float | None = None)
                 _notice("another knowledge-agent is updating the search index of these notes; "
                         f"waiting for it (at most {wait_s:.0f} s)…")
                 told = True
+            time.sleep(INDEX_RETRY_PAUSE_S)  # SQLite may answer BUSY at once (WAL switch, recovery): don't spin
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
@@ -689,12 +692,14 @@ def _refresh(idx: _Index) -> None:
         for rel_dir in sorted(folders):
             if not any(rel_dir.startswith(f + "/") for f in folders):
                 _sync_tree(idx, rel_dir)
+        files = {f: None for f in files if not any(f.startswith(d + "/") for d in folders)}
+        _apply(idx, files, [])
     except OSError:
         _sync_watch_failed(idx)
         _sync_tree(idx, "")
-        return
-    files = {f: None for f in files if not any(f.startswith(d + "/") for d in folders)}
-    _apply(idx, files, [])
+    except BaseException:  # Ctrl+C or a database error: the events are used up, so compare in full next time
+        idx.checked = False
+        raise
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -746,8 +751,9 @@ def _with_index(kb: Path, action):
                 return action(idx)
             except sqlite3.DatabaseError as exc:
                 if idx is None or attempt == 2 or not _is_corruption(exc):
-                    return (f"Error: the search index failed ({exc}). Try again; if it persists, "
-                            f"delete {index_path(kb)}.")
+                    _notice(f"search index failed ({exc}); if it persists, delete {index_path(kb)}")
+                    return (f"Error: the search index failed ({exc}). Try again; if it persists, the person "
+                            "can delete the index file named on their screen (it is rebuilt).")
                 _notice(f"search index {idx.path} is damaged ({exc}); rebuilding it.")
                 _OPEN.pop((str(idx.kb), str(idx.path)), None)
                 _close(idx)
@@ -809,8 +815,7 @@ def _ranked(conn, match: str, lo: str, hi: str, qkey: str, limit: int, exclude=(
 
 def search_notes(kb: Path, query: str, folder: str | None = None, limit: int = SEARCH_MAX_HITS) -> str:
     """Best notes for `query` (all words first, then any word), with their best lines; bounded text."""
-    query = _valid_text(query or "")
-    folder = None if folder is None else _valid_text(folder)
+    query = query or ""
     terms = _parse_query(query)
     if not terms:
         return "Error: the search query has no words to look for. Give one or more keywords."
@@ -820,11 +825,6 @@ def search_notes(kb: Path, query: str, folder: str | None = None, limit: int = S
     except (ValueError, TypeError) as exc:
         return f"Error: {exc}"
     return _with_index(kb, lambda idx: _search(idx, terms, query, rel_dir, limit))
-
-
-def _valid_text(text: str) -> str:
-    """Text that can be encoded: a lone surrogate (from broken JSON escapes) becomes U+FFFD."""
-    return re.sub("[\ud800-\udfff]", "\ufffd", str(text))
 
 
 def _search(idx: _Index, terms: list, query: str, rel_dir: str, limit: int) -> str:
@@ -935,7 +935,6 @@ def _format_hits(kb: Path, terms, hits, total_all: int, some_only: int, where: s
 
 def list_notes(kb: Path, folder: str | None = None) -> str:
     """How many notes there are (per subfolder) and the newest ones first, capped and bounded."""
-    folder = None if folder is None else _valid_text(folder)
     try:
         rel_dir = _folder(kb, folder)
     except ValueError as exc:

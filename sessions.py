@@ -278,6 +278,8 @@ class SessionStore:
     def _read(self, sql: str, args=()) -> list:
         try:
             return self.conn.execute(sql, args).fetchall()
+        except OverflowError:  # an id too big for SQLite matches nothing
+            return []
         except sqlite3.Error as e:
             self.warn(f"Could not read session history {self.path} ({e}).")
             return []

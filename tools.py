@@ -514,6 +514,10 @@ def execute_tool(
     confirm: Callable[[str], bool] | None = None,
 ) -> str:
     """Run one tool call. Never raises: every failure is text starting with "Error: "."""
+    return _cap(clean_text(_run_tool(name, arguments, settings, confirm)))  # clean: file names may not be UTF-8
+
+
+def _run_tool(name: str, arguments, settings: Settings | None, confirm) -> str:
     try:
         settings = settings or load_settings()
         offered = [schema["function"]["name"] for schema in tool_schemas(settings)]
@@ -527,7 +531,7 @@ def execute_tool(
             args["confirm"] = confirm
         if name in NEEDS_SETTINGS:
             args["settings"] = settings
-        return _cap(function(settings.kb, **args))
+        return function(settings.kb, **args)
     except (ToolError, versions.VersionError) as exc:
         return ERROR_PREFIX + str(exc)
     except OSError as exc:

@@ -248,12 +248,21 @@ def _valid_entry(entry) -> bool:
     return (
         isinstance(entry, dict)
         and entry.get("op") in CHANGE_OPS
-        and isinstance(entry.get("path"), str)
-        and bool(entry["path"])
-        and optional_str("to")
-        and optional_str("snapshot")
+        and _inside_notes(entry.get("path"))
+        and (entry.get("to") is None or _inside_notes(entry["to"]))
+        and (entry.get("snapshot") is None or _inside_notes(entry["snapshot"], HISTORY_DIR))
         and optional_str("time")
     )
+
+
+def _inside_notes(rel_path, under: str | None = None) -> bool:
+    """The log lives in the notes folder and may be synced or edited: undo follows only relative paths
+    that stay inside it (and, for a snapshot, inside .history)."""
+    if not isinstance(rel_path, str) or not rel_path or "\0" in rel_path or "\\" in rel_path:
+        return False
+    parts = rel_path.split("/")
+    return not rel_path.startswith("/") and ".." not in parts and "" not in parts and \
+        (under is None or parts[0] == under) and (under is not None or parts[0] != HISTORY_DIR)
 
 
 def _write_log(kb: Path, entries: list[dict]) -> None:
@@ -395,7 +404,7 @@ def undo_last(kb: Path, on_change=None) -> str:
 
 
 def _describe(entry: dict) -> str:
-    when = entry.get("time", "")[11:19].replace("-", ":")
+    when = (entry.get("time") or "")[11:19].replace("-", ":")
     target = f"{entry['path']} → {entry['to']}" if entry["op"] == "move" else entry["path"]
     return f"the {entry['op']} of {target}" + (f" at {when} UTC" if when else "")
 

@@ -237,3 +237,10 @@ def test_question_with_undecodable_bytes_is_sent_with_replacements(kb):
     client = StubClient([{"content": "ok"}])
     run_agent("find \udcff vim", settings=make_settings(kb), client=client)
     assert client.requests[0]["messages"][-1]["content"] == "find \ufffd vim"
+
+
+def test_a_400_that_only_mentions_a_maximum_is_not_taken_for_a_long_context(kb):
+    client = StubClient([_status_error(400, "tools[0].description: string too long, maximum length 1024")])
+    with pytest.raises(AgentError) as info:
+        run_agent("x", settings=make_settings(kb), client=client)
+    assert "rejected the request (HTTP 400)" in str(info.value) and len(client.requests) == 1

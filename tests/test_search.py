@@ -536,3 +536,14 @@ def test_processes_building_a_new_index_at_once_all_get_results_and_only_one_ind
         assert out.startswith("3000 notes match") and "Error" not in out, (out, err)
         assert not re.search(r"error|locked|exists|memory|traceback", err, re.I), err
     assert sum("indexed 3000 notes" in err for err in stderr) == 1, stderr
+
+
+def test_folder_swapped_for_a_link_leading_out_is_never_searched(kb, tmp_path, watch_mode):
+    outside = tmp_path / "outside"
+    write(outside, "secret.md", "# Secret\n\npassword hunter2 zebra\n")
+    write(kb, "docs/readme.md", "# Docs\n\nzebra crossing\n")
+    assert hits(search.search_notes(kb.resolve(), "zebra")) == ["docs/readme.md"]
+    os.rename(kb / "docs", kb / "docs2")
+    os.symlink(outside, kb / "docs")
+    out = search.search_notes(kb.resolve(), "zebra")
+    assert "hunter2" not in out and hits(out) == ["docs2/readme.md"]

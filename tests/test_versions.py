@@ -1,5 +1,6 @@
 """versions.py on real files: faithful formats, atomic writes that fail cleanly, pruning, undo of every op."""
 
+import json
 import codecs
 import os
 from datetime import datetime, timedelta, timezone
@@ -393,3 +394,22 @@ def test_undo_that_cannot_keep_a_copy_changes_nothing_and_can_be_retried(tmp_pat
     monkeypatch.undo()
     assert "as it was" in undo_last(tmp_path)
     assert (tmp_path / "n.md").read_text() == "v1\n"
+
+
+def test_undo_ignores_log_lines_that_point_outside_the_notes(tmp_path):
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    (tmp_path / "outside.md").write_text("precious")
+    make(kb, "n.md", b"v1\n")
+    save_note(kb, "n.md", "v2\n", "edit")
+    log = kb / ".history" / "undo.jsonl"
+    with open(log, "a", encoding="utf-8") as f:
+        for bad in ({"op": "write", "path": "../outside.md"}, {"op": "write", "path": str(tmp_path / "outside.md")},
+                    {"op": "edit", "path": "n.md", "snapshot": "../outside.md"}):
+            f.write(json.dumps(bad) + "\n")
+        f.write(json.dumps({"op": "edit", "path": "n.md", "snapshot": None, "time": None}) + "\n")
+    undo_last(kb)  # the null-time line: refused cleanly, not a TypeError
+    assert (tmp_path / "outside.md").read_text() == "precious"
+    while not undo_last(kb).startswith("Nothing to undo"):
+        pass
+    assert (tmp_path / "outside.md").read_text() == "precious" and (kb / "n.md").read_text() == "v1\n"
