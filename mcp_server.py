@@ -4,7 +4,7 @@
     python mcp_server.py --kb ~/notes --allow-destructive   also the tools the chat asks before running
 
 It speaks the Model Context Protocol over stdio: JSON-RPC 2.0, one message per line, protocol revisions
-2024-11-05 to 2025-11-25. The tools are exactly tools.TOOL_SCHEMAS, run by tools.execute_tool — the same
+2024-11-05 to 2025-11-25. The tools are the chat's own (tools.tool_schemas), run by tools.execute_tool — the same
 path guard, checks and limits as the chat — and a tool's "Error: …" comes back as a result with isError.
 Tools in tools.NEEDS_CONFIRMATION (the ones the chat asks a person about first) are served only with
 --allow-destructive (or MCP_ALLOW_DESTRUCTIVE=1), and the client is then the one that asks; tools in
@@ -17,7 +17,6 @@ usage, 130 Ctrl+C.
 
 import argparse
 import copy
-import dataclasses
 import json
 import os
 import sys
@@ -279,8 +278,6 @@ def main(argv=None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    # Only the flag approves over MCP: an AUTO_APPROVE=1 meant for the chat must not open these tools too.
-    settings = dataclasses.replace(settings, auto_approve=allow_destructive)
     server = McpServer(settings, allow_destructive, allow_shell)
     protocol_in, protocol_out = claim_stdio()
     log(f"serving {len(server.tools)} tools ({', '.join(server.tools)}) for the notes in {settings.kb}")

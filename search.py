@@ -515,12 +515,16 @@ def _read_note(abs_path: Path):
     """The note's text, or None for a file that cannot be read or looks binary (left out quietly)."""
     try:
         with open(abs_path, "rb") as f:
-            raw = f.read(INDEX_MAX_NOTE_BYTES)
+            return decode_note(f.read(INDEX_MAX_NOTE_BYTES))
     except OSError:
         return None
-    if b"\0" in raw[:8192]:
+
+
+def decode_note(data: bytes) -> str | None:
+    """A note's text from its bytes (BOM dropped, bad UTF-8 replaced), or None when it looks binary."""
+    if b"\0" in data[:8192]:
         return None
-    return raw.decode("utf-8-sig", errors="replace")
+    return data.decode("utf-8-sig", errors="replace")
 
 
 def _apply(idx: _Index, changed: dict, gone, wait_s: float | None = None) -> None:
@@ -667,7 +671,7 @@ def _sync_tree(idx: _Index, rel_dir: str, wait_s: float | None = None) -> None:
     _apply(idx, changed, gone, wait_s)
 
 
-def _sync_watch_failed(idx: _Index) -> None:
+def _stop_watching(idx: _Index) -> None:
     if idx.watcher is not None:
         idx.watcher.close()
         idx.watcher = None
@@ -679,7 +683,7 @@ def _refresh(idx: _Index) -> None:
         try:
             _sync_tree(idx, "")
         except OSError:  # inotify watch limit reached: fall back to full comparisons
-            _sync_watch_failed(idx)
+            _stop_watching(idx)
             _sync_tree(idx, "")
         idx.checked = True
         return
@@ -695,7 +699,7 @@ def _refresh(idx: _Index) -> None:
         files = {f: None for f in files if not any(f.startswith(d + "/") for d in folders)}
         _apply(idx, files, [])
     except OSError:
-        _sync_watch_failed(idx)
+        _stop_watching(idx)
         _sync_tree(idx, "")
     except BaseException:  # Ctrl+C or a database error: the events are used up, so compare in full next time
         idx.checked = False

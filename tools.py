@@ -88,9 +88,9 @@ def _read_note_text(path: Path) -> str:
         raise ToolError("no such note. Use search_notes or list_notes to find the right path.") from None
     except IsADirectoryError:
         raise ToolError("that is a folder, not a note. Use list_notes with folder to see inside it.") from None
-    if b"\0" in data[:8192]:
+    text = search.decode_note(data[:MAX_NOTE_BYTES])
+    if text is None:
         raise ToolError("that file looks binary, not a text note.")
-    text = data[:MAX_NOTE_BYTES].decode("utf-8-sig", errors="replace")
     if len(data) > MAX_NOTE_BYTES:
         text += f"\n[… file is larger than {MAX_NOTE_BYTES} bytes; the rest is not read]"
     return text
@@ -100,7 +100,7 @@ def _read_note_text(path: Path) -> str:
 
 def search_notes(kb: Path, query: str, folder: str | None = None) -> str:
     if folder:
-        folder = _rel(kb, safe_folder(kb, folder)) or None
+        folder = _folder_or_none(_rel(kb, safe_folder(kb, folder)))
     return search.search_notes(kb, query, folder)
 
 
@@ -109,8 +109,12 @@ def list_notes(kb: Path, folder: str | None = None) -> str:
         resolved = safe_folder(kb, folder)
         if not resolved.is_dir():
             raise ToolError(f"no folder {folder!r} in the notes. Call list_notes without folder to see all.")
-        folder = _rel(kb, resolved) or None
+        folder = _folder_or_none(_rel(kb, resolved))
     return search.list_notes(kb, folder)
+
+
+def _folder_or_none(rel_folder: str) -> str | None:
+    return None if rel_folder == "." else rel_folder  # "." is the whole knowledge base
 
 
 def read_note(kb: Path, file_path: str, start_line: int = 1) -> str:
@@ -325,8 +329,6 @@ def shell_question(command: str) -> str:
 
 
 def bash(kb: Path, command: str, settings: Settings, confirm: Callable[[str], bool] | None) -> str:
-    if not settings.allow_shell:
-        raise ToolError(SHELL_DISABLED)
     if not command.strip():
         raise ToolError("command is empty.")
     reason = shell.check_command(command, kb)

@@ -302,8 +302,8 @@ def save_note(kb: Path, rel_path: str, text: str, op: str, expected: str | None 
     """Write `text` to the note, keeping the old version; return the change summary line.
 
     op "write" creates a new note and fails if one exists; "overwrite", "edit" and "append" replace an
-    existing one in its own format. `expected` is the text the change was based on: if the note on
-    disk differs now (the person saved meanwhile), nothing is written.
+    existing one in its own format. `expected` is the text the change was computed from, read moments
+    before in the same tool call: if the note differs now (a save in between), nothing is written.
     """
     kb = Path(kb)
     path = kb / rel_path
