@@ -264,7 +264,8 @@ def chat_line(line: str, settings: Settings, client, display: Display, conversat
     if line.split()[0].lower() == "/undo":
         message = undo(settings)
         display.info(message)
-        told.append(f"[I ran /undo: {message}]")
+        if message.startswith("Undid"):  # the model must not trust what it read before
+            told.append(f"[I ran /undo: {message}]")
         return "ok"
     if line.startswith("/"):
         return "ok" if run_command(line, settings, client, display, conversation) else "exit"

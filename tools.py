@@ -236,7 +236,7 @@ def edit_note(kb: Path, file_path: str, old_text: str, new_text: str) -> str:
     updated = text[:start] + new_text + text[end:]
     summary = versions.save_note(kb, rel, updated, "edit", expected=text)
     search.note_changed(kb, rel)
-    return f"{summary}\nEdited {rel}; the previous version is kept and /undo restores it."
+    return f"{summary}\nEdited {rel}; the previous version is kept in .history/ (/undo in the chat restores it)."
 
 
 def append_note(kb: Path, file_path: str, content: str) -> str:
@@ -274,7 +274,7 @@ def write_note(kb: Path, file_path: str, content: str, overwrite: bool = False) 
     text = _note_text(kb, path)
     summary = versions.save_note(kb, rel, content, "overwrite", expected=text)
     search.note_changed(kb, rel)
-    return f"{summary}\nReplaced {rel}; the previous version is kept and /undo restores it."
+    return f"{summary}\nReplaced {rel}; the previous version is kept in .history/ (/undo in the chat restores it)."
 
 
 def _confirmed(confirm, question: str) -> None:
@@ -297,7 +297,7 @@ def move_note(kb: Path, from_path: str, to_path: str, confirm=None) -> str:
     summary = versions.move_note(kb, src, dst)
     search.note_changed(kb, src)
     search.note_changed(kb, dst)
-    return f"{summary}\nMoved {src} to {dst}; /undo moves it back."
+    return f"{summary}\nMoved {src} to {dst}; /undo in the chat moves it back."
 
 
 def delete_note(kb: Path, file_path: str, confirm=None) -> str:
@@ -308,7 +308,7 @@ def delete_note(kb: Path, file_path: str, confirm=None) -> str:
     _confirmed(confirm, f"Delete {rel}? (a copy is kept in {HISTORY_DIR}/)")
     summary = versions.delete_note(kb, rel)
     search.note_changed(kb, rel)
-    return f"{summary}\nDeleted {rel}; a copy is kept in {HISTORY_DIR}/ and /undo brings it back."
+    return f"{summary}\nDeleted {rel}; a copy is kept in {HISTORY_DIR}/ and /undo in the chat brings it back."
 
 
 SHELL_DISABLED = ("the shell tool is disabled. The person can enable it by starting with --allow-shell "

@@ -319,6 +319,9 @@ def main():
     parser.add_argument("--fallback", type=int, default=20, help="queries timed without inotify")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
+    if not args.corpus.is_file():
+        sys.exit(f"No corpus at {args.corpus}: pass --corpus PATH/tldr-kb.tar.gz (the shared/ folder beside "
+                 "the checkout holds it).")
 
     tmp = Path(tempfile.mkdtemp(prefix="search-bench-"))
     os.environ["KA_INDEX_DIR"] = str(tmp / "index")

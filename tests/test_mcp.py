@@ -145,7 +145,9 @@ def notes(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(notes):
-    process = McpProcess(notes)
+    # Module-scoped, so it starts before the autouse fixture that moves the cache: give it its own.
+    process = McpProcess(notes, env=server_env(KA_INDEX_DIR=str(notes.parent / "index"),
+                                               XDG_CACHE_HOME=str(notes.parent / "cache")))
     process.initialize()
     yield process
     assert process.close() == 0
