@@ -211,18 +211,11 @@ def _tokenize(command: str) -> tuple[list[tuple[str, str]], list[str]]:
             word.append(command[i + 1:i + 2] if command[i + 1:i + 2] != "\n" else "")
             in_word, i = True, i + 2
             continue
-        elif c in "$<>" and command[i + 1:i + 2] == "(":
-            close = _matching_paren(command, i + 1)
-            inner.append(command[i + 2:close])
-            word.append(command[i:close + 1])
-            in_word, i = True, close + 1
-            continue
-        elif c == "`":
-            close = command.find("`", i + 1)
-            close = n if close < 0 else close
-            inner.append(command[i + 1:close])
-            word.append(command[i:close + 1])
-            in_word, i = True, close + 1
+        elif c == "`" or (c in "$<>" and command[i + 1:i + 2] == "("):
+            body, end = _substitution(command, i)
+            inner.append(body)
+            word.append(command[i:end])
+            in_word, i = True, end
             continue
         elif c in "|&;()<>":
             end_word()
@@ -249,22 +242,25 @@ def _double_quoted(command: str, i: int, inner: list[str]) -> tuple[int, str]:
             text.append(command[i + 1])
             i += 2
             continue
-        if c == "$" and command[i + 1:i + 2] == "(":
-            close = _matching_paren(command, i + 1)
-            inner.append(command[i + 2:close])
-            text.append(command[i:close + 1])
-            i = close + 1
-            continue
-        if c == "`":
-            close = command.find("`", i + 1)
-            close = n if close < 0 else close
-            inner.append(command[i + 1:close])
-            text.append(command[i:close + 1])
-            i = close + 1
+        if c == "`" or (c == "$" and command[i + 1:i + 2] == "("):
+            body, end = _substitution(command, i)
+            inner.append(body)
+            text.append(command[i:end])
+            i = end
             continue
         text.append(c)
         i += 1
     return i + 1, "".join(text)
+
+
+def _substitution(command: str, i: int) -> tuple[str, int]:
+    """The body of the `…`, $(…), <(…) or >(…) that starts at i, and the index just past it."""
+    if command[i] == "`":
+        close = command.find("`", i + 1)
+        close = len(command) if close < 0 else close
+        return command[i + 1:close], close + 1
+    close = _matching_paren(command, i + 1)
+    return command[i + 2:close], close + 1
 
 
 def _matching_paren(command: str, open_at: int) -> int:
