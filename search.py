@@ -972,7 +972,8 @@ def _listing(idx: _Index, rel_dir: str) -> str:
         used += len(line) + 1
     shown = len(out) - 1
     if total > shown:
-        out.append(f"… {total - shown} more not shown; give a folder to narrow the list.")
+        narrow = "give one of the folders below" if folders else "search_notes finds the others by their words"
+        out.append(f"… {total - shown} more not shown; {narrow}.")
     if tail:
         out.append(tail)
     return "\n".join(out)
