@@ -310,14 +310,19 @@ def answer_unrun(call_ids: list[str], history: list[dict], reason: str) -> None:
         history.append({"role": "tool", "tool_call_id": call_id, "content": reason})
 
 
-def _rewind_failed_turn(history: list[dict], turn_start: int, rejected: bool) -> None:
-    """Drop what cannot be sent again: a turn the API rejected or in which no tool ran, else unanswered calls."""
-    if rejected or not any(m.get("role") == "tool" for m in history[turn_start:]):
+def _rewind_failed_turn(history: list[dict], turn_start: int, rejected: bool, kept_text: str = "") -> None:
+    """Drop what cannot be sent again: a turn the API rejected or in which no tool ran, else unanswered calls.
+
+    Answer text the person already saw before the cut is kept, marked, so "summarise it" still works."""
+    tools_ran = any(m.get("role") == "tool" for m in history[turn_start:])
+    if rejected or not (tools_ran or kept_text.strip()):
         del history[turn_start:]
         return
     last = history[-1]
     if last.get("role") == "assistant" and last.get("tool_calls"):
         answer_unrun([call["id"] for call in last["tool_calls"]], history, CANCELLED)
+    if kept_text.strip():
+        history.append({"role": "assistant", "content": kept_text + "\n[cut off before the end]"})
 
 
 def run_agent(
@@ -345,14 +350,21 @@ def run_agent(
     history.append({"role": "user", "content": tools.clean_text(user_query)})
     changed(history)
     system = _system_message()
+    shown: list[str] = []  # text of the reply being streamed: the person has read it even if it is cut
+
+    def show(text: str) -> None:
+        shown.append(text)
+        on_text and on_text(text)
+
     try:
         for round_number in range(1, settings.max_rounds + 1):
-            reply = _query_within_budget(client, settings, [system] + history, calibration, on_text, on_reasoning)
+            reply = _query_within_budget(client, settings, [system] + history, calibration, show, on_reasoning)
             if reply.usage and on_usage:
                 on_usage(reply.usage)
             message = reply.message(round_number)
             history.append(message)
             changed(history)
+            shown.clear()
             if not message.get("tool_calls"):  # decided by the calls, not finish_reason: servers differ
                 return _final_answer(reply, on_text)
             calls = reply.calls_to_run(message)
@@ -362,7 +374,7 @@ def run_agent(
                 break
             execute(calls, history, settings, confirm, on_tool_call, on_tool_result, changed)
     except (KeyboardInterrupt, AgentError) as exc:
-        _rewind_failed_turn(history, turn_start, rejected=isinstance(exc, RequestRejected))
+        _rewind_failed_turn(history, turn_start, rejected=isinstance(exc, RequestRejected), kept_text="".join(shown))
         changed(history)
         raise
     notice = (f"[Stopped: reached the limit of {settings.max_rounds} model calls for one question "

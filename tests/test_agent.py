@@ -244,3 +244,25 @@ def test_a_400_that_only_mentions_a_maximum_is_not_taken_for_a_long_context(kb):
     with pytest.raises(AgentError) as info:
         run_agent("x", settings=make_settings(kb), client=client)
     assert "rejected the request (HTTP 400)" in str(info.value) and len(client.requests) == 1
+
+
+def test_ctrl_c_mid_answer_keeps_the_text_already_shown(kb):
+    from openai.types.chat import ChatCompletionChunk
+
+    def cut_stream():
+        for piece in ("Vim: dd deletes", " a line"):
+            yield ChatCompletionChunk.model_validate({"id": "c", "object": "chat.completion.chunk", "created": 0,
+                                                      "model": "m", "choices": [{"index": 0, "delta": {"content": piece},
+                                                                                 "finish_reason": None}]})
+        raise KeyboardInterrupt
+
+    client = StubClient([cut_stream(), {"content": "In one line: dd deletes a line."}])
+    client_create = client.create
+    client.create = lambda **p: client.replies.pop(0) if not isinstance(client.replies[0], dict) else client_create(**p)
+    history = []
+    with pytest.raises(KeyboardInterrupt):
+        run_agent("vim?", history, settings=make_settings(kb), client=client)
+    assert_valid_history(history)
+    assert history[-1] == {"role": "assistant", "content": "Vim: dd deletes a line\n[cut off before the end]"}
+    run_agent("summarise it", history, settings=make_settings(kb), client=client)
+    assert "Vim: dd deletes a line" in [m.get("content", "").split("\n")[0] for m in client.requests[-1]["messages"]]
