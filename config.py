@@ -168,27 +168,17 @@ def _flag(name: str, default: bool) -> bool:
     raise ConfigError(f"{name}={value!r} is not valid: use 1 or 0 (in the environment or {ENV_FILE.name}).")
 
 
-def _positive_int(name: str, value, default: int) -> int:
+def _positive(name: str, value, default, kind=int):
+    """A number above 0 (a whole one for kind=int), or a ConfigError that says what to set."""
     if value is None:
         return default
     try:
-        number = int(str(value).strip())
+        number = kind(str(value).strip())
     except ValueError:
         number = 0
-    if number < 1:
-        raise ConfigError(f"{name} must be a whole number of at least 1, not {value!r}.")
-    return number
-
-
-def _positive_float(name: str, value, default: float) -> float:
-    if value is None:
-        return default
-    try:
-        number = float(str(value).strip())
-    except ValueError:
-        number = 0.0
     if not 0 < number < float("inf"):
-        raise ConfigError(f"{name} must be a number of seconds above 0, not {value!r}.")
+        unit = "whole number of at least 1" if kind is int else "number above 0"
+        raise ConfigError(f"{name} must be a {unit}, not {value!r}.")
     return number
 
 
@@ -221,7 +211,7 @@ def load_settings(**overrides) -> Settings:
         base_url=given.get("base_url") or env_value("DEEPSEEK_BASE_URL", "OPENAI_BASE_URL") or DEFAULT_BASE_URL,
         model=given.get("model") or env_value("MODEL") or DEFAULT_MODEL,
         kb=_knowledge_base(given.get("kb") or env_value("KNOWLEDGE_BASE")),
-        max_rounds=_positive_int(
+        max_rounds=_positive(
             "MAX_TOOL_ROUNDS (or --max-rounds)",
             given.get("max_rounds", env_value("MAX_TOOL_ROUNDS")),
             DEFAULT_MAX_TOOL_ROUNDS,
@@ -232,9 +222,9 @@ def load_settings(**overrides) -> Settings:
         show_reasoning=given.get("show_reasoning", _flag("SHOW_REASONING", True)),
         auto_approve=given.get("auto_approve", _flag("AUTO_APPROVE", False)),
         allow_shell=given.get("allow_shell", _flag("ALLOW_SHELL", False)),
-        shell_timeout=_positive_float("SHELL_TIMEOUT", given.get("shell_timeout", env_value("SHELL_TIMEOUT")),
-                                      SHELL_TIMEOUT),
-        context_tokens=_positive_int(
+        shell_timeout=_positive("SHELL_TIMEOUT", given.get("shell_timeout", env_value("SHELL_TIMEOUT")),
+                                SHELL_TIMEOUT, kind=float),
+        context_tokens=_positive(
             "CONTEXT_TOKENS", given.get("context_tokens", env_value("CONTEXT_TOKENS")), CONTEXT_TOKENS
         ),
         data_dir=Path(env_value(DATA_DIR_ENV)).expanduser() if env_value(DATA_DIR_ENV) else None,
