@@ -44,7 +44,7 @@ def text_tokens(text) -> int:
     return math.ceil(wide + (chars - wide) / config.CHARS_PER_TOKEN)
 
 
-def _content_text(content) -> str:
+def content_text(content) -> str:
     if isinstance(content, list):  # content parts
         return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return content if isinstance(content, str) else ("" if content is None else str(content))
@@ -53,7 +53,7 @@ def _content_text(content) -> str:
 def message_tokens(message: dict) -> int:
     """Estimated tokens one message costs in a request."""
     n = config.MESSAGE_OVERHEAD_TOKENS
-    n += text_tokens(_content_text(message.get("content")))
+    n += text_tokens(content_text(message.get("content")))
     for key in ("reasoning_content", "name", "tool_call_id"):
         n += text_tokens(message.get(key))
     for call in message.get("tool_calls") or ():
@@ -175,7 +175,7 @@ def split_turns(messages: list[dict]) -> tuple[list[dict], list[list[dict]]]:
 # -- trimming ------------------------------------------------------------------------------------------------
 def elide(message: dict, head_chars: int = config.ELIDED_TOOL_HEAD_CHARS) -> dict:
     """A copy of a tool message whose content keeps only its head and says how much was cut."""
-    text = _content_text(message.get("content"))
+    text = content_text(message.get("content"))
     cut = len(text) - head_chars
     return {**message, "content": f"{text[:head_chars]}\n[… elided, {cut} chars]"}
 
@@ -183,7 +183,7 @@ def elide(message: dict, head_chars: int = config.ELIDED_TOOL_HEAD_CHARS) -> dic
 def _worth_eliding(message: dict, head_chars: int) -> bool:
     # Below twice the head, the marker would save too little to be worth losing the text.
     return (message.get("role") == "tool"
-            and len(_content_text(message.get("content"))) > 2 * head_chars + 40)
+            and len(content_text(message.get("content"))) > 2 * head_chars + 40)
 
 
 def _drop_settled_reasoning(turn: list[dict]) -> list[dict]:

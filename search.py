@@ -515,12 +515,12 @@ def _read_note(abs_path: Path):
     """The note's text, or None for a file that cannot be read or looks binary (left out quietly)."""
     try:
         with open(abs_path, "rb") as f:
-            return decode_note(f.read(INDEX_MAX_NOTE_BYTES))
+            return readable_text(f.read(INDEX_MAX_NOTE_BYTES))
     except OSError:
         return None
 
 
-def decode_note(data: bytes) -> str | None:
+def readable_text(data: bytes) -> str | None:
     """A note's text from its bytes (BOM dropped, bad UTF-8 replaced), or None when it looks binary."""
     if b"\0" in data[:8192]:
         return None

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import config
-from context import repair_history
+from context import content_text, repair_history
 
 SCHEMA_VERSION = 1
 SCHEMA = """
@@ -85,10 +85,7 @@ def _plain(message) -> dict:
 
 
 def _title_of(message: dict) -> str:
-    content = message.get("content")
-    if isinstance(content, list):  # content parts: keep the text ones
-        content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return " ".join(str(content or "").split())[:200]
+    return " ".join(content_text(message.get("content")).split())[:200]
 
 
 def _error_name(error: sqlite3.Error) -> str:

@@ -88,7 +88,7 @@ def _read_note_text(path: Path) -> str:
         raise ToolError("no such note. Use search_notes or list_notes to find the right path.") from None
     except IsADirectoryError:
         raise ToolError("that is a folder, not a note. Use list_notes with folder to see inside it.") from None
-    text = search.decode_note(data[:MAX_NOTE_BYTES])
+    text = search.readable_text(data[:MAX_NOTE_BYTES])
     if text is None:
         raise ToolError("that file looks binary, not a text note.")
     if len(data) > MAX_NOTE_BYTES:
