@@ -1,0 +1,474 @@
+"""The notes folder on disk: which paths are notes, faithful reads, atomic writes, versions and undo.
+
+Every tool, search and undo goes through this file, so its rules hold everywhere:
+- One path guard (`safe_path`, `safe_folder`): visible .md/.txt notes inside the notes folder only,
+  comparing resolved paths, never string prefixes. Hidden names (.git, .history) are never touched.
+- Reads keep a note's format (UTF-8 BOM, CRLF or LF) and writes put it back, so untouched lines stay
+  byte-identical. Writes are atomic: a synced temp file beside the note, then `os.replace`.
+- Before a change replaces or removes text, the old file is copied to `.history/<path>.<stamp>`, a
+  plain file a person can open with any tool; each change is one line of `.history/undo.jsonl`, and
+  `undo_last` reverts the latest one, keeping a copy of anything it would replace.
+It must never write outside the notes folder, nor lose a word: every failure leaves the note as it was
+and raises `ToolError`, the one exception the tools raise, with a message for the model or the person.
+"""
+
+import codecs
+import contextlib
+import difflib
+import hashlib
+import json
+import os
+import re
+import stat
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path, PurePosixPath, PureWindowsPath
+
+NOTE_SUFFIXES = (".md", ".txt")
+HISTORY_DIR = ".history"
+UNDO_LOG = "undo.jsonl"
+HISTORY_KEEP = 20  # versions kept per note (0: no limit); the newest is never pruned
+HISTORY_MAX_AGE_DAYS = 0  # versions older than this are pruned (0: never by age)
+UNDO_LOG_KEEP = 200  # changes /undo remembers
+STAMP_FORMAT = "%Y-%m-%dT%H-%M-%S.%fZ"  # UTC, so versions sort by name across DST changes
+STAMP_RE = re.compile(r"\.(\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{6}Z)(?:-(\d+))?$")
+# Control characters and bidi overrides in a name could redraw a confirmation prompt.
+HIDING_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+MINUS = "\u2212"
+
+
+class ToolError(Exception):
+    """A tool call that cannot be done; the message goes back to the model, the notes are as they were."""
+
+
+class _Gone(ToolError):
+    """What a recorded change touched is no longer there, so it can never be undone."""
+
+
+def visible(text: str) -> str:
+    """Text from the model or a note with control characters shown as escapes, for a person to read."""
+    return HIDING_CHARACTERS.sub(lambda m: repr(m.group())[1:-1], text)
+
+
+# --- The path guard ---
+
+def is_hidden_name(name: str) -> bool:
+    """Dot-files and dot-folders (.git, .obsidian, .history) are hidden; `..md` is a note named '.'."""
+    return name.startswith(".") and not name.startswith("..")
+
+
+def is_note_path(rel_path: str) -> bool:
+    """A note path relative to the notes folder: a note suffix, and nothing hidden on the way."""
+    parts = PurePosixPath(str(rel_path).replace("\\", "/")).parts
+    return (bool(parts) and parts[-1].lower().endswith(NOTE_SUFFIXES)
+            and not any(p in ("..", "/") or is_hidden_name(p) for p in parts))
+
+
+def _relative(text, what: str) -> PurePosixPath:
+    if not isinstance(text, str) or not text.strip():
+        raise ToolError(f"{what} must be a non-empty path relative to the notes folder, like 'python.md'.")
+    if HIDING_CHARACTERS.search(text):
+        raise ToolError(f"{what} {visible(text)!r} contains control characters; note names may not.")
+    text = text.strip()
+    if text.startswith("~"):
+        raise ToolError(f"{what} may not start with '~': use a path relative to the notes folder.")
+    if PurePosixPath(text).is_absolute() or PureWindowsPath(text).is_absolute() or PureWindowsPath(text).drive:
+        raise ToolError(f"{what} must be relative to the notes folder, not absolute.")
+    return PurePosixPath(text.replace("\\", "/"))
+
+
+def safe_folder(kb: Path, folder: str, what: str = "folder") -> Path:
+    """The folder (or file) inside the notes, resolved; refuses escapes and hidden names."""
+    try:
+        resolved = (kb / _relative(folder, what)).resolve()
+    except (OSError, RuntimeError):  # a symlink loop; the message would show the host path
+        raise ToolError(f"{what} {folder!r} cannot be resolved (a symlink loop?).") from None
+    if not resolved.is_relative_to(kb):
+        raise ToolError(f"{what} {folder!r} is outside the notes folder.")
+    if any(is_hidden_name(part) for part in resolved.relative_to(kb).parts):
+        raise ToolError(f"{what} {folder!r} is hidden (a dot-file or dot-folder such as .git or .history), "
+                        "which the tools do not touch.")
+    return resolved
+
+
+def safe_path(kb: Path, file_path: str, what: str = "file_path") -> Path:
+    """A note's resolved path inside the notes folder."""
+    resolved = safe_folder(kb, file_path, what)
+    if not resolved.name.lower().endswith(NOTE_SUFFIXES):
+        raise ToolError(f"{what} {file_path!r} is not a note: only {' and '.join(NOTE_SUFFIXES)} files are allowed.")
+    return resolved
+
+
+def rel(kb: Path, path: Path) -> str:
+    return path.relative_to(kb).as_posix()
+
+
+# --- Reading and writing faithfully ---
+
+@dataclass(frozen=True)
+class NoteFormat:
+    bom: bool = False
+    newline: str = "\n"  # "\n", "\r\n", or "" when a note mixes both and is kept exactly as it is
+
+
+def readable_text(data: bytes) -> str | None:
+    """Text for reading and searching (BOM dropped, bad UTF-8 replaced), or None when it looks binary."""
+    if b"\0" in data[:8192]:
+        return None
+    return data.decode("utf-8-sig", errors="replace")
+
+
+def decode_note(data: bytes) -> tuple[str, NoteFormat]:
+    """Text to change, strictly: a note that is not UTF-8 is refused rather than rewritten."""
+    bom = data.startswith(codecs.BOM_UTF8)
+    try:
+        text = data[len(codecs.BOM_UTF8) if bom else 0:].decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ToolError(f"not UTF-8 text (undecodable byte at offset {e.start}); it was left alone") from None
+    crlf = text.count("\r\n")
+    if crlf and text.count("\n") > crlf:
+        return text, NoteFormat(bom, "")
+    return (text.replace("\r\n", "\n"), NoteFormat(bom, "\r\n")) if crlf else (text, NoteFormat(bom))
+
+
+def encode_note(text: str, fmt: NoteFormat) -> bytes:
+    if fmt.newline == "\r\n":  # only "\n" is translated: a stray "\r" round-trips untouched
+        text = text.replace("\n", "\r\n")
+    return (codecs.BOM_UTF8 if fmt.bom else b"") + text.encode("utf-8")
+
+
+def read_note(path: Path) -> tuple[str, NoteFormat]:
+    """The note's text with "\\n" line endings, and the format to write it back in."""
+    return decode_note(Path(path).read_bytes())
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace `path` all at once: readers see the old file or the new one, never half."""
+    _write_via_temp(Path(os.path.realpath(path)), data, os.replace)  # through a link: the link survives
+
+
+def _write_via_temp(target: Path, data: bytes, put_in_place) -> None:
+    # A dot name keeps a temp file left by a power cut out of search and listings.
+    fd, tmp = tempfile.mkstemp(prefix=f".~{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, _mode_for(target))
+        put_in_place(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):  # makes the rename itself durable where the system allows it
+        dir_fd = os.open(target.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+def _mode_for(target: Path) -> int:
+    try:
+        return stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)  # the only way to read it; set straight back
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def _place_new(src, dst: Path) -> None:
+    """Move src to dst, failing if dst exists, even if it appeared a moment ago (rename would replace)."""
+    try:
+        os.link(src, dst)
+    except FileExistsError:
+        raise ToolError(f"{dst.name} already exists; nothing was replaced") from None
+    except OSError:  # no hard links here (some network or FAT drives): check, then rename
+        if os.path.lexists(dst):
+            raise ToolError(f"{dst.name} already exists; nothing was replaced") from None
+        os.rename(src, dst)
+        return
+    os.unlink(src)
+
+
+# --- Versions in .history ---
+
+def _stamp() -> str:
+    return datetime.now(timezone.utc).strftime(STAMP_FORMAT)
+
+
+def snapshot(kb: Path, rel_path: str) -> str:
+    """Copy the note to .history/<rel_path>.<stamp>; return that copy's path relative to kb."""
+    data = (kb / rel_path).read_bytes()
+    base = kb / HISTORY_DIR / f"{rel_path}.{_stamp()}"
+    copy, n = base, 0
+    try:
+        base.parent.mkdir(parents=True, exist_ok=True)
+        while copy.exists():  # two changes within one microsecond
+            n += 1
+            copy = base.with_name(f"{base.name}-{n}")
+        atomic_write(copy, data)
+    except OSError as e:
+        raise ToolError(f"could not keep a copy of {rel_path} in {HISTORY_DIR}/ ({e.strerror or e}), "
+                        "so nothing was changed") from None
+    return rel(kb, copy)
+
+
+def list_versions(kb: Path, rel_path: str) -> list[tuple[datetime, Path]]:
+    """(time taken, path) of every kept version of one note, oldest first."""
+    base = kb / HISTORY_DIR / rel_path
+    try:
+        names = os.listdir(base.parent)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        match = STAMP_RE.fullmatch(name[len(base.name):]) if name.startswith(base.name + ".") else None
+        if match:
+            taken = datetime.strptime(match[1], STAMP_FORMAT).replace(tzinfo=timezone.utc)
+            found.append((taken, int(match[2] or 0), base.parent / name))
+    return [(taken, path) for taken, _, path in sorted(found)]
+
+
+def prune_versions(kb: Path, rel_path: str, keep: int | None = None, max_age_days: float | None = None) -> None:
+    """Delete versions of one note beyond `keep` or older than `max_age_days` (0: no limit); never the newest."""
+    keep = HISTORY_KEEP if keep is None else keep
+    max_age = HISTORY_MAX_AGE_DAYS if max_age_days is None else max_age_days
+    versions = list_versions(kb, rel_path)
+    now = datetime.now(timezone.utc)
+    for i, (taken, path) in enumerate(versions[:-1]):
+        if (keep > 0 and len(versions) - i > keep) or (max_age > 0 and now - taken > timedelta(days=max_age)):
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+# --- The undo log ---
+
+def _inside_notes(path, under: str | None = None) -> bool:
+    """The log may be synced or edited by hand: undo follows only relative paths that stay inside the
+    notes (and, for a snapshot, inside .history)."""
+    if not isinstance(path, str) or not path or "\0" in path or "\\" in path or path.startswith("/"):
+        return False
+    parts = path.split("/")
+    return ".." not in parts and "" not in parts and (parts[0] == under if under else parts[0] != HISTORY_DIR)
+
+
+def _valid_entry(entry) -> bool:
+    return (isinstance(entry, dict) and entry.get("op") in SUMMARY_SIGNS and _inside_notes(entry.get("path"))
+            and (entry.get("to") is None or _inside_notes(entry["to"]))
+            and (entry.get("snapshot") is None or _inside_notes(entry["snapshot"], HISTORY_DIR))
+            and isinstance(entry.get("time", ""), (str, type(None))))
+
+
+def read_log(kb: Path) -> list[dict]:
+    """Changes the agent made, oldest first; unreadable lines are skipped rather than fatal."""
+    try:
+        lines = (kb / HISTORY_DIR / UNDO_LOG).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    entries = []
+    for line in lines:
+        with contextlib.suppress(ValueError):
+            entry = json.loads(line)
+            if _valid_entry(entry):
+                entries.append(entry)
+    return entries
+
+
+def _write_log(kb: Path, entries: list[dict]) -> None:
+    text = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries[-UNDO_LOG_KEEP:])
+    atomic_write(kb / HISTORY_DIR / UNDO_LOG, text.encode("utf-8"))
+
+
+def _log_change(kb: Path, op: str, path: str, to=None, snapshot_path=None, after=None) -> str:
+    """Record a change that was made; "" or a warning for its summary (never raises: the change is done).
+
+    `after` is the digest of what the agent wrote: undo copies the note aside first only if it differs."""
+    entry = {"time": _stamp(), "op": op, "path": path, "to": to, "snapshot": snapshot_path, "after": after}
+    try:
+        (kb / HISTORY_DIR).mkdir(parents=True, exist_ok=True)
+        entries = read_log(kb)
+        if len(entries) >= 2 * UNDO_LOG_KEEP:  # rewrite only now and then, so appending stays cheap
+            _write_log(kb, entries + [entry])
+            return ""
+        with open(kb / HISTORY_DIR / UNDO_LOG, "a", encoding="utf-8") as f:
+            f.write(json.dumps(entry, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        return ""
+    except OSError as e:
+        return f"  (done, but /undo will not know about it: {e.strerror or e})"
+
+
+# --- Changes the agent makes ---
+
+def save_note(kb: Path, rel_path: str, text: str, op: str, expected: str | None = None) -> str:
+    """Write `text` to the note, keeping the old version; return the change summary line.
+
+    op "write" creates a new note and fails if one exists; "overwrite", "edit" and "append" replace an
+    existing one in its own format. `expected` is the text the change was computed from: if the note
+    differs now (a save in between), nothing is written.
+    """
+    path = kb / rel_path
+    try:
+        if op == "write":
+            if os.path.lexists(path):
+                raise ToolError(f"{rel_path} already exists; nothing was replaced")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _write_via_temp(path, encode_note(text, NoteFormat()), _place_new)
+            return change_summary("write", rel_path, new_text=text) + _log_change(kb, "write", rel_path)
+        if not path.is_file():
+            raise ToolError(f"{rel_path} does not exist")
+        old_text, fmt = read_note(path)
+        if expected is not None and old_text != expected:
+            raise ToolError(f"{rel_path} changed on disk since it was read; read it again, nothing was written")
+        if old_text == text:
+            return change_summary(op, rel_path, old_text, text)
+        kept = snapshot(kb, rel_path)
+        atomic_write(path, encode_note(text, fmt))
+        prune_versions(kb, rel_path)
+        return change_summary(op, rel_path, old_text, text) + _log_change(
+            kb, op, rel_path, snapshot_path=kept, after=_digest(path))
+    except OSError as e:
+        raise ToolError(f"could not save {rel_path}: {e.strerror or e}; the note is as it was") from None
+
+
+def _digest(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def move_note(kb: Path, from_path: str, to_path: str) -> str:
+    """Rename a note; never replaces an existing one."""
+    src, dst = kb / from_path, kb / to_path
+    try:
+        if not src.is_file():
+            raise ToolError(f"{from_path} does not exist")
+        if os.path.lexists(dst):
+            raise ToolError(f"{to_path} already exists; choose another name, nothing was moved")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        _place_new(src, dst)
+        return change_summary("move", from_path, to=to_path) + _log_change(kb, "move", from_path, to=to_path)
+    except OSError as e:
+        raise ToolError(f"could not move {from_path}: {e.strerror or e}; it is where it was") from None
+
+
+def delete_note(kb: Path, rel_path: str) -> str:
+    """Remove a note after copying it into .history, where undo (or a person) can get it back."""
+    path = kb / rel_path
+    try:
+        if not path.is_file():
+            raise ToolError(f"{rel_path} does not exist")
+        kept = snapshot(kb, rel_path)
+        path.unlink()
+        return change_summary("delete", rel_path) + _log_change(kb, "delete", rel_path, snapshot_path=kept)
+    except OSError as e:
+        raise ToolError(f"could not delete {rel_path}: {e.strerror or e}; it is still there") from None
+
+
+# --- Undo ---
+
+def undo_last(kb: Path) -> tuple[str, list[str]]:
+    """Revert the latest change the agent made: (what was done, the paths it touched).
+
+    Whatever undo would replace or remove is copied into .history first, so a person's own edits made
+    since the change are never lost. A change that can no longer be undone is dropped with a message.
+    Raises ToolError when it could not undo now (nothing changed; it can be retried).
+    """
+    entries = read_log(kb)
+    if not entries:
+        return "Nothing to undo: no changes by the agent are recorded in this knowledge base.", []
+    entry = entries[-1]
+    try:
+        message, touched = _undo(kb, entry)
+    except _Gone as e:
+        message, touched = f"Could not undo {_describe(entry)}: {e}. Dropped it from the undo list.", []
+    except (ToolError, OSError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else e
+        raise ToolError(f"could not undo {_describe(entry)}: {reason}. Nothing was changed; try again.") from None
+    try:
+        _write_log(kb, entries[:-1])
+    except OSError as e:
+        message += f" (Warning: could not update the undo list: {e.strerror or e}.)"
+    return message, touched
+
+
+def _describe(entry: dict) -> str:
+    when = (entry.get("time") or "")[11:19].replace("-", ":")
+    target = f"{entry['path']} → {entry['to']}" if entry["op"] == "move" else entry["path"]
+    return f"the {entry['op']} of {target}" + (f" at {when} UTC" if when else "")
+
+
+def _keep_current(kb: Path, rel_path: str, after: str | None = None) -> str:
+    """Copy what is at rel_path now into .history before undo replaces it. Text that is exactly what the
+    agent wrote is not copied: those copies would push out the older versions further undos need."""
+    path = kb / rel_path
+    if not path.is_file() or (after and _digest(path) == after):
+        return ""
+    return f" The text it had before this undo is kept in {snapshot(kb, rel_path)}."
+
+
+def _undo(kb: Path, entry: dict) -> tuple[str, list[str]]:
+    op, rel_path, to, what = entry["op"], entry["path"], entry.get("to"), _describe(entry)
+    if op == "write":
+        if not (kb / rel_path).is_file():
+            raise _Gone(f"{rel_path} no longer exists")
+        kept = snapshot(kb, rel_path)
+        (kb / rel_path).unlink()
+        return f"Undid {what}: removed {rel_path} (a copy is kept in {kept}).", [rel_path]
+    if op == "move":
+        if not to or not (kb / to).is_file():
+            raise _Gone(f"{to} no longer exists")
+        kept = _keep_current(kb, rel_path)
+        (kb / rel_path).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(kb / to, kb / rel_path)
+        return f"Undid {what}: moved {to} back to {rel_path}.{kept}", [to, rel_path]
+    source = kb / (entry.get("snapshot") or "")
+    if not entry.get("snapshot") or not source.is_file():
+        raise _Gone(f"its saved version {entry.get('snapshot') or '(none)'} is gone")
+    kept = _keep_current(kb, rel_path, entry.get("after"))
+    (kb / rel_path).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(kb / rel_path, source.read_bytes())
+    prune_versions(kb, rel_path)
+    back = "is back" if op == "delete" else "is as it was before"
+    return f"Undid {what}: {rel_path} {back}.{kept}", [rel_path]
+
+
+# --- Summaries ---
+
+SUMMARY_SIGNS = {"write": "+", "overwrite": "~", "edit": "~", "append": "~", "move": "→", "delete": "-"}
+
+
+def count_changed_lines(old_text: str, new_text: str) -> tuple[int, int]:
+    """(lines added, lines removed). The common head and tail are trimmed first: difflib is slow on
+    long inputs, and an edit touches a few lines of a long note."""
+    old, new = old_text.splitlines(), new_text.splitlines()
+    head = 0
+    while head < min(len(old), len(new)) and old[head] == new[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    old, new = old[head:len(old) - tail], new[head:len(new) - tail]
+    added = removed = 0
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag != "equal":
+            removed, added = removed + i2 - i1, added + j2 - j1
+    return added, removed
+
+
+def change_summary(op: str, rel_path: str, old_text: str | None = None, new_text: str | None = None,
+                   to: str | None = None) -> str:
+    """One line per change: `+ new.md  +12`, `~ notes/git.md  +3 −1`, `- old.md`, `→ a.md → b.md`."""
+    if op == "move":
+        return f"→ {rel_path} → {to}"
+    if op == "delete":
+        return f"- {rel_path}"
+    if op == "write" or old_text is None:
+        return f"+ {rel_path}  +{len((new_text or '').splitlines())}"
+    added, removed = count_changed_lines(old_text, new_text or "")
+    return f"~ {rel_path}  +{added} {MINUS}{removed}"
