@@ -101,8 +101,18 @@ def notes_folder(value: str | None) -> Path:
     return kb.resolve()
 
 
-def load_settings(**overrides) -> Settings:
-    """Settings from defaults, .env, the environment and the non-None keyword overrides (CLI flags)."""
+def _notes_or_none(value: str | None, required: bool) -> Path | None:
+    try:
+        return notes_folder(value)
+    except ConfigError:
+        if required:
+            raise
+        return None
+
+
+def load_settings(notes_required: bool = True, **overrides) -> Settings:
+    """Settings from defaults, .env, the environment and the non-None keyword overrides (CLI flags).
+    With notes_required False a missing or unreadable notes folder is no error (kb is then None)."""
     env = _reader({k: v for k, v in dotenv_values(ENV_FILE).items() if v is not None})
     given = {key: value for key, value in overrides.items() if value is not None}
 
@@ -115,7 +125,7 @@ def load_settings(**overrides) -> Settings:
         api_key=given.get("api_key") or env("DEEPSEEK_API_KEY", "OPENAI_API_KEY"),
         base_url=given.get("base_url") or env("DEEPSEEK_BASE_URL", "OPENAI_BASE_URL") or DEFAULT_BASE_URL,
         model=given.get("model") or env("MODEL") or DEFAULT_MODEL,
-        kb=notes_folder(given.get("kb") or env("KNOWLEDGE_BASE")),
+        kb=_notes_or_none(given.get("kb") or env("KNOWLEDGE_BASE"), notes_required),
         max_rounds=_positive("MAX_TOOL_ROUNDS (or --max-rounds)", given.get("max_rounds", env("MAX_TOOL_ROUNDS")), 10),
         stream=flag("STREAM", "stream", True),
         thinking=_choice("THINKING", env("THINKING"), ("enabled", "disabled")),

@@ -6,9 +6,9 @@
 It speaks the Model Context Protocol over stdio: JSON-RPC 2.0, one message per line, protocol revisions
 2024-11-05 to 2025-11-25. The tools are the chat's own (tools.tool_schemas), run by tools.execute_tool — the same
 path guard, checks and limits as the chat — and a tool's "Error: …" comes back as a result with isError.
-Tools in tools.NEEDS_CONFIRMATION (the ones the chat asks a person about first) are served only with
---allow-destructive (or MCP_ALLOW_DESTRUCTIVE=1), and the client is then the one that asks; tools in
-tools.SHELL_TOOLS only with --allow-shell (or MCP_ALLOW_SHELL=1). No API key needed.
+Tools the chat asks a person about first (registered with confirm=True) are served only with
+--allow-destructive (or MCP_ALLOW_DESTRUCTIVE=1), and the client is then the one that asks; the opt-in
+shell only with --allow-shell (or MCP_ALLOW_SHELL=1) and ALLOW_SHELL=1. No API key needed.
 
 stdout carries protocol messages and nothing else: a stray print in any imported code, or a child
 process, writes to stderr instead. Logs go to stderr. Exit codes: 0 stdin closed, 2 bad settings or
@@ -22,8 +22,11 @@ import os
 import sys
 
 import tools
-from config import MCP_MAX_MESSAGE_BYTES, ConfigError, Settings, _flag, load_settings
+from config import ConfigError, Settings, load_settings, mcp_flags
 
+# One JSON-RPC message per line; a longer line is skipped with an error, so memory stays bounded. Big
+# enough for a 5 MB note sent as write_note content with every character \u-escaped.
+MCP_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 SERVER_NAME = "knowledge-agent"
 SERVER_VERSION = "0.1.0"
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")  # newest first
@@ -50,35 +53,23 @@ def log(message: str) -> None:
     sys.stderr.flush()
 
 
-# --- Tools, derived from tools.py ---
+# --- Tools, read from the registry in tools.py ---
 
-def mcp_tool(schema: dict) -> dict:
-    """An MCP tool description made from an OpenAI function schema (copied, so nothing shares state)."""
-    function = schema["function"]
-    name = function["name"]
-    read_only = name in tools.READ_ONLY_TOOLS
-    annotations = {"readOnlyHint": read_only}
-    if not read_only:
-        annotations["destructiveHint"] = name not in tools.ADDITIVE_TOOLS
-    return {
-        "name": name,
-        "description": function.get("description", ""),
-        "inputSchema": copy.deepcopy(function.get("parameters") or {"type": "object", "properties": {}}),
-        "annotations": annotations,
-    }
+def mcp_tool(tool: tools.Tool) -> dict:
+    """An MCP tool description made from a registered tool (copied, so nothing shares state)."""
+    function = tool.schema["function"]
+    annotations = {"readOnlyHint": tool.read_only}
+    if not tool.read_only:
+        annotations["destructiveHint"] = tool.destructive
+    return {"name": function["name"], "description": function["description"],
+            "inputSchema": copy.deepcopy(function["parameters"]), "annotations": annotations}
 
 
-def is_served(name: str, allow_destructive: bool, allow_shell: bool) -> bool:
-    if name in tools.SHELL_TOOLS and not allow_shell:
-        return False
-    return allow_destructive or name not in tools.NEEDS_CONFIRMATION
-
-
-def served_tools(allow_destructive: bool, allow_shell: bool,
-                 settings: Settings | None = None) -> dict[str, dict]:
-    # tool_schemas(settings) adds the shell only when the chat's own settings enable it (ALLOW_SHELL=1).
-    return {schema["function"]["name"]: mcp_tool(schema) for schema in tools.tool_schemas(settings)
-            if is_served(schema["function"]["name"], allow_destructive, allow_shell)}
+def served_tools(settings: Settings, allow_destructive: bool, allow_shell: bool) -> dict[str, dict]:
+    """The chat's tools, less those the chat asks a person about (unless allowed) and the opt-in shell
+    (unless both the chat's settings and --allow-shell enable it)."""
+    return {name: mcp_tool(tool) for name, tool in tools.offered(settings).items()
+            if (allow_destructive or not tool.confirm) and (allow_shell or tool.opt_in is None)}
 
 
 # --- The protocol ---
@@ -100,7 +91,7 @@ class McpServer:
 
     def __init__(self, settings: Settings, allow_destructive: bool = False, allow_shell: bool = False):
         self.settings = settings
-        self.tools = served_tools(allow_destructive, allow_shell, settings)
+        self.tools = served_tools(settings, allow_destructive, allow_shell)
         # The client asked the person already (it sees destructiveHint); without the flag, nobody can be asked.
         self.confirm = (lambda question: True) if allow_destructive else None
         self.version: str | None = None
@@ -189,10 +180,9 @@ class McpServer:
             arguments = {}
         if not isinstance(arguments, dict):
             raise RpcError(INVALID_PARAMS, "Invalid params: arguments must be a JSON object.")
-        text = tools.execute_tool(name, arguments, self.settings, self.confirm)
-        is_error = text.startswith(tools.ERROR_PREFIX)
-        log(f"{name}: {text.splitlines()[0][:100] if is_error else 'ok'}")
-        return {"content": [{"type": "text", "text": text}], "isError": is_error}
+        result = tools.execute_tool(name, arguments, self.settings, self.confirm)
+        log(f"{name}: {result.text.splitlines()[0][:100] if result.error else 'ok'}")
+        return {"content": [{"type": "text", "text": result.text}], "isError": result.error}
 
 
 # --- stdio ---
@@ -273,8 +263,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     try:
         settings = load_settings(kb=args.kb)
-        allow_destructive = args.allow_destructive or _flag("MCP_ALLOW_DESTRUCTIVE", False)
-        allow_shell = args.allow_shell or _flag("MCP_ALLOW_SHELL", False)
+        allow_destructive, allow_shell = mcp_flags(args.allow_destructive, args.allow_shell)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -9,9 +9,8 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import agent  # noqa: E402
-import context  # noqa: E402
 import fake_server  # noqa: E402
+from agent import UI  # noqa: E402
 from config import Settings  # noqa: E402
 
 
@@ -21,12 +20,11 @@ def clean_environment(monkeypatch, tmp_path):
     for name in ("DEEPSEEK_API_KEY", "OPENAI_API_KEY", "DEEPSEEK_BASE_URL", "OPENAI_BASE_URL", "MODEL",
                  "KNOWLEDGE_BASE", "MAX_TOOL_ROUNDS", "STREAM", "THINKING", "REASONING_EFFORT",
                  "SHOW_REASONING", "AUTO_APPROVE", "NO_COLOR", "ALLOW_SHELL", "SHELL_TIMEOUT", "KA_DATA_DIR",
-                 "CONTEXT_TOKENS"):
+                 "CONTEXT_TOKENS", "KA_INDEX_DIR", "KA_SEARCH_WATCH", "SHELL_NETWORK", "MCP_ALLOW_DESTRUCTIVE",
+                 "MCP_ALLOW_SHELL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
-    # What one test teaches the agent about token counts must not shrink the next test's requests.
-    monkeypatch.setattr(agent, "CALIBRATION", context.Calibration())
 
 
 @pytest.fixture
@@ -79,3 +77,35 @@ def fake_llm():
     """A real HTTP server on 127.0.0.1 speaking the OpenAI chat API; queue replies on .replies."""
     with fake_server.FakeLLM(responder=fake_server.demo_brain) as server:
         yield server
+
+
+class Recorder(UI):
+    """A ui for run_agent that keeps everything it is told; `answers` are the replies to confirm()."""
+
+    def __init__(self, answers=None, conversation=None):
+        self.texts, self.reasonings, self.calls, self.results, self.asked = [], [], [], [], []
+        self.answers, self.conversation = answers, conversation
+
+    def text(self, text):
+        self.texts.append(text)
+
+    def reasoning(self, text):
+        self.reasonings.append(text)
+
+    def tool_call(self, name, arguments):
+        self.calls.append(name)
+
+    def tool_result(self, name, result):
+        self.results.append(result)
+
+    def confirm(self, question):
+        self.asked.append(question)
+        return None if self.answers is None else self.answers.pop(0)
+
+    def history_changed(self, history):
+        if self.conversation:
+            self.conversation.sync(history)
+
+    def usage(self, usage):
+        if self.conversation:
+            self.conversation.add_usage(usage)

@@ -5,9 +5,9 @@ import json
 import httpx2
 import openai
 import pytest
-from conftest import StubClient, make_settings
+from conftest import Recorder, StubClient, make_settings
 
-from agent import CANCELLED, CONTEXT_RETRIES, AgentError, run_agent
+from agent import CANCELLED, AgentError, run_agent
 
 
 def call(name, **args):
@@ -36,11 +36,10 @@ def test_search_read_answer_round_trip(kb, stream):
         {"tool_calls": [call("read_note", file_path="python.md")]},
         {"content": "你的笔记说：装饰器很有用。"},
     ])
-    shown, tools_seen = [], []
-    answer = run_agent("帮我找关于 Python 的笔记", settings=make_settings(kb, stream=stream), client=client,
-                       on_text=shown.append, on_tool_call=lambda n, a: tools_seen.append(n))
-    assert answer == "你的笔记说：装饰器很有用。" == "".join(shown)
-    assert tools_seen == ["search_notes", "read_note"]
+    ui = Recorder()
+    answer = run_agent("帮我找关于 Python 的笔记", settings=make_settings(kb, stream=stream), client=client, ui=ui)
+    assert answer == "你的笔记说：装饰器很有用。" == "".join(ui.texts)
+    assert ui.calls == ["search_notes", "read_note"]
     last_request = client.requests[-1]
     assert last_request["messages"][0]["role"] == "system"
     assert "装饰器很有用" in last_request["messages"][-1]["content"]  # the model saw the note's text
@@ -111,7 +110,9 @@ def test_reasoning_is_sent_back_only_with_tool_calls(kb):
         {"content": "ok"},
     ])
     thoughts = []
-    run_agent("vim?", history, settings=make_settings(kb), client=client, on_reasoning=thoughts.append)
+    ui = Recorder()
+    run_agent("vim?", history, settings=make_settings(kb), client=client, ui=ui)
+    thoughts.extend(ui.reasonings)
     run_agent("thanks", history, settings=make_settings(kb), client=client)
     sent = client.requests[2]["messages"]
     with_calls = [m for m in sent if m.get("tool_calls")]
@@ -148,7 +149,7 @@ def test_api_errors_become_one_readable_line(kb, status, message, expected):
     history = [{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "answer"}]
     with pytest.raises(AgentError) as info:
         # "context too long" is retried with shorter requests before it is reported
-        replies = [_status_error(status, message)] * (1 + CONTEXT_RETRIES)
+        replies = [_status_error(status, message)] * 2
         run_agent("x", history, settings=make_settings(kb), client=StubClient(replies))
     assert expected in str(info.value) and "\n" not in str(info.value)
     assert history == [{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "answer"}]

@@ -7,12 +7,13 @@ import pytest
 from conftest import StubClient, make_settings
 
 import main
-import versions
+import notes
+import tools
 from tools import execute_tool
 
 
 def run(settings, name, confirm=None, **args):
-    return execute_tool(name, json.dumps(args, ensure_ascii=False), settings, confirm)
+    return execute_tool(name, json.dumps(args, ensure_ascii=False), settings, confirm).text
 
 
 def yes(question):
@@ -20,7 +21,7 @@ def yes(question):
 
 
 def history_texts(kb, rel):
-    return [path.read_text(encoding="utf-8") for _, path in versions.list_versions(kb, rel)]
+    return [path.read_text(encoding="utf-8") for _, path in notes.list_versions(kb, rel)]
 
 
 LONG_NOTE = "".join(f"Line {i}: some text about topic {i}.\n" for i in range(1, 400)).replace(
@@ -179,9 +180,8 @@ def test_delete_keeps_a_copy(settings, kb):
 
 
 def test_auto_approve_in_one_shot_mode_lets_delete_through(settings, kb):
-    confirm = main.make_confirm(make_settings(kb, auto_approve=True), interactive=False)
-    assert run(settings, "delete_note", confirm=confirm, file_path="vim.md").startswith("- vim.md")
     assert main.make_confirm(settings, interactive=False) is None
+    assert run(make_settings(kb, auto_approve=True), "delete_note", file_path="vim.md").startswith("- vim.md")
 
 
 # --- the path guard on every new argument, and the hidden history ---
@@ -208,7 +208,7 @@ def test_history_is_hidden_from_search_list_and_read(settings, kb):
     assert ".history" not in run(settings, "list_notes")
     assert "python.md" not in run(settings, "search_notes", query="装饰器")  # only the old version has it
     assert "vim" not in run(settings, "search_notes", query="deletes")
-    [kept] = [p for _, p in versions.list_versions(kb, "vim.md")]
+    [kept] = [p for _, p in notes.list_versions(kb, "vim.md")]
     result = run(settings, "read_note", file_path=kept.relative_to(kb).as_posix())
     assert result.startswith("Error:")
     assert run(settings, "list_notes", folder=".history").startswith("Error:")
@@ -227,7 +227,7 @@ def test_history_is_hidden_from_search_list_and_read(settings, kb):
 def test_undo_after_each_change(settings, kb, name, args, check):
     before = (kb / "vim.md").read_bytes()
     assert not run(settings, name, confirm=yes, **args).startswith("Error:")
-    message = main.undo(settings)
+    message = tools.undo(settings)[0]
     assert message.startswith("Undid"), message
     assert (kb / "vim.md").read_bytes() == before
     assert not (kb / "x/vim.md").exists()
@@ -235,9 +235,9 @@ def test_undo_after_each_change(settings, kb, name, args, check):
 
 def test_undo_of_a_created_note_removes_it(settings, kb):
     run(settings, "write_note", file_path="draft.md", content="draft\n")
-    assert "removed draft.md" in main.undo(settings)
+    assert "removed draft.md" in tools.undo(settings)[0]
     assert not (kb / "draft.md").exists()
-    assert main.undo(settings).startswith("Nothing to undo")
+    assert tools.undo(settings)[0].startswith("Nothing to undo")
 
 
 # --- the REPL ---
@@ -329,13 +329,12 @@ def test_edit_across_lines_of_a_note_with_mixed_line_endings(settings, kb):
 
 
 def test_undos_as_deep_as_the_version_limit_reach_the_original(settings, kb, monkeypatch):
-    import config
-    monkeypatch.setattr(config, "HISTORY_KEEP", 5)
+    monkeypatch.setattr(notes, "HISTORY_KEEP", 5)
     (kb / "count.md").write_text("v0\n", encoding="utf-8")
     for i in range(5):
         assert "~ count.md" in run(settings, "edit_note", file_path="count.md", old_text=f"v{i}", new_text=f"v{i + 1}")
     for _ in range(5):
-        assert versions.undo_last(kb).startswith("Undid")
+        assert notes.undo_last(kb)[0].startswith("Undid")
     assert (kb / "count.md").read_text(encoding="utf-8") == "v0\n"
 
 

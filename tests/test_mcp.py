@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import tools
-from config import MCP_MAX_MESSAGE_BYTES
+from mcp_server import MCP_MAX_MESSAGE_BYTES
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "mcp_server.py"
@@ -31,35 +31,24 @@ VERSIONS = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"]
 PATCHED_SERVER = """
 import os, subprocess, sys
 sys.path.insert(0, {root!r})
-import tools
+from tools import tool
 
-def schema(name, properties):
-    return {{"type": "function", "function": {{"name": name, "description": "Test tool " + name,
-            "parameters": {{"type": "object", "properties": properties, "required": []}}}}}}
+@tool("Test tool forget_note", {{"file_path": ("string", "a note")}}, confirm=True)
+def forget_note(settings, file_path="", *, confirm):
+    confirm("Forget it?")
+    return "confirm answered True"
 
-def noisy(kb):
+@tool("Test tool fake_shell", {{"command": ("string", "a command")}}, opt_in="allow_shell")
+def fake_shell(settings, command=""):
+    return "ran " + command
+
+@tool("Test tool noisy", {{}}, read_only=True)
+def noisy(settings):
     print("stray print")
     os.write(1, b"stray fd write\\n")
     subprocess.run([sys.executable, "-c", "print('stray child output')"])
     return "made noise"
 
-extra = {{
-    "forget_note": (lambda kb, file_path="": "unused", schema("forget_note", {{"file_path": {{"type": "string"}}}})),
-    "fake_shell": (lambda kb, command="": "ran " + command, schema("fake_shell", {{"command": {{"type": "string"}}}})),
-    "noisy": (noisy, schema("noisy", {{}})),
-}}
-tools.TOOLS.update(extra)
-tools.TOOL_SCHEMAS.extend(entry[1] for entry in extra.values())
-tools.NEEDS_CONFIRMATION.add("forget_note")
-tools.SHELL_TOOLS.add("fake_shell")
-real_execute_tool = tools.execute_tool
-
-def execute_tool(name, arguments, settings=None, confirm=None):
-    if name == "forget_note":
-        return "confirm answered " + str(confirm("Forget it?") if confirm else None)
-    return real_execute_tool(name, arguments, settings, confirm)
-
-tools.execute_tool = execute_tool
 import mcp_server
 sys.exit(mcp_server.main())
 """
@@ -155,9 +144,8 @@ def server(notes):
 
 
 def served_by_default() -> list[dict]:
-    """The functions of TOOL_SCHEMAS a server started without flags should list, in order."""
-    return [s["function"] for s in tools.TOOL_SCHEMAS
-            if s["function"]["name"] not in tools.NEEDS_CONFIRMATION | tools.SHELL_TOOLS]
+    """The functions of the registered tools a server started without flags should list, in order."""
+    return [t.schema["function"] for t in tools.TOOLS.values() if not t.confirm and t.opt_in is None]
 
 
 def assert_alive(server: McpProcess) -> None:
@@ -189,10 +177,10 @@ def test_tools_list_is_tool_schemas_with_annotations(server):
     for tool, function in zip(listed, expected):
         assert tool["inputSchema"] == function["parameters"]
         assert tool["description"] == function["description"]
-        read_only = tool["name"] in tools.READ_ONLY_TOOLS
-        assert tool["annotations"]["readOnlyHint"] is read_only
-        if not read_only:
-            assert tool["annotations"]["destructiveHint"] is (tool["name"] not in tools.ADDITIVE_TOOLS)
+        registered = tools.TOOLS[tool["name"]]
+        assert tool["annotations"]["readOnlyHint"] is registered.read_only
+        if not registered.read_only:
+            assert tool["annotations"]["destructiveHint"] is registered.destructive
     by_name = {tool["name"]: tool for tool in listed}
     assert by_name["search_notes"]["annotations"]["readOnlyHint"] is True
     assert by_name["write_note"]["annotations"]["destructiveHint"] is True  # overwrite: true replaces a note
@@ -347,7 +335,7 @@ def test_confirm_first_tools_are_served_only_with_the_flag(notes, patched_server
 
 def test_shell_tools_need_their_own_flag(notes, patched_server_script):
     for args, served in ((["--allow-destructive"], False), (["--allow-shell"], True)):
-        process = McpProcess(notes, *args, script=patched_server_script)
+        process = McpProcess(notes, *args, script=patched_server_script, env=server_env(ALLOW_SHELL="1"))
         try:
             process.initialize()
             assert ("fake_shell" in process.tool_names()) is served

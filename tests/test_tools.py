@@ -5,12 +5,11 @@ import os
 
 import pytest
 
-from config import MAX_TOOL_OUTPUT
-from tools import TOOL_SCHEMAS, execute_tool
+from tools import MAX_TOOL_OUTPUT, TOOLS, execute_tool
 
 
 def run(settings, name, **args):
-    return execute_tool(name, json.dumps(args), settings)
+    return execute_tool(name, json.dumps(args), settings).text
 
 
 # --- the path guard ---
@@ -159,16 +158,16 @@ def test_list_notes_newest_first_and_skips_hidden(settings, kb):
 ])
 def test_bad_calls_come_back_as_errors(settings, name, arguments, expected):
     result = execute_tool(name, arguments, settings)
-    assert result.startswith("Error:") and expected in result
+    assert result.error and result.text.startswith("Error:") and expected in result.text
 
 
 def test_empty_arguments_mean_no_arguments(settings):
-    assert "note(s)" in execute_tool("list_notes", None, settings)
-    assert "note(s)" in execute_tool("list_notes", "", settings)
+    assert "note(s)" in execute_tool("list_notes", None, settings).text
+    assert "note(s)" in execute_tool("list_notes", "", settings).text
 
 
 def test_every_schema_is_well_formed():
-    for schema in TOOL_SCHEMAS:
+    for schema in (tool.schema for tool in TOOLS.values()):
         function = schema["function"]
         assert function["description"] and function["parameters"]["type"] == "object"
         assert set(function["parameters"]["required"]) <= set(function["parameters"]["properties"])
@@ -195,4 +194,4 @@ def test_symlink_loop_and_fifo_are_refused_without_hanging(settings, kb):
 def test_lone_surrogates_in_arguments_never_crash_a_tool(settings):
     for name, args in (("list_notes", '{"folder": "\\ud800work"}'), ("read_note", '{"file_path": "\\ud800.md"}'),
                        ("write_note", '{"file_path": "s\\udc80.md", "content": "x\\ud800"}')):
-        assert "failed unexpectedly" not in execute_tool(name, args, settings)
+        assert "failed unexpectedly" not in execute_tool(name, args, settings).text

@@ -1,4 +1,4 @@
-"""versions.py on real files: faithful formats, atomic writes that fail cleanly, pruning, undo of every op."""
+"""notes.py on real files: faithful formats, atomic writes that fail cleanly, pruning, undo of every op."""
 
 import json
 import codecs
@@ -7,9 +7,15 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-import config
-import versions
-from versions import VersionError, change_summary, read_note, save_note, undo_last
+import notes
+from notes import ToolError as VersionError, change_summary, read_note, save_note
+
+
+def undo_last(kb):
+    try:
+        return notes.undo_last(kb)[0]
+    except VersionError as exc:
+        return f"Error: {exc}"
 
 BOM = codecs.BOM_UTF8
 
@@ -22,7 +28,7 @@ def make(kb, rel, data: bytes):
 
 
 def history_files(kb, rel):
-    return [p for _, p in versions.list_versions(kb, rel)]
+    return [p for _, p in notes.list_versions(kb, rel)]
 
 
 def stray_files(folder):
@@ -87,7 +93,7 @@ def test_failed_write_leaves_old_note_and_no_temp_file(tmp_path, monkeypatch, br
 
     monkeypatch.setattr(os, broken, disk_full)
     with pytest.raises(OSError):
-        versions.atomic_write(path, b"garbage")
+        notes.atomic_write(path, b"garbage")
     monkeypatch.undo()
     assert path.read_bytes() == b"precious words\n"
     assert stray_files(tmp_path) == []
@@ -109,7 +115,7 @@ def test_failed_save_says_so_and_records_nothing(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert path.read_bytes() == b"precious words\n"
     assert stray_files(tmp_path) == []
-    assert versions.read_log(tmp_path) == []  # a failed change is nothing to undo
+    assert notes.read_log(tmp_path) == []  # a failed change is nothing to undo
 
 
 def test_interrupt_during_write_cleans_up_too(tmp_path, monkeypatch):
@@ -120,7 +126,7 @@ def test_interrupt_during_write_cleans_up_too(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "replace", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        versions.atomic_write(path, b"new\n")
+        notes.atomic_write(path, b"new\n")
     assert path.read_bytes() == b"old\n"
     assert stray_files(tmp_path) == []
 
@@ -148,7 +154,7 @@ def test_write_creates_folders_and_never_replaces_an_existing_note(tmp_path):
 
 def test_create_loses_a_race_without_replacing(tmp_path, monkeypatch):
     # The person saves a note of the same name between our check and our write.
-    real_create = versions._create
+    real_create = notes._create
 
     def person_saves_first(path, data):
         path.write_bytes(b"typed by the person")
@@ -181,17 +187,17 @@ def test_move_refuses_existing_target_and_missing_source(tmp_path):
     make(tmp_path, "a.md", b"A")
     make(tmp_path, "b.md", b"B")
     with pytest.raises(VersionError, match="already exists"):
-        versions.move_note(tmp_path, "a.md", "b.md")
+        notes.move_note(tmp_path, "a.md", "b.md")
     with pytest.raises(VersionError, match="does not exist"):
-        versions.move_note(tmp_path, "zzz.md", "c.md")
+        notes.move_note(tmp_path, "zzz.md", "c.md")
     assert (tmp_path / "a.md").read_bytes() == b"A" and (tmp_path / "b.md").read_bytes() == b"B"
-    assert versions.move_note(tmp_path, "a.md", "sub/c.md") == "→ a.md → sub/c.md"
+    assert notes.move_note(tmp_path, "a.md", "sub/c.md") == "→ a.md → sub/c.md"
     assert not (tmp_path / "a.md").exists() and (tmp_path / "sub/c.md").read_bytes() == b"A"
 
 
 def test_delete_keeps_a_copy(tmp_path):
     make(tmp_path, "old.md", b"gone?\n")
-    assert versions.delete_note(tmp_path, "old.md") == "- old.md"
+    assert notes.delete_note(tmp_path, "old.md") == "- old.md"
     assert not (tmp_path / "old.md").exists()
     [kept] = history_files(tmp_path, "old.md")
     assert kept.read_bytes() == b"gone?\n"
@@ -201,38 +207,38 @@ def test_delete_keeps_a_copy(tmp_path):
 
 
 def fake_versions(kb, rel, ages_days, now):
+    """Versions of rel taken ages_days ago, named as notes.snapshot names them."""
     make(kb, rel, b"current")
     for age in ages_days:
-        versions.snapshot(kb, rel, now=now - timedelta(days=age))
+        make(kb, f".history/{rel}.{(now - timedelta(days=age)).strftime(notes.STAMP_FORMAT)}", b"old")
 
 
 def test_prune_by_count_keeps_the_newest(tmp_path):
-    now = datetime(2026, 11, 30, tzinfo=timezone.utc)
+    now = datetime.now(timezone.utc).replace(microsecond=0)
     fake_versions(tmp_path, "n.md", [5, 4, 3, 2, 1], now)
-    removed = versions.prune_versions(tmp_path, "n.md", keep=2, max_age_days=0, now=now)
-    assert len(removed) == 3
-    kept = [taken for taken, _ in versions.list_versions(tmp_path, "n.md")]
+    notes.prune_versions(tmp_path, "n.md", keep=2, max_age_days=0)
+    kept = [taken for taken, _ in notes.list_versions(tmp_path, "n.md")]
     assert kept == [now - timedelta(days=2), now - timedelta(days=1)]
 
 
 def test_prune_by_age_never_removes_the_newest(tmp_path):
-    now = datetime(2026, 11, 30, tzinfo=timezone.utc)
+    now = datetime.now(timezone.utc).replace(microsecond=0)
     fake_versions(tmp_path, "n.md", [400, 300, 200], now)
-    versions.prune_versions(tmp_path, "n.md", keep=0, max_age_days=30, now=now)
-    assert [t for t, _ in versions.list_versions(tmp_path, "n.md")] == [now - timedelta(days=200)]
+    notes.prune_versions(tmp_path, "n.md", keep=0, max_age_days=30)
+    assert [t for t, _ in notes.list_versions(tmp_path, "n.md")] == [now - timedelta(days=200)]
 
 
 def test_prune_leaves_other_notes_with_similar_names_alone(tmp_path):
-    now = datetime(2026, 11, 30, tzinfo=timezone.utc)
+    now = datetime.now(timezone.utc).replace(microsecond=0)
     fake_versions(tmp_path, "n.md", [3, 2, 1], now)
     fake_versions(tmp_path, "n.md.bak.md", [3, 2, 1], now)
-    versions.prune_versions(tmp_path, "n.md", keep=1, max_age_days=0, now=now)
+    notes.prune_versions(tmp_path, "n.md", keep=1, max_age_days=0)
     assert len(history_files(tmp_path, "n.md")) == 1
     assert len(history_files(tmp_path, "n.md.bak.md")) == 3
 
 
 def test_saving_prunes_to_the_configured_limit(tmp_path, monkeypatch):
-    monkeypatch.setattr(config, "HISTORY_KEEP", 3)
+    monkeypatch.setattr(notes, "HISTORY_KEEP", 3)
     make(tmp_path, "n.md", b"v0\n")
     for i in range(1, 7):
         save_note(tmp_path, "n.md", f"v{i}\n", "overwrite")
@@ -267,7 +273,7 @@ def test_undo_restores_the_previous_text_byte_for_byte(tmp_path, op):
 
 def test_undo_move_moves_it_back(tmp_path):
     make(tmp_path, "a.md", b"A\n")
-    versions.move_note(tmp_path, "a.md", "archive/b.md")
+    notes.move_note(tmp_path, "a.md", "archive/b.md")
     assert "moved archive/b.md back to a.md" in undo_last(tmp_path)
     assert (tmp_path / "a.md").read_bytes() == b"A\n"
     assert not (tmp_path / "archive/b.md").exists()
@@ -275,7 +281,7 @@ def test_undo_move_moves_it_back(tmp_path):
 
 def test_undo_delete_brings_the_note_back(tmp_path):
     make(tmp_path, "old.md", b"keep me\n")
-    versions.delete_note(tmp_path, "old.md")
+    notes.delete_note(tmp_path, "old.md")
     assert "old.md is back" in undo_last(tmp_path)
     assert (tmp_path / "old.md").read_bytes() == b"keep me\n"
 
@@ -292,7 +298,7 @@ def test_undo_keeps_what_the_person_wrote_meanwhile(tmp_path):
 
 def test_undo_delete_keeps_a_note_the_person_created_at_that_path(tmp_path):
     make(tmp_path, "n.md", b"old\n")
-    versions.delete_note(tmp_path, "n.md")
+    notes.delete_note(tmp_path, "n.md")
     (tmp_path / "n.md").write_text("person's new note\n")
     undo_last(tmp_path)
     assert (tmp_path / "n.md").read_text() == "old\n"
@@ -301,7 +307,7 @@ def test_undo_delete_keeps_a_note_the_person_created_at_that_path(tmp_path):
 
 def test_undo_move_keeps_a_note_the_person_created_at_the_old_path(tmp_path):
     make(tmp_path, "a.md", b"moved\n")
-    versions.move_note(tmp_path, "a.md", "b.md")
+    notes.move_note(tmp_path, "a.md", "b.md")
     (tmp_path / "a.md").write_text("person's a\n")
     undo_last(tmp_path)
     assert (tmp_path / "a.md").read_text() == "moved\n"
@@ -312,7 +318,7 @@ def test_undo_goes_back_one_change_at_a_time(tmp_path):
     make(tmp_path, "n.md", b"1\n")
     save_note(tmp_path, "n.md", "2\n", "edit")
     save_note(tmp_path, "n.md", "3\n", "edit")
-    versions.move_note(tmp_path, "n.md", "m.md")
+    notes.move_note(tmp_path, "n.md", "m.md")
     undo_last(tmp_path)
     undo_last(tmp_path)
     assert (tmp_path / "n.md").read_text() == "2\n"
@@ -325,7 +331,7 @@ def test_undo_of_a_change_that_cannot_be_undone_is_dropped_with_a_reason(tmp_pat
     make(tmp_path, "a.md", b"A\n")
     make(tmp_path, "x.md", b"X\n")
     save_note(tmp_path, "x.md", "X2\n", "edit")
-    versions.move_note(tmp_path, "a.md", "b.md")
+    notes.move_note(tmp_path, "a.md", "b.md")
     (tmp_path / "b.md").unlink()  # the person deleted it by hand
     message = undo_last(tmp_path)
     assert message.startswith("Could not undo the move of a.md → b.md") and "b.md no longer exists" in message
@@ -335,20 +341,19 @@ def test_undo_of_a_change_that_cannot_be_undone_is_dropped_with_a_reason(tmp_pat
 
 def test_undo_reports_each_touched_path(tmp_path):
     make(tmp_path, "a.md", b"A\n")
-    versions.move_note(tmp_path, "a.md", "b.md")
-    touched = []
-    undo_last(tmp_path, on_change=touched.append)
+    notes.move_note(tmp_path, "a.md", "b.md")
+    _, touched = notes.undo_last(tmp_path)
     assert sorted(touched) == ["a.md", "b.md"]
 
 
 def test_undo_log_survives_garbage_lines_and_stays_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(config, "UNDO_LOG_KEEP", 3)
+    monkeypatch.setattr(notes, "UNDO_LOG_KEEP", 3)
     make(tmp_path, "n.md", b"0\n")
     for i in range(1, 10):
         save_note(tmp_path, "n.md", f"{i}\n", "edit")
-    with open(tmp_path / ".history" / config.UNDO_LOG_NAME, "a") as f:
+    with open(tmp_path / ".history" / notes.UNDO_LOG, "a") as f:
         f.write("{not json\n")
-    assert len(versions.read_log(tmp_path)) <= 2 * 3
+    assert len(notes.read_log(tmp_path)) <= 2 * 3
     assert "as it was" in undo_last(tmp_path)
     assert (tmp_path / "n.md").read_text() == "8\n"
 
@@ -367,7 +372,7 @@ def test_change_summaries():
 def test_summary_of_a_one_line_edit_in_a_long_note_is_fast_and_exact():
     old = "".join(f"line {i}\n" for i in range(200_000))
     new = old.replace("line 100000\n", "line 100000 fixed\n")
-    assert versions.count_changed_lines(old, new) == (1, 1)
+    assert notes.count_changed_lines(old, new) == (1, 1)
 
 
 def test_no_change_without_a_place_for_the_old_version(tmp_path):
@@ -376,7 +381,7 @@ def test_no_change_without_a_place_for_the_old_version(tmp_path):
     with pytest.raises(VersionError, match="could not keep a copy of n.md in .history/"):
         save_note(tmp_path, "n.md", "new\n", "overwrite")
     with pytest.raises(VersionError, match="nothing was changed"):
-        versions.delete_note(tmp_path, "n.md")
+        notes.delete_note(tmp_path, "n.md")
     assert (tmp_path / "n.md").read_bytes() == b"keep\n"
 
 
