@@ -1,75 +1,78 @@
-"""Benchmark for shell.run_shell against the obvious baseline, subprocess.run(capture_output, timeout).
+"""Benchmark: what the sandbox and the careful runner cost, against plain subprocess.run.
 
-Prints, for the same commands in the same run:
-- peak memory (RSS) while a command prints a lot: run_shell keeps a head and a tail, the baseline
-  keeps everything;
-- how long a timed-out command with a background child takes to come back, and whether the child
-  survives: subprocess.run kills only the shell, then waits for the child to close the pipe.
-
-Each measurement runs in a fresh Python process so peak memory is not shared. POSIX only.
-Usage: python bench/bench_shell.py [megabytes of output, default 300]
+Prints, for the same trivial command in the same run, the median time of shell.run_shell (sandboxed
+where Landlock is available) and of subprocess.run(["bash", "-c", ...], capture_output=True), and
+their ratio; then the same for a command printing a lot, with the peak memory of each in a fresh
+Python process (run_shell keeps a head and a tail, subprocess.run keeps everything). POSIX only.
+Usage: python bench/bench_shell.py [runs, default 50] [megabytes of output, default 200]
 """
 import json
 import os
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import shell  # noqa: E402
+
+TRIVIAL = "echo hello; wc -l < /etc/hostname"
 
 CHILD = r"""
-import json, os, resource, subprocess, sys, time
+import json, resource, subprocess, sys, time
 sys.path.insert(0, {root!r})
 import shell
-mode, command, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
+mode, command, folder = sys.argv[1:4]
 started = time.monotonic()
 if mode == "run_shell":
-    result = shell.run_shell(command, ".", timeout=timeout)
+    shell.run_shell(command, folder, timeout=600)
 else:
-    try:
-        done = subprocess.run(["bash", "-c", command], capture_output=True, timeout=timeout)
-        result = done.stdout[-200:].decode("utf-8", "replace")
-    except subprocess.TimeoutExpired:
-        result = "timeout"
-elapsed = time.monotonic() - started
-print(json.dumps({{"seconds": elapsed, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
+    subprocess.run(["bash", "-c", command], cwd=folder, capture_output=True, timeout=600)
+print(json.dumps({{"seconds": time.monotonic() - started,
+                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
 """
 
 
-def measure(mode: str, command: str, timeout: float) -> dict:
-    code = CHILD.format(root=ROOT)
-    out = subprocess.run([sys.executable, "-c", code, mode, command, str(timeout)],
+def median_seconds(run, runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def in_fresh_process(mode: str, command: str, folder: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD.format(root=ROOT), mode, command, folder],
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out.splitlines()[-1])
 
 
-def alive(pid: int) -> bool:
-    state = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True).stdout
-    return bool(state.strip()) and not state.strip().startswith("Z")
-
-
 def main():
-    megabytes = int(sys.argv[1]) if len(sys.argv) > 1 else 300
-    flood = f"head -c {megabytes * 1_000_000} /dev/zero | tr '\\0' a"
-    print(f"1) a command printing {megabytes} MB")
-    base = measure("subprocess.run", flood, 600)
-    ours = measure("run_shell", flood, 600)
-    print(f"   subprocess.run : peak {base['peak_mb']:8.1f} MB  {base['seconds']:6.2f} s")
-    print(f"   run_shell      : peak {ours['peak_mb']:8.1f} MB  {ours['seconds']:6.2f} s")
-    print(f"   memory ratio baseline/run_shell: {base['peak_mb'] / ours['peak_mb']:.1f}x")
+    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 50
+    megabytes = int(sys.argv[2]) if len(sys.argv) > 2 else 200
+    print(f"sandbox: {shell.sandbox_problem() or 'Landlock, applied to every command'}")
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "note.md").write_text("# a note\n")
+        ours = median_seconds(lambda: shell.run_shell(TRIVIAL, Path(folder), timeout=30), runs)
+        base = median_seconds(lambda: subprocess.run(["bash", "-c", TRIVIAL], cwd=folder, capture_output=True),
+                              runs)
+        print(f"1) `{TRIVIAL}`, median of {runs} runs")
+        print(f"   subprocess.run : {base * 1000:7.2f} ms")
+        print(f"   run_shell      : {ours * 1000:7.2f} ms")
+        print(f"   ratio run_shell/subprocess.run: {ours / base:.2f}x")
 
-    print("2) timeout 0.5 s on `sleep 5 & sleep 5` (a background child holds the output pipe)")
-    for mode in ("subprocess.run", "run_shell"):
-        marker = f"/tmp/bench_shell_{os.getpid()}_{mode}"
-        command = f"sleep 5 & echo $! > {marker}; sleep 5"
-        result = measure(mode, command, 0.5)
-        with open(marker) as f:
-            child = int(f.read())
-        os.remove(marker)
-        print(f"   {mode:15}: back after {result['seconds']:5.2f} s, background child "
-              f"{'STILL RUNNING' if alive(child) else 'gone'}")
-        if alive(child):
-            os.kill(child, 15)  # tidy up after the baseline
+        flood = f"head -c {megabytes * 1_000_000} /dev/zero | tr '\\0' a"
+        print(f"2) a command printing {megabytes} MB, each in a fresh Python process")
+        base = in_fresh_process("subprocess.run", flood, folder)
+        ours = in_fresh_process("run_shell", flood, folder)
+        print(f"   subprocess.run : peak {base['peak_mb']:8.1f} MB  {base['seconds']:6.2f} s")
+        print(f"   run_shell      : peak {ours['peak_mb']:8.1f} MB  {ours['seconds']:6.2f} s")
+        print(f"   memory ratio subprocess.run/run_shell: {base['peak_mb'] / ours['peak_mb']:.1f}x")
 
 
 if __name__ == "__main__":
