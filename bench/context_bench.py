@@ -1,122 +1,151 @@
-"""Benchmark: does a long session with big tool outputs stay inside the context budget, and what does
-trimming cost?
+"""Benchmark: how much of each request repeats an earlier one (what prompt caching bills cheaply), before
+and after the cache-friendly context.py, in one run.
 
-Simulates a 200-turn conversation (default) the way the agent builds it: each turn is a question, one to
-four rounds of tool calls whose results are real notes from the tldr corpus (English and Chinese, cut at
-MAX_TOOL_OUTPUT characters, as the tools do) and an answer. Before every request fit_to_budget() chooses
-what to send. Prints the largest request (estimated tokens and bytes) against the budget, next to the
-untrimmed history it came from (the baseline), and the trimming time per request next to the time the
-SDK needs anyway to serialise the request to JSON.
+Scenario: a conversation of --turns turns (60), each a question, a search_notes call, a read_note of a
+~3,000-character note, and an answer, with a budget of --budget tokens (8,000). Before every request (after
+the question and after each tool result) fit_to_budget() chooses what to send. Per request, the cached
+share is the length of the longest common prefix with ANY earlier request, counted on the JSON of the
+messages message by message, over the request's length. BEFORE is context.py as of commit a237132,
+loaded from git into a temporary folder (with that commit's config.py, which it imports).
 
-    python bench/context_bench.py [--turns 200] [--budget TOKENS] [--corpus PATH]
+    python bench/context_bench.py [--turns 60] [--budget 8000]
 """
 
 import argparse
+import importlib.util
 import json
 import random
-import statistics
+import subprocess
 import sys
-import tarfile
+import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import config  # noqa: E402
-from context import estimate_tokens, fit_to_budget, request_bytes  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+import context  # noqa: E402
 
-CORPUS = Path("/work/shared/corpus/tldr-kb.tar.gz")
-MAX_TOOL_OUTPUT = getattr(config, "MAX_TOOL_OUTPUT", 8000)
-
-
-def load_notes(corpus: Path) -> tuple[list[str], list[str]]:
-    english, chinese = [], []
-    with tarfile.open(corpus) as tar:
-        for member in tar:
-            if member.isfile() and member.name.endswith(".md"):
-                text = tar.extractfile(member).read().decode("utf-8", "replace")
-                (chinese if "/zh/" in member.name else english).append(text)
-    return english, chinese
+OLD_COMMIT = "a237132"
+SYSTEM = {"role": "system", "content": "You are knowledge-agent, an assistant for the person's own notes. "
+          "Answer from what the notes say; search first, then read the relevant hits. " * 6}
+WORDS = ("git rebase branch commit vim buffer python venv decorator meeting budget release search index "
+         "note folder shell script backup server deploy docker image cache token prompt").split()
 
 
-def tool_output(rng: random.Random, notes: list[str]) -> str:
-    """Several notes joined until the tool's output cap, like a search or a read of a long note."""
-    parts, size = [], 0
-    while size < MAX_TOOL_OUTPUT:
-        note = rng.choice(notes)
-        parts.append(note)
-        size += len(note)
-    return "\n---\n".join(parts)[:MAX_TOOL_OUTPUT]
+def load_old_context(folder: Path):
+    """context.py of OLD_COMMIT as a module, importing the config.py of the same commit."""
+    for name in ("context.py", "config.py"):
+        blob = subprocess.run(["git", "-C", str(ROOT), "show", f"{OLD_COMMIT}:{name}"],
+                              capture_output=True, check=True).stdout
+        (folder / name).write_bytes(blob)
+    saved_config = sys.modules.pop("config", None)
+    sys.path.insert(0, str(folder))
+    try:
+        spec = importlib.util.spec_from_file_location("old_context", folder / "context.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop("config", None)
+        if saved_config:
+            sys.modules["config"] = saved_config
+    return module
 
 
-def simulate(turns: int, budget: int, english: list[str], chinese: list[str]) -> dict:
-    rng = random.Random(5)
-    history = [{"role": "system", "content": "You are a notes assistant. " * 40}]
-    largest_tokens = largest_bytes = 0
-    fit_ms, dump_ms = [], []
-    requests = 0
-    last_sent: list[dict] = []
+def note(rng: random.Random, i: int, chars: int = 3000) -> str:
+    lines = [f"# Note {i}: {rng.choice(WORDS)} {rng.choice(WORDS)}", ""]
+    while sum(map(len, lines)) < chars:
+        lines.append(f"- {' '.join(rng.choice(WORDS) for _ in range(rng.randint(6, 14)))}.")
+    return "\n".join(lines)[:chars]
 
-    def send():
-        nonlocal largest_tokens, largest_bytes, requests, last_sent
+
+def call(turn: int, name: str, arguments: dict) -> dict:
+    return {"role": "assistant", "content": "", "reasoning_content": f"I should use {name}. " * 5,
+            "tool_calls": [{"id": f"call_{turn}_{name}", "type": "function",
+                            "function": {"name": name, "arguments": json.dumps(arguments)}}]}
+
+
+def conversation(turns: int):
+    """Yields the stored history at each moment a request goes out."""
+    rng, history = random.Random(7), [SYSTEM]
+    for i in range(turns):
+        history.append({"role": "user", "content": f"Question {i}: what do my notes say about {rng.choice(WORDS)}?"})
+        yield history
+        history.append(call(i, "search_notes", {"query": rng.choice(WORDS)}))
+        hits = "\n".join(f"notes/n{rng.randint(0, 999)}.md:{rng.randint(1, 80)}: {note(rng, i, 90)}" for _ in range(5))
+        history.append({"role": "tool", "tool_call_id": f"call_{i}_search_notes", "content": hits})
+        yield history
+        history.append(call(i, "read_note", {"path": f"notes/n{i}.md"}))
+        history.append({"role": "tool", "tool_call_id": f"call_{i}_read_note", "content": note(rng, i)})
+        yield history
+        history.append({"role": "assistant", "content": f"According to notes/n{i}.md: " + note(rng, i, 400),
+                        "reasoning_content": "The note answers it. " * 10})
+
+
+def valid(messages: list[dict]) -> bool:
+    """Every tool call answered right after it, no orphan result, a user message first after the system."""
+    pending, body = [], [m for m in messages if m["role"] != "system"]
+    for m in body:
+        if m["role"] == "tool":
+            if m["tool_call_id"] not in pending:
+                return False
+            pending.remove(m["tool_call_id"])
+        elif pending:
+            return False
+        else:
+            pending = [c["id"] for c in m.get("tool_calls") or ()]
+    return not pending and bool(body) and body[0]["role"] == "user"
+
+
+def run(module, turns: int, budget: int) -> dict:
+    seen: set[int] = set()  # hashes of every message-list prefix sent so far
+    shares, sent, cached, over, invalid, fit_ms, dump_ms = [], 0, 0, 0, 0, [], []
+    for history in conversation(turns):
         start = time.perf_counter()
-        sent = last_sent = fit_to_budget(history, budget)
+        request = module.fit_to_budget(history, budget)
         fit_ms.append((time.perf_counter() - start) * 1000)
         start = time.perf_counter()
-        json.dumps({"messages": sent}, ensure_ascii=False)
+        texts = [json.dumps(m, ensure_ascii=False) for m in request]
         dump_ms.append((time.perf_counter() - start) * 1000)
-        largest_tokens = max(largest_tokens, estimate_tokens(sent))
-        largest_bytes = max(largest_bytes, request_bytes(sent))
-        requests += 1
-
-    for i in range(turns):
-        notes = chinese if i % 4 == 3 else english
-        history.append({"role": "user", "content": f"Question {i}: what do my notes say about this?"})
-        send()
-        for r in range(rng.randint(1, 4)):
-            calls = [{"id": f"call_{i}_{r}_{k}", "type": "function",
-                      "function": {"name": "read_note", "arguments": json.dumps({"path": f"n{i}{r}{k}.md"})}}
-                     for k in range(rng.randint(1, 2))]
-            history.append({"role": "assistant", "content": "", "reasoning_content": "Let me look. " * 20,
-                            "tool_calls": calls})
-            for call in calls:
-                history.append({"role": "tool", "tool_call_id": call["id"],
-                                "content": tool_output(rng, notes)})
-            send()
-        history.append({"role": "assistant", "content": "Here is what I found. " * 40,
-                        "reasoning_content": "Summarising. " * 30})
-    return {"requests": requests, "largest_tokens": largest_tokens, "largest_bytes": largest_bytes,
-            "history_tokens": estimate_tokens(history), "history_bytes": request_bytes(history),
-            "messages": len(history), "fit_ms": fit_ms, "dump_ms": dump_ms,
-            "last_turns": sum(m["role"] == "user" for m in last_sent),
-            "last_elided": sum("[… elided, " in str(m.get("content")) for m in last_sent),
-            "last_tools": sum(m["role"] == "tool" for m in last_sent)}
+        key, hit, size, common = 0, True, 0, 0
+        for text in texts:
+            key = hash((key, text))
+            size += len(text)
+            hit = hit and key in seen
+            common += len(text) if hit else 0
+            seen.add(key)
+        shares.append(common / size)
+        sent, cached = sent + size, cached + common
+        over += module.estimate_tokens(request) > budget
+        invalid += not valid(request)
+    half = shares[len(shares) // 2:]
+    return {"requests": len(shares), "mean": sum(shares) / len(shares), "second_half": sum(half) / len(half),
+            "weighted": cached / sent, "sent": sent, "over": over, "invalid": invalid,
+            "fit_ms": sum(fit_ms) / len(fit_ms), "fit_max": max(fit_ms), "dump_ms": sum(dump_ms) / len(dump_ms)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--turns", type=int, default=200)
-    parser.add_argument("--budget", type=int, default=config.CONTEXT_TOKENS)
-    parser.add_argument("--corpus", type=Path, default=CORPUS)
+    parser.add_argument("--turns", type=int, default=60)
+    parser.add_argument("--budget", type=int, default=8000)
     args = parser.parse_args()
-    if not args.corpus.is_file():
-        sys.exit(f"Corpus not found: {args.corpus} (pass --corpus PATH to tldr-kb.tar.gz)")
-    english, chinese = load_notes(args.corpus)
-    r = simulate(args.turns, args.budget, english, chinese)
-    fit, dump = r["fit_ms"], r["dump_ms"]
-    p95 = sorted(fit)[int(len(fit) * 0.95)]
-    print(f"{args.turns} turns, {r['requests']} requests, {r['messages']} messages stored, "
-          f"budget {args.budget:,} tokens")
-    print(f"untrimmed history at the end : {r['history_tokens']:>9,} tokens  {r['history_bytes']:>11,} bytes"
-          f"  ({r['history_tokens'] / args.budget:.1f}x the budget)")
-    print(f"largest request sent         : {r['largest_tokens']:>9,} tokens  {r['largest_bytes']:>11,} bytes"
-          f"  ({r['largest_tokens'] / args.budget:.2f}x the budget)")
-    print(f"last request carries         : {r['last_turns']} of {args.turns} turns; "
-          f"{r['last_elided']} of its {r['last_tools']} tool results shortened")
-    print(f"trimming per request (ms)    : mean {statistics.mean(fit):.2f}  p95 {p95:.2f}  max {max(fit):.2f}")
-    print(f"JSON encoding of the request : mean {statistics.mean(dump):.2f} ms "
-          f"(trimming costs {statistics.mean(fit) / statistics.mean(dump):.1f}x what the SDK spends anyway)")
-    if r["largest_tokens"] > args.budget:
-        sys.exit("OVER BUDGET")
+    with tempfile.TemporaryDirectory() as folder:
+        old = load_old_context(Path(folder))
+    before, after = run(old, args.turns, args.budget), run(context, args.turns, args.budget)
+    print(f"{args.turns} turns, {after['requests']} requests, budget {args.budget:,} tokens")
+    rows = [("cached share, mean per request", "mean", "{:.2f}"),
+            ("cached share, second half", "second_half", "{:.2f}"),
+            ("cached share of all chars sent", "weighted", "{:.2f}"),
+            ("characters sent in total", "sent", "{:,}"),
+            ("requests over budget", "over", "{}"), ("requests invalid", "invalid", "{}"),
+            ("fit_to_budget per request, ms", "fit_ms", "{:.2f}"), ("  slowest, ms", "fit_max", "{:.2f}"),
+            ("JSON encoding per request, ms", "dump_ms", "{:.2f}")]
+    print(f"{'':<34}{'before':>12}{'after':>12}{'after/before':>14}")
+    for label, key, form in rows:
+        ratio = f"{after[key] / before[key]:.2f}" if before[key] else "-"
+        print(f"{label:<34}{form.format(before[key]):>12}{form.format(after[key]):>12}{ratio:>14}")
+    if after["over"] or after["invalid"]:
+        sys.exit("FAILED: a request over budget or invalid")
 
 
 if __name__ == "__main__":

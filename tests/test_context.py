@@ -1,15 +1,15 @@
-"""The context budget: every request fits, the latest turn is intact, the history stays valid."""
+"""The context budget: every request fits, the latest turn is intact, the history stays valid, and what is
+sent only grows at its end between rare trims (so prompt caching keeps working)."""
 
-import copy
 import json
 
 import pytest
 
-import config
-from context import (Calibration, INTERRUPTED_RESULT, estimate_tokens, fit_to_budget, repair_history,
-                     text_tokens)
+from context import (INTERRUPTED_RESULT, MESSAGE_OVERHEAD_TOKENS, TRIM_TO, estimate_tokens, fit_to_budget,
+                     repair_history, text_tokens)
 
 SYSTEM = {"role": "system", "content": "You help with notes."}
+ELIDED = "[… elided, "
 
 
 def turn(i: int, tool_chars: int = 8000, calls: int = 1, cjk: bool = False) -> list[dict]:
@@ -45,11 +45,29 @@ def assert_valid(messages: list[dict]) -> None:
     assert not pending
 
 
-def test_estimate_counts_cjk_per_character_and_latin_per_four():
-    assert text_tokens("a" * 400) == 100
+def session_requests(turns: int, budget: int, cjk: bool = False, tool_chars: int = 6000):
+    """Replays an agent loop, fitting before every request as the agent does: yields (request, sent)."""
+    stored = [SYSTEM]
+    for i in range(turns):
+        full_turn = turn(i, tool_chars, calls=1 + i % 3, cjk=cjk)
+        for end in range(1, len(full_turn)):
+            if full_turn[end - 1]["role"] in ("user", "tool") and full_turn[end]["role"] != "tool":
+                request = stored + full_turn[:end]  # after the question and after each round of results
+                sent = fit_to_budget(request, budget)
+                assert len(request) == len(stored) + end
+                yield request, sent
+        stored += full_turn
+    # The requests shared their message dicts with `stored`: any change made to one would show here.
+    assert stored == [SYSTEM] + [m for i in range(turns) for m in turn(i, tool_chars, 1 + i % 3, cjk)]
+
+
+def test_estimate_counts_cjk_per_character_and_latin_per_three_and_a_half():
+    assert text_tokens("a" * 350) == 100
     assert text_tokens("知识库" * 100) == 300
-    assert text_tokens("知识 base " * 30) == 60 + 180 // 4
-    assert estimate_tokens([{"role": "user", "content": "a" * 400}]) == 100 + config.MESSAGE_OVERHEAD_TOKENS
+    assert text_tokens("知识 base " * 30) == 60 + 52  # 60 CJK characters, then 180 others / 3.5
+    assert estimate_tokens([{"role": "user", "content": "a" * 350}]) == 100 + MESSAGE_OVERHEAD_TOKENS
+    tools = [{"type": "function", "function": {"name": "read_note"}}]
+    assert estimate_tokens([], tools) == text_tokens(json.dumps(tools))
 
 
 def test_history_under_budget_is_sent_as_is():
@@ -60,14 +78,16 @@ def test_history_under_budget_is_sent_as_is():
 
 
 def test_old_tool_results_are_shortened_before_any_turn_is_dropped():
-    history = [SYSTEM] + [m for i in range(6) for m in turn(i)] + [{"role": "user", "content": "and now?"}]
-    sent = fit_to_budget(history, 6000)
+    history = [SYSTEM] + [m for i in range(6) for m in turn(i, 3500)] + [{"role": "user", "content": "and now?"}]
+    budget = estimate_tokens(fit_to_budget(history, 10**9)) - 1  # only this last request goes over
+    sent = fit_to_budget(history, budget)
     assert [m["content"] for m in sent if m["role"] == "user"] == [f"question {i}" for i in range(6)] + ["and now?"]
     tool_results = [m["content"] for m in sent if m["role"] == "tool"]
-    assert all("[… elided, " in text for text in tool_results[:4])
+    assert all(ELIDED in text for text in tool_results[:4])
     assert tool_results[0].startswith("[0.0] note text")  # the head is kept for the model to recognise
-    assert not any("[… elided, " in text for text in tool_results[4:])  # the last two turns stay whole
-    assert estimate_tokens(sent) <= 6000
+    assert tool_results[0].endswith(f"{ELIDED}{len(turn(0, 3500)[2]['content']) - 300} chars]")
+    assert not any(ELIDED in text for text in tool_results[4:])  # the last two turns stay whole
+    assert estimate_tokens(sent) <= budget * TRIM_TO  # cut back in one go, so the next trims are far off
 
 
 def test_oldest_turns_go_whole_when_shortening_is_not_enough():
@@ -83,25 +103,37 @@ def test_oldest_turns_go_whole_when_shortening_is_not_enough():
 
 @pytest.mark.parametrize("cjk", [False, True])
 def test_long_session_every_request_fits_and_latest_turn_is_intact(cjk):
-    """Replays a 120-turn agent loop, fitting before every request as the agent does."""
     budget = 20_000
-    stored = [SYSTEM]
-    for i in range(120):
-        full_turn = turn(i, tool_chars=6000, calls=1 + i % 3, cjk=cjk)
-        for end in range(1, len(full_turn)):
-            if full_turn[end - 1]["role"] not in ("user", "tool"):
-                continue  # requests go out after the question and after each round of tool results
-            stored_before = copy.deepcopy(stored + full_turn[:end])
-            request = stored + full_turn[:end]
-            sent = fit_to_budget(request, budget)
-            assert request == stored_before  # the stored history is never changed
-            assert estimate_tokens(sent) <= budget
-            assert_valid(sent)
-            assert sent[0] == SYSTEM
-            current = full_turn[:end]
-            if estimate_tokens([SYSTEM] + current) <= budget:
-                assert sent[-len(current):] == current
-        stored += full_turn
+    for request, sent in session_requests(120, budget, cjk):
+        assert estimate_tokens(sent) <= budget
+        assert_valid(sent)
+        assert sent[0] == SYSTEM
+        current = request[max(i for i, m in enumerate(request) if m["role"] == "user"):]
+        assert sent[-len(current):] == current
+
+
+@pytest.mark.parametrize("cjk", [False, True])
+def test_what_is_sent_only_grows_at_its_end_between_rare_trims(cjk):
+    """Prompt caching bills a repeated prefix cheaply: request k+1 starts with request k unchanged, except
+    at a trim, which cuts back to about half the budget; what was shortened or dropped never comes back."""
+    budget, previous, trims, requests, first_questions = 20_000, None, 0, [], []
+    shortened: set[str] = set()
+    for request, sent in session_requests(120, budget, cjk, tool_chars=2000 if cjk else 6000):  # ~1,700 tokens
+        requests.append((request, sent))
+        if previous and sent[:len(previous)] != previous:
+            trims += 1
+            assert estimate_tokens(sent) <= budget * TRIM_TO
+        for m in sent:
+            if m["role"] == "tool":
+                assert m["tool_call_id"] not in shortened or ELIDED in m["content"]
+                shortened |= {m["tool_call_id"]} if ELIDED in m["content"] else set()
+            assert m["role"] != "assistant" or m.get("tool_calls") or "reasoning_content" not in m
+        first_questions.append(int(sent[1]["content"].split()[1]))
+        previous = sent
+    assert first_questions == sorted(first_questions)  # a dropped turn never comes back
+    assert 0 < trims <= len(requests) / 8
+    request, sent = requests[len(requests) // 2]
+    assert fit_to_budget(request, budget) == sent  # the same history gives the same request, whatever came after
 
 
 def test_a_current_turn_too_big_alone_has_its_older_tool_results_shortened():
@@ -110,7 +142,7 @@ def test_a_current_turn_too_big_alone_has_its_older_tool_results_shortened():
     assert_valid(sent)
     assert estimate_tokens(sent) <= 12_000
     assert sent[-1] == big[-1]  # the result the model is about to read stays whole
-    assert "[… elided, " in sent[2 + 1]["content"]
+    assert ELIDED in sent[2 + 1]["content"]
 
 
 def test_reasoning_is_kept_where_the_api_needs_it_and_dropped_where_it_is_ignored():
@@ -139,37 +171,16 @@ def test_repair_answers_interrupted_calls_and_drops_orphans():
     assert_valid(repaired)
     assert [m.get("content") for m in repaired] == ["You help with notes.", "q", "", "A",
                                                     INTERRUPTED_RESULT, "q4"]
-
-
-def test_calibration_learns_from_the_api_count_within_bounds():
-    gauge = Calibration()
-    gauge.observe(10, 500)  # too small a request to learn from
-    assert gauge.factor == 1.0
-    gauge.observe(10_000, 13_000)
-    assert gauge.factor == pytest.approx(1.3)
-    gauge.observe(10_000, 15_000)  # a request the estimate under-counted more: follow it at once
-    assert gauge.factor == pytest.approx(1.5)
-    gauge.observe(10_000, 11_000)  # a lower ratio is believed only slowly
-    assert 1.4 < gauge.factor < 1.5
-    gauge.observe(10_000, 4_000)  # an over-count (Chinese text) never lets requests grow past the estimate
-    assert gauge.factor >= config.TOKEN_FACTOR_MIN == 1.0
-    gauge.observe(10_000, 1_000_000)
-    assert gauge.factor <= config.TOKEN_FACTOR_MAX
-
-
-def test_learnt_factor_shrinks_what_is_sent():
-    history = [SYSTEM] + [m for i in range(20) for m in turn(i)] + [{"role": "user", "content": "x"}]
-    plain = fit_to_budget(history, 10_000)
-    corrected = fit_to_budget(history, 10_000, factor=1.5)
-    assert estimate_tokens(corrected) * 1.5 <= 10_000 < estimate_tokens(plain) * 1.5
+    assert repaired[2] is calls  # messages are not copied unless changed
 
 
 def test_the_turns_just_before_keep_their_tool_results_while_older_ones_go():
     history = [SYSTEM] + [m for i in range(30) for m in turn(i, calls=2)]
     history.append({"role": "user", "content": "and what else does it say?"})
     sent = fit_to_budget(history, 15_000)
-    tools = [m for m in sent if m["role"] == "tool"]
-    whole = [m["content"][:6] for m in tools if "[… elided, " not in m["content"]]
-    assert whole == ["[28.0]", "[28.1]", "[29.0]", "[29.1]"]  # the last two turns, read in full
-    assert len(tools) > len(whole)  # older turns are still there, shortened
+    tools = [m["content"] for m in sent if m["role"] == "tool"]
+    whole = [text[:6] for text in tools if ELIDED not in text]
+    assert whole[-4:] == ["[28.0]", "[28.1]", "[29.0]", "[29.1]"]  # the last two turns, read in full
+    assert tools[:len(tools) - len(whole)] == [t for t in tools if ELIDED in t]  # older turns shortened
+    assert len(tools) > len(whole)
     assert estimate_tokens(sent) <= 15_000
