@@ -181,9 +181,6 @@ class SessionStore:
         conn.executescript(SCHEMA)
         return conn
 
-    def close(self) -> None:
-        self.conn.close()
-
     def write(self, fn):
         """fn(conn) in one IMMEDIATE transaction; its result. On failure: warn once, save nothing more, None."""
         if not self.saving:
@@ -226,11 +223,13 @@ class SessionStore:
         return [SessionInfo(*row) for row in rows]
 
     def latest_session_id(self, kb: Path | None = None) -> int | None:
-        return next((info.id for info in self.list_sessions(kb, limit=1)), None)
+        rows = self._read("SELECT m.session_id FROM messages m JOIN sessions s ON s.id = m.session_id WHERE NOT "
+                          "m.dropped AND (?1 IS NULL OR s.kb = ?1) ORDER BY m.id DESC LIMIT 1", (kb and str(kb),))
+        return rows[0][0] if rows else None
 
     def session_info(self, session_id: int) -> SessionInfo | None:
-        return next((SessionInfo(*row) for row in self._read(INFO + "WHERE s.id = ? GROUP BY s.id", (session_id,))),
-                    None)
+        rows = self._read(INFO + "WHERE s.id = ? GROUP BY s.id", (session_id,))
+        return SessionInfo(*rows[0]) if rows else None
 
 
 def format_session_line(info: SessionInfo, show_kb: bool = False) -> str:

@@ -58,7 +58,7 @@ def saved_conversations(folder: Path) -> list:
 # -- a conversation kept ---------------------------------------------------------------------------------
 def test_messages_come_back_exactly_after_reopening(tmp_path):
     conversation = talk(store_in(tmp_path), TOOL_TURN)
-    conversation.store.close()
+    conversation.store.conn.close()
     assert resumed(tmp_path, conversation.session_id) == TOOL_TURN
     assert store_in(tmp_path).latest_session_id() == conversation.session_id
 
@@ -232,7 +232,7 @@ def test_a_writer_blocked_by_another_process_gives_up_once_and_the_chat_goes_on(
 def test_a_damaged_message_is_reported_and_the_rest_resumes_valid(tmp_path, damage):
     store = store_in(tmp_path)
     sid = talk(store, TOOL_TURN + [{"role": "user", "content": "and Go?"}]).session_id
-    store.close()
+    store.conn.close()
     db = tmp_path / "sessions.db"
     data = db.read_bytes()
     assert data.count(b"rust/ownership.md") == 1
@@ -263,7 +263,7 @@ def build_history(folder: Path, conversations: int) -> dict[int, list[dict]]:
     for n in range(conversations):
         messages = [{"role": "user", "content": f"question {n}"}, {"role": "assistant", "content": "x" * 3000}]
         kept[talk(store, messages).session_id] = messages
-    store.close()
+    store.conn.close()
     return kept
 
 
@@ -294,7 +294,7 @@ def test_damaged_database_is_moved_aside_and_a_fresh_one_started(tmp_path, damag
     assert original is None or aside.read_bytes() == original  # kept as it was, not deleted or changed
 
     if original is not None:  # the warning says how to get the file back: doing exactly that works
-        store.close()
+        store.conn.close()
         subprocess.run(warnings[0].split("To put it back, quit and run: ")[1], shell=True, check=True)
         assert db.read_bytes() == original
 
@@ -388,7 +388,7 @@ def test_a_history_from_a_newer_version_is_left_alone(tmp_path):
     store = store_in(tmp_path)
     talk(store, [{"role": "user", "content": "kept"}])
     store.conn.execute("PRAGMA user_version=99")
-    store.close()
+    store.conn.close()
     warnings = []
     newer = store_in(tmp_path, warnings)
     assert not newer.persistent and "newer version" in warnings[0]
