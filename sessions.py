@@ -1,55 +1,41 @@
 """Session store: every conversation with the agent, kept in one SQLite file so it survives the program.
 
-Each message (the person's question, the assistant's reply with its tool calls and reasoning, every tool
-result) is written and committed the moment it exists, so quitting, a crash or a kill loses at most the
-message in flight, and `--continue` / `--resume ID` can pick a conversation up again later.
-
-The file is $KA_DATA_DIR/sessions.db, else $XDG_DATA_HOME/knowledge-agent/sessions.db, else
-~/.local/share/knowledge-agent/sessions.db. WAL mode and a busy timeout let two REPLs write at once.
-A damaged or unreadable file is moved aside with a one-line notice and a fresh one started; if the folder
-itself cannot be used, the store lives in memory for this run and says so. Nothing here raises at the
-caller: a failed write is reported once and the conversation goes on in memory.
-
-Messages are stored exactly as the OpenAI chat API takes them (JSON of the message dict); bookkeeping such
-as the time lives in columns beside it, never inside the message. A turn the agent abandons (the API
-refused it, so sending it again would fail again) is marked `dropped`: kept in the file, never loaded.
+Each message is committed the moment it exists (a kill loses at most the one in flight), stored exactly as
+the OpenAI chat API takes it; bookkeeping (time, notes folder, tokens) lives in columns beside it. A turn the
+agent abandons is marked `dropped`: kept in the file, never loaded. Nothing here raises at the caller or
+reads the environment: the caller gives the path, and each problem is one line through `warn`. Only damage
+SQLite can prove moves the file aside (what is still readable is copied into the fresh one); a file that
+cannot be opened is left alone and this run is kept in memory; a failed write stops saving for the run.
 """
 
 import json
-import os
+import shlex
 import sqlite3
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-import config
 from context import content_text, repair_history
 
 SCHEMA_VERSION = 1
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (
-    id                INTEGER PRIMARY KEY,
-    started           REAL NOT NULL,
-    kb                TEXT,
-    title             TEXT,
-    prompt_tokens     INTEGER NOT NULL DEFAULT 0,
-    completion_tokens INTEGER NOT NULL DEFAULT 0
-);
-CREATE TABLE IF NOT EXISTS messages (
-    id         INTEGER PRIMARY KEY AUTOINCREMENT,
-    session_id INTEGER NOT NULL REFERENCES sessions(id),
-    created    REAL NOT NULL,
-    role       TEXT NOT NULL,
-    body       TEXT NOT NULL,
-    dropped    INTEGER NOT NULL DEFAULT 0
-);
+CREATE TABLE IF NOT EXISTS sessions (id INTEGER PRIMARY KEY, started REAL NOT NULL, kb TEXT, title TEXT,
+    prompt_tokens INTEGER NOT NULL DEFAULT 0, completion_tokens INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id INTEGER NOT NULL,
+    created REAL NOT NULL, role TEXT NOT NULL, body TEXT NOT NULL, dropped INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS messages_by_session ON messages(session_id, id);
 """
-# SQLite result codes that mean "this file is not a usable database", as opposed to "busy right now".
-DAMAGED = {"SQLITE_CORRUPT", "SQLITE_NOTADB", "SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_PERM",
-           "SQLITE_IOERR", "SQLITE_AUTH"}
-BUSY = {"SQLITE_BUSY", "SQLITE_LOCKED"}
+BUSY_WAIT = 2.0  # seconds a write waits for another process's write lock before this run stops saving
+LIST_LIMIT = 20  # conversations a listing shows
+TITLE_CHARS, TITLE_SHOWN = 200, 60  # of the first question: kept as the title; of the title: in a listing
+# Prefixes of SQLite's result codes. Only DAMAGED proves the bytes are bad; the others leave the file alone.
+DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+BUSY = ("SQLITE_BUSY", "SQLITE_LOCKED")
+NOT_ALLOWED = ("SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_AUTH", "SQLITE_READONLY")
+# One row per conversation with its kept messages counted; add WHERE ... GROUP BY s.id.
+INFO = ("SELECT s.id, s.started, coalesce(s.title, ''), count(m.id), s.kb, s.prompt_tokens, s.completion_tokens "
+        "FROM sessions s LEFT JOIN messages m ON m.session_id = s.id AND NOT m.dropped ")
 
 
 @dataclass
@@ -58,280 +44,207 @@ class SessionInfo:
     started: float
     title: str
     messages: int
+    kb: str | None = None  # the notes folder, as stored
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
 
-def default_db_path(data_dir: Path | str | None = None) -> Path:
-    """Where the session database lives: data_dir (Settings.data_dir, from KA_DATA_DIR in the environment
-    or .env), else $KA_DATA_DIR, else the XDG data folder."""
-    folder = data_dir or config.env_value(config.DATA_DIR_ENV)
-    if not folder:
-        xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-        folder = str(Path(xdg) / "knowledge-agent")
-    return Path(folder).expanduser() / config.SESSIONS_DB_NAME
+class Damaged(Exception):
+    """The file is not a sound database: SQLite or its quick_check said so."""
 
 
-def _warn_stderr(message: str) -> None:
-    print(message, file=sys.stderr)
+def _is(error: BaseException, codes: tuple[str, ...]) -> bool:
+    return getattr(error, "sqlite_errorname", "").startswith(codes)
 
 
-def _plain(message) -> dict:
-    """The message as a JSON-able dict: SDK objects (pydantic models) are turned into dicts."""
-    if hasattr(message, "model_dump"):
-        message = message.model_dump(exclude_none=True)
-    return json.loads(json.dumps(message, ensure_ascii=False,
-                                 default=lambda o: o.model_dump(exclude_none=True)))
+def _why(error: BaseException) -> str:
+    if isinstance(error, PermissionError) or _is(error, NOT_ALLOWED):
+        return "permission denied"
+    return "another knowledge-agent is writing" if _is(error, BUSY) else getattr(error, "strerror", None) or str(error)
 
 
-def _title_of(message: dict) -> str:
-    return " ".join(content_text(message.get("content")).split())[:200]
+def _parse(body: bytes | None) -> dict | None:
+    """A stored body as the message it was; None when its bytes are damaged (NULL, not UTF-8, not JSON)."""
+    try:
+        message = json.loads(body.decode("utf-8"))
+    except (AttributeError, ValueError):
+        return None
+    return message if isinstance(message, dict) else None
 
 
-def _error_name(error: sqlite3.Error) -> str:
-    name = getattr(error, "sqlite_errorname", "")  # Python 3.11+
-    if name:
-        return "_".join(name.split("_")[:2])  # SQLITE_IOERR_SHORT_READ -> SQLITE_IOERR
-    text = str(error).lower()  # Python 3.10: only the message tells
-    for words, guess in (("not a database", "SQLITE_NOTADB"), ("malformed", "SQLITE_CORRUPT"),
-                         ("unable to open", "SQLITE_CANTOPEN"), ("readonly", "SQLITE_READONLY"),
-                         ("locked", "SQLITE_BUSY")):
-        if words in text:
-            return guess
-    return "SQLITE_ERROR"
+def _open(path: Path) -> sqlite3.Connection:
+    if path.is_dir():
+        raise Damaged("a folder, not a file")
+    # isolation_level=None: every statement commits on its own unless we BEGIN explicitly.
+    conn = sqlite3.connect(str(path), timeout=BUSY_WAIT, isolation_level=None)
+    conn.text_factory = lambda raw: raw.decode("utf-8", "replace")  # one bad title must not hide the list
+    try:
+        deadline = time.monotonic() + BUSY_WAIT
+        while True:  # WAL: a reader never waits for another REPL's writes. The switch answers "locked" at
+            try:  # once, with no busy wait, while another process makes it too: try again
+                conn.execute("PRAGMA journal_mode=WAL")
+                break
+            except sqlite3.OperationalError as e:
+                if not _is(e, BUSY) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+        conn.execute("PRAGMA synchronous=FULL")  # a commit survives a power cut too: one fsync per message
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise sqlite3.DatabaseError(f"made by a newer version of knowledge-agent (schema {version})")
+        conn.executescript(SCHEMA + (f"PRAGMA user_version={SCHEMA_VERSION};" if version < SCHEMA_VERSION else ""))
+        # A bad page deep inside would otherwise surface mid-conversation; ~0.5 ms per MB (bench/).
+        if (problem := conn.execute("PRAGMA quick_check(1)").fetchone()[0]) != "ok":
+            raise Damaged(" ".join(problem.split()))
+    except BaseException as e:
+        conn.close()
+        if _is(e, DAMAGED):
+            raise Damaged(str(e)) from e
+        raise
+    return conn
 
 
 class SessionStore:
-    """One open session database. All methods report problems through `warn` instead of raising."""
+    """One open session database. Every method reports problems through `warn` instead of raising."""
 
-    def __init__(self, path: Path | str | None = None, warn=_warn_stderr):
-        self.warn = warn
-        self.path = Path(path) if path else default_db_path()
-        self.persistent = True
-        self._write_failed = False
-        self.conn = self._open_or_recover()
-
-    # -- opening -----------------------------------------------------------------------------------------
-    def _open_or_recover(self) -> sqlite3.Connection:
+    def __init__(self, path: Path, warn: Callable[[str], None]):
+        self.path, self.warn = Path(path), warn
+        self.persistent = self.saving = True  # persistent: False once nothing more can reach the file
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            return self._in_memory(f"cannot create {self.path.parent} ({e.strerror or e})")
-        try:
-            return self._open_patiently(self.path)
-        except sqlite3.Error as e:
-            if _error_name(e) not in DAMAGED and self.path.is_file():
-                # Locked by another process, or made by a newer version: the file is probably fine, so
-                # leave it alone.
-                return self._in_memory(f"{self.path} cannot be used now ({e})")
-            reason = str(e)
-        except OSError as e:
-            reason = e.strerror or str(e)
-        aside = self._move_aside()
-        if aside is None:
-            return self._in_memory(f"{self.path} cannot be read ({reason}) nor moved aside")
-        try:
-            conn = self._open(self.path)
-        except (sqlite3.Error, OSError) as e:
-            return self._in_memory(f"{self.path} cannot be created ({e})")
-        self.warn(f"Session history {self.path} could not be read ({reason}); "
-                  f"moved it to {aside.name} and started a fresh one.")
-        return conn
+            # A file another process is creating this instant is empty too, for a moment: not worth a word.
+            empty = self.path.is_file() and (st := self.path.stat()).st_size == 0 and st.st_mtime < time.time() - 1
+            self.conn = _open(self.path)
+        except Damaged as e:
+            self.conn = self._recover(str(e))
+        except (OSError, sqlite3.Error) as e:  # not damage: a file that may be good is never moved
+            self.conn = self._in_memory(f"{self.path} is busy ({_why(e)})" if _is(e, BUSY)
+                                        else f"cannot open {self.path} ({_why(e)})")
+        else:
+            if empty:  # SQLite takes a 0-byte file for a new database: say that the history was emptied
+                warn(f"{self.path} was empty (0 bytes); starting a fresh history")
 
-    def _open_patiently(self, path: Path) -> sqlite3.Connection:
-        """Open, retrying while another process holds the file: switching to WAL and recovering the WAL
-        index answer "database is locked" at once, without waiting for the busy timeout."""
-        deadline = time.monotonic() + config.SESSIONS_BUSY_TIMEOUT
-        pause = 0.01
-        while True:
+    def _recover(self, reason: str) -> sqlite3.Connection:
+        """Move the damaged file (and its WAL) aside, start a fresh one, copy in what is still readable."""
+        aside = self.path.with_name(f"{self.path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        while aside.exists():  # never replace an earlier one
+            aside = aside.with_name(aside.name + "+")
+        for suffix in ("", "-wal"):  # a WAL left beside the fresh file would be replayed into it: it goes too
             try:
-                return self._open(path)
-            except sqlite3.OperationalError as e:
-                if _error_name(e) not in BUSY or time.monotonic() + pause > deadline:
-                    raise
-            time.sleep(pause)
-            pause = min(pause * 2, 0.2)
-
-    @staticmethod
-    def _open(path: Path) -> sqlite3.Connection:
-        # isolation_level=None: every statement commits on its own unless we BEGIN explicitly.
-        conn = sqlite3.connect(str(path), timeout=config.SESSIONS_BUSY_TIMEOUT, isolation_level=None)
+                Path(f"{self.path}{suffix}").rename(f"{aside}{suffix}")
+            except OSError as e:
+                if not suffix:
+                    return self._in_memory(f"{self.path} is damaged ({reason}) and cannot be moved ({_why(e)})")
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            # FULL: a committed message survives a power cut too, not only a crash; costs one fsync per
-            # message, which is nothing next to an API round trip.
-            conn.execute("PRAGMA synchronous=FULL")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise sqlite3.DatabaseError(f"made by a newer version (schema {version})")
-            conn.executescript(SCHEMA)
-            if version < SCHEMA_VERSION:
-                conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            # A damaged page deep inside would otherwise surface mid-conversation; checking costs ~0.5 ms
-            # per MB (bench/sessions_bench.py), a few ms for a typical history.
-            problem = conn.execute("PRAGMA quick_check(1)").fetchone()[0]
-            if problem != "ok":
-                raise sqlite3.DatabaseError("database disk image is malformed: " + " ".join(problem.split()))
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+            self.conn = _open(self.path)
+        except (sqlite3.Error, OSError, Damaged) as e:
+            return self._in_memory(f"cannot create {self.path} ({_why(e)})")
+        moved = [suffix for suffix in ("", "-wal") if Path(f"{aside}{suffix}").exists()]
+        copied = self._salvage(aside, read_wal="-wal" in moved)
+        kept = f"with the {copied} conversation(s) it still holds" if copied else "(nothing in it was readable)"
+        back = " && ".join(f"mv {shlex.quote(f'{aside}{s}')} {shlex.quote(f'{self.path}{s}')}" for s in moved)
+        self.warn(f"{self.path} is damaged ({reason}); moved it to {aside.name} and started a fresh one {kept}. "
+                  f"To put it back, quit and run: {back}")
+        return self.conn
 
-    def _move_aside(self) -> Path | None:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        aside = self.path.with_name(f"{self.path.name}.damaged-{stamp}")
-        n = 1
-        while aside.exists():
-            n += 1
-            aside = self.path.with_name(f"{self.path.name}.damaged-{stamp}-{n}")
-        try:
-            self.path.rename(aside)
-        except OSError:
-            return None
-        for suffix in ("-wal", "-shm"):
-            side = self.path.with_name(self.path.name + suffix)
-            try:
-                if side.exists():
-                    side.rename(aside.with_name(aside.name + suffix))
-            except OSError:
-                pass
-        return aside
+    def _salvage(self, aside: Path, read_wal: bool) -> int:
+        """Copy the rows still readable in the moved-aside file, ids kept; how many conversations came over."""
+        try:  # immutable: no -shm or -wal of its own beside it, when there is no WAL to read
+            old = sqlite3.connect(aside.resolve().as_uri() + ("?mode=ro" if read_wal else "?immutable=1"), uri=True)
+        except sqlite3.Error:
+            return 0
+        old.text_factory = bytes  # text is copied byte for byte, readable or not
+        rows = {"sessions": {}, "messages": {}}
+        for table, found in rows.items():
+            for order in ("ASC", "DESC"):  # a bad page stops a scan: read up to it from both ends
+                try:
+                    found.update((row[0], row) for row in old.execute(f"SELECT * FROM {table} ORDER BY id {order}"))
+                except sqlite3.Error:
+                    pass
+        old.close()
 
-    def _in_memory(self, reason: str) -> sqlite3.Connection:
+        def copy(c: sqlite3.Connection) -> int:
+            text = "CAST(? AS TEXT)"
+            c.executemany(f"INSERT OR IGNORE INTO sessions VALUES (?, ?, {text}, {text}, ?, ?)", rows["sessions"].values())
+            c.executemany(f"INSERT OR IGNORE INTO messages VALUES (?, ?, ?, {text}, {text}, ?)", rows["messages"].values())
+            # a message whose conversation's row was lost gets one, so it can still be listed and resumed
+            c.execute("INSERT OR IGNORE INTO sessions (id, started) SELECT session_id, min(created) FROM messages "
+                      "GROUP BY session_id")
+            return len({row[1] for row in rows["messages"].values()})
+
+        return self.write(copy) or 0
+
+    def _in_memory(self, problem: str) -> sqlite3.Connection:
         self.persistent = False
-        self.warn(f"Session history unavailable: {reason}. This conversation will not be saved.")
+        self.warn(f"{problem}; this conversation will not be saved")
         conn = sqlite3.connect(":memory:", isolation_level=None)
         conn.executescript(SCHEMA)
         return conn
 
-    def close(self) -> None:
+    def write(self, fn):
+        """fn(conn) in one IMMEDIATE transaction; its result. On failure: warn once, save nothing more, None."""
+        if not self.saving:
+            return None
         try:
-            self.conn.close()
-        except sqlite3.Error:
-            pass
-
-    # -- writing -----------------------------------------------------------------------------------------
-    def _write(self, action: str, fn):
-        """Run fn(conn) in one IMMEDIATE transaction; on failure warn once and return None."""
-        try:
-            # IMMEDIATE takes the write lock up front, so a second REPL waits (busy timeout) instead of
-            # failing half-way through a read-then-write transaction.
-            self.conn.execute("BEGIN IMMEDIATE")
-            try:
-                result = fn(self.conn)
-                self.conn.execute("COMMIT")
-            except BaseException:
-                if self.conn.in_transaction:
-                    self.conn.execute("ROLLBACK")
-                raise
-            return result
+            with self.conn:  # commits at the end, or rolls back on any exception (Ctrl+C too)
+                # IMMEDIATE takes the write lock up front: another process waits here (BUSY_WAIT) instead
+                # of failing half-way through a read-then-write transaction.
+                self.conn.execute("BEGIN IMMEDIATE")
+                return fn(self.conn)
         except sqlite3.Error as e:
-            if not self._write_failed:
-                self.warn(f"Could not {action} in {self.path} ({e}); the conversation goes on unsaved.")
-                self._write_failed = True
-            return None
+            # Saving on after a gap would store a conversation with holes, and wait again at every write.
+            self.saving = self.persistent = False
+            problem = f"is busy ({_why(e)})" if _is(e, BUSY) else f"could not be written ({_why(e)})"
+            self.warn(f"{self.path} {problem}; this conversation is not being saved")
 
-    def new_session(self, kb: Path | str | None = None) -> int | None:
-        """Start a conversation; returns its id (None only if the database refused the write)."""
-        return self._write("start a session", lambda c: c.execute(
-            "INSERT INTO sessions (started, kb) VALUES (?, ?)",
-            (time.time(), str(kb) if kb else None)).lastrowid)
-
-    def add_message(self, session_id: int, message) -> int | None:
-        """Append one OpenAI-format message and commit it. Its row id once it is safely stored, else None."""
-        if session_id is None:
-            return None
-        message = _plain(message)
-        body = json.dumps(message, ensure_ascii=False)
-        role = str(message.get("role", ""))
-
-        def insert(conn):
-            row = conn.execute("INSERT INTO messages (session_id, created, role, body) VALUES (?, ?, ?, ?)",
-                               (session_id, time.time(), role, body)).lastrowid
-            if role == "user":
-                conn.execute("UPDATE sessions SET title = ? WHERE id = ? AND title IS NULL",
-                             (_title_of(message), session_id))
-            return row
-
-        return self._write("save a message", insert)
-
-    def drop_messages(self, row_ids: list[int]) -> None:
-        """Leave these messages out of every later load (they stay in the file)."""
-        rows = [(row,) for row in row_ids if row is not None]
-        if rows:
-            self._write("update the history", lambda c: c.executemany(
-                "UPDATE messages SET dropped = 1 WHERE id = ?", rows))
-
-    def record_usage(self, session_id: int, prompt_tokens: int, completion_tokens: int) -> None:
-        """Add one API call's token counts to the session's totals."""
-        if session_id is None:
-            return
-        self._write("save token usage", lambda c: c.execute(
-            "UPDATE sessions SET prompt_tokens = prompt_tokens + ?, "
-            "completion_tokens = completion_tokens + ? WHERE id = ?",
-            (int(prompt_tokens or 0), int(completion_tokens or 0), session_id)))
-
-    # -- reading -----------------------------------------------------------------------------------------
     def _read(self, sql: str, args=()) -> list:
         try:
             return self.conn.execute(sql, args).fetchall()
         except OverflowError:  # an id too big for SQLite matches nothing
             return []
         except sqlite3.Error as e:
-            self.warn(f"Could not read session history {self.path} ({e}).")
+            self.warn(f"could not read {self.path} ({_why(e)})")
             return []
 
-    def exists(self, session_id: int) -> bool:
-        return bool(self._read("SELECT 1 FROM sessions WHERE id = ?", (session_id,)))
-
     def load_messages(self, session_id: int) -> list[dict]:
-        """The session's messages in the order they were added (a row that fails to parse is skipped)."""
-        messages = []
-        for (body,) in self._read("SELECT body FROM messages WHERE session_id = ? AND NOT dropped ORDER BY id",
-                                  (session_id,)):
-            try:
-                message = json.loads(body)
-            except ValueError:
-                continue
-            if isinstance(message, dict):
-                messages.append(message)
+        """The conversation's kept messages in order; damaged ones are left out, and the person told so."""
+        bodies = self._read("SELECT CAST(body AS BLOB) FROM messages WHERE session_id = ? AND NOT dropped "
+                            "ORDER BY id", (session_id,))
+        messages = [message for (body,) in bodies if (message := _parse(body)) is not None]
+        if len(bodies) > len(messages):
+            self.warn(f"{len(bodies) - len(messages)} damaged message(s) in conversation {session_id} "
+                      "could not be read and were left out")
         return messages
 
-    def latest_session_id(self) -> int | None:
-        """The most recent conversation that has at least one message."""
-        rows = self._read("SELECT session_id FROM messages WHERE NOT dropped ORDER BY id DESC LIMIT 1")
-        return rows[0][0] if rows else None
-
-    def list_sessions(self, limit: int = config.SESSIONS_LIST_LIMIT) -> list[SessionInfo]:
-        """Most recent first; conversations that never got a message are left out."""
-        rows = self._read(
-            "SELECT s.id, s.started, coalesce(s.title, ''), count(m.id), s.prompt_tokens, "
-            "s.completion_tokens FROM sessions s JOIN messages m ON m.session_id = s.id AND NOT m.dropped "
-            "GROUP BY s.id ORDER BY max(m.id) DESC LIMIT ?", (limit,))
+    def list_sessions(self, kb: Path | None = None, limit: int = LIST_LIMIT) -> list[SessionInfo]:
+        """Most recent first (only that notes folder's, when kb is given); never-used ones are left out."""
+        rows = self._read(INFO + "WHERE ?1 IS NULL OR s.kb = ?1 GROUP BY s.id HAVING count(m.id) "
+                          "ORDER BY max(m.id) DESC LIMIT ?2", (kb and str(kb), limit))
         return [SessionInfo(*row) for row in rows]
 
+    def latest_session_id(self, kb: Path | None = None) -> int | None:
+        rows = self._read("SELECT m.session_id FROM messages m JOIN sessions s ON s.id = m.session_id WHERE NOT "
+                          "m.dropped AND (?1 IS NULL OR s.kb = ?1) ORDER BY m.id DESC LIMIT 1", (kb and str(kb),))
+        return rows[0][0] if rows else None
+
     def session_info(self, session_id: int) -> SessionInfo | None:
-        rows = self._read(
-            "SELECT s.id, s.started, coalesce(s.title, ''), "
-            "(SELECT count(*) FROM messages m WHERE m.session_id = s.id AND NOT m.dropped), s.prompt_tokens, "
-            "s.completion_tokens FROM sessions s WHERE s.id = ?", (session_id,))
+        rows = self._read(INFO + "WHERE s.id = ? GROUP BY s.id", (session_id,))
         return SessionInfo(*rows[0]) if rows else None
 
 
-def format_session_line(info: SessionInfo) -> str:
-    """One line for a listing: id, start time, message count, first question."""
+def format_session_line(info: SessionInfo, show_kb: bool = False) -> str:
+    """One listing line: id, start time, message count, first question (and the notes folder)."""
     started = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.started))
-    title = info.title if len(info.title) <= 60 else info.title[:59] + "…"
-    return f"{info.id:>5}  {started}  {info.messages:>4} msgs  {title or '(no question)'}"
+    title = info.title if len(info.title) <= TITLE_SHOWN else info.title[:TITLE_SHOWN - 1] + "…"
+    line = f"{info.id:>5}  {started}  {info.messages:>4} msgs  {title or '(no question)'}"
+    return line + (f"  (notes: {info.kb})" if show_kb and info.kb else "")
 
 
 class Conversation:
     """The conversation in progress: its messages in memory, each one also committed to the store.
 
-    sync() is the agent's on_change callback: it commits the messages added since the last call and marks
-    as dropped the ones the agent removed (a refused turn). The session row is created with the first
-    message, so starting the program and leaving at once leaves nothing behind. Token usage is counted per
-    turn (for /usage and -v) and per session (stored).
+    sync() is the agent's on_change callback. The session row is written with the first message, so starting
+    and leaving at once leaves nothing behind. Tokens are counted per turn, per run and (stored) per session.
     """
 
     def __init__(self, store: SessionStore, kb: Path | str | None = None):
@@ -348,26 +261,35 @@ class Conversation:
 
     def resume(self, session_id: int) -> bool:
         """Load an earlier conversation; False if there is none with that id."""
-        if not self.store.exists(session_id):
+        if self.store.session_info(session_id) is None:
             return False
-        # A conversation cut off by a kill may end in unanswered tool calls: repair it the same way every
-        # request is repaired, so the next turn starts from valid history.
+        # A kill may have left unanswered tool calls, damage a hole: repair as every request is repaired.
         self.session_id, self.history = session_id, repair_history(self.store.load_messages(session_id))
         self.rows = [None] * len(self.history)  # only messages of later turns are ever dropped
         return True
 
     def sync(self, history: list[dict] | None = None) -> None:
-        """Make the store match the history: commit new messages, mark removed ones as dropped."""
+        """Make the store match the history: commit new messages, mark removed ones (a refused turn) dropped."""
         history = self.history if history is None else history
-        if len(history) < len(self.rows):
-            self.store.drop_messages(self.rows[len(history):])
-            del self.rows[len(history):]
+        if dropped := [(row,) for row in self.rows[len(history):] if row is not None]:
+            self.store.write(lambda c: c.executemany("UPDATE messages SET dropped = 1 WHERE id = ?", dropped))
+        del self.rows[len(history):]
         for message in history[len(self.rows):]:
-            if self.session_id is None:
-                self.session_id = self.store.new_session(self.kb)
-            # recorded before the write returns, so a Ctrl+C inside it cannot store the message twice
-            self.rows.append(None)
-            self.rows[-1] = self.store.add_message(self.session_id, message)
+            self.rows.append(None)  # before the write returns, so a Ctrl+C inside it cannot store it twice
+            if stored := self.store.write(lambda c: self._insert(c, message)):
+                self.session_id, self.rows[-1] = stored
+
+    def _insert(self, c: sqlite3.Connection, message) -> tuple[int, int]:
+        """Write one message (with the first, its session row); (session id, row id). SDK objects become dicts."""
+        body = json.dumps(message, ensure_ascii=False, default=lambda o: o.model_dump(exclude_none=True))
+        message = json.loads(body)
+        session_id = self.session_id or c.execute("INSERT INTO sessions (started, kb) VALUES (?, ?)",
+                                                  (time.time(), str(self.kb) if self.kb else None)).lastrowid
+        if message.get("role") == "user":
+            title = " ".join(content_text(message.get("content")).split())[:TITLE_CHARS]
+            c.execute("UPDATE sessions SET title = ? WHERE id = ? AND title IS NULL", (title, session_id))
+        return session_id, c.execute("INSERT INTO messages (session_id, created, role, body) VALUES (?, ?, ?, ?)",
+                                     (session_id, time.time(), str(message.get("role", "")), body)).lastrowid
 
     def begin_turn(self) -> None:
         self.turn_usage, self.turn_calls = (0, 0), 0
@@ -380,7 +302,9 @@ class Conversation:
         self.run_usage = (self.run_usage[0] + prompt, self.run_usage[1] + completion)
         self.turn_calls += 1
         if self.session_id is not None:
-            self.store.record_usage(self.session_id, prompt, completion)
+            self.store.write(lambda c: c.execute("UPDATE sessions SET prompt_tokens = prompt_tokens + ?, "
+                                                 "completion_tokens = completion_tokens + ? WHERE id = ?",
+                                                 (prompt, completion, self.session_id)))
 
     def session_usage(self) -> tuple[int, int]:
         info = self.store.session_info(self.session_id) if self.session_id is not None else None
