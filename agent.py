@@ -26,7 +26,12 @@ REQUEST_TIMEOUT = 120.0  # seconds per API request; the SDK's 600 s is too long 
 CONNECT_TIMEOUT = 10.0
 API_MAX_RETRIES = 2  # the SDK retries connection errors, 429 and 5xx with backoff and Retry-After
 STREAM_RETRIES = 1  # a stream that breaks before anything was shown is asked again once
-CONTEXT_SHRINK = 0.7  # after "context too long", the retry aims at this share of what was refused
+CONTEXT_SHRINK = 0.7  # after "context too long", requests aim at this share of what was refused
+MAX_TOKEN_RATIO = 3.0  # a server counting more than this per estimated token is not believed
+# How many tokens the server counts per token we estimate: learnt from each reply's usage (it only rises;
+# trimming a little early is cheap, a refused request is not) and from "context too long" answers.
+# It belongs to the server this process talks to, so it outlives one question.
+TOKEN_RATIO = {"ratio": 1.0}
 SYSTEM_PROMPT = """You are knowledge-agent, an assistant for the person's own notes (a folder of Markdown files).
 Today is {today}.
 - Answer from what the notes say. Search first (search_notes), then read_note the relevant hits before
@@ -299,21 +304,29 @@ def system_message() -> dict:
 
 
 def request_budget(settings: Settings) -> int:
-    """Tokens the messages of a request may take: the budget less the tool schemas sent with them."""
-    return settings.context_tokens - context.estimate_tokens([], tools.tool_schemas(settings))
+    """Estimated tokens the messages of a request may take: CONTEXT_TOKENS in the server's own count,
+    less the tool schemas sent with them."""
+    return int(settings.context_tokens / TOKEN_RATIO["ratio"]) - context.estimate_tokens([], tools.tool_schemas(settings))
 
 
-def _query_within_budget(client, settings: Settings, history: list[dict], ui: UI, reply: _Reply,
-                         budget: list[int]) -> None:
+def _query_within_budget(client, settings: Settings, history: list[dict], ui: UI, reply: _Reply) -> None:
     """One call carrying as much of the conversation as fits. If the server still says "too long" (a model
-    smaller than CONTEXT_TOKENS assumes), ask once more with less, and keep that for this question."""
-    messages = context.fit_to_budget([system_message()] + history, budget[0])
-    try:
-        query(client, settings, messages, ui, reply)
-    except ContextTooLong as exc:
-        sent = context.estimate_tokens(messages)
-        budget[0] = int(min(sent, exc.window or sent) * CONTEXT_SHRINK)
-        query(client, settings, context.fit_to_budget([system_message()] + history, budget[0]), ui, reply)
+    smaller than CONTEXT_TOKENS assumes), ask once more with less; the ratio keeps later requests short."""
+    for attempt in (1, 2):
+        messages = context.fit_to_budget([system_message()] + history, request_budget(settings))
+        estimate = context.estimate_tokens(messages, tools.tool_schemas(settings))
+        try:
+            query(client, settings, messages, ui, reply)
+        except ContextTooLong as exc:
+            if attempt == 2:
+                raise
+            fits = CONTEXT_SHRINK * min(estimate, (exc.window or estimate) / TOKEN_RATIO["ratio"])
+            TOKEN_RATIO["ratio"] = max(TOKEN_RATIO["ratio"], settings.context_tokens / fits)
+            continue
+        counted = getattr(reply.usage, "prompt_tokens", None) or 0
+        if estimate >= 500 and counted:  # tiny requests teach nothing: the template's overhead swamps them
+            TOKEN_RATIO["ratio"] = max(TOKEN_RATIO["ratio"], min(counted / estimate, MAX_TOKEN_RATIO))
+        return
 
 
 def run_agent(question: str, history: list[dict] | None = None, settings: Settings | None = None,
@@ -323,12 +336,12 @@ def run_agent(question: str, history: list[dict] | None = None, settings: Settin
     client = client or make_client(settings)
     history = [] if history is None else history
     ui = ui or UI()
-    turn_start, budget, reply = len(history), [request_budget(settings)], _Reply()
+    turn_start, reply = len(history), _Reply()
     history.append({"role": "user", "content": tools.clean_text(question)})
     ui.history_changed(history)
     try:
         for round_number in range(1, settings.max_rounds + 1):
-            _query_within_budget(client, settings, history, ui, reply, budget)
+            _query_within_budget(client, settings, history, ui, reply)
             if reply.usage:
                 ui.usage(reply.usage)
             message = reply.message(round_number)

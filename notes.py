@@ -69,7 +69,7 @@ def _relative(text, what: str) -> PurePosixPath:
     if not isinstance(text, str) or not text.strip():
         raise ToolError(f"{what} must be a non-empty path relative to the notes folder, like 'python.md'.")
     if HIDING_CHARACTERS.search(text):
-        raise ToolError(f"{what} {visible(text)!r} contains control characters; note names may not.")
+        raise ToolError(f"{what} '{visible(text)}' contains control characters; note names may not.")
     text = text.strip()
     if text.startswith("~"):
         raise ToolError(f"{what} may not start with '~': use a path relative to the notes folder.")

@@ -9,6 +9,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import agent  # noqa: E402
 import fake_server  # noqa: E402
 from agent import UI  # noqa: E402
 from config import Settings  # noqa: E402
@@ -25,6 +26,8 @@ def clean_environment(monkeypatch, tmp_path):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    # What one test teaches the agent about a server's token counts must not shrink the next test's requests.
+    monkeypatch.setattr(agent, "TOKEN_RATIO", {"ratio": 1.0})
 
 
 @pytest.fixture

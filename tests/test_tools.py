@@ -19,7 +19,7 @@ def run(settings, name, **args):
     ("~/secret.md", "'~'"),
     ("../outside.md", "outside"),
     ("work/../../outside.md", "outside"),
-    ("a\0b.md", "NUL"),
+    ("a\0b.md", "control characters"),
     (".git/config.md", "hidden"),
     ("work/.obsidian/x.md", "hidden"),
     ("notes.py", "not a note"),

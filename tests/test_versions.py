@@ -154,13 +154,13 @@ def test_write_creates_folders_and_never_replaces_an_existing_note(tmp_path):
 
 def test_create_loses_a_race_without_replacing(tmp_path, monkeypatch):
     # The person saves a note of the same name between our check and our write.
-    real_create = notes._create
+    real_place = notes._place_new
 
-    def person_saves_first(path, data):
-        path.write_bytes(b"typed by the person")
-        real_create(path, data)
+    def person_saves_first(src, dst):
+        dst.write_bytes(b"typed by the person")
+        real_place(src, dst)
 
-    monkeypatch.setattr(versions, "_create", person_saves_first)
+    monkeypatch.setattr(notes, "_place_new", person_saves_first)
     with pytest.raises(VersionError, match="already exists"):
         save_note(tmp_path, "n.md", "agent", "write")
     assert (tmp_path / "n.md").read_bytes() == b"typed by the person"
@@ -393,7 +393,7 @@ def test_undo_that_cannot_keep_a_copy_changes_nothing_and_can_be_retried(tmp_pat
     def disk_full(*args, **kwargs):
         raise VersionError("could not keep a copy of n.md in .history/ (No space left on device)")
 
-    monkeypatch.setattr(versions, "snapshot", disk_full)
+    monkeypatch.setattr(notes, "snapshot", disk_full)
     assert undo_last(tmp_path).startswith("Error: could not undo the edit of n.md")
     assert (tmp_path / "n.md").read_text() == "v2 and the person's own line\n"
     monkeypatch.undo()
