@@ -25,7 +25,6 @@ from notes import ToolError, visible
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 TRACE_WIDTH = 110  # characters of a tool call or result shown on stderr
-SESSIONS_LISTED = 20
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -75,12 +74,15 @@ def _compact(arguments) -> str:
 
 
 class Display(UI):
-    """The terminal: the answer to stdout, everything else to stderr, colour only on a terminal."""
+    """The terminal: the answer to stdout, everything else to stderr, colour only on a terminal.
 
-    def __init__(self, show_reasoning: bool = True, confirm=None):
-        self.show_reasoning, self.asker = show_reasoning, confirm
+    With `interactive` it asks the person to confirm at the terminal; shell commands may also be answered
+    "a" (always): later shell commands in this session run without asking."""
+
+    def __init__(self, show_reasoning: bool = True, interactive: bool = False):
+        self.show_reasoning, self.interactive = show_reasoning, interactive
         self.colour = sys.stderr.isatty() and not os.environ.get("NO_COLOR")
-        self.in_reasoning = self.text_open = False
+        self.in_reasoning = self.text_open = self.shell_always = False
         self.conversation: sessions.Conversation | None = None
 
     def _style(self, code: str, text: str) -> str:
@@ -124,7 +126,15 @@ class Display(UI):
             self.info(self._style("31" if result.error else "2", "  ← " + _shorten(first)))
 
     def confirm(self, question: str) -> bool | None:
-        return self.asker(question) if self.asker else None
+        if not self.interactive:
+            return None
+        if not question.startswith(tools.SHELL_QUESTION):
+            return ask(question, "y/N") == "y"
+        if not self.shell_always:
+            reply = ask(question, "y/N/a=always this session")
+            self.shell_always = reply == "a"
+            return reply in ("y", "a")
+        return True
 
     def history_changed(self, history: list[dict]) -> None:
         if self.conversation:
@@ -157,26 +167,6 @@ def ask(question: str, choices: str) -> str:
     if reply in ("y", "yes"):
         return "y"
     return "a" if reply in ("a", "always") and "a" in choices else "n"
-
-
-def make_confirm(settings: Settings, interactive: bool):
-    """confirm(question) -> bool for the tools, or None when nobody can be asked. Shell commands may also
-    be answered "a" (always): later shell commands in this session run without asking."""
-    if not interactive:
-        return None
-    shell_always = False
-
-    def confirm(question: str) -> bool:
-        nonlocal shell_always
-        if not question.startswith(tools.SHELL_QUESTION):
-            return ask(question, "y/N") == "y"
-        if shell_always:
-            return True
-        reply = ask(question, "y/N/a=always this session")
-        shell_always = reply == "a"
-        return reply in ("y", "a")
-
-    return confirm
 
 
 COMMANDS = {
@@ -260,7 +250,7 @@ class Chat:
         self.display.info("New conversation. (The previous one stays saved: /sessions)")
 
     def do_sessions(self, argument: str) -> None:
-        listed = self.conversation.store.list_sessions(limit=SESSIONS_LISTED)
+        listed = self.conversation.store.list_sessions()
         if not listed:
             self.display.info("No saved conversations yet.")
         for info in listed:
@@ -324,7 +314,7 @@ def show_tool(name: str, argument: str, settings: Settings) -> None:
 def repl(settings: Settings, client, display: Display, conversation: sessions.Conversation | None = None) -> int:
     """The chat. `client` None means notes-only mode: the commands work, questions say how to enable chat."""
     conversation = conversation or open_store(settings, display)
-    display.asker = make_confirm(settings, interactive=True)
+    display.interactive = True
     chat = Chat(settings, client, display, conversation)
     try:
         import readline  # noqa: F401  (importing it gives input() line editing and history)
@@ -376,8 +366,7 @@ def piped(chat: Chat) -> int:
 
 
 def open_store(settings: Settings, display: Display) -> sessions.Conversation:
-    store = sessions.SessionStore(settings.data_dir / "sessions.db", warn=display.info)
-    return sessions.Conversation(store, settings.kb)
+    return sessions.Conversation(sessions.SessionStore(settings.data_dir / "sessions.db", display.info), settings.kb)
 
 
 def open_conversation(args, settings: Settings, display: Display) -> sessions.Conversation:
@@ -399,13 +388,13 @@ def open_conversation(args, settings: Settings, display: Display) -> sessions.Co
 def list_sessions(args, display: Display) -> int:
     data_dir = load_settings(kb=args.kb, notes_required=False).data_dir  # a bad notes folder does not matter here
     store = sessions.SessionStore(data_dir / "sessions.db", warn=display.info)
-    listed = store.list_sessions(limit=SESSIONS_LISTED)
+    listed = store.list_sessions()
     for info in listed:
         sys.stdout.write(sessions.format_session_line(info) + "\n")
     if not listed:
         display.info(f"No saved conversations yet (in {store.path}).")
-    elif len(listed) == SESSIONS_LISTED:
-        display.info(f"(the {SESSIONS_LISTED} most recent; older ones still open with --resume ID)")
+    elif len(listed) == sessions.LIST_LIMIT:
+        display.info(f"(the {sessions.LIST_LIMIT} most recent; older ones still open with --resume ID)")
     return EXIT_OK
 
 
@@ -430,7 +419,6 @@ def run(args, display: Display) -> int:
     conversation = open_conversation(args, settings, display)
     if not question and sys.stdin.isatty():
         return repl(settings, client, display, conversation)
-    display.asker = make_confirm(settings, interactive=False)
     chat = Chat(settings, client, display, conversation)
     code = piped(chat) if not question else (EXIT_OK if chat.line(question) != "failed" else EXIT_FAILED)
     if args.verbose:

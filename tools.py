@@ -438,4 +438,4 @@ def undo(settings: Settings) -> tuple[str, bool]:
     except Exception as exc:  # undo must never end the chat
         return f"Error: undo failed: {type(exc).__name__}: {exc}. Your notes and .history/ are as they were.", False
     _changed(settings, *touched)
-    return message, message.startswith("Undid")
+    return message, bool(touched)

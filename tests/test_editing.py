@@ -180,7 +180,7 @@ def test_delete_keeps_a_copy(settings, kb):
 
 
 def test_auto_approve_in_one_shot_mode_lets_delete_through(settings, kb):
-    assert main.make_confirm(settings, interactive=False) is None
+    assert main.Display(interactive=False).confirm("Delete vim.md?") is None
     assert run(make_settings(kb, auto_approve=True), "delete_note", file_path="vim.md").startswith("- vim.md")
 
 
