@@ -1,20 +1,17 @@
 """Session store: every conversation with the agent, kept in one SQLite file so it survives the program.
 
 Each message is committed the moment it exists (a kill loses at most the one in flight), stored exactly as
-the OpenAI chat API takes it; bookkeeping (time, notes folder, tokens) lives in columns beside it. A turn the
-agent abandons is marked `dropped`: kept in the file, never loaded. Nothing here raises at the caller or
-reads the environment: the caller gives the path, and each problem is one line through `warn`. Only damage
-SQLite can prove moves the file aside (what is still readable is copied into the fresh one); a file that
-cannot be opened is left alone and this run is kept in memory; a failed write stops saving for the run.
+the OpenAI chat API takes it; a turn the agent abandons is marked `dropped`, kept but never loaded. Nothing
+here raises at the caller or reads the environment: each problem is one line through `warn`. Only damage
+SQLite can prove moves the file aside; a file that cannot be opened is left alone, the run kept in memory.
 """
 
 import json
 import shlex
 import sqlite3
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from context import content_text, repair_history
 
@@ -38,8 +35,7 @@ INFO = ("SELECT s.id, s.started, coalesce(s.title, ''), count(m.id), s.kb, s.pro
         "FROM sessions s LEFT JOIN messages m ON m.session_id = s.id AND NOT m.dropped ")
 
 
-@dataclass
-class SessionInfo:
+class SessionInfo(NamedTuple):
     id: int
     started: float
     title: str
@@ -49,8 +45,9 @@ class SessionInfo:
     completion_tokens: int = 0
 
 
-class Damaged(Exception):
-    """The file is not a sound database: SQLite or its quick_check said so."""
+class Damaged(sqlite3.DatabaseError):
+    """Damage found without SQLite raising it (quick_check's answer, a folder in the file's place)."""
+    sqlite_errorname = "SQLITE_CORRUPT"
 
 
 def _is(error: BaseException, codes: tuple[str, ...]) -> bool:
@@ -63,20 +60,10 @@ def _why(error: BaseException) -> str:
     return "another knowledge-agent is writing" if _is(error, BUSY) else getattr(error, "strerror", None) or str(error)
 
 
-def _parse(body: bytes | None) -> dict | None:
-    """A stored body as the message it was; None when its bytes are damaged (NULL, not UTF-8, not JSON)."""
-    try:
-        message = json.loads(body.decode("utf-8"))
-    except (AttributeError, ValueError):
-        return None
-    return message if isinstance(message, dict) else None
-
-
 def _open(path: Path) -> sqlite3.Connection:
     if path.is_dir():
         raise Damaged("a folder, not a file")
-    # isolation_level=None: every statement commits on its own unless we BEGIN explicitly.
-    conn = sqlite3.connect(str(path), timeout=BUSY_WAIT, isolation_level=None)
+    conn = sqlite3.connect(str(path), timeout=BUSY_WAIT, isolation_level=None)  # autocommit unless we BEGIN
     conn.text_factory = lambda raw: raw.decode("utf-8", "replace")  # one bad title must not hide the list
     try:
         deadline = time.monotonic() + BUSY_WAIT
@@ -93,13 +80,10 @@ def _open(path: Path) -> sqlite3.Connection:
         if version > SCHEMA_VERSION:
             raise sqlite3.DatabaseError(f"made by a newer version of knowledge-agent (schema {version})")
         conn.executescript(SCHEMA + (f"PRAGMA user_version={SCHEMA_VERSION};" if version < SCHEMA_VERSION else ""))
-        # A bad page deep inside would otherwise surface mid-conversation; ~0.5 ms per MB (bench/).
-        if (problem := conn.execute("PRAGMA quick_check(1)").fetchone()[0]) != "ok":
-            raise Damaged(" ".join(problem.split()))
-    except BaseException as e:
+        if (problem := conn.execute("PRAGMA quick_check(1)").fetchone()[0]) != "ok":  # ~0.5 ms per MB (bench/)
+            raise Damaged(" ".join(problem.split()))  # found now, not as a bad page mid-conversation
+    except BaseException:
         conn.close()
-        if _is(e, DAMAGED):
-            raise Damaged(str(e)) from e
         raise
     return conn
 
@@ -115,71 +99,34 @@ class SessionStore:
             # A file another process is creating this instant is empty too, for a moment: not worth a word.
             empty = self.path.is_file() and (st := self.path.stat()).st_size == 0 and st.st_mtime < time.time() - 1
             self.conn = _open(self.path)
-        except Damaged as e:
-            self.conn = self._recover(str(e))
-        except (OSError, sqlite3.Error) as e:  # not damage: a file that may be good is never moved
-            self.conn = self._in_memory(f"{self.path} is busy ({_why(e)})" if _is(e, BUSY)
-                                        else f"cannot open {self.path} ({_why(e)})")
+        except (OSError, sqlite3.Error) as e:  # only proven damage moves the file: one that may be good never
+            self.conn = (self._recover(str(e)) if _is(e, DAMAGED)
+                         else self._in_memory(f"cannot open {self.path} ({_why(e)})"))
         else:
             if empty:  # SQLite takes a 0-byte file for a new database: say that the history was emptied
                 warn(f"{self.path} was empty (0 bytes); starting a fresh history")
 
     def _recover(self, reason: str) -> sqlite3.Connection:
-        """Move the damaged file (and its WAL) aside, start a fresh one, copy in what is still readable."""
+        """Move the damaged file aside with its WAL (else replayed into the fresh file), say how to put it back."""
         aside = self.path.with_name(f"{self.path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
         while aside.exists():  # never replace an earlier one
             aside = aside.with_name(aside.name + "+")
-        for suffix in ("", "-wal"):  # a WAL left beside the fresh file would be replayed into it: it goes too
-            try:
-                Path(f"{self.path}{suffix}").rename(f"{aside}{suffix}")
-            except OSError as e:
-                if not suffix:
-                    return self._in_memory(f"{self.path} is damaged ({reason}) and cannot be moved ({_why(e)})")
+        moved = [suffix for suffix in ("", "-wal") if Path(f"{self.path}{suffix}").exists()]
         try:
-            self.conn = _open(self.path)
-        except (sqlite3.Error, OSError, Damaged) as e:
-            return self._in_memory(f"cannot create {self.path} ({_why(e)})")
-        moved = [suffix for suffix in ("", "-wal") if Path(f"{aside}{suffix}").exists()]
-        copied = self._salvage(aside, read_wal="-wal" in moved)
-        kept = f"with the {copied} conversation(s) it still holds" if copied else "(nothing in it was readable)"
+            for suffix in moved:
+                Path(f"{self.path}{suffix}").rename(f"{aside}{suffix}")
+            conn = _open(self.path)
+        except (OSError, sqlite3.Error) as e:
+            return self._in_memory(f"{self.path} is damaged ({reason}) and could not be replaced ({_why(e)})")
         back = " && ".join(f"mv {shlex.quote(f'{aside}{s}')} {shlex.quote(f'{self.path}{s}')}" for s in moved)
-        self.warn(f"{self.path} is damaged ({reason}); moved it to {aside.name} and started a fresh one {kept}. "
+        self.warn(f"{self.path} is damaged ({reason}); moved it to {aside.name} and started a fresh one. "
                   f"To put it back, quit and run: {back}")
-        return self.conn
-
-    def _salvage(self, aside: Path, read_wal: bool) -> int:
-        """Copy the rows still readable in the moved-aside file, ids kept; how many conversations came over."""
-        try:  # immutable: no -shm or -wal of its own beside it, when there is no WAL to read
-            old = sqlite3.connect(aside.resolve().as_uri() + ("?mode=ro" if read_wal else "?immutable=1"), uri=True)
-        except sqlite3.Error:
-            return 0
-        old.text_factory = bytes  # text is copied byte for byte, readable or not
-        rows = {"sessions": {}, "messages": {}}
-        for table, found in rows.items():
-            for order in ("ASC", "DESC"):  # a bad page stops a scan: read up to it from both ends
-                try:
-                    found.update((row[0], row) for row in old.execute(f"SELECT * FROM {table} ORDER BY id {order}"))
-                except sqlite3.Error:
-                    pass
-        old.close()
-
-        def copy(c: sqlite3.Connection) -> int:
-            text = "CAST(? AS TEXT)"
-            c.executemany(f"INSERT OR IGNORE INTO sessions VALUES (?, ?, {text}, {text}, ?, ?)", rows["sessions"].values())
-            c.executemany(f"INSERT OR IGNORE INTO messages VALUES (?, ?, ?, {text}, {text}, ?)", rows["messages"].values())
-            # a message whose conversation's row was lost gets one, so it can still be listed and resumed
-            c.execute("INSERT OR IGNORE INTO sessions (id, started) SELECT session_id, min(created) FROM messages "
-                      "GROUP BY session_id")
-            return len({row[1] for row in rows["messages"].values()})
-
-        return self.write(copy) or 0
+        return conn
 
     def _in_memory(self, problem: str) -> sqlite3.Connection:
         self.persistent = False
         self.warn(f"{problem}; this conversation will not be saved")
-        conn = sqlite3.connect(":memory:", isolation_level=None)
-        conn.executescript(SCHEMA)
-        return conn
+        return _open(Path(":memory:"))  # the same tables, gone when the program ends
 
     def write(self, fn):
         """fn(conn) in one IMMEDIATE transaction; its result. On failure: warn once, save nothing more, None."""
@@ -187,15 +134,11 @@ class SessionStore:
             return None
         try:
             with self.conn:  # commits at the end, or rolls back on any exception (Ctrl+C too)
-                # IMMEDIATE takes the write lock up front: another process waits here (BUSY_WAIT) instead
-                # of failing half-way through a read-then-write transaction.
-                self.conn.execute("BEGIN IMMEDIATE")
+                self.conn.execute("BEGIN IMMEDIATE")  # the lock first: a second writer waits here, not half-way
                 return fn(self.conn)
         except sqlite3.Error as e:
-            # Saving on after a gap would store a conversation with holes, and wait again at every write.
-            self.saving = self.persistent = False
-            problem = f"is busy ({_why(e)})" if _is(e, BUSY) else f"could not be written ({_why(e)})"
-            self.warn(f"{self.path} {problem}; this conversation is not being saved")
+            self.saving = self.persistent = False  # saving on after a gap would leave holes, and wait at each write
+            self.warn(f"{self.path} could not be written ({_why(e)}); this conversation is not being saved")
 
     def _read(self, sql: str, args=()) -> list:
         try:
@@ -210,10 +153,16 @@ class SessionStore:
         """The conversation's kept messages in order; damaged ones are left out, and the person told so."""
         bodies = self._read("SELECT CAST(body AS BLOB) FROM messages WHERE session_id = ? AND NOT dropped "
                             "ORDER BY id", (session_id,))
-        messages = [message for (body,) in bodies if (message := _parse(body)) is not None]
-        if len(bodies) > len(messages):
-            self.warn(f"{len(bodies) - len(messages)} damaged message(s) in conversation {session_id} "
-                      "could not be read and were left out")
+        messages = []
+        for (body,) in bodies:
+            try:  # NULL, not UTF-8 or not JSON: the bytes are damaged
+                message = json.loads(body.decode("utf-8"))
+            except (AttributeError, ValueError):
+                continue
+            if isinstance(message, dict):
+                messages.append(message)
+        if lost := len(bodies) - len(messages):
+            self.warn(f"{lost} damaged message(s) in conversation {session_id} could not be read and were left out")
         return messages
 
     def list_sessions(self, kb: Path | None = None, limit: int = LIST_LIMIT) -> list[SessionInfo]:
@@ -241,23 +190,19 @@ def format_session_line(info: SessionInfo, show_kb: bool = False) -> str:
 
 
 class Conversation:
-    """The conversation in progress: its messages in memory, each one also committed to the store.
-
-    sync() is the agent's on_change callback. The session row is written with the first message, so starting
-    and leaving at once leaves nothing behind. Tokens are counted per turn, per run and (stored) per session.
-    """
+    """The conversation in progress: its messages in memory, each also committed to the store by sync(). The
+    session row is written with the first message, so starting and leaving at once leaves nothing behind."""
 
     def __init__(self, store: SessionStore, kb: Path | str | None = None):
         self.store, self.kb = store, kb
+        self.run_usage = (0, 0)
+        self.start_new()
+
+    def start_new(self) -> None:
         self.session_id: int | None = None
         self.history: list[dict] = []
         self.rows: list[int | None] = []  # the store's row id of each message in history (None: not stored)
-        self.turn_usage = self.run_usage = (0, 0)
-        self.turn_calls = 0
-
-    def start_new(self) -> None:
-        self.session_id, self.history, self.rows = None, [], []
-        self.turn_usage, self.turn_calls = (0, 0), 0  # /usage speaks of this conversation only
+        self.begin_turn()  # /usage speaks of this conversation only
 
     def resume(self, session_id: int) -> bool:
         """Load an earlier conversation; False if there is none with that id."""
@@ -301,10 +246,9 @@ class Conversation:
         self.turn_usage = (self.turn_usage[0] + prompt, self.turn_usage[1] + completion)
         self.run_usage = (self.run_usage[0] + prompt, self.run_usage[1] + completion)
         self.turn_calls += 1
-        if self.session_id is not None:
-            self.store.write(lambda c: c.execute("UPDATE sessions SET prompt_tokens = prompt_tokens + ?, "
-                                                 "completion_tokens = completion_tokens + ? WHERE id = ?",
-                                                 (prompt, completion, self.session_id)))
+        self.store.write(lambda c: c.execute("UPDATE sessions SET prompt_tokens = prompt_tokens + ?, "
+                                             "completion_tokens = completion_tokens + ? WHERE id = ?",
+                                             (prompt, completion, self.session_id)))
 
     def session_usage(self) -> tuple[int, int]:
         info = self.store.session_info(self.session_id) if self.session_id is not None else None
