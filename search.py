@@ -273,7 +273,7 @@ def _run_waiting(conn: sqlite3.Connection, sql: str, wait_s: float | None = None
             if not (getattr(exc, "sqlite_errorname", "").startswith("SQLITE_BUSY") or "locked" in str(exc)):
                 raise
             if time.monotonic() >= deadline:
-                raise _Busy() from None
+                raise _Busy("another knowledge-agent keeps it locked") from None
             if not told:
                 warn("another knowledge-agent is updating the search index of these notes; "
                      f"waiting for it (at most {wait_s:.0f} s)…")
@@ -287,6 +287,7 @@ def _has_meta(conn: sqlite3.Connection) -> bool:
 
 def _connect(path: Path) -> sqlite3.Connection:
     """Open (or create) the index; raise sqlite3.DatabaseError if it is damaged or outdated."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path, timeout=INDEX_BUSY_TIMEOUT_S, isolation_level=None)
     try:
         _run_waiting(conn, "PRAGMA journal_mode=WAL")  # a new file: the process creating it may hold it
@@ -302,11 +303,6 @@ def _connect(path: Path) -> sqlite3.Connection:
     except BaseException:
         conn.close()
         raise
-
-
-def _remove_index(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
 # --- Linux inotify through ctypes: after one full comparison, a search re-checks only what changed ---
@@ -354,9 +350,6 @@ class _Inotify:
                 elif wd in self.folder_of and not mask & _IN_ISDIR and is_note_path(name):
                     notes.add(f"{self.folder_of[wd]}/{name}".lstrip("/"))
 
-    def close(self) -> None:
-        os.close(self.fd)
-
 
 # --- Keeping the one open index in step with the notes on disk ---
 
@@ -364,49 +357,58 @@ class _Inotify:
 class _Index:
     kb: Path
     path: Path
-    watch: bool
+    watch: bool  # inotify asked for; `can_watch` turns False where it is missing or at its watch limit
     conn: sqlite3.Connection
+    can_watch: bool = sys.platform.startswith("linux")
     watcher: _Inotify | None = None
     checked: bool = False  # has the watcher seen every folder since the last full comparison?
     known: dict | None = None  # path -> (size, mtime_ns) as indexed: spares each comparison a table read
     version: int = -1  # PRAGMA data_version when `known` was read; other processes' commits change it
 
+    def stop_watching(self) -> None:
+        if self.watcher is not None:
+            os.close(self.watcher.fd)
+            self.watcher = None
 
-_INDEX: _Index | None = None
 
-
-def _open(kb: Path, index_dir: Path, watch: bool) -> _Index:
-    """The index of these notes, opening it (and closing any other) on first use in this process."""
-    global _INDEX
-    path = index_path(kb, index_dir)
-    if _INDEX is None or (_INDEX.kb, _INDEX.path, _INDEX.watch) != (kb, path, watch):
-        close_index()
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                conn = _connect(path)
-            except sqlite3.DatabaseError as exc:
-                if not _is_damage(exc):
-                    raise
-                warn(f"search index {path} cannot be used ({exc}); rebuilding it.")
-                _remove_index(path)
-                conn = _connect(path)
-        except (OSError, sqlite3.Error, _Busy) as exc:
-            warn(f"cannot open the search index {path}: {exc or 'another process keeps it locked'}")
-            raise ToolError(f"the search index cannot be opened ({exc or 'locked'}); "
-                            "the person can see why on their screen.") from None
-        _INDEX = _Index(kb, path, watch, conn)
-    return _INDEX
+_INDEX: _Index | None = None  # the one index this process has open
 
 
 def close_index() -> None:
     """Close the open index and its watcher (tests and benchmarks use this to start cold)."""
     global _INDEX
     if _INDEX is not None:
-        if _INDEX.watcher is not None:
-            _INDEX.watcher.close()
+        _INDEX.stop_watching()
         _INDEX.conn.close()
         _INDEX = None
+
+
+def _with_index(kb: Path, index_dir: Path, watch: bool, action) -> str:
+    """action(index) on an index brought up to date; a damaged or outdated index is rebuilt once."""
+    global _INDEX
+    path = index_path(kb, index_dir)
+    for attempt in (1, 2):
+        try:
+            if _INDEX is None or (_INDEX.kb, _INDEX.path, _INDEX.watch) != (kb, path, watch):
+                close_index()
+                _INDEX = _Index(kb, path, watch, _connect(path))
+            try:
+                _refresh(_INDEX)
+            except _Busy:
+                warn("the search index is still being updated by another knowledge-agent; searching what "
+                     "it holds.")
+                return action(_INDEX) + ("\n\n(Another knowledge-agent process is still indexing these "
+                                         "notes, so this answer may miss some. Try again in a minute.)")
+            return action(_INDEX)
+        except (OSError, sqlite3.Error, _Busy) as exc:
+            close_index()
+            if attempt == 2 or not _is_damage(exc):
+                warn(f"search index {path} failed: {exc}")
+                raise ToolError(f"the search index failed ({exc}); the person sees where it is on their "
+                                "screen and may delete it (it is rebuilt).") from None
+            warn(f"search index {path} cannot be used ({exc}); rebuilding it.")
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
 def _known(idx: _Index) -> dict:
@@ -427,16 +429,13 @@ def _refresh(idx: _Index) -> None:
             _apply(idx, dict.fromkeys(notes), [])
             idx.checked = True
             return
-    if idx.watcher is not None:
-        idx.watcher.close()
-        idx.watcher = None
+    idx.stop_watching()  # a new watcher, watching exactly the folders this walk finds
     try:
-        idx.watcher = _Inotify() if idx.watch and sys.platform.startswith("linux") else None
+        idx.watcher = _Inotify() if idx.watch and idx.can_watch else None
         on_disk = _walk(idx.kb, idx.watcher)
     except (OSError, AttributeError):  # no inotify here, or its watch limit: compare on every search
-        if idx.watcher is not None:
-            idx.watcher.close()
-        idx.watcher, on_disk = None, _walk(idx.kb)
+        idx.stop_watching()
+        idx.can_watch, on_disk = False, _walk(idx.kb)
     known = _known(idx)
     _apply(idx, {p: st for p, st in on_disk.items() if known.get(p) != st}, [p for p in known if p not in on_disk])
     idx.checked = True
@@ -507,29 +506,6 @@ def _store(conn: sqlite3.Connection, rows: list, gone: list) -> None:
         [r[:6] for r in rows])
     conn.executemany("INSERT INTO fts(rowid, path, title, lead, body) "
                      "SELECT id, ?, ?, ?, ? FROM notes WHERE path=?", [r[6:] + r[:1] for r in rows])
-
-
-def _with_index(kb: Path, index_dir: Path, watch: bool, action) -> str:
-    """action(index) on an up-to-date index; a damaged index is rebuilt once."""
-    for attempt in (1, 2):
-        idx = _open(kb, index_dir, watch)
-        try:
-            try:
-                _refresh(idx)
-            except _Busy:
-                warn("the search index is still being updated by another knowledge-agent; searching what it "
-                     "holds.")
-                return action(idx) + ("\n\n(Another knowledge-agent process is still indexing these notes, "
-                                      "so this answer may miss some. Try again in a minute.)")
-            return action(idx)
-        except sqlite3.DatabaseError as exc:
-            close_index()
-            if attempt == 2 or not _is_damage(exc):
-                warn(f"search index failed ({exc}); if it persists, delete {idx.path}")
-                raise ToolError(f"the search index failed ({exc}). Try again; if it persists, the person can "
-                                "delete the index file named on their screen (it is rebuilt).") from None
-            warn(f"search index {idx.path} is damaged ({exc}); rebuilding it.")
-            _remove_index(idx.path)
 
 
 def _folder(kb: Path, folder: str | None) -> str:
