@@ -1,22 +1,19 @@
 """Find notes fast: a SQLite FTS5 index of the notes folder, kept fresh, ranked, bounded.
 
-The search_notes and list_notes tools call this file; the tools report their own changes via note_changed.
-- Indexed per note: path, title (front matter or first heading, else file name), opening paragraph
-  ("lead") and body, from the first 2 MB. Runs of Chinese, Japanese or Korean become overlapping
-  2-character words, in the index and in queries, because SQLite's unicode61 sees a whole sentence as one.
-- One index file per notes folder in `index_dir`, in WAL mode so two processes can share it; a damaged or
-  outdated one is rebuilt with a one-line notice (through `warn`, which the caller may replace).
-- Freshness: the first search in a process compares every note's size and mtime with the index; after that
-  Linux inotify names the notes that changed (a changed folder means one more full comparison). Without
-  inotify every search compares. One process keeps one index open.
-- Ranking: BM25 with path, title and lead above the body; a note whose title or file name is the whole query
-  first; notes holding every query word before notes holding some. Output is bounded for the model.
-It never writes inside the notes folder nor reads outside it (links leading out are skipped).
+search_notes and list_notes are the agent's tools of those names; note_changed hears of the tools' own
+changes. Indexed per note: path, title, opening paragraph ("lead") and body, from its first 2 MB. Runs of
+Chinese, Japanese or Korean become overlapping 2-character words, in notes and queries alike: SQLite's
+unicode61 tokenizer would see a whole sentence as one word. One index file per notes folder in index_dir,
+in WAL mode so processes can share it; a damaged or outdated one is rebuilt with a notice through `warn`
+(the caller may replace it). Freshness: the first search in a process compares every note's size and mtime
+with the index, later ones ask Linux inotify which notes changed (without it, every search compares).
+Ranking: BM25 with path, title and lead above the body; a note whose title or file name is the whole query
+comes first, and notes with every word before notes with some.
+It never writes inside the notes folder nor reads outside it; what the model can fix raises ToolError.
 """
 
 import ctypes
 import ctypes.util
-import errno
 import hashlib
 import os
 import re
@@ -44,8 +41,7 @@ INDEX_MAX_NOTE_BYTES = 2_000_000  # only the first 2 MB of a huge note are index
 INDEX_BATCH = 500  # notes read and written together: bounds memory during a big build
 INDEX_PROGRESS_AFTER_S = 1.0  # a build running longer than this tells the person
 INDEX_BUSY_TIMEOUT_S = 5.0  # SQLite's own wait for another process's write lock
-INDEX_WAIT_S = 120  # then a search waits this long for another process's build, and searches what is there
-INDEX_RETRY_PAUSE_S = 0.05
+INDEX_WAIT_S = 120  # then a search says so and waits this long for another process's build
 SCHEMA_VERSION = "2"  # bump when the tables or the text preparation change: old indexes get rebuilt
 
 
@@ -68,9 +64,10 @@ def _walk(kb: Path, watcher=None) -> dict:
         except OSError:
             continue  # vanished or unreadable folder: nothing in it can be searched
         for entry in entries:
-            name, path = entry.name, f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            name = entry.name
             if name[0] == "." and name[:2] != "..":
                 continue  # hidden (is_hidden_name inlined: this runs once per note per comparison)
+            path = f"{rel_dir}/{name}" if rel_dir else name
             try:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(path)  # linked folders are not followed: no loops, no escapes
@@ -113,12 +110,13 @@ _STOPWORDS = frozenset("""a an and are as at be by for from how i in is it of on
 when where which who why with""".split())
 
 
-def _cjk_words(text: str, for_query: bool = False) -> str:
+def _cjk_words(text: str, tails: str = "all") -> str:
     """Rewrite each CJK run as overlapping 2-character words: 归档实用 -> 归档 档实 实用 用.
 
-    In the index every run also ends with its last character alone, so a 1-character query (matched as a
-    prefix) finds a character at the end of a run too. A query leaves that tail off only where its text
-    ends, so a phrase still lines up with a longer run in a note, and 解压zip still lines up with 解压 压 zip.
+    In the index ("all") every run also ends with its last character alone, so a 1-character query (a
+    prefix) finds a character at the end of a run too. A query ("inner") leaves that tail off where its
+    text ends, so a phrase still lines up with a longer run in a note, and 解压zip with 解压 压 zip. "none"
+    gives the separate words inside one word: 解压zip文件 -> 解压 zip 文件.
     """
     end = len(text.rstrip())
 
@@ -127,21 +125,10 @@ def _cjk_words(text: str, for_query: bool = False) -> str:
         if len(run) == 1:
             return f" {run} "
         words = [run[i:i + 2] for i in range(len(run) - 1)]
-        if not for_query or match.end() < end:
+        if tails == "all" or (tails == "inner" and match.end() < end):
             words.append(run[-1])
         return " " + " ".join(words) + " "
     return _CJK_RUN.sub(grams, text)
-
-
-def _units(word: str) -> list:
-    """The separate words inside one word: 解压zip文件 -> 解压 zip 文件, 如何压缩 -> 如何 何压 压缩."""
-    units = []
-    for piece in _SCRIPT_PIECE.findall(word):
-        if len(piece) > 1 and _CJK_RUN.fullmatch(piece):
-            units += [piece[i:i + 2] for i in range(len(piece) - 1)]
-        else:
-            units.append(piece)
-    return units
 
 
 def _title_of(text: str, stem: str) -> str:
@@ -170,11 +157,6 @@ def _key(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
-def _stem(path: str) -> str:
-    name = path.rsplit("/", 1)[-1]
-    return next((name[:-len(s)] for s in NOTE_SUFFIXES if name.lower().endswith(s)), name)
-
-
 @dataclass
 class _Term:
     fts: str          # the chunk as one FTS5 phrase, quoted, ready for MATCH: the best kind of match
@@ -185,7 +167,7 @@ class _Term:
 
 
 def _phrase(words: list) -> str:
-    spaced = _cjk_words(" ".join(words), for_query=True).split()
+    spaced = _cjk_words(" ".join(words), "inner").split()
     phrase = '"' + " ".join(spaced) + '"'
     if len(spaced[-1]) == 1 and _CJK_RUN.fullmatch(spaced[-1]):
         phrase += "*"  # a lone CJK character is the start of a 2-character word in the index
@@ -194,7 +176,7 @@ def _phrase(words: list) -> str:
 
 def _chunk_words(chunk: str):
     words = [w.casefold() for w in _WORD.findall(chunk)]
-    return words, list(dict.fromkeys(u for w in words for u in _units(w)))
+    return words, list(dict.fromkeys(u for w in words for u in _cjk_words(w, "none").split()))
 
 
 def _parse_query(query: str) -> list:
@@ -248,41 +230,22 @@ _SCHEMA = [
     "tokenize='porter unicode61 remove_diacritics 2')",
     f"INSERT OR IGNORE INTO meta VALUES ('schema', '{SCHEMA_VERSION}')",
 ]
+_DAMAGE = ("malformed", "not a database", "no such table", "corrupt", "another version")  # in error texts
 
 
-class _Busy(Exception):
-    """Another process kept the index locked longer than we wait (it is building a big index)."""
-
-
-def _is_damage(exc: Exception) -> bool:
-    name, text = getattr(exc, "sqlite_errorname", ""), str(exc).lower()
-    return (name.startswith("SQLITE_CORRUPT") or name == "SQLITE_NOTADB"
-            or any(s in text for s in ("malformed", "not a database", "no such table", "corrupt", "version")))
-
-
-def _run_waiting(conn: sqlite3.Connection, sql: str, wait_s: float | None = None) -> None:
-    """Run sql, retrying up to wait_s (default INDEX_WAIT_S) while another process locks the index: a
-    first build holds the lock long, and whoever waited for it then finds the work done."""
-    wait_s = INDEX_WAIT_S if wait_s is None else wait_s
-    deadline, told = time.monotonic() + wait_s, False
-    while True:
-        try:
-            conn.execute(sql)
-            return
-        except sqlite3.OperationalError as exc:
-            if not (getattr(exc, "sqlite_errorname", "").startswith("SQLITE_BUSY") or "locked" in str(exc)):
-                raise
-            if time.monotonic() >= deadline:
-                raise _Busy("another knowledge-agent keeps it locked") from None
-            if not told:
-                warn("another knowledge-agent is updating the search index of these notes; "
-                     f"waiting for it (at most {wait_s:.0f} s)…")
-                told = True
-            time.sleep(INDEX_RETRY_PAUSE_S)  # SQLite may answer BUSY at once (WAL switch, recovery)
-
-
-def _has_meta(conn: sqlite3.Connection) -> bool:
-    return conn.execute("SELECT 1 FROM sqlite_master WHERE name='meta'").fetchone() is not None
+def _run_waiting(conn: sqlite3.Connection, sql: str, patient: bool = True) -> None:
+    """Run sql; if another process holds the index longer than SQLite's own wait, as a first build of many
+    notes does, say so and wait up to INDEX_WAIT_S: whoever waited then finds that work done."""
+    try:
+        conn.execute(sql)
+    except sqlite3.OperationalError as exc:
+        if "locked" not in str(exc) or not patient:
+            raise
+        warn("another knowledge-agent is updating the search index of these notes; "
+             f"waiting for it (at most {INDEX_WAIT_S:.0f} s)…")
+        conn.execute(f"PRAGMA busy_timeout = {int(INDEX_WAIT_S * 1000)}")
+        conn.execute(sql)  # on failure the caller closes this connection, long wait and all
+        conn.execute(f"PRAGMA busy_timeout = {int(INDEX_BUSY_TIMEOUT_S * 1000)}")
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -292,7 +255,7 @@ def _connect(path: Path) -> sqlite3.Connection:
     try:
         _run_waiting(conn, "PRAGMA journal_mode=WAL")  # a new file: the process creating it may hold it
         conn.execute("PRAGMA synchronous=NORMAL")  # safe with WAL; at worst the last change is re-indexed
-        if not _has_meta(conn):
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name='meta'").fetchone():
             _run_waiting(conn, "BEGIN IMMEDIATE")
             with conn:  # commits, or rolls back on an error
                 for statement in _SCHEMA:
@@ -328,7 +291,7 @@ class _Inotify:
         wd = self.libc.inotify_add_watch(self.fd, os.fsencode(abs_dir), _WATCH_MASK)
         if wd >= 0:
             self.folder_of[wd] = rel_dir
-        elif ctypes.get_errno() not in (errno.ENOENT, errno.ENOTDIR):  # gone: the walk skips it too
+        elif ctypes.get_errno() not in (2, 20):  # ENOENT, ENOTDIR: gone meanwhile, the walk skips it too
             raise OSError(ctypes.get_errno(), "inotify_add_watch failed")  # the watch limit, most likely
 
     def changes(self) -> tuple[set, bool]:
@@ -357,7 +320,7 @@ class _Inotify:
 class _Index:
     kb: Path
     path: Path
-    watch: bool  # inotify asked for; `can_watch` turns False where it is missing or at its watch limit
+    watch: bool  # inotify wanted; `can_watch` turns False where it is missing or at its watch limit
     conn: sqlite3.Connection
     can_watch: bool = sys.platform.startswith("linux")
     watcher: _Inotify | None = None
@@ -365,26 +328,27 @@ class _Index:
     known: dict | None = None  # path -> (size, mtime_ns) as indexed: spares each comparison a table read
     version: int = -1  # PRAGMA data_version when `known` was read; other processes' commits change it
 
-    def stop_watching(self) -> None:
-        if self.watcher is not None:
-            os.close(self.watcher.fd)
-            self.watcher = None
-
 
 _INDEX: _Index | None = None  # the one index this process has open
+
+
+def _stop_watching(idx: _Index) -> None:
+    if idx.watcher is not None:
+        os.close(idx.watcher.fd)
+        idx.watcher = None
 
 
 def close_index() -> None:
     """Close the open index and its watcher (tests and benchmarks use this to start cold)."""
     global _INDEX
     if _INDEX is not None:
-        _INDEX.stop_watching()
+        _stop_watching(_INDEX)
         _INDEX.conn.close()
         _INDEX = None
 
 
 def _with_index(kb: Path, index_dir: Path, watch: bool, action) -> str:
-    """action(index) on an index brought up to date; a damaged or outdated index is rebuilt once."""
+    """action(index) on an index brought up to date with the disk; a damaged or outdated one is rebuilt."""
     global _INDEX
     path = index_path(kb, index_dir)
     for attempt in (1, 2):
@@ -392,20 +356,14 @@ def _with_index(kb: Path, index_dir: Path, watch: bool, action) -> str:
             if _INDEX is None or (_INDEX.kb, _INDEX.path, _INDEX.watch) != (kb, path, watch):
                 close_index()
                 _INDEX = _Index(kb, path, watch, _connect(path))
-            try:
-                _refresh(_INDEX)
-            except _Busy:
-                warn("the search index is still being updated by another knowledge-agent; searching what "
-                     "it holds.")
-                return action(_INDEX) + ("\n\n(Another knowledge-agent process is still indexing these "
-                                         "notes, so this answer may miss some. Try again in a minute.)")
+            _refresh(_INDEX)
             return action(_INDEX)
-        except (OSError, sqlite3.Error, _Busy) as exc:
+        except (OSError, sqlite3.Error) as exc:
             close_index()
-            if attempt == 2 or not _is_damage(exc):
+            if attempt == 2 or not any(s in str(exc).lower() for s in _DAMAGE):
                 warn(f"search index {path} failed: {exc}")
-                raise ToolError(f"the search index failed ({exc}); the person sees where it is on their "
-                                "screen and may delete it (it is rebuilt).") from None
+                raise ToolError(f"the search index failed ({exc}); the notice on the person's screen says "
+                                "where it is.") from None
             warn(f"search index {path} cannot be used ({exc}); rebuilding it.")
             for suffix in ("", "-wal", "-shm"):
                 Path(f"{path}{suffix}").unlink(missing_ok=True)
@@ -429,25 +387,25 @@ def _refresh(idx: _Index) -> None:
             _apply(idx, dict.fromkeys(notes), [])
             idx.checked = True
             return
-    idx.stop_watching()  # a new watcher, watching exactly the folders this walk finds
+    _stop_watching(idx)  # a new watcher watches exactly the folders this walk finds
     try:
         idx.watcher = _Inotify() if idx.watch and idx.can_watch else None
         on_disk = _walk(idx.kb, idx.watcher)
     except (OSError, AttributeError):  # no inotify here, or its watch limit: compare on every search
-        idx.stop_watching()
+        _stop_watching(idx)
         idx.can_watch, on_disk = False, _walk(idx.kb)
     known = _known(idx)
     _apply(idx, {p: st for p, st in on_disk.items() if known.get(p) != st}, [p for p in known if p not in on_disk])
     idx.checked = True
 
 
-def _apply(idx: _Index, changed: dict, gone: list, wait_s: float | None = None) -> None:
+def _apply(idx: _Index, changed: dict, gone: list, patient: bool = True) -> None:
     """Write changes in one transaction. `changed` maps a path to its (size, mtime_ns) from a walk, or to
-    None: the agent just wrote it, so index it whatever its size and mtime say. Unreadable notes leave."""
+    None when the agent just wrote it: then it is indexed whatever its size and mtime say."""
     if not changed and not gone:
         return
     started, told = time.monotonic(), False
-    _run_waiting(idx.conn, "BEGIN IMMEDIATE", wait_s)
+    _run_waiting(idx.conn, "BEGIN IMMEDIATE", patient)
     try:
         with idx.conn:
             known = _known(idx)  # another process may have indexed these while we waited for the lock
@@ -474,7 +432,7 @@ def _apply(idx: _Index, changed: dict, gone: list, wait_s: float | None = None) 
 
 
 def _prepare(kb: Path, items: list):
-    """Read notes and turn them into index rows; also return the paths that could not be read."""
+    """Index rows for these notes, and the paths that could not be read (those leave the index)."""
     rows, unreadable = [], []
     for path, size_mtime in items:
         try:
@@ -485,12 +443,12 @@ def _prepare(kb: Path, items: list):
         if text is None:
             unreadable.append(path)
             continue
-        stem = _stem(path)
+        name = path.rsplit("/", 1)[-1]
+        stem = next((name[:-len(s)] for s in NOTE_SUFFIXES if name.lower().endswith(s)), name)
         title = _title_of(text, stem)
-        folder = path[:len(path) - len(path.rsplit("/", 1)[-1])]
         words = _cjk_words if _CJK_RUN.search(text) or _CJK_RUN.search(path) else str  # most have no CJK
-        rows.append((path, *size_mtime, title, _key(title), _key(stem),
-                     words(folder + stem), words(title), words(_lead_of(text)), words(text)))
+        rows.append((path, *size_mtime, title, _key(title), _key(stem), words(path[:-len(name)] + stem),
+                     words(title), words(_lead_of(text)), words(text)))
     return rows, unreadable
 
 
@@ -583,7 +541,7 @@ def _line_patterns(terms: list) -> list:
     for word in {w for t in terms for w in t.words}:
         for piece in _SCRIPT_PIECE.findall(word):
             if _CJK_RUN.fullmatch(piece):
-                patterns.update(re.escape(u) for u in {piece, *_units(piece)})
+                patterns.update(re.escape(u) for u in {piece, *_cjk_words(piece, "none").split()})
             else:  # match the word's start, so "archives" also marks "archive" lines (the index stems words)
                 core = piece[:-1] if len(piece) > 4 and piece.endswith("s") else piece
                 patterns.add(r"(?<![^\W_])(?i:" + re.escape(core) + ")")
@@ -691,7 +649,7 @@ def note_changed(kb: Path, index_dir: Path, rel_path: str) -> None:
         if idx is None or (idx.kb, idx.path) != (Path(kb).resolve(), index_path(kb, index_dir)):
             return  # not open in this process: its first search compares everything anyway
         if is_note_path(rel_path):
-            _apply(idx, {PurePosixPath(rel_path.replace("\\", "/")).as_posix(): None}, [], wait_s=0)
+            _apply(idx, {PurePosixPath(rel_path.replace("\\", "/")).as_posix(): None}, [], patient=False)
         else:
             idx.checked = False  # a folder, perhaps: the next search compares every note
     except Exception:
