@@ -413,7 +413,7 @@ def _apply(idx: _Index, changed: dict, gone: list, patient: bool = True) -> None
             gone = [p for p in gone if p in known]
             for first in range(0, len(items), INDEX_BATCH):
                 rows, unreadable = _prepare(idx.kb, items[first:first + INDEX_BATCH])
-                _store(idx.conn, rows, unreadable)
+                _store(idx.conn, rows, [])
                 gone += unreadable
                 known.update((r[0], (r[1], r[2])) for r in rows)
                 if not told and time.monotonic() - started > INDEX_PROGRESS_AFTER_S:
