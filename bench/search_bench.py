@@ -201,7 +201,8 @@ def title_queries(kb: Path, n: int, seed: int) -> list:
     pages = sorted(kb.rglob("*.md"))
     titles = []
     for path in random.Random(seed).sample(pages, min(n, len(pages))):
-        heading = next((l[2:].strip() for l in path.read_text(encoding="utf-8").splitlines() if l.startswith("# ")), "")
+        lines = path.read_text(encoding="utf-8").splitlines()
+        heading = next((line[2:].strip() for line in lines if line.startswith("# ")), "")
         if re.search(r"[^\W_]", heading or path.stem):  # a name of punctuation alone is no query
             titles.append(heading or path.stem)
     return titles

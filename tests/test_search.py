@@ -407,7 +407,8 @@ def test_another_process_can_use_the_same_index(kb, index_dir, find, watch):
     subprocess.run([sys.executable, "-c", code, str(kb), str(index_dir)], cwd=HERE, capture_output=True,
                    timeout=60)  # the other process indexes both changes first
     assert hits(find(kb, "flour")) == ["late.md"]
-    assert sqlite3.connect(search.index_path(kb, index_dir)).execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    check = sqlite3.connect(search.index_path(kb, index_dir)).execute("PRAGMA integrity_check").fetchone()
+    assert check == ("ok",)
 
 
 def test_index_locked_too_long_by_another_process_is_a_one_line_error_then_catches_up(kb, find, index_dir,
