@@ -11,7 +11,9 @@ The query set is generated from the corpus, not written by hand: for a random sa
 the page's description (its "> " lines minus the "More information" link) gives the query and the page is
 the target. English: 2 or 3 random content words (stopwords and words under 3 letters dropped). Chinese: two
 random, non-overlapping 2-4 character pieces of the description's Chinese text. At 5x/10x a hit on any copy
-of the target page counts, since the copies are identical.
+of the target page counts, since the copies are identical. Title R@1: for 200 pages drawn the same way, the
+page's title as the query; a hit when the first result has exactly that title (a person typing a note's name;
+the English and Chinese pages of one command share it).
 """
 
 import argparse
@@ -29,6 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 DEFAULT_CORPUS = ROOT.parent / "shared" / "corpus" / "tldr-kb.tar.gz"
+
+import search  # noqa: E402
 
 EN_STOPWORDS = set("""a about above after again against all also am an and any are as at be because been
 before being below between both but by can could did do does doing down during each either else etc even
@@ -166,27 +170,42 @@ def naive_search(kb: Path, query: str) -> list:
     return found
 
 
-def tool_runner(kb: Path):
-    """search(query, folder=None) through tools.execute_tool when the core is present, else search.py."""
-    try:
-        import config
-        import tools
-        settings = config.load_settings(kb=str(kb))
-
-        def run(query, folder=None):
-            args = {"query": query, **({"folder": folder} if folder else {})}
-            return tools.execute_tool("search_notes", args, settings)
-        return run, "tools.execute_tool"
-    except (ImportError, AttributeError, TypeError):
-        import search
-        return (lambda query, folder=None: search.search_notes(kb, query, folder)), "search.search_notes"
+def runner(kb: Path, index_dir: Path, watch: bool = True):
+    """search(query, folder=None) on the index in index_dir, with or without inotify."""
+    return lambda query, folder=None: search.search_notes(kb, index_dir, query, folder, watch)
 
 
-HIT_LINE = re.compile(r"^(\S.*?) — ", re.M)
+def start_cold(kb: Path, index_dir: Path, remove: bool = False) -> Path:
+    """Close the open index (and delete its files when remove): the next search opens it or builds it."""
+    search.close_index()
+    path = search.index_path(kb, index_dir)
+    for suffix in ("", "-wal", "-shm") if remove else ():
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    return path
+
+
+HIT_LINE = re.compile(r"^(\S.*?) — (.*)$", re.M)
 
 
 def ranked_paths(output: str) -> list:
-    return HIT_LINE.findall(output)
+    return [path for path, _title in HIT_LINE.findall(output)]
+
+
+def first_title(output: str):
+    found = HIT_LINE.search(output)
+    return found.group(2) if found else None
+
+
+def title_queries(kb: Path, n: int, seed: int) -> list:
+    """The titles (first "# " heading) of n pages drawn with a fixed seed: a person typing a note's name."""
+    pages = sorted(kb.rglob("*.md"))
+    titles = []
+    for path in random.Random(seed).sample(pages, min(n, len(pages))):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        heading = next((line[2:].strip() for line in lines if line.startswith("# ")), "")
+        if re.search(r"[^\W_]", heading or path.stem):  # a name of punctuation alone is no query
+            titles.append(heading or path.stem)
+    return titles
 
 
 def same_page(path: str, target: str, replicated: bool) -> bool:
@@ -217,17 +236,16 @@ def note_bytes(kb: Path) -> int:
     return sum(p.stat().st_size for p in kb.rglob("*.md"))
 
 
-def measure(kb: Path, queries: list, ambiguous: list, replicated: bool, naive_n: int, fallback_n: int, rows: list):
-    import search
-    search.close_indexes()
-    search._remove_index(search.index_path(kb))
-    run, via = tool_runner(kb)
+def measure(kb: Path, index_dir: Path, queries: list, ambiguous: list, titles: list, replicated: bool,
+            naive_n: int, fallback_n: int, rows: list):
+    index = start_cold(kb, index_dir, remove=True)
+    run = runner(kb, index_dir)
 
     started, cpu = time.perf_counter(), time.process_time()
     run("warm up")  # the first search builds the index from nothing
     cold, cold_cpu = time.perf_counter() - started, time.process_time() - cpu
-    size = search.index_path(kb).stat().st_size
-    wal = Path(str(search.index_path(kb)) + "-wal")
+    size = index.stat().st_size
+    wal = Path(f"{index}-wal")
     size += wal.stat().st_size if wal.exists() else 0
     nbytes = note_bytes(kb)
 
@@ -251,6 +269,7 @@ def measure(kb: Path, queries: list, ambiguous: list, replicated: bool, naive_n:
     every = {"en": hits["en"][:], "zh": hits["zh"][:]}  # recall on every drawn query, ambiguous ones too
     for query, target, lang in ambiguous:
         every[lang].append(quality(ranked_paths((judge or run)(query)), target, replicated)[0])
+    title_hits = [first_title((judge or run)(title)) == title for title in titles]
 
     naive_times, naive_hits = [], []
     for query, target, _lang in queries[::max(1, len(queries) // naive_n)][:naive_n]:
@@ -260,16 +279,15 @@ def measure(kb: Path, queries: list, ambiguous: list, replicated: bool, naive_n:
         naive_hits.append(any(same_page(p, target, replicated) for p in found[:5]))
 
     # Without inotify every search compares every note's size and mtime with the index.
-    os.environ["KA_SEARCH_WATCH"] = "0"
-    search.close_indexes()
+    start_cold(kb, index_dir)
+    run = runner(kb, index_dir, watch=False)
     run("warm up")
     fallback = []
     for query, _target, _lang in queries[:fallback_n]:
         t = time.perf_counter()
         run(query)
         fallback.append(time.perf_counter() - t)
-    del os.environ["KA_SEARCH_WATCH"]
-    search.close_indexes()
+    start_cold(kb, index_dir)
 
     p50 = statistics.median(times)
     rows.append({
@@ -278,22 +296,22 @@ def measure(kb: Path, queries: list, ambiguous: list, replicated: bool, naive_n:
         "ratio": statistics.median(naive_times) / p50, "fallback": statistics.median(fallback),
         "r_en": sum(hits["en"]) / len(hits["en"]), "r_zh": sum(hits["zh"]) / len(hits["zh"]),
         "all_en": sum(every["en"]) / len(every["en"]), "all_zh": sum(every["zh"]) / len(every["zh"]),
-        "mrr": sum(mrr) / len(mrr), "naive_recall": sum(naive_hits) / len(naive_hits), "via": via,
+        "mrr": sum(mrr) / len(mrr), "naive_recall": sum(naive_hits) / len(naive_hits),
+        "title": sum(title_hits) / len(title_hits),
     })
 
 
-def measure_edit(kb: Path, rounds: int = 20):
+def measure_edit(kb: Path, index_dir: Path, rounds: int = 20):
     """Time from an outside edit (new word appended to a note) to a search that finds it."""
-    import search
-    run, _via = tool_runner(kb)
+    run = runner(kb, index_dir)
     run("warm up")
     every = sorted(kb.rglob("*.md"))
     notes = every[::len(every) // rounds][:rounds]
     results = {}
     for mode in ("inotify", "stat walk"):
         if mode == "stat walk":
-            os.environ["KA_SEARCH_WATCH"] = "0"
-            search.close_indexes()
+            start_cold(kb, index_dir)
+            run = runner(kb, index_dir, watch=False)
             run("warm up")
         times, found = [], 0
         for i, note in enumerate(notes):
@@ -305,8 +323,7 @@ def measure_edit(kb: Path, rounds: int = 20):
             times.append(time.perf_counter() - t)
             found += note.relative_to(kb).as_posix() in ranked_paths(out)
         results[mode] = (statistics.median(times), found, len(notes))
-    os.environ.pop("KA_SEARCH_WATCH", None)
-    search.close_indexes()
+    start_cold(kb, index_dir)
     return results
 
 
@@ -317,6 +334,7 @@ def main():
     parser.add_argument("--queries", type=int, default=200, help="queries per language")
     parser.add_argument("--naive", type=int, default=40, help="queries timed through the naive scan")
     parser.add_argument("--fallback", type=int, default=20, help="queries timed without inotify")
+    parser.add_argument("--titles", type=int, default=200, help="title queries (a note's name typed)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     if not args.corpus.is_file():
@@ -324,10 +342,11 @@ def main():
                  "the checkout holds it).")
 
     tmp = Path(tempfile.mkdtemp(prefix="search-bench-"))
-    os.environ["KA_INDEX_DIR"] = str(tmp / "index")
+    index_dir = tmp / "index"
     try:
         base = unpack(args.corpus, tmp / "1x")
         queries, ambiguous = make_queries(base, args.queries, args.seed)
+        titles = title_queries(base, args.titles, args.seed)
         print(f"corpus {args.corpus.name}: {sum(1 for _ in base.rglob('*.md'))} notes; "
               f"{len(queries)} queries (seed {args.seed}), e.g. "
               + ", ".join(repr(q) for q, _, _ in queries[:2] + queries[-2:])
@@ -337,31 +356,31 @@ def main():
         rows = []
         for scale in [int(s) for s in args.scales.split(",")]:
             kb = base if scale == 1 else replicate(base, scale, tmp / f"{scale}x")
-            measure(kb, queries, ambiguous, scale != 1, args.naive, args.fallback, rows)
+            measure(kb, index_dir, queries, ambiguous, titles, scale != 1, args.naive, args.fallback, rows)
             rows[-1]["scale"] = scale
             print(f"  {scale}x measured", file=sys.stderr, flush=True)
-        edit = measure_edit(base)
+        edit = measure_edit(base, index_dir)
         print_table(rows, edit, broad_words(base))
     finally:
+        start_cold(base, index_dir)
         shutil.rmtree(tmp, ignore_errors=True)
-        import search
-        search.close_indexes()
 
 
 def print_table(rows, edit, broad_words_seen):
-    print(f"\nsearch through {rows[0]['via']}; naive = seed's full scan; times are medians unless p95; "
+    print("\nsearch through search.search_notes; naive = seed's full scan; times are medians unless p95; "
           "at 5x/10x recall and MRR are judged within folder c0 of the whole index (copies tie); "
           f"1 common word = one-word queries {', '.join(broad_words_seen)}")
     head = ("scale", "notes", "cold build (CPU)", "index/notes", "warm p50", "warm p95", "1 common word p50",
             "naive p50",
-            "naive/ours", "no-inotify p50", "recall@5 en", "recall@5 zh", "MRR@10", "naive recall@5")
+            "naive/ours", "no-inotify p50", "recall@5 en", "recall@5 zh", "MRR@10", "title R@1", "naive recall@5")
     print(" | ".join(head))
     print(" | ".join("---" for _ in head))
     for r in rows:
         print(" | ".join((f"{r['scale']}x", str(r["notes"]), f"{ms(r['cold'])} ({ms(r['cold_cpu'])})",
                           f"{r['size'] / 1e6:.1f} MB / {r['bytes'] / 1e6:.1f} MB = {r['size'] / r['bytes']:.2f}x",
                           ms(r["p50"]), ms(r["p95"]), ms(r["broad"]), ms(r["naive"]), f"{r['ratio']:.0f}x", ms(r["fallback"]),
-                          f"{r['r_en']:.3f}", f"{r['r_zh']:.3f}", f"{r['mrr']:.3f}", f"{r['naive_recall']:.3f}")))
+                          f"{r['r_en']:.3f}", f"{r['r_zh']:.3f}", f"{r['mrr']:.3f}", f"{r['title']:.3f}",
+                          f"{r['naive_recall']:.3f}")))
     print("recall@5 counting the ambiguous draws too: "
           + "; ".join(f"{r['scale']}x en {r['all_en']:.3f} zh {r['all_zh']:.3f}" for r in rows))
     for mode, (t, found, n) in edit.items():
