@@ -140,6 +140,11 @@ class _Reply:
     """What one API call produced, accumulated from a stream or read from a whole response."""
 
     def __init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        """Empty again, for a new attempt or round. `content` is the answer text the person has seen,
+        which run_agent keeps if the round is cut off."""
         self.content, self.reasoning, self.finish_reason, self.usage = "", None, None, None
         self.calls: dict[int, dict] = {}  # by stream index
         self.shown = False  # the person has seen part of it
@@ -234,7 +239,7 @@ def query(client, settings: Settings, messages: list[dict], ui: UI, reply: _Repl
     if extra:  # other providers reject fields they do not know, so send them only when set
         params["extra_body"] = extra
     for attempt in range(STREAM_RETRIES + 1):
-        reply.__init__()
+        reply.reset()
         try:
             return (_stream if settings.stream else _whole)(client, params, ui, reply)
         except (AgentError, KeyboardInterrupt):
@@ -349,6 +354,7 @@ def run_agent(question: str, history: list[dict] | None = None, settings: Settin
             ui.history_changed(history)
             if not reply.calls:  # decided by the calls, not finish_reason: servers differ
                 return _final_answer(reply, ui)
+            # The history keeps arguments the API accepts; the tool gets them as sent, to explain any error.
             calls = list(zip(message["tool_calls"], [c["arguments"] for _, c in sorted(reply.calls.items())]))
             if round_number == settings.max_rounds:
                 answer_unrun([call["id"] for call, _ in calls], history, ROUND_LIMIT)

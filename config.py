@@ -1,8 +1,9 @@
 """Settings a person can set, read once and passed down as one frozen `Settings` value.
 
 Precedence, lowest to highest: defaults here < a `.env` file beside main.py < environment variables
-< command-line flags (keyword overrides to `load_settings`). Only main.py and mcp_server.py call
-`load_settings`; no other module reads the environment or `.env`. A bad value raises `ConfigError` with one
+< command-line flags (keyword overrides to `load_settings`). main.py and mcp_server.py call
+`load_settings` (and run_agent, when given no settings, for `python -c` use); no other module reads the
+environment or `.env`. A bad value raises `ConfigError` with one
 line saying what to set; `.env` values never enter `os.environ`, so commands the agent runs never see them.
 Limits that only one module uses live at the top of that module, not here.
 """

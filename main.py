@@ -17,9 +17,11 @@ import json
 import os
 import sys
 
+import context
 import sessions
+import shell
 import tools
-from agent import UI, AgentError, context, make_client, request_budget, run_agent, system_message
+from agent import UI, AgentError, make_client, request_budget, run_agent, system_message
 from config import ConfigError, Settings, load_settings
 from notes import ToolError, visible
 
@@ -344,7 +346,7 @@ def repl(settings: Settings, client, display: Display, conversation: sessions.Co
 
 
 def shell_banner(settings: Settings) -> str:
-    problem = tools.shell.sandbox_problem()
+    problem = shell.sandbox_problem()
     if problem:
         return (f"shell is ON WITHOUT A SANDBOX: {problem}. The model can run commands as you in {settings.kb}; "
                 "every command is asked about, even with --yes.")

@@ -31,6 +31,7 @@ UNDO_LOG = "undo.jsonl"
 HISTORY_KEEP = 20  # versions kept per note (0: no limit); the newest is never pruned
 HISTORY_MAX_AGE_DAYS = 0  # versions older than this are pruned (0: never by age)
 UNDO_LOG_KEEP = 200  # changes /undo remembers
+CHANGE_OPS = ("write", "overwrite", "edit", "append", "move", "delete")  # what an undo log line may record
 STAMP_FORMAT = "%Y-%m-%dT%H-%M-%S.%fZ"  # UTC, so versions sort by name across DST changes
 STAMP_RE = re.compile(r"\.(\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{6}Z)(?:-(\d+))?$")
 # Control characters and bidi overrides in a name could redraw a confirmation prompt.
@@ -256,7 +257,7 @@ def _inside_notes(path, under: str | None = None) -> bool:
 
 
 def _valid_entry(entry) -> bool:
-    return (isinstance(entry, dict) and entry.get("op") in SUMMARY_SIGNS and _inside_notes(entry.get("path"))
+    return (isinstance(entry, dict) and entry.get("op") in CHANGE_OPS and _inside_notes(entry.get("path"))
             and (entry.get("to") is None or _inside_notes(entry["to"]))
             and (entry.get("snapshot") is None or _inside_notes(entry["snapshot"], HISTORY_DIR))
             and isinstance(entry.get("time", ""), (str, type(None))))
@@ -439,8 +440,6 @@ def _undo(kb: Path, entry: dict) -> tuple[str, list[str]]:
 
 
 # --- Summaries ---
-
-SUMMARY_SIGNS = {"write": "+", "overwrite": "~", "edit": "~", "append": "~", "move": "→", "delete": "-"}
 
 
 def count_changed_lines(old_text: str, new_text: str) -> tuple[int, int]:

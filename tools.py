@@ -26,7 +26,7 @@ MAX_NOTE_BYTES = 5_000_000  # larger files are not read whole, nor changed
 EDIT_CLOSEST_LINES = 3  # lines shown when edit_note's old_text is not found
 EDIT_MAX_MATCHES_COUNTED = 20
 SHELL_QUESTION = "Run this shell command in the notes folder?"  # main.py offers "always" for these
-KEPT = "Edited {}; the previous version is kept in .history/ (/undo in the chat restores it)."
+KEPT = "the previous version is kept in .history/ (/undo in the chat restores it)."
 
 
 @dataclass(frozen=True)
@@ -247,7 +247,7 @@ def edit_note(settings: Settings, file_path: str, old_text: str, new_text: str) 
     start, end = found[0]
     if "\r\n" in text[start:end]:
         new_text = new_text.replace("\n", "\r\n")
-    return _save(settings, name, text[:start] + new_text + text[end:], "edit", KEPT, text)
+    return _save(settings, name, text[:start] + new_text + text[end:], "edit", f"Edited {name}; {KEPT}", text)
 
 
 @tool("Add text at the end of a note (journals, to-do lists, meeting logs), on a new line. Creates "
@@ -260,17 +260,17 @@ def append_note(settings: Settings, file_path: str, content: str) -> str:
         raise ToolError("content is empty; nothing to append.")
     content = _lf(content) if content.endswith("\n") else _lf(content) + "\n"
     if not path.exists() and not path.is_symlink():
-        return _save(settings, name, content, "write", "Created {} with the content (it did not exist).")
+        return _save(settings, name, content, "write", f"Created {name} with the content (it did not exist).")
     text = _note_text(settings, path)
     joiner = "" if not text or text.endswith("\n") else "\n"
-    return _save(settings, name, text + joiner + content, "append", "Appended to the end of {}.", text)
+    return _save(settings, name, text + joiner + content, "append", f"Appended to the end of {name}.", text)
 
 
 def _save(settings: Settings, name: str, text: str, op: str, done: str, expected: str | None = None) -> str:
     """Save through notes.py, update the index, and say what was done under the change summary."""
     summary = notes.save_note(settings.kb, name, text, op, expected=expected)
     _changed(settings, name)
-    return f"{summary}\n{done.format(name)}"
+    return f"{summary}\n{done}"
 
 
 @tool("Create a new note (.md or .txt); folders are created as needed. It refuses to replace an "
@@ -284,12 +284,11 @@ def write_note(settings: Settings, file_path: str, content: str, overwrite: bool
     if path.is_dir():
         raise ToolError(f"{name} is a folder.")
     if not path.exists() and not path.is_symlink():
-        return _save(settings, name, _lf(content), "write", "Created {}.")
+        return _save(settings, name, _lf(content), "write", f"Created {name}.")
     if not overwrite:
         raise ToolError(f"{name} already exists; nothing was written. To change part of it use edit_note, to add "
                         "to its end use append_note; pass overwrite: true only if the person asked for a full rewrite.")
-    return _save(settings, name, _lf(content), "overwrite", KEPT.replace("Edited", "Replaced"),
-                 _note_text(settings, path))
+    return _save(settings, name, _lf(content), "overwrite", f"Replaced {name}; {KEPT}", _note_text(settings, path))
 
 
 @tool("Move or rename a note. Never replaces an existing note; the person is asked to confirm.",
