@@ -22,14 +22,13 @@ import re
 import stat
 import tempfile
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 NOTE_SUFFIXES = (".md", ".txt")
 HISTORY_DIR = ".history"
 UNDO_LOG = "undo.jsonl"
-HISTORY_KEEP = 20  # versions kept per note (0: no limit); the newest is never pruned
-HISTORY_MAX_AGE_DAYS = 0  # versions older than this are pruned (0: never by age)
+HISTORY_KEEP = 20  # versions kept per note (0: no limit)
 UNDO_LOG_KEEP = 200  # changes /undo remembers
 CHANGE_OPS = ("write", "overwrite", "edit", "append", "move", "delete")  # what an undo log line may record
 STAMP_FORMAT = "%Y-%m-%dT%H-%M-%S.%fZ"  # UTC, so versions sort by name across DST changes
@@ -217,32 +216,25 @@ def snapshot(kb: Path, rel_path: str) -> str:
     return rel(kb, copy)
 
 
-def list_versions(kb: Path, rel_path: str) -> list[tuple[datetime, Path]]:
-    """(time taken, path) of every kept version of one note, oldest first."""
+def list_versions(kb: Path, rel_path: str) -> list[Path]:
+    """Every kept version of one note, oldest first: names end in a UTC stamp (and -N after a clash)."""
     base = kb / HISTORY_DIR / rel_path
     try:
         names = os.listdir(base.parent)
     except OSError:
         return []
-    found = []
-    for name in names:
-        match = STAMP_RE.fullmatch(name[len(base.name):]) if name.startswith(base.name + ".") else None
-        if match:
-            taken = datetime.strptime(match[1], STAMP_FORMAT).replace(tzinfo=timezone.utc)
-            found.append((taken, int(match[2] or 0), base.parent / name))
-    return [(taken, path) for taken, _, path in sorted(found)]
+    found = [(match[1], int(match[2] or 0), name) for name in names
+             if name.startswith(base.name + ".") and (match := STAMP_RE.fullmatch(name[len(base.name):]))]
+    return [base.parent / name for _, _, name in sorted(found)]
 
 
-def prune_versions(kb: Path, rel_path: str, keep: int | None = None, max_age_days: float | None = None) -> None:
-    """Delete versions of one note beyond `keep` or older than `max_age_days` (0: no limit); never the newest."""
+def prune_versions(kb: Path, rel_path: str, keep: int | None = None) -> None:
+    """Delete the oldest versions of one note beyond `keep` (HISTORY_KEEP; 0: keep all)."""
     keep = HISTORY_KEEP if keep is None else keep
-    max_age = HISTORY_MAX_AGE_DAYS if max_age_days is None else max_age_days
     versions = list_versions(kb, rel_path)
-    now = datetime.now(timezone.utc)
-    for i, (taken, path) in enumerate(versions[:-1]):
-        if (keep > 0 and len(versions) - i > keep) or (max_age > 0 and now - taken > timedelta(days=max_age)):
-            with contextlib.suppress(OSError):
-                path.unlink()
+    for path in versions[:max(0, len(versions) - keep)] if keep > 0 else ():
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 # --- The undo log ---

@@ -18,7 +18,7 @@ import notes
 import search
 import shell
 from config import Settings
-from notes import HISTORY_DIR, ToolError, rel, safe_folder, safe_path
+from notes import HISTORY_DIR, ToolError, rel, safe_path
 
 MAX_TOOL_OUTPUT = 8000  # characters; no tool result is longer
 READ_MAX_LINES = 200  # read_note returns at most this many lines per call
@@ -73,30 +73,20 @@ FOLDER = ("string", "Optional folder inside the notes, e.g. 'work'.")
 
 # --- Finding and reading ---
 
-def _folder(settings: Settings, folder: str | None) -> str:
-    if not folder or not folder.strip() or folder.strip() in (".", "/"):
-        return ""
-    resolved = safe_folder(settings.kb, folder)
-    if not resolved.is_dir():
-        raise ToolError(f"there is no folder {folder!r} in the notes. Call list_notes to see the folders.")
-    return "" if resolved == settings.kb else rel(settings.kb, resolved)
-
-
 @tool("Search the person's notes by keywords (English or Chinese). Use it first for any question about "
       "what the notes say; then read_note the best hits before answering. Returns the best notes first "
       "(those with every word, then those with some) as paths, titles and matching lines with line "
       "numbers. Put a phrase in double quotes to require it word for word.",
       {"query": ("string", "Keywords, e.g. 'python decorators' or '快捷键'."), "folder": FOLDER}, read_only=True)
 def search_notes(settings: Settings, query: str, folder: str | None = None) -> str:
-    return search.search_notes(settings.kb, settings.index_dir, query, _folder(settings, folder),
-                               settings.search_watch)
+    return search.search_notes(settings.kb, settings.index_dir, query, folder, settings.search_watch)
 
 
 @tool("List the notes (newest first) with their titles and dates, and how many notes each subfolder "
       "holds, optionally inside one folder. Use it to see what exists when a search finds nothing or "
       "the person asks what notes they have.", {"folder": FOLDER}, read_only=True)
 def list_notes(settings: Settings, folder: str | None = None) -> str:
-    return search.list_notes(settings.kb, settings.index_dir, _folder(settings, folder), settings.search_watch)
+    return search.list_notes(settings.kb, settings.index_dir, folder, settings.search_watch)
 
 
 def _read_text(path) -> str:

@@ -97,15 +97,26 @@ def valid(messages: list[dict]) -> bool:
     return not pending and bool(body) and body[0]["role"] == "user"
 
 
-def run(module, turns: int, budget: int) -> dict:
+def agent_tools() -> list[dict]:
+    """The tool schemas the agent sends with every request (the note tools, shell off)."""
+    import tools
+    from config import Settings
+    return tools.tool_schemas(Settings(None, "", "", ROOT))
+
+
+def run(module, turns: int, budget: int, schemas: list | None = None) -> dict:
+    """With `schemas`, requests are counted as the agent sends them: the tool schemas first (every chat
+    template renders them before the messages), then the messages, fitted to the budget less the schemas."""
     seen: set[int] = set()  # hashes of every message-list prefix sent so far
+    fixed = [json.dumps(schemas, ensure_ascii=False)] if schemas else []
+    budget -= module.estimate_tokens([], schemas) if schemas else 0
     shares, sent, cached, over, invalid, fit_ms, dump_ms = [], 0, 0, 0, 0, [], []
     for history in conversation(turns):
         start = time.perf_counter()
         request = module.fit_to_budget(history, budget)
         fit_ms.append((time.perf_counter() - start) * 1000)
         start = time.perf_counter()
-        texts = [json.dumps(m, ensure_ascii=False) for m in request]
+        texts = fixed + [json.dumps(m, ensure_ascii=False) for m in request]
         dump_ms.append((time.perf_counter() - start) * 1000)
         key, hit, size, common = 0, True, 0, 0
         for text in texts:
@@ -128,11 +139,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=60)
     parser.add_argument("--budget", type=int, default=8000)
+    parser.add_argument("--as-sent", action="store_true",
+                        help="count the tool schemas too, and take them off the budget, as the agent does")
     args = parser.parse_args()
+    schemas = agent_tools() if args.as_sent else None
     with tempfile.TemporaryDirectory() as folder:
         old = load_old_context(Path(folder))
-    before, after = run(old, args.turns, args.budget), run(context, args.turns, args.budget)
-    print(f"{args.turns} turns, {after['requests']} requests, budget {args.budget:,} tokens")
+    before, after = run(old, args.turns, args.budget, schemas), run(context, args.turns, args.budget, schemas)
+    how = "tool schemas + messages, as sent" if schemas else "messages only"
+    print(f"{args.turns} turns, {after['requests']} requests, budget {args.budget:,} tokens ({how})")
     rows = [("cached share, mean per request", "mean", "{:.2f}"),
             ("cached share, second half", "second_half", "{:.2f}"),
             ("cached share of all chars sent", "weighted", "{:.2f}"),

@@ -21,7 +21,7 @@ def yes(question):
 
 
 def history_texts(kb, rel):
-    return [path.read_text(encoding="utf-8") for _, path in notes.list_versions(kb, rel)]
+    return [path.read_text(encoding="utf-8") for path in notes.list_versions(kb, rel)]
 
 
 LONG_NOTE = "".join(f"Line {i}: some text about topic {i}.\n" for i in range(1, 400)).replace(
@@ -208,7 +208,7 @@ def test_history_is_hidden_from_search_list_and_read(settings, kb):
     assert ".history" not in run(settings, "list_notes")
     assert "python.md" not in run(settings, "search_notes", query="装饰器")  # only the old version has it
     assert "vim" not in run(settings, "search_notes", query="deletes")
-    [kept] = [p for _, p in notes.list_versions(kb, "vim.md")]
+    [kept] = notes.list_versions(kb, "vim.md")
     result = run(settings, "read_note", file_path=kept.relative_to(kb).as_posix())
     assert result.startswith("Error:")
     assert run(settings, "list_notes", folder=".history").startswith("Error:")

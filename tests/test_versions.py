@@ -28,7 +28,7 @@ def make(kb, rel, data: bytes):
 
 
 def history_files(kb, rel):
-    return [p for _, p in notes.list_versions(kb, rel)]
+    return notes.list_versions(kb, rel)
 
 
 def stray_files(folder):
@@ -207,32 +207,26 @@ def test_delete_keeps_a_copy(tmp_path):
 
 
 def fake_versions(kb, rel, ages_days, now):
-    """Versions of rel taken ages_days ago, named as notes.snapshot names them."""
+    """Versions of rel taken ages_days ago, named as notes.snapshot names them; a clash gets -N."""
     make(kb, rel, b"current")
     for age in ages_days:
-        make(kb, f".history/{rel}.{(now - timedelta(days=age)).strftime(notes.STAMP_FORMAT)}", b"old")
+        name = f".history/{rel}.{(now - timedelta(days=age)).strftime(notes.STAMP_FORMAT)}"
+        make(kb, name + ("-10" if (kb / name).exists() else ""), f"{age} days old".encode())
 
 
 def test_prune_by_count_keeps_the_newest(tmp_path):
     now = datetime.now(timezone.utc).replace(microsecond=0)
-    fake_versions(tmp_path, "n.md", [5, 4, 3, 2, 1], now)
-    notes.prune_versions(tmp_path, "n.md", keep=2, max_age_days=0)
-    kept = [taken for taken, _ in notes.list_versions(tmp_path, "n.md")]
-    assert kept == [now - timedelta(days=2), now - timedelta(days=1)]
-
-
-def test_prune_by_age_never_removes_the_newest(tmp_path):
-    now = datetime.now(timezone.utc).replace(microsecond=0)
-    fake_versions(tmp_path, "n.md", [400, 300, 200], now)
-    notes.prune_versions(tmp_path, "n.md", keep=0, max_age_days=30)
-    assert [t for t, _ in notes.list_versions(tmp_path, "n.md")] == [now - timedelta(days=200)]
+    fake_versions(tmp_path, "n.md", [5, 400, 3, 2, 1, 1], now)  # the second 1 clashes: it is the newer
+    notes.prune_versions(tmp_path, "n.md", keep=2)
+    assert [p.read_text() for p in history_files(tmp_path, "n.md")] == ["1 days old", "1 days old"]
+    assert history_files(tmp_path, "n.md")[-1].name.endswith("-10")
 
 
 def test_prune_leaves_other_notes_with_similar_names_alone(tmp_path):
     now = datetime.now(timezone.utc).replace(microsecond=0)
     fake_versions(tmp_path, "n.md", [3, 2, 1], now)
     fake_versions(tmp_path, "n.md.bak.md", [3, 2, 1], now)
-    notes.prune_versions(tmp_path, "n.md", keep=1, max_age_days=0)
+    notes.prune_versions(tmp_path, "n.md", keep=1)
     assert len(history_files(tmp_path, "n.md")) == 1
     assert len(history_files(tmp_path, "n.md.bak.md")) == 3
 
