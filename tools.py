@@ -24,6 +24,10 @@ MAX_TOOL_OUTPUT = 8000  # characters; no tool result is longer
 READ_MAX_LINES = 200  # read_note returns at most this many lines per call
 MAX_NOTE_BYTES = 5_000_000  # larger files are not read whole, nor changed
 EDIT_CLOSEST_LINES = 3  # lines shown when edit_note's old_text is not found
+# The hint for old_text that was not found must come back within about a second on any note.
+HINT_SCAN_CHARS = 1_000_000  # the part of a note searched for the closest lines
+HINT_WIDTH = 200  # characters of the passage compared
+HINT_CANDIDATES = 50  # pieces of lines compared closely
 EDIT_MAX_MATCHES_COUNTED = 20
 SHELL_QUESTION = "Run this shell command in the notes folder?"  # main.py offers "always" for these
 KEPT = "the previous version is kept in .history/ (/undo in the chat restores it)."
@@ -178,32 +182,37 @@ def _find_all(text: str, passage: str) -> list[tuple[int, int]]:
 
 
 def closest_lines(text: str, passage: str, limit: int = EDIT_CLOSEST_LINES) -> str:
-    """The note's lines most like the passage's longest line, to help the model copy it exactly."""
-    wanted = max(passage.strip().splitlines() or [passage], key=len).strip()
-    matcher = difflib.SequenceMatcher(autojunk=False)
-    matcher.set_seq2(wanted)
-    scored = [(-ratio, number, line) for number, line in enumerate(text.splitlines(), start=1)
-              if (ratio := _likeness(matcher, line.strip(), len(wanted))) >= 0.5]
+    """The note's lines most like the passage's longest line, to help the model copy it exactly.
+
+    Bounded on any note: only the first HINT_SCAN_CHARS are looked at, a long line is looked at in
+    overlapping pieces as wide as the passage (a typo fix quotes part of a line), and only the
+    HINT_CANDIDATES pieces sharing the most three-letter runs with it are compared closely."""
+    wanted = max(passage.strip().splitlines() or [passage], key=len).strip()[:HINT_WIDTH]
+    grams = {wanted[i:i + 3] for i in range(len(wanted) - 2)} or {wanted}
+    lines, width = text[:HINT_SCAN_CHARS].splitlines(), max(len(wanted), 40)
+    pieces = [(number, line[at:at + 2 * width]) for number, line in enumerate(lines, start=1)
+              for at in range(0, max(1, len(line) - width), width)]
+    shared = sorted(pieces, key=lambda piece: -sum(gram in piece[1] for gram in grams))[:HINT_CANDIDATES]
+    scored = {}  # line number -> (likeness, the piece shown)
+    for number, piece in shared:
+        ratio = _likeness(piece.strip(), wanted)
+        if ratio >= 0.5 and ratio > scored.get(number, (0,))[0]:
+            scored[number] = (ratio, piece.strip())
     if not scored:
         return "No line of the note looks like it; read_note the note again to see its current text."
-    best = sorted(sorted(scored)[:limit], key=lambda s: s[1])
-    return "The closest lines are:\n" + "\n".join(f"  line {n}: {_clip(line)}" for _, n, line in best)
+    best = sorted(sorted(scored, key=lambda number: -scored[number][0])[:limit])
+    shown = {n: lines[n - 1] if len(lines[n - 1]) <= 200 else f"…{scored[n][1]}…" for n in best}
+    return "The closest lines are:\n" + "\n".join(f"  line {n}: {_clip(shown[n])}" for n in best)
 
 
-def _likeness(matcher: difflib.SequenceMatcher, line: str, width: int) -> float:
-    """How like the wanted text the line, or its most alike stretch, is (0..1). A typo fix quotes part of a
-    line, so a long line is compared piece by piece, one piece per word start."""
-    wanted = matcher.b
-    pairs = {wanted[i:i + 2] for i in range(len(wanted) - 1)}
-    if pairs and sum(pair in line for pair in pairs) < len(pairs) / 3:
-        return 0.0  # too few letter pairs in common to be worth comparing closely
-    starts = [0] + [i + 1 for i, c in enumerate(line) if c == " " and i + 1 < len(line)] if len(line) > width else [0]
-    best = 0.0
-    for start in starts:
-        matcher.set_seq1(line[start:start + width + width // 4] if len(line) > width else line)
-        if matcher.real_quick_ratio() > best and matcher.quick_ratio() > best:
-            best = max(best, matcher.ratio())
-    return best
+def _likeness(piece: str, wanted: str) -> float:
+    """How like the wanted text the piece, or the stretch of it lined up on their longest common run, is."""
+    matcher = difflib.SequenceMatcher(None, piece, wanted, autojunk=False)
+    if len(piece) > len(wanted) + len(wanted) // 4:
+        match = matcher.find_longest_match(0, len(piece), 0, len(wanted))
+        begin = max(0, match.a - match.b)
+        matcher.set_seq1(piece[begin:begin + len(wanted) + len(wanted) // 4])
+    return matcher.ratio()
 
 
 def _clip(line: str, width: int = 200) -> str:

@@ -343,3 +343,21 @@ def test_a_missed_typo_fix_inside_a_long_line_is_shown_its_closest_line(settings
                                "Nothing else here.\n", encoding="utf-8")
     result = run(settings, "edit_note", file_path="fox.md", old_text="quikk brwn fox", new_text="quick brown fox")
     assert "0 matches" in result and "line 3: In the morning the quick brwon fox" in result
+
+
+def test_the_closest_lines_hint_is_bounded_on_any_note(settings, kb, monkeypatch):
+    """40,000 lines, or one huge line: only the first HINT_SCAN_CHARS are searched, and only a few pieces
+    of them are compared closely (bench/edit_hint_bench.py times it)."""
+    compared = []
+    real = tools._likeness
+    monkeypatch.setattr(tools, "_likeness", lambda piece, wanted: compared.append(piece) or real(piece, wanted))
+    many = "".join(f"Line {i}: some text about topic {i}.\n" for i in range(40_000))
+    (kb / "many.md").write_text(many, encoding="utf-8")
+    result = run(settings, "edit_note", file_path="many.md", old_text="Line 700: some txet about topic 700.",
+                 new_text="x")
+    assert "line 701: Line 700: some text about topic 700." in result
+    assert 0 < len(compared) <= tools.HINT_CANDIDATES
+    far = "x" * tools.HINT_SCAN_CHARS + "\nthe quick brwon fox\n"
+    (kb / "far.md").write_text(far, encoding="utf-8")
+    result = run(settings, "edit_note", file_path="far.md", old_text="the quick brown fox", new_text="x")
+    assert "0 matches" in result and "No line of the note looks like it" in result
