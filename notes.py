@@ -21,15 +21,23 @@ import os
 import re
 import stat
 import tempfile
+import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath, PureWindowsPath
+
+try:
+    import fcntl
+except ImportError:  # Windows: no lock between processes there
+    fcntl = None
 
 NOTE_SUFFIXES = (".md", ".txt")
 HISTORY_DIR = ".history"
 UNDO_LOG = "undo.jsonl"
 HISTORY_KEEP = 20  # versions kept per note (0: no limit)
 UNDO_LOG_KEEP = 200  # changes /undo remembers
+LOCK_FILE = "lock"  # in .history: held while a change reads and writes a note
+LOCK_WAIT = 10.0  # seconds a change waits for another process's change before giving up
 CHANGE_OPS = ("write", "overwrite", "edit", "append", "move", "delete")  # what an undo log line may record
 STAMP_FORMAT = "%Y-%m-%dT%H-%M-%S.%fZ"  # UTC, so versions sort by name across DST changes
 STAMP_RE = re.compile(r"\.(\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{6}Z)(?:-(\d+))?$")
@@ -149,7 +157,11 @@ def atomic_write(path: Path, data: bytes) -> None:
 
 
 def _write_via_temp(target: Path, data: bytes, put_in_place) -> None:
-    # A dot name keeps a temp file left by a power cut out of search and listings.
+    # A dot name keeps a temp file left by a crash out of search and listings; every write happens under
+    # the lock, so one found now is such a leftover.
+    for stale in target.parent.glob(".~*.tmp"):
+        with contextlib.suppress(OSError):
+            stale.unlink()
     fd, tmp = tempfile.mkstemp(prefix=f".~{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -297,35 +309,72 @@ def _log_change(kb: Path, op: str, path: str, to=None, snapshot_path=None, after
 
 # --- Changes the agent makes ---
 
-def save_note(kb: Path, rel_path: str, text: str, op: str, expected: str | None = None) -> str:
-    """Write `text` to the note, keeping the old version; return the change summary line.
+def save_note(kb: Path, rel_path: str, new_text, op: str) -> str:
+    """Write the note, keeping the old version; return the change summary line.
 
-    op "write" creates a new note and fails if one exists; "overwrite", "edit" and "append" replace an
-    existing one in its own format. `expected` is the text the change was computed from: if the note
-    differs now (a save in between), nothing is written.
+    `new_text` is the text, or a function giving it from the note's text at this moment: it runs under the
+    lock every knowledge-agent takes to change notes, so a change another one made meanwhile is built on,
+    never written over. op "write" creates a note and fails if one exists; "overwrite", "edit" and
+    "append" replace one in its own format. The undo entry is written before the note is replaced, so a
+    crash in between cannot leave a change that /undo does not know of.
     """
-    path = kb / rel_path
+    path, compute = kb / rel_path, new_text if callable(new_text) else lambda old: new_text
     try:
-        if op == "write":
-            if os.path.lexists(path):
-                raise ToolError(f"{rel_path} already exists; nothing was replaced")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            _write_via_temp(path, encode_note(text, NoteFormat()), _place_new)
-            return change_summary("write", rel_path, new_text=text) + _log_change(kb, "write", rel_path)
-        if not path.is_file():
-            raise ToolError(f"{rel_path} does not exist")
-        old_text, fmt = read_note(path)
-        if expected is not None and old_text != expected:
-            raise ToolError(f"{rel_path} changed on disk since it was read; read it again, nothing was written")
-        if old_text == text:
-            return change_summary(op, rel_path, old_text, text)
-        kept = snapshot(kb, rel_path)
-        atomic_write(path, encode_note(text, fmt))
-        prune_versions(kb, rel_path)
-        return change_summary(op, rel_path, old_text, text) + _log_change(
-            kb, op, rel_path, snapshot_path=kept, after=_digest(path))
+        with locked(kb):
+            if op == "write":
+                if os.path.lexists(path):
+                    raise ToolError(f"{rel_path} already exists; nothing was replaced")
+                text = compute("")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                _write_via_temp(path, encode_note(text, NoteFormat()), _place_new)
+                return change_summary("write", rel_path, new_text=text) + _log_change(kb, "write", rel_path)
+            if not path.is_file():
+                raise ToolError(f"{rel_path} does not exist")
+            try:
+                old_text, fmt = read_note(path)
+            except ToolError as e:
+                raise ToolError(f"{rel_path} is {e}") from None
+            if "\0" in old_text[:8192]:
+                raise ToolError(f"{rel_path} looks binary, not a text note; it was left alone")
+            text = compute(old_text)
+            if old_text == text:
+                return change_summary(op, rel_path, old_text, text)
+            data = encode_note(text, fmt)
+            warning = _log_change(kb, op, rel_path, snapshot_path=snapshot(kb, rel_path),
+                                  after=hashlib.sha256(data).hexdigest())
+            try:
+                atomic_write(path, data)
+            except BaseException:
+                _write_log(kb, read_log(kb)[:-1])  # the change did not happen: nothing to undo
+                raise
+            prune_versions(kb, rel_path)
+            return change_summary(op, rel_path, old_text, text) + warning
     except OSError as e:
         raise ToolError(f"could not save {rel_path}: {e.strerror or e}; the note is as it was") from None
+
+
+@contextlib.contextmanager
+def locked(kb: Path):
+    """Changes to one notes folder happen one at a time, across every knowledge-agent process (a chat and
+    an MCP client, two chats): each holds this lock from reading the note to writing it."""
+    try:
+        (kb / HISTORY_DIR).mkdir(exist_ok=True)
+        handle = open(kb / HISTORY_DIR / LOCK_FILE, "a")
+    except OSError:  # no .history here: a change that needs a copy of the old text fails on its own
+        yield
+        return
+    with handle:
+        deadline = time.monotonic() + LOCK_WAIT
+        while fcntl:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise ToolError(f"another knowledge-agent has been changing these notes for {LOCK_WAIT:.0f} s; "
+                                    "nothing was changed, try again") from None
+                time.sleep(0.02)
+        yield
 
 
 def _digest(path: Path) -> str | None:
@@ -339,13 +388,14 @@ def move_note(kb: Path, from_path: str, to_path: str) -> str:
     """Rename a note; never replaces an existing one."""
     src, dst = kb / from_path, kb / to_path
     try:
-        if not src.is_file():
-            raise ToolError(f"{from_path} does not exist")
-        if os.path.lexists(dst):
-            raise ToolError(f"{to_path} already exists; choose another name, nothing was moved")
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        _place_new(src, dst)
-        return change_summary("move", from_path, to=to_path) + _log_change(kb, "move", from_path, to=to_path)
+        with locked(kb):
+            if not src.is_file():
+                raise ToolError(f"{from_path} does not exist")
+            if os.path.lexists(dst):
+                raise ToolError(f"{to_path} already exists; choose another name, nothing was moved")
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            _place_new(src, dst)
+            return change_summary("move", from_path, to=to_path) + _log_change(kb, "move", from_path, to=to_path)
     except OSError as e:
         raise ToolError(f"could not move {from_path}: {e.strerror or e}; it is where it was") from None
 
@@ -354,11 +404,12 @@ def delete_note(kb: Path, rel_path: str) -> str:
     """Remove a note after copying it into .history, where undo (or a person) can get it back."""
     path = kb / rel_path
     try:
-        if not path.is_file():
-            raise ToolError(f"{rel_path} does not exist")
-        kept = snapshot(kb, rel_path)
-        path.unlink()
-        return change_summary("delete", rel_path) + _log_change(kb, "delete", rel_path, snapshot_path=kept)
+        with locked(kb):
+            if not path.is_file():
+                raise ToolError(f"{rel_path} does not exist")
+            kept = snapshot(kb, rel_path)
+            path.unlink()
+            return change_summary("delete", rel_path) + _log_change(kb, "delete", rel_path, snapshot_path=kept)
     except OSError as e:
         raise ToolError(f"could not delete {rel_path}: {e.strerror or e}; it is still there") from None
 
@@ -372,6 +423,11 @@ def undo_last(kb: Path) -> tuple[str, list[str]]:
     since the change are never lost. A change that can no longer be undone is dropped with a message.
     Raises ToolError when it could not undo now (nothing changed; it can be retried).
     """
+    with locked(kb) if (kb / HISTORY_DIR).is_dir() else contextlib.nullcontext():
+        return _undo_latest(kb)
+
+
+def _undo_latest(kb: Path) -> tuple[str, list[str]]:
     entries = read_log(kb)
     if not entries:
         return "Nothing to undo: no changes by the agent are recorded in this knowledge base.", []

@@ -148,8 +148,8 @@ def _changed(settings: Settings, *paths: str) -> None:
         search.note_changed(settings.kb, settings.index_dir, path)
 
 
-def _note_text(settings: Settings, path) -> str:
-    """The whole text of an existing note, as a change sees it."""
+def _changeable(settings: Settings, path) -> str:
+    """The name of an existing note that may be changed; notes.py checks its text under the lock."""
     name = rel(settings.kb, path)
     if path.is_dir():
         raise ToolError(f"{name} is a folder, not a note.")
@@ -157,13 +157,7 @@ def _note_text(settings: Settings, path) -> str:
         raise ToolError(f"{name} does not exist. Use search_notes or list_notes to find the right path.")
     if path.stat().st_size > MAX_NOTE_BYTES:
         raise ToolError(f"{name} is larger than {MAX_NOTE_BYTES} bytes; it is too big to change safely here.")
-    try:
-        text, _ = notes.read_note(path)
-    except ToolError as exc:
-        raise ToolError(f"{name} is {exc}.") from None
-    if "\0" in text[:8192]:
-        raise ToolError(f"{name} looks binary, not a text note; it was left alone.")
-    return text
+    return name
 
 
 def _lf(text: str) -> str:
@@ -226,27 +220,28 @@ def _clip(line: str, width: int = 200) -> str:
       {"file_path": PATH, "old_text": ("string", "The exact current text to replace; must occur once."),
        "new_text": ("string", "The text to put in its place (empty to delete it).")})
 def edit_note(settings: Settings, file_path: str, old_text: str, new_text: str) -> str:
-    path = safe_path(settings.kb, file_path)
-    name = rel(settings.kb, path)
+    name = _changeable(settings, safe_path(settings.kb, file_path))
     if not old_text:
         raise ToolError("old_text is empty. Copy the exact passage to replace from read_note; "
                         "to add text at the end of a note use append_note.")
-    text = _note_text(settings, path)
     old_text, new_text = _lf(old_text), _lf(new_text)
-    found = _find_all(text, old_text)
-    if not found:
-        raise ToolError(f"old_text was not found in {name} (0 matches); nothing was changed. "
-                        f"{closest_lines(text, old_text)}\nCopy the passage exactly, spaces and punctuation included.")
-    if len(found) > 1:
-        count = f"more than {EDIT_MAX_MATCHES_COUNTED}" if len(found) > EDIT_MAX_MATCHES_COUNTED else str(len(found))
-        raise ToolError(f"old_text occurs {count} times in {name}; nothing was changed. "
-                        "Include more of the surrounding text so it matches exactly once.")
     if old_text == new_text:
         raise ToolError("old_text and new_text are the same; nothing to change.")
-    start, end = found[0]
-    if "\r\n" in text[start:end]:
-        new_text = new_text.replace("\n", "\r\n")
-    return _save(settings, name, text[:start] + new_text + text[end:], "edit", f"Edited {name}; {KEPT}", text)
+
+    def replace_once(text: str) -> str:  # run on the note as it is now, under the lock
+        found = _find_all(text, old_text)
+        if not found:
+            raise ToolError(f"old_text was not found in {name} (0 matches); nothing was changed. "
+                            f"{closest_lines(text, old_text)}\nCopy the passage exactly, spaces and punctuation included.")
+        if len(found) > 1:
+            count = f"more than {EDIT_MAX_MATCHES_COUNTED}" if len(found) > EDIT_MAX_MATCHES_COUNTED else str(len(found))
+            raise ToolError(f"old_text occurs {count} times in {name}; nothing was changed. "
+                            "Include more of the surrounding text so it matches exactly once.")
+        start, end = found[0]
+        replacement = new_text.replace("\n", "\r\n") if "\r\n" in text[start:end] else new_text
+        return text[:start] + replacement + text[end:]
+
+    return _save(settings, name, replace_once, "edit", f"Edited {name}; {KEPT}")
 
 
 @tool("Add text at the end of a note (journals, to-do lists, meeting logs), on a new line. Creates "
@@ -260,14 +255,15 @@ def append_note(settings: Settings, file_path: str, content: str) -> str:
     content = _lf(content) if content.endswith("\n") else _lf(content) + "\n"
     if not path.exists() and not path.is_symlink():
         return _save(settings, name, content, "write", f"Created {name} with the content (it did not exist).")
-    text = _note_text(settings, path)
-    joiner = "" if not text or text.endswith("\n") else "\n"
-    return _save(settings, name, text + joiner + content, "append", f"Appended to the end of {name}.", text)
+    _changeable(settings, path)
+    return _save(settings, name, lambda text: text + ("" if not text or text.endswith("\n") else "\n") + content,
+                 "append", f"Appended to the end of {name}.")
 
 
-def _save(settings: Settings, name: str, text: str, op: str, done: str, expected: str | None = None) -> str:
-    """Save through notes.py, update the index, and say what was done under the change summary."""
-    summary = notes.save_note(settings.kb, name, text, op, expected=expected)
+def _save(settings: Settings, name: str, new_text, op: str, done: str) -> str:
+    """Save through notes.py (new_text: the text, or a function of the note's text at that moment), update
+    the index, and say what was done under the change summary."""
+    summary = notes.save_note(settings.kb, name, new_text, op)
     _changed(settings, name)
     return f"{summary}\n{done}"
 
@@ -287,7 +283,8 @@ def write_note(settings: Settings, file_path: str, content: str, overwrite: bool
     if not overwrite:
         raise ToolError(f"{name} already exists; nothing was written. To change part of it use edit_note, to add "
                         "to its end use append_note; pass overwrite: true only if the person asked for a full rewrite.")
-    return _save(settings, name, _lf(content), "overwrite", f"Replaced {name}; {KEPT}", _note_text(settings, path))
+    _changeable(settings, path)
+    return _save(settings, name, _lf(content), "overwrite", f"Replaced {name}; {KEPT}")
 
 
 @tool("Move or rename a note. Never replaces an existing note; the person is asked to confirm.",

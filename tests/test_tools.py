@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+import notes
 from tools import MAX_TOOL_OUTPUT, TOOLS, execute_tool
 
 
@@ -108,7 +109,7 @@ def test_write_failure_leaves_no_temp_file(settings, kb, monkeypatch):
     result = run(settings, "write_note", file_path="python.md", content="new", overwrite=True)
     assert result.startswith("Error:") and "No space left" in result
     assert "装饰器" in (kb / "python.md").read_text(encoding="utf-8")
-    left = [p.relative_to(kb).as_posix() for p in kb.rglob("*") if p.is_file()]
+    left = [p.relative_to(kb).as_posix() for p in kb.rglob("*") if p.is_file() and p.name != notes.LOCK_FILE]
     assert sorted(left) == ["python.md", "vim.md", "work/meeting.md"]
 
 

@@ -45,7 +45,7 @@ def test_crlf_note_stays_crlf_and_untouched_lines_stay_byte_identical(tmp_path):
     text, fmt = read_note(path)
     assert text == "# Git\n\ngit comit -m msg\nline four\n"
     assert fmt.newline == "\r\n" and not fmt.bom
-    save_note(tmp_path, "git.md", text.replace("comit", "commit"), "edit", expected=text)
+    save_note(tmp_path, "git.md", text.replace("comit", "commit"), "edit")
     assert path.read_bytes() == original.replace(b"comit", b"commit")
 
 
@@ -54,7 +54,7 @@ def test_bom_and_chinese_survive_a_round_trip(tmp_path):
     path = make(tmp_path, "zh.md", original)
     text, fmt = read_note(path)
     assert text == "# 笔记\n编辑 note\n" and fmt.bom
-    save_note(tmp_path, "zh.md", text + "新的一行\n", "append", expected=text)
+    save_note(tmp_path, "zh.md", text + "新的一行\n", "append")
     assert path.read_bytes() == original + "新的一行\r\n".encode()
 
 
@@ -176,11 +176,11 @@ def test_overwrite_keeps_previous_version_in_history(tmp_path):
     assert kept.relative_to(tmp_path).as_posix().startswith(".history/notes/a.md.")
 
 
-def test_stale_text_is_not_written(tmp_path):
-    path = make(tmp_path, "a.md", b"the person edited this meanwhile\n")
-    with pytest.raises(VersionError, match="changed on disk"):
-        save_note(tmp_path, "a.md", "agent text", "edit", expected="what the agent read\n")
-    assert path.read_bytes() == b"the person edited this meanwhile\n"
+def test_a_change_is_made_to_the_note_as_it_is_when_it_is_written(tmp_path):
+    path = make(tmp_path, "a.md", b"what the agent read\n")
+    path.write_bytes(b"what the agent read\nthe person added this meanwhile\n")
+    save_note(tmp_path, "a.md", lambda text: text + "the agent's line\n", "append")
+    assert path.read_bytes() == b"what the agent read\nthe person added this meanwhile\nthe agent's line\n"
 
 
 def test_move_refuses_existing_target_and_missing_source(tmp_path):
