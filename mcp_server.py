@@ -3,16 +3,14 @@
     python mcp_server.py --kb ~/notes                       search, list, read and write notes
     python mcp_server.py --kb ~/notes --allow-destructive   also the tools the chat asks before running
 
-It speaks the Model Context Protocol over stdio: JSON-RPC 2.0, one message per line, protocol revisions
-2024-11-05 to 2025-11-25. The tools are the chat's own (tools.tool_schemas), run by tools.execute_tool — the same
-path guard, checks and limits as the chat — and a tool's "Error: …" comes back as a result with isError.
-Tools the chat asks a person about first (registered with confirm=True) are served only with
---allow-destructive (or MCP_ALLOW_DESTRUCTIVE=1), and the client is then the one that asks; the opt-in
-shell only with --allow-shell (or MCP_ALLOW_SHELL=1) and ALLOW_SHELL=1. No API key needed.
+It speaks the Model Context Protocol over stdio: JSON-RPC 2.0, one message per line, revisions 2024-11-05 to
+2025-11-25. The tools are the chat's own, run by tools.execute_tool with the chat's path guard, checks and
+limits; a tool's "Error: …" comes back as a result with isError. Tools the chat asks a person about first
+(confirm=True) are served only with --allow-destructive (or MCP_ALLOW_DESTRUCTIVE=1), and then the client
+asks; the opt-in shell only with --allow-shell (or MCP_ALLOW_SHELL=1) and ALLOW_SHELL=1. No API key needed.
 
-stdout carries protocol messages and nothing else: a stray print in any imported code, or a child
-process, writes to stderr instead. Logs go to stderr. Exit codes: 0 stdin closed, 2 bad settings or
-usage, 130 Ctrl+C.
+stdout must carry protocol messages and nothing else: a stray print in any imported code, or a child's
+output, goes to stderr with the logs. Exit codes: 0 stdin closed, 2 bad settings or usage, 130 Ctrl+C.
 """
 
 import argparse
@@ -35,7 +33,6 @@ INSTRUCTIONS = (
     "Tools for one person's folder of Markdown notes (.md and .txt). Paths are relative to that folder. "
     "Search first (search_notes), then read_note the best hits before answering or changing anything."
 )
-
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = (
     -32700, -32600, -32601, -32602, -32603)
 
@@ -53,37 +50,23 @@ def log(message: str) -> None:
     sys.stderr.flush()
 
 
-# --- Tools, read from the registry in tools.py ---
-
-def mcp_tool(tool: tools.Tool) -> dict:
-    """An MCP tool description made from a registered tool (copied, so nothing shares state)."""
-    function = tool.schema["function"]
-    annotations = {"readOnlyHint": tool.read_only}
-    if not tool.read_only:
-        annotations["destructiveHint"] = tool.destructive
-    return {"name": function["name"], "description": function["description"],
-            "inputSchema": copy.deepcopy(function["parameters"]), "annotations": annotations}
-
-
 def served_tools(settings: Settings, allow_destructive: bool, allow_shell: bool) -> dict[str, dict]:
-    """The chat's tools, less those the chat asks a person about (unless allowed) and the opt-in shell
-    (unless both the chat's settings and --allow-shell enable it)."""
-    return {name: mcp_tool(tool) for name, tool in tools.offered(settings).items()
-            if (allow_destructive or not tool.confirm) and (allow_shell or tool.opt_in is None)}
-
-
-# --- The protocol ---
-
-def response(request_id, result: dict) -> dict:
-    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+    """The chat's tools as MCP describes them, less those the chat asks a person about (unless allowed)
+    and the opt-in shell (unless both the chat's settings and --allow-shell enable it)."""
+    served = {}
+    for name, tool in tools.offered(settings).items():
+        if (allow_destructive or not tool.confirm) and (allow_shell or tool.opt_in is None):
+            function = tool.schema["function"]
+            hints = {"readOnlyHint": tool.read_only}
+            if not tool.read_only:  # destructiveHint means something only for a tool that writes
+                hints["destructiveHint"] = tool.destructive
+            served[name] = {"name": name, "description": function["description"],  # copied: no shared state
+                            "inputSchema": copy.deepcopy(function["parameters"]), "annotations": hints}
+    return served
 
 
 def error_response(request_id, code: int, message: str) -> dict:
     return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
-
-
-def _valid_id(value) -> bool:
-    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
 class McpServer:
@@ -102,10 +85,8 @@ class McpServer:
         """One line from the client -> the reply to write (a dict, a list for a batch) or None."""
         try:
             message = json.loads(line.decode("utf-8-sig"))  # a BOM: Windows tools put one before the first line
-        except UnicodeDecodeError:
-            return error_response(None, PARSE_ERROR, "Parse error: the line is not UTF-8 text.")
-        except (ValueError, RecursionError) as exc:
-            return error_response(None, PARSE_ERROR, f"Parse error: not valid JSON ({str(exc)[:200]}).")
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+            return error_response(None, PARSE_ERROR, f"Parse error: not UTF-8 JSON text ({str(exc)[:200]}).")
         if not isinstance(message, list):
             return self.handle_message(message)
         if self.version not in BATCH_VERSIONS:
@@ -119,9 +100,8 @@ class McpServer:
     def handle_message(self, message, in_batch: bool = False) -> dict | None:
         if not isinstance(message, dict):
             return error_response(None, INVALID_REQUEST, "Invalid request: a message must be a JSON object.")
-        is_request = "id" in message
         request_id = message.get("id")
-        if is_request and not _valid_id(request_id):
+        if "id" in message and not (isinstance(request_id, str) or type(request_id) is int):  # not a bool
             return error_response(None, INVALID_REQUEST, "Invalid request: id must be a string or an integer.")
         if message.get("jsonrpc") != "2.0":
             return error_response(request_id, INVALID_REQUEST, 'Invalid request: "jsonrpc" must be "2.0".')
@@ -130,20 +110,17 @@ class McpServer:
             return None  # a reply to a request this server never sends; nothing to do
         if not isinstance(method, str):
             return error_response(request_id, INVALID_REQUEST, "Invalid request: method must be a string.")
-        if not is_request:
+        if "id" not in message:
             return None  # notifications (initialized, cancelled, …) never get a reply and need no action here
-        params = message.get("params", {})
-        if params is None:
-            params = {}
+        params = {} if message.get("params") is None else message["params"]
         try:
             if not isinstance(params, dict):
                 raise RpcError(INVALID_PARAMS, "Invalid params: params must be a JSON object.")
             if method == "initialize" and in_batch:
                 raise RpcError(INVALID_REQUEST, "Invalid request: initialize may not be part of a batch.")
-            handler = self.methods.get(method)
-            if handler is None:
+            if method not in self.methods:
                 raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method}")
-            return response(request_id, handler(params))
+            return {"jsonrpc": "2.0", "id": request_id, "result": self.methods[method](params)}
         except RpcError as exc:
             return error_response(request_id, exc.code, str(exc))
         except Exception as exc:  # a bug here must cost one request, never the connection
@@ -158,15 +135,11 @@ class McpServer:
         client = params.get("clientInfo") if isinstance(params.get("clientInfo"), dict) else {}
         log(f"client {client.get('name', '?')} {client.get('version', '')} asked for protocol {asked}, "
             f"speaking {self.version}")
-        return {
-            "protocolVersion": self.version,
-            "capabilities": {"tools": {"listChanged": False}},
-            "serverInfo": {"name": SERVER_NAME, "version": SERVER_VERSION},
-            "instructions": INSTRUCTIONS,
-        }
+        return {"protocolVersion": self.version, "capabilities": {"tools": {"listChanged": False}},
+                "serverInfo": {"name": SERVER_NAME, "version": SERVER_VERSION}, "instructions": INSTRUCTIONS}
 
     def list_tools(self, params: dict) -> dict:
-        return {"tools": [copy.deepcopy(tool) for tool in self.tools.values()]}
+        return {"tools": copy.deepcopy(list(self.tools.values()))}
 
     def call_tool(self, params: dict) -> dict:
         name = params.get("name")
@@ -175,9 +148,7 @@ class McpServer:
         if name not in self.tools:
             hint = " (not served: see mcp_server.py --help)" if name in tools.TOOLS else ""
             raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}{hint}. Call tools/list for the tools served.")
-        arguments = params.get("arguments")
-        if arguments is None:
-            arguments = {}
+        arguments = {} if params.get("arguments") is None else params["arguments"]
         if not isinstance(arguments, dict):
             raise RpcError(INVALID_PARAMS, "Invalid params: arguments must be a JSON object.")
         result = tools.execute_tool(name, arguments, self.settings, self.confirm)
@@ -186,29 +157,6 @@ class McpServer:
 
 
 # --- stdio ---
-
-TOO_LONG = object()
-
-
-def read_line(stream):
-    """The next line as bytes (None at EOF, TOO_LONG for an oversized one, which is skipped unread)."""
-    line = stream.readline(MCP_MAX_MESSAGE_BYTES + 1)
-    if len(line) <= MCP_MAX_MESSAGE_BYTES or line.endswith(b"\n"):
-        return line or None
-    while True:  # drain the rest of the line a piece at a time, keeping memory bounded
-        piece = stream.readline(1 << 20)
-        if not piece or piece.endswith(b"\n"):
-            return TOO_LONG
-
-
-def write_message(fd: int, message) -> None:
-    # ensure_ascii=False keeps Chinese notes readable; "replace" turns a lone surrogate (from an undecodable
-    # file name) into "?" so the line is always valid UTF-8.
-    data = (json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "replace")
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
 
 def claim_stdio():
     """Keep private copies of stdin/stdout for the protocol; point fds 0 and 1 away from the client."""
@@ -230,37 +178,37 @@ def claim_stdio():
 
 
 def serve(server: McpServer, protocol_in, protocol_out: int) -> None:
-    while True:
-        line = read_line(protocol_in)
-        if line is None:
-            return
-        if line is TOO_LONG:
+    """Answer each line until stdin closes; an oversized line is skipped a piece at a time, unparsed."""
+    while line := protocol_in.readline(MCP_MAX_MESSAGE_BYTES + 1):
+        if len(line) > MCP_MAX_MESSAGE_BYTES and not line.endswith(b"\n"):
+            while (piece := protocol_in.readline(1 << 20)) and not piece.endswith(b"\n"):
+                pass
             reply = error_response(None, INVALID_REQUEST, f"Invalid request: a message longer than "
                                    f"{MCP_MAX_MESSAGE_BYTES} bytes was skipped.")
-        elif not line.strip():
-            continue
         else:
-            reply = server.handle_line(line)
+            reply = server.handle_line(line) if line.strip() else None
         if reply is not None:
             write_message(protocol_out, reply)
 
 
-def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="mcp_server.py",
-        description="Serve the note tools to MCP clients (Claude Desktop, Cursor, VS Code, …) over stdio.",
-    )
-    parser.add_argument("--kb", metavar="PATH", help="notes folder (KNOWLEDGE_BASE; default knowledge_base/)")
-    parser.add_argument("--allow-destructive", action="store_true",
-                        help="also serve the tools the chat asks before running; the client asks instead "
-                             "(MCP_ALLOW_DESTRUCTIVE=1)")
-    parser.add_argument("--allow-shell", action="store_true",
-                        help="also serve the shell tool, if the chat's settings enable it (MCP_ALLOW_SHELL=1)")
-    return parser.parse_args(argv)
+def write_message(fd: int, message) -> None:
+    # ensure_ascii=False keeps Chinese notes readable; "replace" turns a lone surrogate (from an undecodable
+    # file name) into "?" so the line is always valid UTF-8.
+    data = (json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "replace")
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    parser = argparse.ArgumentParser(prog="mcp_server.py", description="Serve the note tools to MCP clients "
+                                     "(Claude Desktop, Cursor, VS Code, …) over stdio.")
+    parser.add_argument("--kb", metavar="PATH", help="notes folder (KNOWLEDGE_BASE; default knowledge_base/)")
+    parser.add_argument("--allow-destructive", action="store_true", help="also serve the tools the chat asks "
+                        "before running; the client asks instead (MCP_ALLOW_DESTRUCTIVE=1)")
+    parser.add_argument("--allow-shell", action="store_true",
+                        help="also serve the shell tool, if the chat's settings enable it (MCP_ALLOW_SHELL=1)")
+    args = parser.parse_args(argv)
     try:
         settings = load_settings(kb=args.kb)
         allow_destructive, allow_shell = mcp_flags(args.allow_destructive, args.allow_shell)

@@ -1,15 +1,15 @@
 """The shell tool's engine: run one command in a kernel sandbox and describe what happened.
 
 On Linux, Landlock (as in OpenAI's Codex CLI) confines the command and all it starts: it may read and run
-the system folders, read the notes folder, write only a fresh scratch folder (its HOME and TMPDIR), open
-no TCP connection unless allowed, signal no process outside it. So `rm *.md`, `> note.md`, `cat
-~/.ssh/id_rsa` or the agent's /proc/<pid>/environ (the API key) are refused by the kernel, however the
-command is spelled. Elsewhere sandbox_problem() says why not, and the caller must ask about every command.
-Never run a command unsandboxed where the sandbox should apply: if entering it fails, nothing runs.
+the system folders, read the notes folder, write only a fresh scratch folder (its HOME and TMPDIR), open no
+TCP connection unless allowed, signal no process outside it. So `rm *.md`, `> note.md`, `cat ~/.ssh/id_rsa`
+or the agent's /proc/<pid>/environ (the API key) are refused by the kernel, however spelled. Elsewhere
+sandbox_problem() says why not, and the caller must ask about every command. Never run a command
+unsandboxed where the sandbox should apply: if entering it fails, nothing runs.
 
-Commands run with stdin closed, in a process group of their own, without secrets in their environment.
-A timeout, Ctrl+C or the command's end kills the whole group. Output goes to temporary files; the model
-sees each stream's head and tail.
+Commands run with stdin closed, in a process group of their own, without secrets in their environment. A
+timeout, Ctrl+C or the command's end kills the whole group. Output goes to files (each capped at
+MAX_FILE_BYTES); the model sees each stream's head and tail.
 """
 import contextlib
 import ctypes
@@ -55,13 +55,14 @@ SCOPES = 1 | 2  # abstract Unix sockets and signals that reach outside the sandb
 
 
 @functools.cache
-def _libc():
+def libc() -> ctypes.CDLL:
+    """The C library, loaded once; use_errno so that a failed call's errno can be read."""
     return ctypes.CDLL(None, use_errno=True)
 
 
 def _call(function: str, *args) -> int:
     """Call a C library function (syscall, prctl), raising OSError when it fails."""
-    result = getattr(_libc(), function)(*(ctypes.c_long(a) if isinstance(a, int) else a for a in args))
+    result = getattr(libc(), function)(*(ctypes.c_long(a) if isinstance(a, int) else a for a in args))
     if result < 0:
         raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
     return result
@@ -105,16 +106,13 @@ def _prepare_child(kb: str, scratch: str, allow_network: bool, sandboxed: bool) 
 
 def _allow(ruleset: int, path: str, access: int) -> None:
     try:
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)  # closes at exec, like the ruleset
     except OSError:
         return  # only paths that exist get a rule
-    try:
-        if not stat.S_ISDIR(os.fstat(fd).st_mode):
-            access &= FILE_RIGHTS
-        rule = struct.pack("=Qi", access, fd)  # struct landlock_path_beneath_attr, packed
-        _call("syscall", SYS_ADD_RULE, ruleset, 1, rule, 0)  # 1: LANDLOCK_RULE_PATH_BENEATH
-    finally:
-        os.close(fd)
+    if not stat.S_ISDIR(os.fstat(fd).st_mode):
+        access &= FILE_RIGHTS
+    rule = struct.pack("=Qi", access, fd)  # struct landlock_path_beneath_attr, packed
+    _call("syscall", SYS_ADD_RULE, ruleset, 1, rule, 0)  # 1: LANDLOCK_RULE_PATH_BENEATH
 
 
 def _environment(scratch: str, hide: tuple[str, ...]) -> dict[str, str]:
@@ -134,7 +132,10 @@ def run_shell(command: str, kb: Path, timeout: float, allow_network: bool = Fals
     if os.name == "nt":
         return "Error: the shell tool runs on Linux and macOS only"
     problem = sandbox_problem()
-    _become_subreaper()
+    # Adopt the commands' orphans so they are reaped here: where init is slow to reap them (containers),
+    # their zombies would keep a stopped group looking alive. Not Linux: init adopts them.
+    with contextlib.suppress(OSError, AttributeError):
+        _call("prctl", PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     scratch = tempfile.mkdtemp(prefix="ka-shell-")
     setup = functools.partial(_prepare_child, os.path.abspath(kb), scratch, allow_network, not problem)
     try:
@@ -149,9 +150,7 @@ def run_shell(command: str, kb: Path, timeout: float, allow_network: bool = Fals
             except OSError as exc:
                 return f"Error: could not start the shell: {exc}"
             notes = _wait(proc, timeout)
-            if max(os.fstat(f.fileno()).st_size for f in (out, err)) >= MAX_FILE_BYTES:
-                notes.append(f"note: the output reached {MAX_FILE_BYTES:,} bytes and its writer was stopped")
-            result = _format(proc.returncode, notes, _read(out, STDOUT_CHARS, hide), _read(err, STDERR_CHARS, hide))
+            result = _format(proc.returncode, notes, out, err, hide)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return f"(not sandboxed: {problem})\n{result}" if problem else result
@@ -159,63 +158,45 @@ def run_shell(command: str, kb: Path, timeout: float, allow_network: bool = Fals
 
 def _wait(proc: subprocess.Popen, timeout: float) -> list[str]:
     """Wait for the command's shell, then stop its whole group; the notes to add to the result."""
+    notes = []
     try:
         proc.wait(timeout)
     except subprocess.TimeoutExpired:
-        _stop(proc)
-        return [f"stopped after {timeout:g} s (timeout): the command and everything it started were "
-                f"killed. Split the work into shorter steps, or raise SHELL_TIMEOUT."]
-    except KeyboardInterrupt:
-        _stop(proc)
-        raise
-    if _group_alive(proc):
-        _stop(proc)
-        return ["note: processes the command left running in the background were stopped"]
-    return []
+        notes.append(f"stopped after {timeout:g} s (timeout): the command and everything it started were "
+                     f"killed. Split the work into shorter steps, or raise SHELL_TIMEOUT.")
+    finally:  # after a timeout, Ctrl+C or the shell's end alike, nothing the command started outlives it
+        if _signal_group(proc, 0):
+            _stop(proc)
+            notes = notes or ["note: processes the command left running in the background were stopped"]
+    return notes
 
 
 def _stop(proc: subprocess.Popen) -> None:
     """TERM the group, KILL it after KILL_GRACE (at once on a second Ctrl+C); back when none of it is left."""
-    _signal_group(proc.pid, signal.SIGTERM)
     try:
-        _wait_for_group(proc, KILL_GRACE)
+        _signal_group(proc, signal.SIGTERM, KILL_GRACE)
     finally:
-        _signal_group(proc.pid, signal.SIGKILL)
+        _signal_group(proc, signal.SIGKILL, KILL_GRACE)  # KILL too takes effect a moment later
         proc.wait()
-        _wait_for_group(proc, KILL_GRACE)  # KILL takes effect a moment later
 
 
-def _wait_for_group(proc: subprocess.Popen, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while _group_alive(proc) and time.monotonic() < deadline:
+def _signal_group(proc: subprocess.Popen, sig: int, wait: float = 0.0) -> bool:
+    """Send sig to the command's group (a session leader's pid is its group id), then give it up to `wait`
+    seconds to end; whether any of it is left. Ended orphans are reaped (see run_shell): no zombie counts."""
+    deadline = time.monotonic() + wait
+    while True:
+        if proc.poll() is not None:  # the shell is reaped: waiting on its group takes only orphans
+            with contextlib.suppress(ChildProcessError):  # none left to reap
+                while os.waitpid(-proc.pid, os.WNOHANG)[0]:
+                    pass
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return False
+        if time.monotonic() >= deadline:
+            return True
+        sig = 0  # signalled once; from now on only look
         time.sleep(POLL)
-
-
-def _group_alive(proc: subprocess.Popen) -> bool:
-    """Whether any of the command's group is left, once its ended orphans are reaped (_become_subreaper)."""
-    if proc.poll() is None:
-        return True
-    with contextlib.suppress(ChildProcessError):  # none left to reap
-        while os.waitpid(-proc.pid, os.WNOHANG)[0]:  # the shell is reaped already: this takes only orphans
-            pass
-    return _signal_group(proc.pid, 0)
-
-
-def _signal_group(group: int, sig: int) -> bool:
-    """Send sig to the group (a session leader's pid is its group id); False when no process is left."""
-    try:
-        os.killpg(group, sig)
-        return True
-    except (ProcessLookupError, PermissionError):
-        return False
-
-
-@functools.cache
-def _become_subreaper() -> None:
-    """Have Linux hand this process the orphans of the commands, once. Otherwise init adopts them, and
-    where init is slow to reap (containers) their zombies keep a stopped group looking alive."""
-    with contextlib.suppress(OSError, AttributeError):  # not Linux: their zombies wait for init
-        _call("prctl", PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def _read(file, chars: int, hide: tuple[str, ...]) -> str:
@@ -242,9 +223,13 @@ def _mask(text: str, hide: tuple[str, ...]) -> str:
     return text
 
 
-def _format(returncode: int, notes: list[str], stdout: str, stderr: str) -> str:
+def _format(returncode: int, notes: list[str], out, err, hide: tuple[str, ...]) -> str:
+    """The exit code, the notes and each output file's text, as the model sees them."""
     code = 128 - returncode if returncode < 0 else returncode  # killed by signal N: 128+N, as bash says
+    if max(os.fstat(f.fileno()).st_size for f in (out, err)) >= MAX_FILE_BYTES:
+        notes.append(f"note: the output reached {MAX_FILE_BYTES:,} bytes and its writer was stopped")
     parts = [f"exit_code={code}", *notes]
-    for label, text in (("stdout", stdout), ("stderr", stderr)):
+    for label, file, chars in (("stdout", out, STDOUT_CHARS), ("stderr", err, STDERR_CHARS)):
+        text = _read(file, chars, hide)
         parts.append(f"{label}:\n{text.rstrip()}" if text.strip() else f"{label}: (empty)")
     return "\n".join(parts)
