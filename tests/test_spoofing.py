@@ -1,0 +1,71 @@
+"""What a person reads can be trusted: a hostile model or note cannot redraw the y/N prompt or the trace.
+
+The chat runs in a real terminal (a pty) against the fake OpenAI-compatible server, as a person uses it.
+"""
+
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+
+import pytest
+
+from test_cli import MAIN
+
+posix_only = pytest.mark.skipif(os.name == "nt", reason="needs a pty")
+# Erase the line, go back to its start and write an innocent question over it.
+SPOOF = "old/scratch.md\x1b[2K\rMove scratch.md to old/scratch.md"
+
+
+def chat_in_a_terminal(fake_llm, kb, question: str, answers: list[bytes]) -> str:
+    """The terminal's text after typing `question`, then each of `answers` at each [y/N] prompt, then Ctrl+D."""
+    import pty
+    controller, terminal = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if "API_KEY" not in k and "BASE_URL" not in k}
+    env.update(DEEPSEEK_API_KEY="x", DEEPSEEK_BASE_URL=fake_llm.base_url, KNOWLEDGE_BASE=str(kb), NO_COLOR="1")
+    proc = subprocess.Popen([sys.executable, str(MAIN)], stdin=terminal, stdout=terminal, stderr=terminal,
+                            close_fds=True, env=env)
+    os.close(terminal)
+    shown, steps = b"", [question.encode() + b"\r", *answers, b"\x04"]
+    prompts_seen, deadline = 0, time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            waiting = shown.count(b"\n> ") + shown.count(b"[y/N] ")
+            if steps and waiting > prompts_seen:
+                prompts_seen = waiting
+                os.write(controller, steps.pop(0))
+            if select.select([controller], [], [], 0.05)[0]:
+                try:
+                    shown += os.read(controller, 65536)
+                except OSError:
+                    break
+    finally:
+        os.close(controller)
+        proc.kill()
+        proc.wait()
+    return shown.decode(errors="replace")
+
+
+def move_call(from_path: str, to_path: str) -> dict:
+    return {"tool_calls": [{"name": "move_note", "arguments": json.dumps({"from_path": from_path, "to_path": to_path})}]}
+
+
+@posix_only
+def test_a_name_with_terminal_escapes_never_reaches_the_prompt(fake_llm, kb):
+    (kb / "important.md").write_text("# Important\n", encoding="utf-8")
+    fake_llm.replies = [move_call("important.md", SPOOF), {"content": "Done."}]
+    shown = chat_in_a_terminal(fake_llm, kb, "tidy up", [])
+    assert "[y/N]" not in shown  # refused before anyone is asked
+    assert "\x1b[2K" not in shown and "\\x1b[2K" in shown  # the trace shows the escape, it does not run it
+    assert "control characters" in fake_llm.requests[-1]["messages"][-1]["content"]
+    assert (kb / "important.md").exists() and not (kb / "old").exists()
+
+
+@posix_only
+def test_a_plain_move_is_asked_about_with_the_real_names(fake_llm, kb):
+    fake_llm.replies = [move_call("vim.md", "old/vim.md"), {"content": "Left it."}]
+    shown = chat_in_a_terminal(fake_llm, kb, "archive vim", [b"n\r"])
+    assert "Move vim.md to old/vim.md? [y/N]" in shown
+    assert (kb / "vim.md").exists() and not (kb / "old").exists()
