@@ -1,15 +1,11 @@
 """The notes folder on disk: which paths are notes, faithful reads, atomic writes, versions and undo.
 
-Every tool, search and undo goes through this file, so its rules hold everywhere:
-- One path guard (`safe_path`, `safe_folder`): visible .md/.txt notes inside the notes folder only,
-  comparing resolved paths, never string prefixes. Hidden names (.git, .history) are never touched.
-- Reads keep a note's format (UTF-8 BOM, CRLF or LF) and writes put it back, so untouched lines stay
-  byte-identical. Writes are atomic: a synced temp file beside the note, then `os.replace`.
-- Before a change replaces or removes text, the old file is copied to `.history/<path>.<stamp>`, a
-  plain file a person can open with any tool; each change is one line of `.history/undo.jsonl`, and
-  `undo_last` reverts the latest one, keeping a copy of anything it would replace.
-It must never write outside the notes folder, nor lose a word: every failure leaves the note as it was
-and raises `ToolError`, the one exception the tools raise, with a message for the model or the person.
+Every tool, search and undo goes through this file, so its rules hold everywhere: one path guard
+(`safe_path`, `safe_folder`) admits visible .md/.txt notes inside the folder only; a note's format (BOM,
+CRLF) is kept byte for byte; writes are atomic; every change holds one lock across processes, copies the
+old text to `.history/<path>.<stamp>` first and records itself in `.history/undo.jsonl` for `undo_last`.
+It must never write outside the notes folder nor lose a word: a failure leaves the note as it was and
+raises `ToolError`, the one exception the tools raise, with a message for the model or the person.
 """
 
 import codecs
