@@ -16,7 +16,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -147,58 +146,100 @@ def read_note(path: Path) -> tuple[str, NoteFormat]:
     return decode_note(Path(path).read_bytes())
 
 
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` all at once: readers see the old file or the new one, never half."""
-    _write_via_temp(Path(os.path.realpath(path)), data, os.replace)  # through a link: the link survives
+# --- Race-free paths: every file is reached from the notes folder's own descriptor, one component at a
+# time, never through a link. What the guard checked is what is read or written, even if something swaps
+# a folder for a link to elsewhere (a sync client, another program) between the check and the change.
 
-
-def _write_via_temp(target: Path, data: bytes, put_in_place) -> None:
-    # A dot name keeps a temp file left by a crash out of search and listings; every write happens under
-    # the lock, so one found now is such a leftover.
-    for stale in target.parent.glob(".~*.tmp"):
-        with contextlib.suppress(OSError):
-            stale.unlink()
-    fd, tmp = tempfile.mkstemp(prefix=f".~{target.name}.", suffix=".tmp", dir=target.parent)
+def _folder_fd(kb: Path, rel_dir: str, create: bool = False) -> int:
+    fd = os.open(kb, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, _mode_for(target))
-        put_in_place(tmp, target)
+        for part in PurePosixPath(rel_dir).parts:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, dir_fd=fd)
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
     except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+        os.close(fd)
         raise
-    with contextlib.suppress(OSError):  # makes the rename itself durable where the system allows it
-        dir_fd = os.open(target.parent, os.O_RDONLY)
+    return fd
+
+
+@contextlib.contextmanager
+def _in_folder(kb: Path, rel_path: str, create: bool = False):
+    """(descriptor of rel_path's folder, its file name), the folder opened race-free; closed afterwards."""
+    parent = PurePosixPath(rel_path).parent
+    fd = _folder_fd(kb, "" if str(parent) == "." else str(parent), create)
+    try:
+        yield fd, PurePosixPath(rel_path).name
+    finally:
+        os.close(fd)
+
+
+def read_bytes(kb: Path, rel_path: str, limit: int = -1) -> bytes:
+    with _in_folder(kb, rel_path) as (folder, name):
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)  # NONBLOCK: a FIFO
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ToolError("that is not a regular file (a pipe or device?), so it is not read.")
+            return f.read(limit)
+
+
+def write_bytes(kb: Path, rel_path: str, data: bytes, new: bool = False) -> None:
+    """Replace the file all at once (readers see the old file or the new one, never half), or with `new`
+    create it, failing if it exists even if it appeared a moment ago."""
+    with _in_folder(kb, rel_path, create=True) as (folder, name):
+        for stale in os.listdir(folder):  # every write holds the lock, so a temp file found now is a leftover
+            if stale.startswith(".~") and stale.endswith(".tmp"):
+                with contextlib.suppress(OSError):
+                    os.unlink(stale, dir_fd=folder)
+        tmp = f".~{name}.{os.urandom(4).hex()}.tmp"  # a dot name stays out of search and listings
         try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+            mode = stat.S_IMODE(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode)
+        except FileNotFoundError:
+            mode = None  # a new file gets 0o666 less the umask, as any new file does
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666, dir_fd=folder)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            if mode is not None:
+                os.chmod(tmp, mode, dir_fd=folder)
+            _put(folder, tmp, folder, name, replace=not new)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=folder)
+            raise
+        with contextlib.suppress(OSError):  # makes the rename itself durable where the system allows it
+            os.fsync(folder)
 
 
-def _mode_for(target: Path) -> int:
+def _put(src_folder: int, src: str, dst_folder: int, dst: str, replace: bool) -> None:
+    """Rename src to dst; without `replace`, fail if dst exists even if it appeared a moment ago."""
+    if replace:
+        return os.replace(src, dst, src_dir_fd=src_folder, dst_dir_fd=dst_folder)
     try:
-        return stat.S_IMODE(os.stat(target).st_mode)
-    except FileNotFoundError:
-        umask = os.umask(0)  # the only way to read it; set straight back
-        os.umask(umask)
-        return 0o666 & ~umask
-
-
-def _place_new(src, dst: Path) -> None:
-    """Move src to dst, failing if dst exists, even if it appeared a moment ago (rename would replace)."""
-    try:
-        os.link(src, dst)
+        os.link(src, dst, src_dir_fd=src_folder, dst_dir_fd=dst_folder, follow_symlinks=False)
     except FileExistsError:
-        raise ToolError(f"{dst.name} already exists; nothing was replaced") from None
+        raise ToolError(f"{dst} already exists; nothing was replaced") from None
     except OSError:  # no hard links here (some network or FAT drives): check, then rename
-        if os.path.lexists(dst):
-            raise ToolError(f"{dst.name} already exists; nothing was replaced") from None
-        os.rename(src, dst)
-        return
-    os.unlink(src)
+        with contextlib.suppress(FileNotFoundError):
+            os.stat(dst, dir_fd=dst_folder, follow_symlinks=False)
+            raise ToolError(f"{dst} already exists; nothing was replaced")
+        return os.rename(src, dst, src_dir_fd=src_folder, dst_dir_fd=dst_folder)
+    os.unlink(src, dir_fd=src_folder)
+
+
+def move_file(kb: Path, src: str, dst: str, replace: bool = False) -> None:
+    with _in_folder(kb, src) as (src_folder, src_name), _in_folder(kb, dst, create=True) as (dst_folder, dst_name):
+        _put(src_folder, src_name, dst_folder, dst_name, replace)
+
+
+def remove_file(kb: Path, rel_path: str) -> None:
+    with _in_folder(kb, rel_path) as (folder, name):
+        os.unlink(name, dir_fd=folder)
 
 
 # --- Versions in .history ---
@@ -209,19 +250,18 @@ def _stamp() -> str:
 
 def snapshot(kb: Path, rel_path: str) -> str:
     """Copy the note to .history/<rel_path>.<stamp>; return that copy's path relative to kb."""
-    data = (kb / rel_path).read_bytes()
-    base = kb / HISTORY_DIR / f"{rel_path}.{_stamp()}"
+    data = read_bytes(kb, rel_path)
+    base = f"{HISTORY_DIR}/{rel_path}.{_stamp()}"
     copy, n = base, 0
     try:
-        base.parent.mkdir(parents=True, exist_ok=True)
-        while copy.exists():  # two changes within one microsecond
+        while os.path.lexists(kb / copy):  # two changes within one microsecond
             n += 1
-            copy = base.with_name(f"{base.name}-{n}")
-        atomic_write(copy, data)
+            copy = f"{base}-{n}"
+        write_bytes(kb, copy, data, new=True)
     except OSError as e:
         raise ToolError(f"could not keep a copy of {rel_path} in {HISTORY_DIR}/ ({e.strerror or e}), "
                         "so nothing was changed") from None
-    return rel(kb, copy)
+    return copy
 
 
 def list_versions(kb: Path, rel_path: str) -> list[Path]:
@@ -242,7 +282,7 @@ def prune_versions(kb: Path, rel_path: str, keep: int | None = None) -> None:
     versions = list_versions(kb, rel_path)
     for path in versions[:max(0, len(versions) - keep)] if keep > 0 else ():
         with contextlib.suppress(OSError):
-            path.unlink()
+            remove_file(kb, rel(kb, path))
 
 
 # --- The undo log ---
@@ -266,8 +306,8 @@ def _valid_entry(entry) -> bool:
 def read_log(kb: Path) -> list[dict]:
     """Changes the agent made, oldest first; unreadable lines are skipped rather than fatal."""
     try:
-        lines = (kb / HISTORY_DIR / UNDO_LOG).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError):
+        lines = read_bytes(kb, f"{HISTORY_DIR}/{UNDO_LOG}").decode("utf-8").splitlines()
+    except (OSError, ToolError, UnicodeDecodeError):
         return []
     entries = []
     for line in lines:
@@ -280,7 +320,7 @@ def read_log(kb: Path) -> list[dict]:
 
 def _write_log(kb: Path, entries: list[dict]) -> None:
     text = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries[-UNDO_LOG_KEEP:])
-    atomic_write(kb / HISTORY_DIR / UNDO_LOG, text.encode("utf-8"))
+    write_bytes(kb, f"{HISTORY_DIR}/{UNDO_LOG}", text.encode("utf-8"))
 
 
 def _log_change(kb: Path, op: str, path: str, to=None, snapshot_path=None, after=None) -> str:
@@ -289,15 +329,16 @@ def _log_change(kb: Path, op: str, path: str, to=None, snapshot_path=None, after
     `after` is the digest of what the agent wrote: undo copies the note aside first only if it differs."""
     entry = {"time": _stamp(), "op": op, "path": path, "to": to, "snapshot": snapshot_path, "after": after}
     try:
-        (kb / HISTORY_DIR).mkdir(parents=True, exist_ok=True)
         entries = read_log(kb)
         if len(entries) >= 2 * UNDO_LOG_KEEP:  # rewrite only now and then, so appending stays cheap
             _write_log(kb, entries + [entry])
             return ""
-        with open(kb / HISTORY_DIR / UNDO_LOG, "a", encoding="utf-8") as f:
-            f.write(json.dumps(entry, ensure_ascii=False) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        with _in_folder(kb, f"{HISTORY_DIR}/{UNDO_LOG}", create=True) as (folder, name):
+            fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666, dir_fd=folder)
+            with os.fdopen(fd, "a", encoding="utf-8") as f:
+                f.write(json.dumps(entry, ensure_ascii=False) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
         return ""
     except OSError as e:
         return f"  (done, but /undo will not know about it: {e.strerror or e})"
@@ -321,13 +362,12 @@ def save_note(kb: Path, rel_path: str, new_text, op: str) -> str:
                 if os.path.lexists(path):
                     raise ToolError(f"{rel_path} already exists; nothing was replaced")
                 text = compute("")
-                path.parent.mkdir(parents=True, exist_ok=True)
-                _write_via_temp(path, encode_note(text, NoteFormat()), _place_new)
+                write_bytes(kb, rel_path, encode_note(text, NoteFormat()), new=True)
                 return change_summary("write", rel_path, new_text=text) + _log_change(kb, "write", rel_path)
             if not path.is_file():
                 raise ToolError(f"{rel_path} does not exist")
             try:
-                old_text, fmt = read_note(path)
+                old_text, fmt = decode_note(read_bytes(kb, rel_path))
             except ToolError as e:
                 raise ToolError(f"{rel_path} is {e}") from None
             if "\0" in old_text[:8192]:
@@ -336,12 +376,14 @@ def save_note(kb: Path, rel_path: str, new_text, op: str) -> str:
             if old_text == text:
                 return change_summary(op, rel_path, old_text, text)
             data = encode_note(text, fmt)
-            warning = _log_change(kb, op, rel_path, snapshot_path=snapshot(kb, rel_path),
-                                  after=hashlib.sha256(data).hexdigest())
+            kept = snapshot(kb, rel_path)
+            warning = _log_change(kb, op, rel_path, snapshot_path=kept, after=hashlib.sha256(data).hexdigest())
             try:
-                atomic_write(path, data)
+                write_bytes(kb, rel_path, data)
             except BaseException:
-                _write_log(kb, read_log(kb)[:-1])  # the change did not happen: nothing to undo
+                with contextlib.suppress(OSError):  # the change did not happen: nothing to undo
+                    remove_file(kb, kept)
+                    _write_log(kb, read_log(kb)[:-1])
                 raise
             prune_versions(kb, rel_path)
             return change_summary(op, rel_path, old_text, text) + warning
@@ -354,8 +396,8 @@ def locked(kb: Path):
     """Changes to one notes folder happen one at a time, across every knowledge-agent process (a chat and
     an MCP client, two chats): each holds this lock from reading the note to writing it."""
     try:
-        (kb / HISTORY_DIR).mkdir(exist_ok=True)
-        handle = open(kb / HISTORY_DIR / LOCK_FILE, "a")
+        with _in_folder(kb, f"{HISTORY_DIR}/{LOCK_FILE}", create=True) as (folder, name):
+            handle = os.fdopen(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o666, dir_fd=folder), "w")
     except OSError:  # no .history here: a change that needs a copy of the old text fails on its own
         yield
         return
@@ -373,9 +415,9 @@ def locked(kb: Path):
         yield
 
 
-def _digest(path: Path) -> str | None:
+def _digest(kb: Path, rel_path: str) -> str | None:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
+        return hashlib.sha256(read_bytes(kb, rel_path)).hexdigest()
     except OSError:
         return None
 
@@ -389,8 +431,7 @@ def move_note(kb: Path, from_path: str, to_path: str) -> str:
                 raise ToolError(f"{from_path} does not exist")
             if os.path.lexists(dst):
                 raise ToolError(f"{to_path} already exists; choose another name, nothing was moved")
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            _place_new(src, dst)
+            move_file(kb, from_path, to_path)
             return change_summary("move", from_path, to=to_path) + _log_change(kb, "move", from_path, to=to_path)
     except OSError as e:
         raise ToolError(f"could not move {from_path}: {e.strerror or e}; it is where it was") from None
@@ -404,7 +445,7 @@ def delete_note(kb: Path, rel_path: str) -> str:
             if not path.is_file():
                 raise ToolError(f"{rel_path} does not exist")
             kept = snapshot(kb, rel_path)
-            path.unlink()
+            remove_file(kb, rel_path)
             return change_summary("delete", rel_path) + _log_change(kb, "delete", rel_path, snapshot_path=kept)
     except OSError as e:
         raise ToolError(f"could not delete {rel_path}: {e.strerror or e}; it is still there") from None
@@ -451,8 +492,7 @@ def _describe(entry: dict) -> str:
 def _keep_current(kb: Path, rel_path: str, after: str | None = None) -> str:
     """Copy what is at rel_path now into .history before undo replaces it. Text that is exactly what the
     agent wrote is not copied: those copies would push out the older versions further undos need."""
-    path = kb / rel_path
-    if not path.is_file() or (after and _digest(path) == after):
+    if not (kb / rel_path).is_file() or (after and _digest(kb, rel_path) == after):
         return ""
     return f" The text it had before this undo is kept in {snapshot(kb, rel_path)}."
 
@@ -463,21 +503,19 @@ def _undo(kb: Path, entry: dict) -> tuple[str, list[str]]:
         if not (kb / rel_path).is_file():
             raise _Gone(f"{rel_path} no longer exists")
         kept = snapshot(kb, rel_path)
-        (kb / rel_path).unlink()
+        remove_file(kb, rel_path)
         return f"Undid {what}: removed {rel_path} (a copy is kept in {kept}).", [rel_path]
     if op == "move":
         if not to or not (kb / to).is_file():
             raise _Gone(f"{to} no longer exists")
         kept = _keep_current(kb, rel_path)
-        (kb / rel_path).parent.mkdir(parents=True, exist_ok=True)
-        os.replace(kb / to, kb / rel_path)
+        move_file(kb, to, rel_path, replace=True)
         return f"Undid {what}: moved {to} back to {rel_path}.{kept}", [to, rel_path]
     source = kb / (entry.get("snapshot") or "")
     if not entry.get("snapshot") or not source.is_file():
         raise _Gone(f"its saved version {entry.get('snapshot') or '(none)'} is gone")
     kept = _keep_current(kb, rel_path, entry.get("after"))
-    (kb / rel_path).parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(kb / rel_path, source.read_bytes())
+    write_bytes(kb, rel_path, read_bytes(kb, entry["snapshot"]))
     prune_versions(kb, rel_path)
     back = "is back" if op == "delete" else "is as it was before"
     return f"Undid {what}: {rel_path} {back}.{kept}", [rel_path]

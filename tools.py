@@ -93,13 +93,10 @@ def list_notes(settings: Settings, folder: str | None = None) -> str:
     return search.list_notes(settings.kb, settings.index_dir, folder, settings.search_watch)
 
 
-def _read_text(path) -> str:
+def _read_text(settings: Settings, path) -> str:
     """A note's text for reading: lenient about encoding, bounded in size."""
-    if path.exists() and not path.is_dir() and not path.is_file():
-        raise ToolError("that is not a regular file (a pipe or device?), so it is not read.")
     try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_NOTE_BYTES + 1)
+        data = notes.read_bytes(settings.kb, rel(settings.kb, path), MAX_NOTE_BYTES + 1)
     except FileNotFoundError:
         raise ToolError("no such note. Use search_notes or list_notes to find the right path.") from None
     except IsADirectoryError:
@@ -115,7 +112,7 @@ def _read_text(path) -> str:
 def note_lines(settings: Settings, file_path: str, start_line: int = 1) -> tuple[str, list[str], int]:
     """(relative path, the lines from start_line that fit one result, total lines): for read_note and /read."""
     path = safe_path(settings.kb, file_path)
-    lines = _read_text(path).splitlines()
+    lines = _read_text(settings, path).splitlines()
     if lines and not 1 <= start_line <= len(lines):
         raise ToolError(f"start_line {start_line} is outside the note, which has {len(lines)} lines.")
     shown, size = [], 0

@@ -100,3 +100,54 @@ def test_a_writer_killed_mid_change_leaves_an_undoable_note_and_no_temp_files(tm
         left = [p for p in kb.rglob(".~*.tmp")]
         assert left == []
         (kb / "big.md").write_bytes(data)  # back to what the crash left, for the next round
+
+
+def test_a_folder_swapped_for_a_link_mid_change_never_leads_outside(tmp_path, kb):
+    """Something with write access (a sync client, another program) swaps work/ for a link to a folder
+    outside the notes, over and over, while the tools write, append to and read notes in it."""
+    import os
+    import threading
+    import tools
+    from config import Settings
+    settings = Settings(None, "", "", kb, index_dir=tmp_path / "cache")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "meeting.md").write_text("SECRET outside\n", encoding="utf-8")
+    real, aside = kb / "work", kb / "work-real"
+    stop, swaps = threading.Event(), [0]
+
+    def swap():
+        while not stop.is_set():
+            os.rename(real, aside)
+            os.symlink(outside, kb / "link")
+            try:
+                os.rename(kb / "link", real)  # work/ is now a link to outside, for a moment
+                stop.wait(0.002)
+            except OSError:  # a write just made a new work/ folder: leave it
+                os.unlink(kb / "link")
+            if real.is_symlink():
+                os.unlink(real)
+            while real.is_dir():  # a folder a write made meanwhile: keep what it holds
+                for entry in os.listdir(real):
+                    os.replace(real / entry, aside / entry)
+                try:
+                    os.rmdir(real)
+                except OSError:
+                    pass
+            os.rename(aside, real)
+            swaps[0] += 1
+
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    try:
+        for i in range(600):
+            tools.execute_tool("write_note", {"file_path": f"work/new{i}.md", "content": "x"}, settings)
+            tools.execute_tool("append_note", {"file_path": "work/meeting.md", "content": "line"}, settings)
+            read = tools.execute_tool("read_note", {"file_path": "work/meeting.md"}, settings)
+            assert "SECRET" not in read.text
+    finally:
+        stop.set()
+        swapper.join()
+    assert swaps[0] > 20  # the swap really raced the tools
+    assert sorted(p.name for p in outside.iterdir()) == ["meeting.md"]
+    assert (outside / "meeting.md").read_text(encoding="utf-8") == "SECRET outside\n"

@@ -103,13 +103,13 @@ def test_write_creates_folders_and_refuses_to_replace(settings, kb):
 
 
 def test_write_failure_leaves_no_temp_file(settings, kb, monkeypatch):
-    def broken_replace(src, dst):
+    def broken_replace(src, dst, **folders):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(os, "replace", broken_replace)
     result = run(settings, "write_note", file_path="python.md", content="new", overwrite=True)
     assert result.startswith("Error:") and "No space left" in result
     assert "装饰器" in (kb / "python.md").read_text(encoding="utf-8")
-    left = [p.relative_to(kb).as_posix() for p in kb.rglob("*") if p.is_file() and p.name != notes.LOCK_FILE]
+    left = [p.relative_to(kb).as_posix() for p in kb.rglob("*") if p.is_file() and p.name not in (notes.LOCK_FILE, notes.UNDO_LOG)]
     assert sorted(left) == ["python.md", "vim.md", "work/meeting.md"]
 
 

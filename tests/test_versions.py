@@ -88,12 +88,12 @@ def test_non_utf8_note_is_refused_and_left_alone(tmp_path):
 def test_failed_write_leaves_old_note_and_no_temp_file(tmp_path, monkeypatch, broken):
     path = make(tmp_path, "n.md", b"precious words\n")
 
-    def disk_full(*args):
+    def disk_full(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, broken, disk_full)
     with pytest.raises(OSError):
-        notes.atomic_write(path, b"garbage")
+        notes.write_bytes(tmp_path, "n.md", b"garbage")
     monkeypatch.undo()
     assert path.read_bytes() == b"precious words\n"
     assert stray_files(tmp_path) == []
@@ -103,11 +103,11 @@ def test_failed_save_says_so_and_records_nothing(tmp_path, monkeypatch):
     path = make(tmp_path, "notes/n.md", b"precious words\n")
     real_replace = os.replace
 
-    def fail_on_the_note(src, dst):
+    def fail_on_the_note(src, dst, **folders):
         # The version copy into .history goes through; the note's own write fails.
-        if str(dst).endswith("notes/n.md"):
+        if dst == "n.md":
             raise OSError(28, "No space left on device")
-        real_replace(src, dst)
+        real_replace(src, dst, **folders)
 
     monkeypatch.setattr(os, "replace", fail_on_the_note)
     with pytest.raises(VersionError, match="No space left on device; the note is as it was"):
@@ -121,12 +121,12 @@ def test_failed_save_says_so_and_records_nothing(tmp_path, monkeypatch):
 def test_interrupt_during_write_cleans_up_too(tmp_path, monkeypatch):
     path = make(tmp_path, "n.md", b"old\n")
 
-    def interrupted(*args):
+    def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(os, "replace", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        notes.atomic_write(path, b"new\n")
+        notes.write_bytes(tmp_path, "n.md", b"new\n")
     assert path.read_bytes() == b"old\n"
     assert stray_files(tmp_path) == []
 
@@ -135,7 +135,8 @@ def test_write_keeps_file_permissions_and_symlinks(tmp_path):
     real = make(tmp_path, "real.md", b"x\n")
     os.chmod(real, 0o640)
     (tmp_path / "link.md").symlink_to(real)
-    save_note(tmp_path, "link.md", "y\n", "overwrite")
+    resolved = notes.rel(tmp_path, notes.safe_path(tmp_path, "link.md"))  # the guard follows a link inside
+    save_note(tmp_path, resolved, "y\n", "overwrite")
     assert (tmp_path / "link.md").is_symlink()
     assert real.read_bytes() == b"y\n"
     assert real.stat().st_mode & 0o777 == 0o640
@@ -154,13 +155,13 @@ def test_write_creates_folders_and_never_replaces_an_existing_note(tmp_path):
 
 def test_create_loses_a_race_without_replacing(tmp_path, monkeypatch):
     # The person saves a note of the same name between our check and our write.
-    real_place = notes._place_new
+    real_put = notes._put
 
-    def person_saves_first(src, dst):
-        dst.write_bytes(b"typed by the person")
-        real_place(src, dst)
+    def person_saves_first(src_folder, src, dst_folder, dst, replace):
+        (tmp_path / dst).write_bytes(b"typed by the person")
+        real_put(src_folder, src, dst_folder, dst, replace)
 
-    monkeypatch.setattr(notes, "_place_new", person_saves_first)
+    monkeypatch.setattr(notes, "_put", person_saves_first)
     with pytest.raises(VersionError, match="already exists"):
         save_note(tmp_path, "n.md", "agent", "write")
     assert (tmp_path / "n.md").read_bytes() == b"typed by the person"
