@@ -136,6 +136,12 @@ def test_folder_filter_keeps_only_that_folder(kb, find):
     assert "No notes in travel/ match" in find(kb, "flour", folder="travel")
 
 
+@pytest.mark.parametrize("folder", ["", " ", ".", "/", "cooking/.."])
+def test_folder_naming_the_notes_folder_itself_means_all_notes(kb, find, listing, folder):
+    assert set(hits(find(kb, "bread", folder=folder))) == {"cooking/bread.md", "cooking/pasta.md", "travel/japan.md"}
+    assert listing(kb, folder).startswith("7 note(s) in the knowledge base")
+
+
 @pytest.mark.parametrize("folder", ["../", "/etc", "nope", ".history", "python.md"])
 def test_bad_folder_is_an_error_the_model_can_act_on(kb, find, folder):
     (kb / ".history").mkdir()
