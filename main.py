@@ -5,13 +5,12 @@
     printf 'q1\\nq2\\n' | python main.py  each line a turn of one conversation
     python main.py --continue           pick up the last conversation (--resume ID, --list-sessions)
 
-The answer goes to stdout and nothing else does; reasoning, tool calls and errors go to stderr. Every
-message is saved as it happens (sessions.py). Without an API key the chat starts in notes-only mode:
-/search, /list, /read. Exit codes: 0 ok, 1 the answer failed, 2 bad settings or usage, 130 interrupted.
-A traceback in front of a person is a bug: every failure here ends as one line on stderr.
+Only the answer goes to stdout, the rest to stderr; a failure is one line there, never a traceback. Without an
+API key the chat runs notes-only. Exit codes: 0 ok, 1 the answer failed, 2 bad settings or usage, 130 interrupted.
 """
 
 import argparse
+import contextlib
 import difflib
 import json
 import os
@@ -47,20 +46,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("-y", "--yes", action="store_true", help="approve actions that ask first (AUTO_APPROVE=1)")
     add("--allow-shell", action="store_true", help="let the model run shell commands in a sandbox in the notes "
         "folder, each one confirmed (ALLOW_SHELL=1; read the README first)")
-    earlier = parser.add_mutually_exclusive_group()
-    earlier.add_argument("-c", "--continue", dest="continue_last", action="store_true",
-                         help="continue the most recent conversation")
-    earlier.add_argument("--resume", metavar="ID", type=int, help="continue conversation ID (see --list-sessions)")
-    earlier.add_argument("--list-sessions", action="store_true", help="list recent conversations and exit")
+    earlier = parser.add_mutually_exclusive_group().add_argument
+    earlier("-c", "--continue", dest="continue_last", action="store_true", help="continue the most recent conversation")
+    earlier("--resume", metavar="ID", type=int, help="continue conversation ID (see --list-sessions)")
+    earlier("--list-sessions", action="store_true", help="list recent conversations and exit")
     add("-v", "--verbose", action="store_true", help="show token usage on stderr after an answer")
     return parser.parse_args(argv)
-
-
-def settings_from(args: argparse.Namespace) -> Settings:
-    return load_settings(kb=args.kb, model=args.model, base_url=args.base_url, max_rounds=args.max_rounds,
-                         stream=False if args.no_stream else None,
-                         show_reasoning=False if args.no_reasoning else None,
-                         auto_approve=True if args.yes else None, allow_shell=True if args.allow_shell else None)
 
 
 def _shorten(text: str) -> str:
@@ -76,44 +67,36 @@ def _compact(arguments) -> str:
 
 
 class Display(UI):
-    """The terminal: the answer to stdout, everything else to stderr, colour only on a terminal.
-
-    With `interactive` it asks the person to confirm at the terminal; shell commands may also be answered
-    "a" (always): later shell commands in this session run without asking."""
+    """The terminal: the answer to stdout, the rest to stderr (coloured on a terminal); asks only if `interactive`."""
 
     def __init__(self, show_reasoning: bool = True, interactive: bool = False):
         self.show_reasoning, self.interactive = show_reasoning, interactive
         self.colour = sys.stderr.isatty() and not os.environ.get("NO_COLOR")
         self.in_reasoning = self.text_open = self.shell_always = False
-        self.conversation: sessions.Conversation | None = None
+        self.conversation: sessions.Conversation | None = None  # set by Chat before any answer
 
     def _style(self, code: str, text: str) -> str:
         return f"\033[{code}m{text}\033[0m" if self.colour else text
 
     def reasoning(self, text: str) -> None:
         if self.show_reasoning:
-            prefix = "" if self.in_reasoning else self._style("2", "thinking: ")
+            text = text if self.in_reasoning else "thinking: " + text
             self.in_reasoning = True
-            sys.stderr.write(prefix + self._style("2", text))
-            sys.stderr.flush()
+            print(self._style("2", text), end="", file=sys.stderr, flush=True)
 
     def text(self, text: str) -> None:
-        self._end_reasoning()
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        self.end_answer(more_text=True)
+        print(text, end="", flush=True)
         self.text_open = not text.endswith("\n")
 
-    def _end_reasoning(self) -> None:
+    def end_answer(self, more_text: bool = False) -> None:
+        """End the open reasoning line, and the answer's too unless `more_text` of it follows."""
         if self.in_reasoning:
             self.in_reasoning = False
-            sys.stderr.write("\n")
-
-    def end_answer(self) -> None:
-        self._end_reasoning()
-        if self.text_open:
-            sys.stdout.write("\n")
-            sys.stdout.flush()
+            print(file=sys.stderr)
+        if self.text_open and not more_text:
             self.text_open = False
+            print(flush=True)
 
     def tool_call(self, name: str, arguments: str) -> None:
         self.end_answer()
@@ -121,8 +104,7 @@ class Display(UI):
 
     def tool_result(self, name: str, result: tools.Result) -> None:
         first = result.text.splitlines()[0] if result.text else "(empty)"
-        known = tools.TOOLS.get(name)
-        if known and known.changes_notes and not result.error:
+        if getattr(tools.TOOLS.get(name), "changes_notes", False) and not result.error:
             self.info(self._style("32", "  " + visible(first)))  # the change summary: `~ notes/git.md  +3 −1`
         else:
             self.info(self._style("31" if result.error else "2", "  ← " + _shorten(first)))
@@ -132,23 +114,18 @@ class Display(UI):
             return None
         if not question.startswith(tools.SHELL_QUESTION):
             return ask(question, "y/N") == "y"
-        if not self.shell_always:
-            reply = ask(question, "y/N/a=always this session")
-            self.shell_always = reply == "a"
-            return reply in ("y", "a")
-        return True
+        reply = "a" if self.shell_always else ask(question, "y/N/a=always this session")
+        self.shell_always = reply == "a"
+        return reply in ("y", "a")
 
     def history_changed(self, history: list[dict]) -> None:
-        if self.conversation:
-            self.conversation.sync(history)
+        self.conversation.sync(history)
 
     def usage(self, usage) -> None:
-        if self.conversation:
-            self.conversation.add_usage(usage)
+        self.conversation.add_usage(usage)
 
     def info(self, message: str) -> None:
-        sys.stderr.write(message + "\n")
-        sys.stderr.flush()
+        print(message, file=sys.stderr, flush=True)
 
     def error(self, message: str) -> None:
         self.end_answer()
@@ -157,15 +134,13 @@ class Display(UI):
 
 def ask(question: str, choices: str) -> str:
     """Ask at the terminal; "y", "a" (always, if offered) or "n" (anything else, or a closed stdin)."""
+    print(f"{question} [{choices}] ", end="", file=sys.stderr, flush=True)
     try:
-        sys.stderr.write(f"{question} [{choices}] ")
-        sys.stderr.flush()
         reply = input().strip().lower()
     except EOFError:
-        sys.stderr.write("\n")  # Ctrl+D ends no line
-        return "n"
-    if not reply and "readline" in sys.modules and sys.stdin.isatty() and sys.stdout.isatty():
-        sys.stderr.write("\n")  # readline ends the line only if it holds text: its prompt was empty
+        reply = None  # Ctrl+D ends no line
+    if reply is None or (not reply and "readline" in sys.modules and sys.stdin.isatty() and sys.stdout.isatty()):
+        print(file=sys.stderr)  # nor does readline when its line holds no text
     if reply in ("y", "yes"):
         return "y"
     return "a" if reply in ("a", "always") and "a" in choices else "n"
@@ -232,8 +207,13 @@ class Chat:
             close = [c for c in known if c.startswith(name)] or difflib.get_close_matches(name, known, n=1, cutoff=0.5)
             self.display.info(f"Unknown command {name}." + (f" Did you mean {close[0]}?" if close else "")
                               + " /help lists the commands.")
-        elif name in NOTE_COMMANDS:
-            show_tool(name, argument, self.settings)
+        elif name in NOTE_COMMANDS:  # the agent's own tools, run by hand: their text goes to stdout
+            tool, parameter = NOTE_COMMANDS[name]
+            if not argument and name != "/list":
+                print(f"Usage: {name} {parameter.upper().replace('FILE_PATH', 'PATH')}", flush=True)
+            else:
+                result = tools.execute_tool(tool, {parameter: argument} if argument else {}, self.settings)
+                print(result.text, flush=True)
         else:
             getattr(self, "do_" + name[1:])(argument)
         return "ok"
@@ -252,12 +232,7 @@ class Chat:
         self.display.info("New conversation. (The previous one stays saved: /sessions)")
 
     def do_sessions(self, argument: str) -> None:
-        listed = self.conversation.store.list_sessions()
-        if not listed:
-            self.display.info("No saved conversations yet.")
-        for info in listed:
-            mark = "*" if info.id == self.conversation.session_id else " "
-            self.display.info(mark + sessions.format_session_line(info))
+        show_sessions(self.conversation.store, self.display.info, self.conversation.session_id)
 
     def do_resume(self, argument: str) -> None:
         if not (argument.isascii() and argument.isdigit()):  # "²".isdigit() is True, int("²") is not
@@ -289,11 +264,10 @@ class Chat:
         (tp, tc), (sp, sc) = conversation.turn_usage, conversation.session_usage()
         sent = context.fit_to_budget([system_message()] + conversation.history, request_budget(settings))
         tokens = context.estimate_tokens(sent, tools.tool_schemas(settings))
-        self.display.info(
-            f"last answer : {tp:,} prompt + {tc:,} completion tokens ({conversation.turn_calls} API calls)\n"
-            f"conversation: {sp:,} prompt + {sc:,} completion tokens in all\n"
-            f"next request: ~{tokens:,} of {settings.context_tokens:,} tokens (CONTEXT_TOKENS), "
-            f"carrying {len(sent) - 1} of {len(conversation.history)} messages")
+        self.display.info(f"last answer : {tp:,} prompt + {tc:,} completion tokens ({conversation.turn_calls} API calls)")
+        self.display.info(f"conversation: {sp:,} prompt + {sc:,} completion tokens in all")
+        self.display.info(f"next request: ~{tokens:,} of {settings.context_tokens:,} tokens (CONTEXT_TOKENS), "
+                          f"carrying {len(sent) - 1} of {len(conversation.history)} messages")
 
     def do_undo(self, argument: str) -> None:
         message, undone = tools.undo(self.settings)
@@ -302,28 +276,26 @@ class Chat:
             self.told.append(f"[I ran /undo: {message}]")
 
 
-def show_tool(name: str, argument: str, settings: Settings) -> None:
-    """/search, /list, /read: the agent's own tools, run by hand; their text goes to stdout."""
-    tool, parameter = NOTE_COMMANDS[name]
-    if not argument and name != "/list":
-        sys.stdout.write(f"Usage: {name} {parameter.upper().replace('FILE_PATH', 'PATH')}\n")
-        return
-    result = tools.execute_tool(tool, {parameter: argument} if argument else {}, settings)
-    sys.stdout.write(result.text + "\n")
-    sys.stdout.flush()
+def show_sessions(store: sessions.SessionStore, write, current: int | None = None) -> None:
+    """The recent conversations, one line each, the one in progress (`current`) marked with *."""
+    listed = store.list_sessions()
+    for info in listed:
+        write(("*" if info.id == current else " ") + sessions.format_session_line(info))
+    if not listed:
+        print(f"No saved conversations yet (in {store.path}).", file=sys.stderr)
+    elif len(listed) == sessions.LIST_LIMIT:
+        print(f"(the {sessions.LIST_LIMIT} most recent; older ones still open by ID)", file=sys.stderr)
 
 
 def repl(settings: Settings, client, display: Display, conversation: sessions.Conversation | None = None) -> int:
     """The chat. `client` None means notes-only mode: the commands work, questions say how to enable chat."""
-    conversation = conversation or open_store(settings, display)
+    conversation = conversation or open_conversation(settings, display)
     display.interactive = True
     chat = Chat(settings, client, display, conversation)
-    try:
+    with contextlib.suppress(ImportError):  # Windows without pyreadline: plain input() still works
         import readline  # noqa: F401  (importing it gives input() line editing and history)
-    except ImportError:  # Windows without pyreadline: plain input still works
-        pass
-    names = ", ".join(tools.offered(settings))
-    display.info(f"knowledge-agent · model {settings.model} · notes {settings.kb}\ntools: {names}")
+    display.info(f"knowledge-agent · model {settings.model} · notes {settings.kb}\n"
+                 f"tools: {', '.join(tools.offered(settings))}")
     display.info("Ask about your notes. /help lists commands; /undo reverts the agent's last change. "
                  "Ctrl+C cancels an answer; Ctrl+D or /exit leaves." if client else NO_KEY)
     if settings.allow_shell:
@@ -346,71 +318,37 @@ def repl(settings: Settings, client, display: Display, conversation: sessions.Co
 
 
 def shell_banner(settings: Settings) -> str:
-    problem = shell.sandbox_problem()
-    if problem:
+    if problem := shell.sandbox_problem():
         return (f"shell is ON WITHOUT A SANDBOX: {problem}. The model can run commands as you in {settings.kb}; "
                 "every command is asked about, even with --yes.")
     approval = "commands run without asking (--yes)" if settings.auto_approve else "you approve each command"
-    network = "with" if settings.shell_network else "without"
     return (f"shell is ON, sandboxed: commands can read the notes and the system but change nothing outside a "
-            f"scratch folder, {network} network; {approval}.")
+            f"scratch folder, {'with' if settings.shell_network else 'without'} network; {approval}.")
 
 
-def piped(chat: Chat) -> int:
-    """Each line of stdin is a turn of one conversation, /commands included; EOF ends it."""
-    ok = True
-    for line in sys.stdin:
-        result = chat.line(line.strip()) if line.strip() else "ok"
-        if result == "exit":
-            break
-        ok = ok and result == "ok"
-    return EXIT_OK if ok else EXIT_FAILED
-
-
-def open_store(settings: Settings, display: Display) -> sessions.Conversation:
-    return sessions.Conversation(sessions.SessionStore(settings.data_dir / "sessions.db", display.info), settings.kb)
-
-
-def open_conversation(args, settings: Settings, display: Display) -> sessions.Conversation:
-    """The conversation to carry on: new, the latest (--continue) or a given one (--resume ID)."""
-    conversation = open_store(settings, display)
-    if args.resume is not None and not conversation.resume(args.resume):
-        raise ConfigError(f"No conversation {args.resume}. python main.py --list-sessions lists them.")
-    if args.continue_last:
-        latest = conversation.store.latest_session_id()
-        if latest is None:
-            display.info("No earlier conversation to continue; starting a new one.")
-        else:
-            conversation.resume(latest)
+def open_conversation(settings: Settings, display: Display, resume=None, latest=False) -> sessions.Conversation:
+    """The conversation to carry on: a new one, the latest (`latest`) or conversation number `resume`."""
+    conversation = sessions.Conversation(sessions.SessionStore(settings.data_dir / "sessions.db", display.info),
+                                         settings.kb)
+    wanted = conversation.store.latest_session_id() if latest else resume
+    if latest and wanted is None:
+        display.info("No earlier conversation to continue; starting a new one.")
+    elif wanted is not None and not conversation.resume(wanted):
+        raise ConfigError(f"No conversation {wanted}. python main.py --list-sessions lists them.")
     if conversation.session_id is not None:
         display.info(f"Continuing conversation {conversation.session_id} ({len(conversation.history)} messages).")
     return conversation
 
 
-def list_sessions(args, display: Display) -> int:
-    data_dir = load_settings(kb=args.kb, notes_required=False).data_dir  # a bad notes folder does not matter here
-    store = sessions.SessionStore(data_dir / "sessions.db", warn=display.info)
-    listed = store.list_sessions()
-    for info in listed:
-        sys.stdout.write(sessions.format_session_line(info) + "\n")
-    if not listed:
-        display.info(f"No saved conversations yet (in {store.path}).")
-    elif len(listed) == sessions.LIST_LIMIT:
-        display.info(f"(the {sessions.LIST_LIMIT} most recent; older ones still open with --resume ID)")
-    return EXIT_OK
-
-
-def usage_line(conversation: sessions.Conversation) -> str:
-    (tp, tc), (sp, sc) = conversation.run_usage, conversation.session_usage()
-    line = f"usage: {tp:,} prompt + {tc:,} completion tokens"
-    return line + (f"; conversation {conversation.session_id}: {sp:,} + {sc:,} in all"
-                   if conversation.session_id is not None else "")
-
-
 def run(args, display: Display) -> int:
     if args.list_sessions:
-        return list_sessions(args, display)
-    settings = settings_from(args)
+        data_dir = load_settings(kb=args.kb, notes_required=False).data_dir  # a bad notes folder does not matter
+        show_sessions(sessions.SessionStore(data_dir / "sessions.db", warn=display.info), print)
+        return EXIT_OK
+    settings = load_settings(kb=args.kb, model=args.model, base_url=args.base_url, max_rounds=args.max_rounds,
+                             stream=False if args.no_stream else None,
+                             show_reasoning=False if args.no_reasoning else None,
+                             auto_approve=True if args.yes else None, allow_shell=True if args.allow_shell else None)
     display.show_reasoning = settings.show_reasoning
     question = " ".join(args.question).strip()
     if args.question and not question:
@@ -418,14 +356,20 @@ def run(args, display: Display) -> int:
         return EXIT_USAGE
     # Without a key the REPL opens and /commands run, for the notes alone; a question needs the key.
     client = make_client(settings) if settings.api_key or (question and not question.startswith("/")) else None
-    conversation = open_conversation(args, settings, display)
+    conversation = open_conversation(settings, display, args.resume, args.continue_last)
     if not question and sys.stdin.isatty():
         return repl(settings, client, display, conversation)
     chat = Chat(settings, client, display, conversation)
-    code = piped(chat) if not question else (EXIT_OK if chat.line(question) != "failed" else EXIT_FAILED)
+    # The one question, or each piped line a turn of one conversation (/commands too) until "exit" or EOF.
+    results = []
+    for typed in [question] if question else (line.strip() for line in sys.stdin if line.strip()):
+        results.append(chat.line(typed))
+        if results[-1] == "exit":
+            break
     if args.verbose:
-        display.info(usage_line(conversation))
-    return code
+        (tp, tc), (sp, sc) = conversation.run_usage, conversation.session_usage()
+        display.info(f"usage: {tp:,} prompt + {tc:,} completion tokens; this conversation {sp:,} + {sc:,} in all")
+    return EXIT_FAILED if "failed" in results else EXIT_OK
 
 
 def main(argv=None) -> int:
