@@ -1,23 +1,22 @@
 """Settings a person can set, read once and passed down as one frozen `Settings` value.
 
-Precedence, lowest to highest: defaults here < a `.env` file beside main.py < environment variables
-< command-line flags (keyword overrides to `load_settings`). main.py and mcp_server.py call
+Precedence, lowest to highest: the defaults in `Settings` < a `.env` file beside main.py < environment
+variables < command-line flags (keyword overrides to `load_settings`). main.py and mcp_server.py call
 `load_settings` (and run_agent, when given no settings, for `python -c` use); no other module reads the
-environment or `.env`. A bad value raises `ConfigError` with one
-line saying what to set; `.env` values never enter `os.environ`, so commands the agent runs never see them.
-Limits that only one module uses live at the top of that module, not here.
+environment or `.env`. A bad value raises `ConfigError` with one line saying what to set; `.env` values
+never enter `os.environ`, so commands the agent runs never see them. Limits that only one module uses live
+at the top of that module, not here.
 """
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from dotenv import dotenv_values
 
 PROJECT_DIR = Path(__file__).resolve().parent
 ENV_FILE = PROJECT_DIR / ".env"
-DEFAULT_BASE_URL = "https://api.deepseek.com"
-DEFAULT_MODEL = "deepseek-flash"
+YES, NO = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
 class ConfigError(Exception):
@@ -28,122 +27,103 @@ def _user_folder(variable: str, fallback: str) -> Path:
     return Path(os.environ.get(variable) or Path.home() / fallback) / "knowledge-agent"
 
 
+def _set_by(default, *variables: str, choices: tuple[str, ...] = (), factory=None):
+    """A field with its default (or a `factory` making it for each Settings), set by the first of `variables`
+    that is set, to one of `choices` when given."""
+    start = {"default_factory": factory} if factory else {"default": default}
+    return field(**start, metadata={"variables": variables, "choices": choices})
+
+
 @dataclass(frozen=True)
 class Settings:
-    api_key: str | None
-    base_url: str
-    model: str
-    kb: Path
-    max_rounds: int = 10  # model calls per question
-    stream: bool = True
-    thinking: str | None = None  # "enabled" | "disabled" | None (the provider's default)
-    reasoning_effort: str | None = None
-    show_reasoning: bool = True
-    auto_approve: bool = False
-    allow_shell: bool = False
-    shell_timeout: float = 60.0
-    shell_network: bool = False  # may sandboxed shell commands open network connections
+    """Everything a person can set; load_settings reads each field's variables as the field's type."""
+    api_key: str | None = _set_by(None, "DEEPSEEK_API_KEY", "OPENAI_API_KEY")
+    base_url: str = _set_by("https://api.deepseek.com", "DEEPSEEK_BASE_URL", "OPENAI_BASE_URL")
+    model: str = _set_by("deepseek-flash", "MODEL")
+    kb: Path | None = _set_by(None, "KNOWLEDGE_BASE")  # the notes folder; None only if not required
+    max_rounds: int = _set_by(10, "MAX_TOOL_ROUNDS")  # model calls per question
+    stream: bool = _set_by(True, "STREAM")
+    thinking: str | None = _set_by(None, "THINKING", choices=("enabled", "disabled"))  # None: the provider's
+    reasoning_effort: str | None = _set_by(None, "REASONING_EFFORT", choices=("low", "medium", "high", "max"))
+    show_reasoning: bool = _set_by(True, "SHOW_REASONING")
+    auto_approve: bool = _set_by(False, "AUTO_APPROVE")
+    allow_shell: bool = _set_by(False, "ALLOW_SHELL")
+    shell_timeout: float = _set_by(60.0, "SHELL_TIMEOUT")
+    shell_network: bool = _set_by(False, "SHELL_NETWORK")  # may sandboxed shell commands open connections
     # deepseek-flash has a 128k-token window; reasoning and the answer need room too.
-    context_tokens: int = 88_000
-    data_dir: Path = field(default_factory=lambda: _user_folder("XDG_DATA_HOME", ".local/share"))
-    index_dir: Path = field(default_factory=lambda: _user_folder("XDG_CACHE_HOME", ".cache"))
-    search_watch: bool = True  # Linux inotify tells search which notes changed; off: compare every note
+    context_tokens: int = _set_by(88_000, "CONTEXT_TOKENS")
+    data_dir: Path = _set_by(None, "KA_DATA_DIR", factory=lambda: _user_folder("XDG_DATA_HOME", ".local/share"))
+    index_dir: Path = _set_by(None, "KA_INDEX_DIR", factory=lambda: _user_folder("XDG_CACHE_HOME", ".cache"))
+    search_watch: bool = _set_by(True, "KA_SEARCH_WATCH")  # Linux inotify says which notes changed; off: compare all
 
 
-def _reader(dotenv: dict):
+def _read(name: str, value, kind: type, choices: tuple[str, ...] = ()):
+    """A variable's (or a flag's) value as a field of type `kind` takes it."""
+    if choices and value not in choices:
+        raise ConfigError(f"{name}={value!r} is not valid: use one of {', '.join(choices)}.")
+    if kind is bool:  # a command-line flag arrives as True or False
+        if str(value).lower() not in YES + NO:
+            raise ConfigError(f"{name}={value!r} is not valid: use 1 or 0 (in the environment or {ENV_FILE.name}).")
+        return str(value).lower() in YES
+    if kind in (int, float):
+        try:
+            number = kind(str(value).strip())
+        except ValueError:
+            number = 0
+        if not 0 < number < float("inf"):
+            unit = "whole number of at least 1" if kind is int else "number above 0"
+            raise ConfigError(f"{name} must be a {unit}, not {value!r}.")
+        return number
+    return Path(value).expanduser() if kind is Path else value
+
+
+def _environment():
+    """A lookup of the first non-empty value of some names: the environment's, then .env's (never exported)."""
+    dotenv = dotenv_values(ENV_FILE)
+
     def value(*names: str) -> str | None:
-        """The first non-empty value: the environment for every name first, then .env."""
         for source in (os.environ, dotenv):
             for name in names:
-                text = (source.get(name) or "").strip()
-                if text:
+                if text := (source.get(name) or "").strip():
                     return text
         return None
     return value
 
 
-def _flag(name: str, value: str | None, default: bool) -> bool:
-    if value is None:
-        return default
-    if value.lower() in ("1", "true", "yes", "on"):
-        return True
-    if value.lower() in ("0", "false", "no", "off"):
-        return False
-    raise ConfigError(f"{name}={value!r} is not valid: use 1 or 0 (in the environment or {ENV_FILE.name}).")
-
-
-def _positive(name: str, value, default, kind=int):
-    if value is None:
-        return default
-    try:
-        number = kind(str(value).strip())
-    except ValueError:
-        number = 0
-    if not 0 < number < float("inf"):
-        unit = "whole number of at least 1" if kind is int else "number above 0"
-        raise ConfigError(f"{name} must be a {unit}, not {value!r}.")
-    return number
-
-
-def _choice(name: str, value: str | None, choices: tuple[str, ...]) -> str | None:
-    if value is not None and value not in choices:
-        raise ConfigError(f"{name}={value!r} is not valid: use one of {', '.join(choices)}.")
-    return value
-
-
-def notes_folder(value: str | None) -> Path:
+def _notes_folder(value: str | None, required: bool) -> Path | None:
+    """The notes folder, resolved; None when it cannot be used and is not required."""
     kb = Path(value).expanduser() if value else PROJECT_DIR / "knowledge_base"
+    if kb.is_dir() and os.access(kb, os.R_OK | os.X_OK):
+        return kb.resolve()
+    if not required:
+        return None
     if kb.exists() and not kb.is_dir():
         raise ConfigError(f"{kb} is a file, not a folder. Point KNOWLEDGE_BASE (or --kb) at your notes folder.")
     if not kb.is_dir():
         raise ConfigError(f"Notes folder not found: {kb}. Create it, or point KNOWLEDGE_BASE (or --kb) at your notes.")
-    if not os.access(kb, os.R_OK | os.X_OK):
-        raise ConfigError(f"Notes folder {kb} cannot be read (permission denied). Check its permissions.")
-    return kb.resolve()
-
-
-def _notes_or_none(value: str | None, required: bool) -> Path | None:
-    try:
-        return notes_folder(value)
-    except ConfigError:
-        if required:
-            raise
-        return None
+    raise ConfigError(f"Notes folder {kb} cannot be read (permission denied). Check its permissions.")
 
 
 def load_settings(notes_required: bool = True, **overrides) -> Settings:
-    """Settings from defaults, .env, the environment and the non-None keyword overrides (CLI flags).
+    """Settings from defaults, .env, the environment and the keyword overrides (CLI flags) not None or "".
     With notes_required False a missing or unreadable notes folder is no error (kb is then None)."""
-    env = _reader({k: v for k, v in dotenv_values(ENV_FILE).items() if v is not None})
-    given = {key: value for key, value in overrides.items() if value is not None}
-
-    def flag(name: str, key: str, default: bool) -> bool:
-        return given[key] if key in given else _flag(name, env(name), default)
-
-    folders = {key: Path(env(name)).expanduser()
-               for key, name in (("data_dir", "KA_DATA_DIR"), ("index_dir", "KA_INDEX_DIR")) if env(name)}
-    return Settings(
-        api_key=given.get("api_key") or env("DEEPSEEK_API_KEY", "OPENAI_API_KEY"),
-        base_url=given.get("base_url") or env("DEEPSEEK_BASE_URL", "OPENAI_BASE_URL") or DEFAULT_BASE_URL,
-        model=given.get("model") or env("MODEL") or DEFAULT_MODEL,
-        kb=_notes_or_none(given.get("kb") or env("KNOWLEDGE_BASE"), notes_required),
-        max_rounds=_positive("MAX_TOOL_ROUNDS (or --max-rounds)", given.get("max_rounds", env("MAX_TOOL_ROUNDS")), 10),
-        stream=flag("STREAM", "stream", True),
-        thinking=_choice("THINKING", env("THINKING"), ("enabled", "disabled")),
-        reasoning_effort=_choice("REASONING_EFFORT", env("REASONING_EFFORT"), ("low", "medium", "high", "max")),
-        show_reasoning=flag("SHOW_REASONING", "show_reasoning", True),
-        auto_approve=flag("AUTO_APPROVE", "auto_approve", False),
-        allow_shell=flag("ALLOW_SHELL", "allow_shell", False),
-        shell_timeout=_positive("SHELL_TIMEOUT", given.get("shell_timeout", env("SHELL_TIMEOUT")), 60.0, float),
-        shell_network=flag("SHELL_NETWORK", "shell_network", False),
-        context_tokens=_positive("CONTEXT_TOKENS", given.get("context_tokens", env("CONTEXT_TOKENS")), 88_000),
-        search_watch=flag("KA_SEARCH_WATCH", "search_watch", True),
-        **folders,
-    )
+    env = _environment()
+    given = {key: value for key, value in overrides.items() if value not in (None, "")}
+    values = {}
+    for setting in fields(Settings):
+        variables = setting.metadata["variables"]
+        if setting.name in given:  # a command-line flag, named in an error beside its variable
+            name, value = f"{variables[0]} (or --{setting.name.replace('_', '-')})", given[setting.name]
+        else:
+            name, value = variables[0], env(*variables)
+        if value is not None:
+            values[setting.name] = _read(name, value, setting.type, setting.metadata["choices"])
+    return Settings(**values | {"kb": _notes_folder(values.get("kb"), notes_required)})
 
 
 def mcp_flags(allow_destructive: bool, allow_shell: bool) -> tuple[bool, bool]:
-    """The MCP server's two opt-ins: a flag, else MCP_ALLOW_DESTRUCTIVE / MCP_ALLOW_SHELL."""
-    env = _reader({k: v for k, v in dotenv_values(ENV_FILE).items() if v is not None})
-    return (allow_destructive or _flag("MCP_ALLOW_DESTRUCTIVE", env("MCP_ALLOW_DESTRUCTIVE"), False),
-            allow_shell or _flag("MCP_ALLOW_SHELL", env("MCP_ALLOW_SHELL"), False))
+    """The MCP server's two opt-ins: its command-line flag, else MCP_ALLOW_DESTRUCTIVE / MCP_ALLOW_SHELL."""
+    env = _environment()
+    destructive = allow_destructive or _read("MCP_ALLOW_DESTRUCTIVE", env("MCP_ALLOW_DESTRUCTIVE") or "0", bool)
+    shell = allow_shell or _read("MCP_ALLOW_SHELL", env("MCP_ALLOW_SHELL") or "0", bool)
+    return destructive, shell

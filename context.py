@@ -1,23 +1,20 @@
 """Context budget: which part of a long conversation to send, so every request fits and stays cheap.
 
-Providers (DeepSeek, OpenAI) bill the part of a request that repeats an earlier one's prefix at a
-fraction of the price, so what is sent only grows at its end, except at a rare trim: when a request
-would go over the budget, it is cut back in one go to about TRIM_TO of it, at turn boundaries (a turn is
-a user message and all up to the next, so calls stay with their results): finished turns' tool results
-are shortened to a head and "[… elided, N chars]", sparing the KEEP_RECENT_TURNS before the current one
-as long as possible, then the oldest turns go. What was shortened or dropped stays so. The system prompt
-and the current turn stay whole, unless the current turn alone is too big: then its older tool results
-are shortened. fit_to_budget() is a pure function of the messages: it replays the conversation's growth
-request by request to find where the cuts fell, so the same history always gives the same request. It
-never changes its input. This module must never import the rest of the project.
+Providers bill the part of a request that repeats an earlier one's prefix at a fraction of the price, so
+what is sent only grows at its end, but for a rare trim: a request over the budget is cut back in one go to
+about TRIM_TO of it, at turn boundaries (a question and all up to the next, so calls keep their results).
+Finished turns' tool results are shortened first (the KEEP_RECENT_TURNS before the current one last), then
+the oldest turns go; what was cut stays cut. The system prompt and the current turn stay whole unless that
+turn alone is too big. fit_to_budget() replays the conversation request by request to find where the cuts
+fell, so the same history always gives the same request. It never changes its input, and this module must
+never import the rest of the project.
 """
 
 import json
 import math
 
-# Tokens are estimated without a tokenizer: CJK text ~1 token a character; Latin prose ~4 characters a
-# token, but Markdown, code, paths and JSON ~3. Nothing corrects the estimate by the server's count, so
-# it leans to over-counting: a request a little short costs little, one the server refuses costs a retry.
+# Tokens are estimated without a tokenizer, leaning to over-count: a request a little short costs little,
+# a refused one a retry. CJK is ~1 token a character; prose ~4 characters a token, Markdown, code, JSON ~3.
 CHARS_PER_TOKEN = 3.5
 MESSAGE_OVERHEAD_TOKENS = 4  # what each message costs in the chat template
 TOOL_CALL_OVERHEAD_TOKENS = 8
@@ -58,12 +55,10 @@ def estimate_tokens(messages: list[dict], tools: list | None = None) -> int:
 
 
 def repair_history(messages: list[dict]) -> list[dict]:
-    """A copy of the history the API accepts, changed as little as possible: leading system messages stay,
-    then all before the first user message goes; a call without a result (the process died) gets a "not
-    executed" one; orphan tool messages go; a question followed directly by another (unanswered) goes."""
-    i = next((i for i, m in enumerate(messages) if m.get("role") != "system"), len(messages))
-    out = messages[:i]
-    i = next((j for j in range(i, len(messages)) if messages[j].get("role") == "user"), len(messages))
+    """A copy the API accepts, changed as little as possible: before the first question only system messages
+    stay; a call left without a result gets a "not executed" one; orphan results and unanswered questions go."""
+    i = next((i for i, m in enumerate(messages) if m.get("role") == "user"), len(messages))
+    out = [m for m in messages[:i] if m.get("role") == "system"]
     pending: list[str] = []  # tool_call ids of the last assistant message still waiting for a result
     for message in messages[i:] + [None]:  # None: the end, where unanswered calls are answered too
         role = message and message.get("role")
@@ -77,7 +72,7 @@ def repair_history(messages: list[dict]) -> list[dict]:
         if message is None:
             return out
         if role == "user" and out and out[-1].get("role") == "user":
-            out.pop()  # the agent drops a turn that got no answer; some APIs reject two questions in a row
+            out.pop()  # an unanswered question (the agent drops its turn): some APIs reject two in a row
         if role == "assistant" and "tool_calls" in message and not message["tool_calls"]:
             message = {k: v for k, v in message.items() if k != "tool_calls"}
         out.append(message)
@@ -86,8 +81,7 @@ def repair_history(messages: list[dict]) -> list[dict]:
 
 
 def elide(message: dict) -> dict:
-    """A tool message shortened to its head and how much was cut; others (and short results, where the
-    marker would save too little to be worth losing the text) as they are."""
+    """A tool result cut to its head and how much was cut (unless too short to be worth it); others as they are."""
     text = content_text(message.get("content"))
     if message.get("role") != "tool" or len(text) <= 2 * ELIDED_HEAD_CHARS + 40:
         return message
@@ -131,18 +125,14 @@ def fit_to_budget(messages: list[dict], budget_tokens: int) -> list[dict]:
     for message in repair_history(messages):  # system messages, then turns that each start with a question
         if message.get("role") == "user":
             turns.append([])
+        if message.get("role") == "assistant" and not message.get("tool_calls") and "reasoning_content" in message:
+            # ignored by the API; an answer is first sent after its turn has ended, so no prefix changes
+            message = {k: v for k, v in message.items() if k != "reasoning_content"}
         (turns[-1] if turns else system).append(message)
-    if not turns:
-        return system
-    # Reasoning of an earlier final answer is ignored by the API (beside tool calls DeepSeek needs it back,
-    # even ""); it is dropped from the moment its turn ends, so it is never sent and no prefix changes.
-    turns = [[{k: v for k, v in m.items() if k != "reasoning_content"}
-              if m.get("role") == "assistant" and not m.get("tool_calls") else m for m in turn]
-             for turn in turns[:-1]] + turns[-1:]
     fixed = sum(map(message_tokens, system))
     start, elided, kept = _cut([_sizes(turn) for turn in turns], fixed, budget_tokens)
     earlier = [elide(m) if t < elided else m for t in range(start, len(turns) - 1) for m in turns[t]]
-    current = list(turns[-1])
+    current = list(turns[-1]) if turns else []
     for j, message in enumerate(current):  # if it is too big even alone: shorten its results, oldest first
         if fixed + kept + sum(map(message_tokens, current)) <= budget_tokens:
             break

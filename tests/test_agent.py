@@ -7,7 +7,8 @@ import openai
 import pytest
 from conftest import Recorder, StubClient, make_settings
 
-from agent import CANCELLED, AgentError, run_agent
+from agent import AgentError, run_agent
+from context import INTERRUPTED_RESULT as CANCELLED
 
 
 def call(name, **args):
