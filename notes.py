@@ -1,24 +1,21 @@
-"""The notes folder on disk: which paths are notes, faithful reads, atomic writes, versions and undo.
+"""The notes folder on disk: which paths are notes, how a note is read and written, and the lock.
 
-Every tool, search and undo goes through this file, so its rules hold everywhere: one path guard
-(`safe_path`, `safe_folder`) admits visible .md/.txt notes inside the folder only; a note's format (BOM,
-CRLF) is kept byte for byte; writes are atomic; every change holds one lock across processes, copies the
-old text to `.history/<path>.<stamp>` first and records itself in `.history/undo.jsonl` for `undo_last`.
-It must never write outside the notes folder nor lose a word: a failure leaves the note as it was and
-raises `ToolError`, the one exception the tools raise, with a message for the model or the person.
+Every tool, search and versions.py go through this file, so its rules hold everywhere:
+- one path guard (`safe_path`, `safe_folder`) admits visible .md/.txt notes inside the folder only;
+- a note's format (UTF-8 BOM, CRLF or LF) is kept byte for byte;
+- every file is reached race-free from the folder's own descriptor, never through a link, and replaced
+  atomically; one lock (`locked`) makes changes by several knowledge-agent processes take turns.
+It must never read or write outside the notes folder: a failure raises `ToolError`, the one exception the
+tools raise, with a message for the model or the person.
 """
 
 import codecs
 import contextlib
-import difflib
-import hashlib
-import json
 import os
 import re
 import stat
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
 try:
@@ -27,26 +24,15 @@ except ImportError:  # Windows: no lock between processes there
     fcntl = None
 
 NOTE_SUFFIXES = (".md", ".txt")
-HISTORY_DIR = ".history"
-UNDO_LOG = "undo.jsonl"
-HISTORY_KEEP = 20  # versions kept per note (0: no limit)
-UNDO_LOG_KEEP = 200  # changes /undo remembers
+HISTORY_DIR = ".history"  # versions and the undo log, inside the notes folder, hidden from the tools
 LOCK_FILE = "lock"  # in .history: held while a change reads and writes a note
 LOCK_WAIT = 10.0  # seconds a change waits for another process's change before giving up
-CHANGE_OPS = ("write", "overwrite", "edit", "append", "move", "delete")  # what an undo log line may record
-STAMP_FORMAT = "%Y-%m-%dT%H-%M-%S.%fZ"  # UTC, so versions sort by name across DST changes
-STAMP_RE = re.compile(r"\.(\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{6}Z)(?:-(\d+))?$")
 # Control characters and bidi overrides in a name could redraw a confirmation prompt.
 HIDING_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-MINUS = "\u2212"
 
 
 class ToolError(Exception):
     """A tool call that cannot be done; the message goes back to the model, the notes are as they were."""
-
-
-class _Gone(ToolError):
-    """What a recorded change touched is no longer there, so it can never be undone."""
 
 
 def visible(text: str) -> str:
@@ -167,7 +153,7 @@ def _folder_fd(kb: Path, rel_dir: str, create: bool = False) -> int:
 
 
 @contextlib.contextmanager
-def _in_folder(kb: Path, rel_path: str, create: bool = False):
+def in_folder(kb: Path, rel_path: str, create: bool = False):
     """(descriptor of rel_path's folder, its file name), the folder opened race-free; closed afterwards."""
     parent = PurePosixPath(rel_path).parent
     fd = _folder_fd(kb, "" if str(parent) == "." else str(parent), create)
@@ -178,7 +164,7 @@ def _in_folder(kb: Path, rel_path: str, create: bool = False):
 
 
 def read_bytes(kb: Path, rel_path: str, limit: int = -1) -> bytes:
-    with _in_folder(kb, rel_path) as (folder, name):
+    with in_folder(kb, rel_path) as (folder, name):
         fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)  # NONBLOCK: a FIFO
         with os.fdopen(fd, "rb") as f:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -189,7 +175,7 @@ def read_bytes(kb: Path, rel_path: str, limit: int = -1) -> bytes:
 def write_bytes(kb: Path, rel_path: str, data: bytes, new: bool = False) -> None:
     """Replace the file all at once (readers see the old file or the new one, never half), or with `new`
     create it, failing if it exists even if it appeared a moment ago."""
-    with _in_folder(kb, rel_path, create=True) as (folder, name):
+    with in_folder(kb, rel_path, create=True) as (folder, name):
         for stale in os.listdir(folder):  # every write holds the lock, so a temp file found now is a leftover
             if stale.startswith(".~") and stale.endswith(".tmp"):
                 with contextlib.suppress(OSError):
@@ -233,162 +219,13 @@ def _put(src_folder: int, src: str, dst_folder: int, dst: str, replace: bool) ->
 
 
 def move_file(kb: Path, src: str, dst: str, replace: bool = False) -> None:
-    with _in_folder(kb, src) as (src_folder, src_name), _in_folder(kb, dst, create=True) as (dst_folder, dst_name):
+    with in_folder(kb, src) as (src_folder, src_name), in_folder(kb, dst, create=True) as (dst_folder, dst_name):
         _put(src_folder, src_name, dst_folder, dst_name, replace)
 
 
 def remove_file(kb: Path, rel_path: str) -> None:
-    with _in_folder(kb, rel_path) as (folder, name):
+    with in_folder(kb, rel_path) as (folder, name):
         os.unlink(name, dir_fd=folder)
-
-
-# --- Versions in .history ---
-
-def _stamp() -> str:
-    return datetime.now(timezone.utc).strftime(STAMP_FORMAT)
-
-
-def snapshot(kb: Path, rel_path: str) -> str:
-    """Copy the note to .history/<rel_path>.<stamp>; return that copy's path relative to kb."""
-    data = read_bytes(kb, rel_path)
-    base = f"{HISTORY_DIR}/{rel_path}.{_stamp()}"
-    copy, n = base, 0
-    try:
-        while os.path.lexists(kb / copy):  # two changes within one microsecond
-            n += 1
-            copy = f"{base}-{n}"
-        write_bytes(kb, copy, data, new=True)
-    except OSError as e:
-        raise ToolError(f"could not keep a copy of {rel_path} in {HISTORY_DIR}/ ({e.strerror or e}), "
-                        "so nothing was changed") from None
-    return copy
-
-
-def list_versions(kb: Path, rel_path: str) -> list[Path]:
-    """Every kept version of one note, oldest first: names end in a UTC stamp (and -N after a clash)."""
-    base = kb / HISTORY_DIR / rel_path
-    try:
-        names = os.listdir(base.parent)
-    except OSError:
-        return []
-    found = [(match[1], int(match[2] or 0), name) for name in names
-             if name.startswith(base.name + ".") and (match := STAMP_RE.fullmatch(name[len(base.name):]))]
-    return [base.parent / name for _, _, name in sorted(found)]
-
-
-def prune_versions(kb: Path, rel_path: str, keep: int | None = None) -> None:
-    """Delete the oldest versions of one note beyond `keep` (HISTORY_KEEP; 0: keep all)."""
-    keep = HISTORY_KEEP if keep is None else keep
-    versions = list_versions(kb, rel_path)
-    for path in versions[:max(0, len(versions) - keep)] if keep > 0 else ():
-        with contextlib.suppress(OSError):
-            remove_file(kb, rel(kb, path))
-
-
-# --- The undo log ---
-
-def _inside_notes(path, under: str | None = None) -> bool:
-    """The log may be synced or edited by hand: undo follows only relative paths that stay inside the
-    notes (and, for a snapshot, inside .history)."""
-    if not isinstance(path, str) or not path or "\0" in path or "\\" in path or path.startswith("/"):
-        return False
-    parts = path.split("/")
-    return ".." not in parts and "" not in parts and (parts[0] == under if under else parts[0] != HISTORY_DIR)
-
-
-def _valid_entry(entry) -> bool:
-    return (isinstance(entry, dict) and entry.get("op") in CHANGE_OPS and _inside_notes(entry.get("path"))
-            and (entry.get("to") is None or _inside_notes(entry["to"]))
-            and (entry.get("snapshot") is None or _inside_notes(entry["snapshot"], HISTORY_DIR))
-            and isinstance(entry.get("time", ""), (str, type(None))))
-
-
-def read_log(kb: Path) -> list[dict]:
-    """Changes the agent made, oldest first; unreadable lines are skipped rather than fatal."""
-    try:
-        lines = read_bytes(kb, f"{HISTORY_DIR}/{UNDO_LOG}").decode("utf-8").splitlines()
-    except (OSError, ToolError, UnicodeDecodeError):
-        return []
-    entries = []
-    for line in lines:
-        with contextlib.suppress(ValueError):
-            entry = json.loads(line)
-            if _valid_entry(entry):
-                entries.append(entry)
-    return entries
-
-
-def _write_log(kb: Path, entries: list[dict]) -> None:
-    text = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries[-UNDO_LOG_KEEP:])
-    write_bytes(kb, f"{HISTORY_DIR}/{UNDO_LOG}", text.encode("utf-8"))
-
-
-def _log_change(kb: Path, op: str, path: str, to=None, snapshot_path=None, after=None) -> str:
-    """Record a change that was made; "" or a warning for its summary (never raises: the change is done).
-
-    `after` is the digest of what the agent wrote: undo copies the note aside first only if it differs."""
-    entry = {"time": _stamp(), "op": op, "path": path, "to": to, "snapshot": snapshot_path, "after": after}
-    try:
-        entries = read_log(kb)
-        if len(entries) >= 2 * UNDO_LOG_KEEP:  # rewrite only now and then, so appending stays cheap
-            _write_log(kb, entries + [entry])
-            return ""
-        with _in_folder(kb, f"{HISTORY_DIR}/{UNDO_LOG}", create=True) as (folder, name):
-            fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666, dir_fd=folder)
-            with os.fdopen(fd, "a", encoding="utf-8") as f:
-                f.write(json.dumps(entry, ensure_ascii=False) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-        return ""
-    except OSError as e:
-        return f"  (done, but /undo will not know about it: {e.strerror or e})"
-
-
-# --- Changes the agent makes ---
-
-def save_note(kb: Path, rel_path: str, new_text, op: str) -> str:
-    """Write the note, keeping the old version; return the change summary line.
-
-    `new_text` is the text, or a function giving it from the note's text at this moment: it runs under the
-    lock every knowledge-agent takes to change notes, so a change another one made meanwhile is built on,
-    never written over. op "write" creates a note and fails if one exists; "overwrite", "edit" and
-    "append" replace one in its own format. The undo entry is written before the note is replaced, so a
-    crash in between cannot leave a change that /undo does not know of.
-    """
-    path, compute = kb / rel_path, new_text if callable(new_text) else lambda old: new_text
-    try:
-        with locked(kb):
-            if op == "write":
-                if os.path.lexists(path):
-                    raise ToolError(f"{rel_path} already exists; nothing was replaced")
-                text = compute("")
-                write_bytes(kb, rel_path, encode_note(text, NoteFormat()), new=True)
-                return change_summary("write", rel_path, new_text=text) + _log_change(kb, "write", rel_path)
-            if not path.is_file():
-                raise ToolError(f"{rel_path} does not exist")
-            try:
-                old_text, fmt = decode_note(read_bytes(kb, rel_path))
-            except ToolError as e:
-                raise ToolError(f"{rel_path} is {e}") from None
-            if "\0" in old_text[:8192]:
-                raise ToolError(f"{rel_path} looks binary, not a text note; it was left alone")
-            text = compute(old_text)
-            if old_text == text:
-                return change_summary(op, rel_path, old_text, text)
-            data = encode_note(text, fmt)
-            kept = snapshot(kb, rel_path)
-            warning = _log_change(kb, op, rel_path, snapshot_path=kept, after=hashlib.sha256(data).hexdigest())
-            try:
-                write_bytes(kb, rel_path, data)
-            except BaseException:
-                with contextlib.suppress(OSError):  # the change did not happen: nothing to undo
-                    remove_file(kb, kept)
-                    _write_log(kb, read_log(kb)[:-1])
-                raise
-            prune_versions(kb, rel_path)
-            return change_summary(op, rel_path, old_text, text) + warning
-    except OSError as e:
-        raise ToolError(f"could not save {rel_path}: {e.strerror or e}; the note is as it was") from None
 
 
 @contextlib.contextmanager
@@ -396,7 +233,7 @@ def locked(kb: Path):
     """Changes to one notes folder happen one at a time, across every knowledge-agent process (a chat and
     an MCP client, two chats): each holds this lock from reading the note to writing it."""
     try:
-        with _in_folder(kb, f"{HISTORY_DIR}/{LOCK_FILE}", create=True) as (folder, name):
+        with in_folder(kb, f"{HISTORY_DIR}/{LOCK_FILE}", create=True) as (folder, name):
             handle = os.fdopen(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o666, dir_fd=folder), "w")
     except OSError:  # no .history here: a change that needs a copy of the old text fails on its own
         yield
@@ -413,143 +250,3 @@ def locked(kb: Path):
                                     "nothing was changed, try again") from None
                 time.sleep(0.02)
         yield
-
-
-def _digest(kb: Path, rel_path: str) -> str | None:
-    try:
-        return hashlib.sha256(read_bytes(kb, rel_path)).hexdigest()
-    except OSError:
-        return None
-
-
-def move_note(kb: Path, from_path: str, to_path: str) -> str:
-    """Rename a note; never replaces an existing one."""
-    src, dst = kb / from_path, kb / to_path
-    try:
-        with locked(kb):
-            if not src.is_file():
-                raise ToolError(f"{from_path} does not exist")
-            if os.path.lexists(dst):
-                raise ToolError(f"{to_path} already exists; choose another name, nothing was moved")
-            move_file(kb, from_path, to_path)
-            return change_summary("move", from_path, to=to_path) + _log_change(kb, "move", from_path, to=to_path)
-    except OSError as e:
-        raise ToolError(f"could not move {from_path}: {e.strerror or e}; it is where it was") from None
-
-
-def delete_note(kb: Path, rel_path: str) -> str:
-    """Remove a note after copying it into .history, where undo (or a person) can get it back."""
-    path = kb / rel_path
-    try:
-        with locked(kb):
-            if not path.is_file():
-                raise ToolError(f"{rel_path} does not exist")
-            kept = snapshot(kb, rel_path)
-            remove_file(kb, rel_path)
-            return change_summary("delete", rel_path) + _log_change(kb, "delete", rel_path, snapshot_path=kept)
-    except OSError as e:
-        raise ToolError(f"could not delete {rel_path}: {e.strerror or e}; it is still there") from None
-
-
-# --- Undo ---
-
-def undo_last(kb: Path) -> tuple[str, list[str]]:
-    """Revert the latest change the agent made: (what was done, the paths it touched).
-
-    Whatever undo would replace or remove is copied into .history first, so a person's own edits made
-    since the change are never lost. A change that can no longer be undone is dropped with a message.
-    Raises ToolError when it could not undo now (nothing changed; it can be retried).
-    """
-    with locked(kb) if (kb / HISTORY_DIR).is_dir() else contextlib.nullcontext():
-        return _undo_latest(kb)
-
-
-def _undo_latest(kb: Path) -> tuple[str, list[str]]:
-    entries = read_log(kb)
-    if not entries:
-        return "Nothing to undo: no changes by the agent are recorded in this knowledge base.", []
-    entry = entries[-1]
-    try:
-        message, touched = _undo(kb, entry)
-    except _Gone as e:
-        message, touched = f"Could not undo {_describe(entry)}: {e}. Dropped it from the undo list.", []
-    except (ToolError, OSError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else e
-        raise ToolError(f"could not undo {_describe(entry)}: {reason}. Nothing was changed; try again.") from None
-    try:
-        _write_log(kb, entries[:-1])
-    except OSError as e:
-        message += f" (Warning: could not update the undo list: {e.strerror or e}.)"
-    return message, touched
-
-
-def _describe(entry: dict) -> str:
-    when = (entry.get("time") or "")[11:19].replace("-", ":")
-    target = f"{entry['path']} → {entry['to']}" if entry["op"] == "move" else entry["path"]
-    return f"the {entry['op']} of {target}" + (f" at {when} UTC" if when else "")
-
-
-def _keep_current(kb: Path, rel_path: str, after: str | None = None) -> str:
-    """Copy what is at rel_path now into .history before undo replaces it. Text that is exactly what the
-    agent wrote is not copied: those copies would push out the older versions further undos need."""
-    if not (kb / rel_path).is_file() or (after and _digest(kb, rel_path) == after):
-        return ""
-    return f" The text it had before this undo is kept in {snapshot(kb, rel_path)}."
-
-
-def _undo(kb: Path, entry: dict) -> tuple[str, list[str]]:
-    op, rel_path, to, what = entry["op"], entry["path"], entry.get("to"), _describe(entry)
-    if op == "write":
-        if not (kb / rel_path).is_file():
-            raise _Gone(f"{rel_path} no longer exists")
-        kept = snapshot(kb, rel_path)
-        remove_file(kb, rel_path)
-        return f"Undid {what}: removed {rel_path} (a copy is kept in {kept}).", [rel_path]
-    if op == "move":
-        if not to or not (kb / to).is_file():
-            raise _Gone(f"{to} no longer exists")
-        kept = _keep_current(kb, rel_path)
-        move_file(kb, to, rel_path, replace=True)
-        return f"Undid {what}: moved {to} back to {rel_path}.{kept}", [to, rel_path]
-    source = kb / (entry.get("snapshot") or "")
-    if not entry.get("snapshot") or not source.is_file():
-        raise _Gone(f"its saved version {entry.get('snapshot') or '(none)'} is gone")
-    kept = _keep_current(kb, rel_path, entry.get("after"))
-    write_bytes(kb, rel_path, read_bytes(kb, entry["snapshot"]))
-    prune_versions(kb, rel_path)
-    back = "is back" if op == "delete" else "is as it was before"
-    return f"Undid {what}: {rel_path} {back}.{kept}", [rel_path]
-
-
-# --- Summaries ---
-
-
-def count_changed_lines(old_text: str, new_text: str) -> tuple[int, int]:
-    """(lines added, lines removed). The common head and tail are trimmed first: difflib is slow on
-    long inputs, and an edit touches a few lines of a long note."""
-    old, new = old_text.splitlines(), new_text.splitlines()
-    head = 0
-    while head < min(len(old), len(new)) and old[head] == new[head]:
-        head += 1
-    tail = 0
-    while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
-        tail += 1
-    old, new = old[head:len(old) - tail], new[head:len(new) - tail]
-    added = removed = 0
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
-        if tag != "equal":
-            removed, added = removed + i2 - i1, added + j2 - j1
-    return added, removed
-
-
-def change_summary(op: str, rel_path: str, old_text: str | None = None, new_text: str | None = None,
-                   to: str | None = None) -> str:
-    """One line per change: `+ new.md  +12`, `~ notes/git.md  +3 −1`, `- old.md`, `→ a.md → b.md`."""
-    if op == "move":
-        return f"→ {rel_path} → {to}"
-    if op == "delete":
-        return f"- {rel_path}"
-    if op == "write" or old_text is None:
-        return f"+ {rel_path}  +{len((new_text or '').splitlines())}"
-    added, removed = count_changed_lines(old_text, new_text or "")
-    return f"~ {rel_path}  +{added} {MINUS}{removed}"

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 import notes
+import versions
 import search
 import shell
 from config import Settings
@@ -260,7 +261,7 @@ def append_note(settings: Settings, file_path: str, content: str) -> str:
 def _save(settings: Settings, name: str, new_text, op: str, done: str) -> str:
     """Save through notes.py (new_text: the text, or a function of the note's text at that moment), update
     the index, and say what was done under the change summary."""
-    summary = notes.save_note(settings.kb, name, new_text, op)
+    summary = versions.save_note(settings.kb, name, new_text, op)
     _changed(settings, name)
     return f"{summary}\n{done}"
 
@@ -295,7 +296,7 @@ def move_note(settings: Settings, from_path: str, to_path: str, *, confirm) -> s
     if target.exists() or target.is_symlink():
         raise ToolError(f"{dst} already exists; nothing was moved. Choose another to_path.")
     confirm(f"Move {src} to {dst}?")
-    summary = notes.move_note(settings.kb, src, dst)
+    summary = versions.move_note(settings.kb, src, dst)
     _changed(settings, src, dst)
     return f"{summary}\nMoved {src} to {dst}; /undo in the chat moves it back."
 
@@ -308,7 +309,7 @@ def delete_note(settings: Settings, file_path: str, *, confirm) -> str:
     if not path.is_file():
         raise ToolError(f"{name} does not exist. Use search_notes or list_notes to find the right path.")
     confirm(f"Delete {name}? (a copy is kept in {HISTORY_DIR}/)")
-    summary = notes.delete_note(settings.kb, name)
+    summary = versions.delete_note(settings.kb, name)
     _changed(settings, name)
     return f"{summary}\nDeleted {name}; a copy is kept in {HISTORY_DIR}/ and /undo in the chat brings it back."
 
@@ -423,7 +424,7 @@ def execute_tool(name: str, arguments, settings: Settings, confirm=None) -> Resu
 def undo(settings: Settings) -> tuple[str, bool]:
     """Revert the agent's last change to a note: (one line saying what happened, whether it undid one)."""
     try:
-        message, touched = notes.undo_last(settings.kb)
+        message, touched = versions.undo_last(settings.kb)
     except ToolError as exc:
         return f"Error: {exc}", False
     except Exception as exc:  # undo must never end the chat

@@ -8,6 +8,7 @@ from conftest import StubClient, make_settings
 
 import main
 import notes
+import versions
 import tools
 from tools import execute_tool
 
@@ -21,7 +22,7 @@ def yes(question):
 
 
 def history_texts(kb, rel):
-    return [path.read_text(encoding="utf-8") for path in notes.list_versions(kb, rel)]
+    return [path.read_text(encoding="utf-8") for path in versions.list_versions(kb, rel)]
 
 
 LONG_NOTE = "".join(f"Line {i}: some text about topic {i}.\n" for i in range(1, 400)).replace(
@@ -208,7 +209,7 @@ def test_history_is_hidden_from_search_list_and_read(settings, kb):
     assert ".history" not in run(settings, "list_notes")
     assert "python.md" not in run(settings, "search_notes", query="装饰器")  # only the old version has it
     assert "vim" not in run(settings, "search_notes", query="deletes")
-    [kept] = notes.list_versions(kb, "vim.md")
+    [kept] = versions.list_versions(kb, "vim.md")
     result = run(settings, "read_note", file_path=kept.relative_to(kb).as_posix())
     assert result.startswith("Error:")
     assert run(settings, "list_notes", folder=".history").startswith("Error:")
@@ -329,12 +330,12 @@ def test_edit_across_lines_of_a_note_with_mixed_line_endings(settings, kb):
 
 
 def test_undos_as_deep_as_the_version_limit_reach_the_original(settings, kb, monkeypatch):
-    monkeypatch.setattr(notes, "HISTORY_KEEP", 5)
+    monkeypatch.setattr(versions, "HISTORY_KEEP", 5)
     (kb / "count.md").write_text("v0\n", encoding="utf-8")
     for i in range(5):
         assert "~ count.md" in run(settings, "edit_note", file_path="count.md", old_text=f"v{i}", new_text=f"v{i + 1}")
     for _ in range(5):
-        assert notes.undo_last(kb)[0].startswith("Undid")
+        assert versions.undo_last(kb)[0].startswith("Undid")
     assert (kb / "count.md").read_text(encoding="utf-8") == "v0\n"
 
 

@@ -6,6 +6,7 @@ import os
 import pytest
 
 import notes
+import versions
 from tools import MAX_TOOL_OUTPUT, TOOLS, execute_tool
 
 
@@ -109,7 +110,7 @@ def test_write_failure_leaves_no_temp_file(settings, kb, monkeypatch):
     result = run(settings, "write_note", file_path="python.md", content="new", overwrite=True)
     assert result.startswith("Error:") and "No space left" in result
     assert "装饰器" in (kb / "python.md").read_text(encoding="utf-8")
-    left = [p.relative_to(kb).as_posix() for p in kb.rglob("*") if p.is_file() and p.name not in (notes.LOCK_FILE, notes.UNDO_LOG)]
+    left = [p.relative_to(kb).as_posix() for p in kb.rglob("*") if p.is_file() and p.name not in (notes.LOCK_FILE, versions.UNDO_LOG)]
     assert sorted(left) == ["python.md", "vim.md", "work/meeting.md"]
 
 

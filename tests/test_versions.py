@@ -8,12 +8,14 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import notes
-from notes import ToolError as VersionError, change_summary, read_note, save_note
+import versions
+from notes import ToolError as VersionError, read_note
+from versions import change_summary, save_note
 
 
 def undo_last(kb):
     try:
-        return notes.undo_last(kb)[0]
+        return versions.undo_last(kb)[0]
     except VersionError as exc:
         return f"Error: {exc}"
 
@@ -28,7 +30,7 @@ def make(kb, rel, data: bytes):
 
 
 def history_files(kb, rel):
-    return notes.list_versions(kb, rel)
+    return versions.list_versions(kb, rel)
 
 
 def stray_files(folder):
@@ -115,7 +117,7 @@ def test_failed_save_says_so_and_records_nothing(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert path.read_bytes() == b"precious words\n"
     assert stray_files(tmp_path) == []
-    assert notes.read_log(tmp_path) == []  # a failed change is nothing to undo
+    assert versions.read_log(tmp_path) == []  # a failed change is nothing to undo
 
 
 def test_interrupt_during_write_cleans_up_too(tmp_path, monkeypatch):
@@ -188,17 +190,17 @@ def test_move_refuses_existing_target_and_missing_source(tmp_path):
     make(tmp_path, "a.md", b"A")
     make(tmp_path, "b.md", b"B")
     with pytest.raises(VersionError, match="already exists"):
-        notes.move_note(tmp_path, "a.md", "b.md")
+        versions.move_note(tmp_path, "a.md", "b.md")
     with pytest.raises(VersionError, match="does not exist"):
-        notes.move_note(tmp_path, "zzz.md", "c.md")
+        versions.move_note(tmp_path, "zzz.md", "c.md")
     assert (tmp_path / "a.md").read_bytes() == b"A" and (tmp_path / "b.md").read_bytes() == b"B"
-    assert notes.move_note(tmp_path, "a.md", "sub/c.md") == "→ a.md → sub/c.md"
+    assert versions.move_note(tmp_path, "a.md", "sub/c.md") == "→ a.md → sub/c.md"
     assert not (tmp_path / "a.md").exists() and (tmp_path / "sub/c.md").read_bytes() == b"A"
 
 
 def test_delete_keeps_a_copy(tmp_path):
     make(tmp_path, "old.md", b"gone?\n")
-    assert notes.delete_note(tmp_path, "old.md") == "- old.md"
+    assert versions.delete_note(tmp_path, "old.md") == "- old.md"
     assert not (tmp_path / "old.md").exists()
     [kept] = history_files(tmp_path, "old.md")
     assert kept.read_bytes() == b"gone?\n"
@@ -208,17 +210,17 @@ def test_delete_keeps_a_copy(tmp_path):
 
 
 def fake_versions(kb, rel, ages_days, now):
-    """Versions of rel taken ages_days ago, named as notes.snapshot names them; a clash gets -N."""
+    """Versions of rel taken ages_days ago, named as versions.snapshot names them; a clash gets -N."""
     make(kb, rel, b"current")
     for age in ages_days:
-        name = f".history/{rel}.{(now - timedelta(days=age)).strftime(notes.STAMP_FORMAT)}"
+        name = f".history/{rel}.{(now - timedelta(days=age)).strftime(versions.STAMP_FORMAT)}"
         make(kb, name + ("-10" if (kb / name).exists() else ""), f"{age} days old".encode())
 
 
 def test_prune_by_count_keeps_the_newest(tmp_path):
     now = datetime.now(timezone.utc).replace(microsecond=0)
     fake_versions(tmp_path, "n.md", [5, 400, 3, 2, 1, 1], now)  # the second 1 clashes: it is the newer
-    notes.prune_versions(tmp_path, "n.md", keep=2)
+    versions.prune_versions(tmp_path, "n.md", keep=2)
     assert [p.read_text() for p in history_files(tmp_path, "n.md")] == ["1 days old", "1 days old"]
     assert history_files(tmp_path, "n.md")[-1].name.endswith("-10")
 
@@ -227,13 +229,13 @@ def test_prune_leaves_other_notes_with_similar_names_alone(tmp_path):
     now = datetime.now(timezone.utc).replace(microsecond=0)
     fake_versions(tmp_path, "n.md", [3, 2, 1], now)
     fake_versions(tmp_path, "n.md.bak.md", [3, 2, 1], now)
-    notes.prune_versions(tmp_path, "n.md", keep=1)
+    versions.prune_versions(tmp_path, "n.md", keep=1)
     assert len(history_files(tmp_path, "n.md")) == 1
     assert len(history_files(tmp_path, "n.md.bak.md")) == 3
 
 
 def test_saving_prunes_to_the_configured_limit(tmp_path, monkeypatch):
-    monkeypatch.setattr(notes, "HISTORY_KEEP", 3)
+    monkeypatch.setattr(versions, "HISTORY_KEEP", 3)
     make(tmp_path, "n.md", b"v0\n")
     for i in range(1, 7):
         save_note(tmp_path, "n.md", f"v{i}\n", "overwrite")
@@ -268,7 +270,7 @@ def test_undo_restores_the_previous_text_byte_for_byte(tmp_path, op):
 
 def test_undo_move_moves_it_back(tmp_path):
     make(tmp_path, "a.md", b"A\n")
-    notes.move_note(tmp_path, "a.md", "archive/b.md")
+    versions.move_note(tmp_path, "a.md", "archive/b.md")
     assert "moved archive/b.md back to a.md" in undo_last(tmp_path)
     assert (tmp_path / "a.md").read_bytes() == b"A\n"
     assert not (tmp_path / "archive/b.md").exists()
@@ -276,7 +278,7 @@ def test_undo_move_moves_it_back(tmp_path):
 
 def test_undo_delete_brings_the_note_back(tmp_path):
     make(tmp_path, "old.md", b"keep me\n")
-    notes.delete_note(tmp_path, "old.md")
+    versions.delete_note(tmp_path, "old.md")
     assert "old.md is back" in undo_last(tmp_path)
     assert (tmp_path / "old.md").read_bytes() == b"keep me\n"
 
@@ -293,7 +295,7 @@ def test_undo_keeps_what_the_person_wrote_meanwhile(tmp_path):
 
 def test_undo_delete_keeps_a_note_the_person_created_at_that_path(tmp_path):
     make(tmp_path, "n.md", b"old\n")
-    notes.delete_note(tmp_path, "n.md")
+    versions.delete_note(tmp_path, "n.md")
     (tmp_path / "n.md").write_text("person's new note\n")
     undo_last(tmp_path)
     assert (tmp_path / "n.md").read_text() == "old\n"
@@ -302,7 +304,7 @@ def test_undo_delete_keeps_a_note_the_person_created_at_that_path(tmp_path):
 
 def test_undo_move_keeps_a_note_the_person_created_at_the_old_path(tmp_path):
     make(tmp_path, "a.md", b"moved\n")
-    notes.move_note(tmp_path, "a.md", "b.md")
+    versions.move_note(tmp_path, "a.md", "b.md")
     (tmp_path / "a.md").write_text("person's a\n")
     undo_last(tmp_path)
     assert (tmp_path / "a.md").read_text() == "moved\n"
@@ -313,7 +315,7 @@ def test_undo_goes_back_one_change_at_a_time(tmp_path):
     make(tmp_path, "n.md", b"1\n")
     save_note(tmp_path, "n.md", "2\n", "edit")
     save_note(tmp_path, "n.md", "3\n", "edit")
-    notes.move_note(tmp_path, "n.md", "m.md")
+    versions.move_note(tmp_path, "n.md", "m.md")
     undo_last(tmp_path)
     undo_last(tmp_path)
     assert (tmp_path / "n.md").read_text() == "2\n"
@@ -326,7 +328,7 @@ def test_undo_of_a_change_that_cannot_be_undone_is_dropped_with_a_reason(tmp_pat
     make(tmp_path, "a.md", b"A\n")
     make(tmp_path, "x.md", b"X\n")
     save_note(tmp_path, "x.md", "X2\n", "edit")
-    notes.move_note(tmp_path, "a.md", "b.md")
+    versions.move_note(tmp_path, "a.md", "b.md")
     (tmp_path / "b.md").unlink()  # the person deleted it by hand
     message = undo_last(tmp_path)
     assert message.startswith("Could not undo the move of a.md → b.md") and "b.md no longer exists" in message
@@ -336,19 +338,19 @@ def test_undo_of_a_change_that_cannot_be_undone_is_dropped_with_a_reason(tmp_pat
 
 def test_undo_reports_each_touched_path(tmp_path):
     make(tmp_path, "a.md", b"A\n")
-    notes.move_note(tmp_path, "a.md", "b.md")
-    _, touched = notes.undo_last(tmp_path)
+    versions.move_note(tmp_path, "a.md", "b.md")
+    _, touched = versions.undo_last(tmp_path)
     assert sorted(touched) == ["a.md", "b.md"]
 
 
 def test_undo_log_survives_garbage_lines_and_stays_bounded(tmp_path, monkeypatch):
-    monkeypatch.setattr(notes, "UNDO_LOG_KEEP", 3)
+    monkeypatch.setattr(versions, "UNDO_LOG_KEEP", 3)
     make(tmp_path, "n.md", b"0\n")
     for i in range(1, 10):
         save_note(tmp_path, "n.md", f"{i}\n", "edit")
-    with open(tmp_path / ".history" / notes.UNDO_LOG, "a") as f:
+    with open(tmp_path / ".history" / versions.UNDO_LOG, "a") as f:
         f.write("{not json\n")
-    assert len(notes.read_log(tmp_path)) <= 2 * 3
+    assert len(versions.read_log(tmp_path)) <= 2 * 3
     assert "as it was" in undo_last(tmp_path)
     assert (tmp_path / "n.md").read_text() == "8\n"
 
@@ -367,7 +369,7 @@ def test_change_summaries():
 def test_summary_of_a_one_line_edit_in_a_long_note_is_fast_and_exact():
     old = "".join(f"line {i}\n" for i in range(200_000))
     new = old.replace("line 100000\n", "line 100000 fixed\n")
-    assert notes.count_changed_lines(old, new) == (1, 1)
+    assert versions.count_changed_lines(old, new) == (1, 1)
 
 
 def test_no_change_without_a_place_for_the_old_version(tmp_path):
@@ -376,7 +378,7 @@ def test_no_change_without_a_place_for_the_old_version(tmp_path):
     with pytest.raises(VersionError, match="could not keep a copy of n.md in .history/"):
         save_note(tmp_path, "n.md", "new\n", "overwrite")
     with pytest.raises(VersionError, match="nothing was changed"):
-        notes.delete_note(tmp_path, "n.md")
+        versions.delete_note(tmp_path, "n.md")
     assert (tmp_path / "n.md").read_bytes() == b"keep\n"
 
 
@@ -388,7 +390,7 @@ def test_undo_that_cannot_keep_a_copy_changes_nothing_and_can_be_retried(tmp_pat
     def disk_full(*args, **kwargs):
         raise VersionError("could not keep a copy of n.md in .history/ (No space left on device)")
 
-    monkeypatch.setattr(notes, "snapshot", disk_full)
+    monkeypatch.setattr(versions, "snapshot", disk_full)
     assert undo_last(tmp_path).startswith("Error: could not undo the edit of n.md")
     assert (tmp_path / "n.md").read_text() == "v2 and the person's own line\n"
     monkeypatch.undo()
