@@ -139,7 +139,7 @@ def read_note(settings: Settings, file_path: str, start_line: int = 1) -> str:
     return f"{name} (lines {start_line}-{end} of {total})\n" + "\n".join(shown) + footer
 
 
-# --- Changing notes: every change goes through notes.py (atomic, format kept, recoverable) ---
+# --- Changing notes: every change goes through versions.py (atomic, format kept, recoverable) ---
 
 def _changed(settings: Settings, *paths: str) -> None:
     for path in paths:
@@ -147,7 +147,7 @@ def _changed(settings: Settings, *paths: str) -> None:
 
 
 def _changeable(settings: Settings, path) -> str:
-    """The name of an existing note that may be changed; notes.py checks its text under the lock."""
+    """The name of an existing note that may be changed; versions.py checks its text under the lock."""
     name = rel(settings.kb, path)
     if path.is_dir():
         raise ToolError(f"{name} is a folder, not a note.")
@@ -159,7 +159,7 @@ def _changeable(settings: Settings, path) -> str:
 
 
 def _lf(text: str) -> str:
-    return text.replace("\r\n", "\n")  # notes.py puts a CRLF note's own endings back
+    return text.replace("\r\n", "\n")  # versions.py puts a CRLF note's own endings back
 
 
 def _find_all(text: str, passage: str) -> list[tuple[int, int]]:
@@ -259,7 +259,7 @@ def append_note(settings: Settings, file_path: str, content: str) -> str:
 
 
 def _save(settings: Settings, name: str, new_text, op: str, done: str) -> str:
-    """Save through notes.py (new_text: the text, or a function of the note's text at that moment), update
+    """Save through versions.py (new_text: the text, or a function of the note's text at that moment), update
     the index, and say what was done under the change summary."""
     summary = versions.save_note(settings.kb, name, new_text, op)
     _changed(settings, name)
