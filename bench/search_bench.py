@@ -1,4 +1,4 @@
-"""Benchmark for search.py on a real corpus: speed, size, freshness and ranking quality, in one run.
+"""Benchmark for search.py and index.py on a real corpus: speed, size, freshness and ranking quality, in one run.
 
     python bench/search_bench.py                 # 1x, 5x and 10x the corpus (a few minutes)
     python bench/search_bench.py --scales 1      # just the 1x corpus
@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 DEFAULT_CORPUS = ROOT.parent / "shared" / "corpus" / "tldr-kb.tar.gz"
 
+import index  # noqa: E402
 import search  # noqa: E402
 
 EN_STOPWORDS = set("""a about above after again against all also am an and any are as at be because been
@@ -177,8 +178,8 @@ def runner(kb: Path, index_dir: Path, watch: bool = True):
 
 def start_cold(kb: Path, index_dir: Path, remove: bool = False) -> Path:
     """Close the open index (and delete its files when remove): the next search opens it or builds it."""
-    search.close_index()
-    path = search.index_path(kb, index_dir)
+    index.close_index()
+    path = index.index_path(kb, index_dir)
     for suffix in ("", "-wal", "-shm") if remove else ():
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     return path
@@ -238,14 +239,14 @@ def note_bytes(kb: Path) -> int:
 
 def measure(kb: Path, index_dir: Path, queries: list, ambiguous: list, titles: list, replicated: bool,
             naive_n: int, fallback_n: int, rows: list):
-    index = start_cold(kb, index_dir, remove=True)
+    index_file = start_cold(kb, index_dir, remove=True)
     run = runner(kb, index_dir)
 
     started, cpu = time.perf_counter(), time.process_time()
     run("warm up")  # the first search builds the index from nothing
     cold, cold_cpu = time.perf_counter() - started, time.process_time() - cpu
-    size = index.stat().st_size
-    wal = Path(f"{index}-wal")
+    size = index_file.stat().st_size
+    wal = Path(f"{index_file}-wal")
     size += wal.stat().st_size if wal.exists() else 0
     nbytes = note_bytes(kb)
 

@@ -1,4 +1,5 @@
-"""Tests for search.py: ranking, Chinese words, hostile queries, freshness, damage, sharing, bounded output.
+"""Tests for search.py and index.py: ranking, Chinese words, hostile queries, freshness, damage, sharing,
+bounded output.
 
 Real files in tmp_path, and the index in tmp_path too. Freshness tests run twice: with Linux inotify
 (watch=True) and without it (every search then compares sizes and mtimes).
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import index  # noqa: E402
 import search  # noqa: E402
 
 ToolError = search.ToolError
@@ -24,10 +26,10 @@ HERE = Path(search.__file__).parent
 def cold(monkeypatch):
     """Every test starts with no index open, and collects the notices meant for the person."""
     notices = []
-    monkeypatch.setattr(search, "warn", notices.append)
-    search.close_index()
+    monkeypatch.setattr(index, "warn", notices.append)
+    index.close_index()
     yield notices
-    search.close_index()
+    index.close_index()
 
 
 @pytest.fixture
@@ -332,8 +334,8 @@ def test_index_lives_outside_the_notes_and_is_reused(kb, index_dir, find, cold):
     before = sorted(p.relative_to(kb) for p in kb.rglob("*"))
     find(kb, "bread")
     assert sorted(p.relative_to(kb) for p in kb.rglob("*")) == before
-    assert [p.name for p in index_dir.glob("*.sqlite")] == [search.index_path(kb, index_dir).name]
-    search.close_index()
+    assert [p.name for p in index_dir.glob("*.sqlite")] == [index.index_path(kb, index_dir).name]
+    index.close_index()
     (kb / "python.md").unlink()  # while no process had the index open
     assert "cooking/bread.md" in hits(find(kb, "bread"))
     assert "No notes" in find(kb, "language")
@@ -341,8 +343,8 @@ def test_index_lives_outside_the_notes_and_is_reused(kb, index_dir, find, cold):
 
 
 def test_each_notes_folder_has_its_own_index_file(tmp_path, index_dir):
-    assert search.index_path(tmp_path / "kb", index_dir).parent == index_dir
-    assert search.index_path(tmp_path / "kb", index_dir) != search.index_path(tmp_path / "other" / "kb", index_dir)
+    assert index.index_path(tmp_path / "kb", index_dir).parent == index_dir
+    assert index.index_path(tmp_path / "kb", index_dir) != index.index_path(tmp_path / "other" / "kb", index_dir)
 
 
 def test_opening_another_notes_folder_closes_the_first_and_both_stay_right(kb, tmp_path, find):
@@ -358,8 +360,8 @@ def test_opening_another_notes_folder_closes_the_first_and_both_stay_right(kb, t
 
 def test_corrupt_index_is_rebuilt_with_a_one_line_notice(kb, find, index_dir, cold):
     find(kb, "bread")
-    search.close_index()
-    path = search.index_path(kb, index_dir)
+    index.close_index()
+    path = index.index_path(kb, index_dir)
     for suffix in ("-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     path.write_bytes(b"this is not a database" * 1000)
@@ -369,8 +371,8 @@ def test_corrupt_index_is_rebuilt_with_a_one_line_notice(kb, find, index_dir, co
 
 def test_index_of_another_version_is_rebuilt_with_a_one_line_notice(kb, find, index_dir, cold):
     find(kb, "bread")
-    search.close_index()
-    with sqlite3.connect(search.index_path(kb, index_dir)) as other:
+    index.close_index()
+    with sqlite3.connect(index.index_path(kb, index_dir)) as other:
         other.execute("UPDATE meta SET value='0' WHERE key='schema'")
     other.close()
     assert hits(find(kb, "bread"))[0] == "cooking/bread.md"
@@ -379,7 +381,7 @@ def test_index_of_another_version_is_rebuilt_with_a_one_line_notice(kb, find, in
 
 def test_index_damaged_while_open_is_rebuilt(kb, find, index_dir, cold):
     find(kb, "bread")
-    other = sqlite3.connect(search.index_path(kb, index_dir))
+    other = sqlite3.connect(index.index_path(kb, index_dir))
     other.execute("DROP TABLE notes")  # what a damaged file looks like to the next query
     other.close()
     assert hits(find(kb, "bread"))[0] == "cooking/bread.md"
@@ -397,7 +399,7 @@ def test_unusable_index_folder_is_a_one_line_error(kb, tmp_path, cold):
 
 def test_default_notice_is_one_line_on_stderr(capsys, monkeypatch):
     monkeypatch.undo()  # the real warn, not the test's collector
-    search.warn("hello")
+    index.warn("hello")
     assert capsys.readouterr().err == "knowledge-agent: hello\n"
 
 
@@ -413,19 +415,19 @@ def test_another_process_can_use_the_same_index(kb, index_dir, find, watch):
     subprocess.run([sys.executable, "-c", code, str(kb), str(index_dir)], cwd=HERE, capture_output=True,
                    timeout=60)  # the other process indexes both changes first
     assert hits(find(kb, "flour")) == ["late.md"]
-    check = sqlite3.connect(search.index_path(kb, index_dir)).execute("PRAGMA integrity_check").fetchone()
+    check = sqlite3.connect(index.index_path(kb, index_dir)).execute("PRAGMA integrity_check").fetchone()
     assert check == ("ok",)
 
 
 def test_index_locked_too_long_by_another_process_is_a_one_line_error_then_catches_up(kb, find, index_dir,
                                                                                       watch, monkeypatch, cold):
     find(kb, "bread")
-    search.close_index()
-    monkeypatch.setattr(search, "INDEX_BUSY_TIMEOUT_S", 0.01)
-    monkeypatch.setattr(search, "INDEX_WAIT_S", 0.01)
+    index.close_index()
+    monkeypatch.setattr(index, "INDEX_BUSY_TIMEOUT_S", 0.01)
+    monkeypatch.setattr(index, "INDEX_WAIT_S", 0.01)
     find(kb, "bread")
     write(kb, "late.md", "Bread, written while another process builds the index.\n")
-    other = sqlite3.connect(search.index_path(kb, index_dir), isolation_level=None)
+    other = sqlite3.connect(index.index_path(kb, index_dir), isolation_level=None)
     other.execute("BEGIN IMMEDIATE")  # what a long first build in another process looks like
     try:
         with pytest.raises(ToolError) as error:
@@ -439,17 +441,17 @@ def test_index_locked_too_long_by_another_process_is_a_one_line_error_then_catch
 
 
 def test_slow_first_build_reports_progress(kb, find, monkeypatch, cold):
-    monkeypatch.setattr(search, "INDEX_PROGRESS_AFTER_S", 0)
-    monkeypatch.setattr(search, "INDEX_BATCH", 2)
+    monkeypatch.setattr(index, "INDEX_PROGRESS_AFTER_S", 0)
+    monkeypatch.setattr(index, "INDEX_BATCH", 2)
     find(kb, "bread")
     assert cold[0].startswith("indexing 7 notes") and cold[-1].startswith("indexed 7 notes in")
 
 
 _RACE = """
-import sys, search
+import sys, index, search
 from pathlib import Path
-search.INDEX_BUSY_TIMEOUT_S = 0.05  # the 5 s wait against a 10-20 s build of 45,000 notes, scaled down
-search.INDEX_PROGRESS_AFTER_S = 0  # every process that indexes notes says so
+index.INDEX_BUSY_TIMEOUT_S = 0.05  # the 5 s wait against a 10-20 s build of 45,000 notes, scaled down
+index.INDEX_PROGRESS_AFTER_S = 0  # every process that indexes notes says so
 print("ready", flush=True)
 sys.stdin.read()  # all three start searching when the test closes their input
 print(search.search_notes(Path(sys.argv[1]), Path(sys.argv[2]), "zephyr"))
@@ -544,9 +546,9 @@ def test_unreadable_note_is_skipped_quietly(kb, find, cold):
 
 
 def test_huge_note_is_indexed_in_its_first_2_mb_only(kb, find):
-    filler = ("lorem ipsum " * 9 + "\n") * (search.INDEX_MAX_NOTE_BYTES // 100)
+    filler = ("lorem ipsum " * 9 + "\n") * (index.INDEX_MAX_NOTE_BYTES // 100)
     write(kb, "huge.md", "# Huge\n\nearlyword\n" + filler + "lateword\n")
-    assert (kb / "huge.md").stat().st_size > search.INDEX_MAX_NOTE_BYTES
+    assert (kb / "huge.md").stat().st_size > index.INDEX_MAX_NOTE_BYTES
     assert hits(find(kb, "earlyword")) == ["huge.md"]
     assert "No notes" in find(kb, "lateword")
 

@@ -1,0 +1,355 @@
+"""Keep the search index of a notes folder on disk and fresh: one SQLite FTS5 file, the notes as its rows.
+
+`kb` is the resolved notes folder. Indexed per note: path, title, opening paragraph ("lead"), body (first
+2 MB), CJK runs as 2-character words (SQLite's unicode61 would see a sentence as one word). One index file per
+notes folder, in WAL mode so processes share it; a damaged or outdated one is rebuilt. A process's first
+search compares every note's size and mtime with the index, later ones ask Linux inotify what changed;
+note_changed hears of the agent's own changes. search.py asks the questions, this file only keeps the answers
+current. It never writes inside the notes folder nor reads outside it; what the model can fix raises ToolError.
+"""
+
+import ctypes
+import hashlib
+import os
+import re
+import sqlite3
+import stat
+import struct
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from notes import NOTE_SUFFIXES, ToolError, is_note_path, readable_text
+from shell import libc
+
+INDEX_LEAD_CHARS = 400  # the opening paragraph, weighted as "lead"
+INDEX_MAX_NOTE_BYTES = 2_000_000  # only the first 2 MB of a huge note are indexed
+INDEX_BATCH = 500  # notes read and written together: bounds memory during a big build
+INDEX_PROGRESS_AFTER_S = 1.0  # a build running longer than this tells the person
+INDEX_BUSY_TIMEOUT_S = 5.0  # SQLite's own wait for another process's write lock
+INDEX_WAIT_S = 120  # then a search says so and waits this long for another process's build
+SCHEMA_VERSION = "2"  # bump when the tables or the text preparation change: old indexes get rebuilt
+
+
+def warn(message: str) -> None:
+    """A one-line notice for the person; the caller may replace it (index.warn = ...)."""
+    print(f"knowledge-agent: {message}", file=sys.stderr, flush=True)
+
+
+# --- Notes on disk ---
+
+def _walk(kb: Path, watch=None) -> dict:
+    """Map every note to (size, mtime_ns), skipping hidden names; watch each folder before reading it."""
+    found, stack = {}, [""]
+    while stack:
+        rel_dir = stack.pop()
+        if watch is not None:
+            watch(kb / rel_dir, rel_dir)
+        try:
+            entries = list(os.scandir(kb / rel_dir))
+        except OSError:
+            continue  # vanished or unreadable folder: nothing in it can be searched
+        for entry in entries:
+            name = entry.name
+            if name[0] == "." and name[:2] != "..":
+                continue  # hidden (is_hidden_name inlined: this runs once per note per comparison)
+            path = f"{rel_dir}/{name}" if rel_dir else name
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(path)  # linked folders are not followed: no loops, no escapes
+                elif name.lower().endswith(NOTE_SUFFIXES) and (st := _note_stat(entry.path, kb)):
+                    path.encode("utf-8")  # a name that is not valid Unicode cannot be stored or shown
+                    found[path] = st
+            except (OSError, RuntimeError, UnicodeEncodeError):  # RuntimeError: a symlink loop
+                continue
+    return found
+
+
+def _note_stat(path: str, kb: Path):
+    """(size, mtime_ns) of a regular note, or None: FIFOs, sockets and links leading out are no notes."""
+    st = os.stat(path, follow_symlinks=False)
+    if stat.S_ISLNK(st.st_mode):
+        if not Path(path).resolve().is_relative_to(kb):
+            return None
+        st = os.stat(path)
+    return (st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
+
+
+def read_note(path: Path):
+    """The text of a note's first 2 MB, or None if it cannot be read or looks binary."""
+    try:
+        with open(path, "rb") as f:
+            return readable_text(f.read(INDEX_MAX_NOTE_BYTES))
+    except OSError:
+        return None
+
+
+# --- Text, for the index and the queries alike ---
+
+CJK_CHARS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+CJK_RUN = re.compile(f"[{CJK_CHARS}]+")
+HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$", re.M)
+_FRONT_TITLE = re.compile(r"\A---\s*\n(?:.*\n)*?title:\s*['\"]?(.+?)['\"]?\s*\n(?:.*\n)*?---", re.M)
+
+
+def cjk_words(text: str, tails: str = "all") -> str:
+    """Each CJK run as overlapping 2-character words: 归档实用 -> 归档 档实 实用 用 ("all", for the index:
+    the lone last character lets a 1-character query find it). A query ("inner") adds it only inside its
+    text, so 解压zip lines up with 解压 压 zip; "none" splits one word: 解压zip文件 -> 解压 zip 文件."""
+    end = len(text.rstrip())
+    def grams(match):
+        run = match.group()
+        if len(run) == 1:
+            return f" {run} "
+        words = [run[i:i + 2] for i in range(len(run) - 1)]
+        if tails == "all" or (tails == "inner" and match.end() < end):
+            words.append(run[-1])
+        return " " + " ".join(words) + " "
+    return CJK_RUN.sub(grams, text)
+
+
+def _title_of(text: str, stem: str) -> str:
+    front = _FRONT_TITLE.match(text[:4000])
+    if front:
+        return front.group(1).strip()
+    heading = HEADING.search(text, 0, 20000)
+    return heading.group(1).strip() if heading else stem
+
+
+def _lead_of(text: str) -> str:
+    """The note's opening paragraph (after front matter and headings): usually what the note is about."""
+    if text.startswith("---"):
+        end = text.find("\n---", 3)
+        text = text[end + 4:] if end > 0 else text
+    paragraph = []
+    for line in text[:20000].splitlines():
+        if line.strip() and not HEADING.match(line):
+            paragraph.append(line)
+        elif paragraph:
+            break
+    return "\n".join(paragraph)[:INDEX_LEAD_CHARS]
+
+
+def title_key(text: str) -> str:
+    """A title or name as compared with the whole query: case-folded, runs of spaces as one."""
+    return " ".join(text.casefold().split())
+
+
+def _row(kb: Path, path: str, size_mtime):
+    """The index row of a note (size_mtime None: stat it now), or None if it cannot be read."""
+    try:
+        size_mtime = size_mtime or _note_stat(str(kb / path), kb)
+        text = read_note(kb / path) if size_mtime else None
+    except (OSError, RuntimeError):
+        return None
+    if text is None:
+        return None
+    name = path.rsplit("/", 1)[-1]
+    stem = next((name[:-len(s)] for s in NOTE_SUFFIXES if name.lower().endswith(s)), name)
+    title = _title_of(text, stem)
+    words = cjk_words if CJK_RUN.search(text) or CJK_RUN.search(path) else str  # most have no CJK
+    return (path, *size_mtime, title, title_key(title), title_key(stem), words(path[:-len(name)] + stem),
+            words(title), words(_lead_of(text)), words(text))
+
+
+# --- The one open index, kept in step with the notes on disk ---
+
+# Every statement may run twice: two processes opening a new index at once both try to create it.
+_SCHEMA = [
+    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)",
+    "CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, path TEXT UNIQUE NOT NULL, size INTEGER, "
+    "mtime_ns INTEGER, title TEXT, title_key TEXT, stem_key TEXT)",
+    "CREATE INDEX IF NOT EXISTS notes_mtime ON notes(mtime_ns)",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(path, title, lead, body, "
+    "tokenize='porter unicode61 remove_diacritics 2')",
+    f"INSERT OR IGNORE INTO meta VALUES ('schema', '{SCHEMA_VERSION}')",
+]
+_DAMAGE = ("malformed", "not a database", "no such table", "corrupt", "another version")  # in error texts
+# Linux inotify: any event on a folder (or lost events) means a full comparison, a note's event that note.
+_IN_FOLDER = 0x40000000 | 0x400 | 0x800 | 0x4000  # IN_ISDIR, IN_DELETE_SELF, IN_MOVE_SELF, IN_Q_OVERFLOW
+_WATCH_MASK = 0x03000FCE  # MODIFY ATTRIB CLOSE_WRITE MOVED_* CREATE DELETE *_SELF, ONLYDIR DONT_FOLLOW
+_EVENT = struct.Struct("iIII")  # watch descriptor, mask, cookie, length of the name that follows
+
+
+def index_path(kb: Path, index_dir: Path) -> Path:
+    """This notes folder's index file: named after a hash of its full path, so each folder has its own."""
+    digest = hashlib.sha256(str(kb).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return Path(index_dir) / f"{kb.name or 'root'}-{digest}.sqlite"
+
+
+def _run_waiting(conn: sqlite3.Connection, sql: str) -> None:
+    """Run sql; if another process holds the index longer (a big first build), say so and wait for it."""
+    try:
+        conn.execute(sql)
+    except sqlite3.OperationalError as exc:
+        if "locked" not in str(exc):
+            raise
+        warn("another knowledge-agent is updating the search index of these notes; "
+             f"waiting for it (at most {INDEX_WAIT_S:.0f} s)…")
+        conn.execute(f"PRAGMA busy_timeout = {int(INDEX_WAIT_S * 1000)}")
+        conn.execute(sql)  # on failure the caller closes this connection, long wait and all
+        conn.execute(f"PRAGMA busy_timeout = {int(INDEX_BUSY_TIMEOUT_S * 1000)}")
+
+
+@dataclass
+class Index:
+    kb: Path
+    path: Path
+    watch: bool  # inotify wanted; `can_watch` turns False where it is missing or at its watch limit
+    conn: sqlite3.Connection
+    can_watch: bool = sys.platform.startswith("linux")
+    inotify: int = -1  # its descriptor, watching the folders of the last walk; -1: the next search walks
+    folder_of: dict = field(default_factory=dict)  # inotify watch descriptor -> folder relative to the notes
+    pending: set = field(default_factory=set)  # notes the agent changed: read whatever their stat says
+
+    def set_up(self) -> None:
+        """Create the tables of a new index; raise sqlite3.DatabaseError if it is damaged or outdated."""
+        _run_waiting(self.conn, "PRAGMA journal_mode=WAL")  # a new file: the process creating it may hold it
+        self.conn.execute("PRAGMA synchronous=NORMAL")  # safe with WAL; at worst the last change is re-read
+        if not self.conn.execute("SELECT 1 FROM sqlite_master WHERE name='meta'").fetchone():
+            _run_waiting(self.conn, "BEGIN IMMEDIATE")
+            with self.conn:  # commits, or rolls back on an error
+                for statement in _SCHEMA:
+                    self.conn.execute(statement)
+        if self.conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone() != (SCHEMA_VERSION,):
+            raise sqlite3.DatabaseError("it was made by another version of knowledge-agent")
+
+    def refresh(self) -> None:
+        """Index what inotify names, or else what a comparison of every note with the index finds."""
+        changed, gone = self.changes() if self.inotify >= 0 else None, []
+        if changed is None:
+            on_disk = self.walk()
+            known = {p: (s, m) for p, s, m in self.conn.execute("SELECT path, size, mtime_ns FROM notes")}
+            changed = {p: st for p, st in on_disk.items() if known.get(p) != st}
+            gone = [p for p in known if p not in on_disk]
+        self.apply(changed | dict.fromkeys(self.pending), gone)
+        self.pending.clear()
+
+    def walk(self) -> dict:
+        """Every note on disk; with inotify, a new instance watches exactly the folders found."""
+        self.stop_watching()
+        if self.watch and self.can_watch:
+            try:
+                self.inotify = libc().inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+                if self.inotify < 0:
+                    raise OSError(ctypes.get_errno(), "inotify_init1 failed")
+                return _walk(self.kb, self.watch_folder)
+            except (OSError, AttributeError):  # no inotify here, or its watch limit: compare every time
+                self.stop_watching()
+                self.can_watch = False
+        return _walk(self.kb)
+
+    def watch_folder(self, abs_dir: Path, rel_dir: str) -> None:
+        wd = libc().inotify_add_watch(self.inotify, os.fsencode(abs_dir), _WATCH_MASK)
+        if wd >= 0:
+            self.folder_of[wd] = rel_dir
+        elif ctypes.get_errno() not in (2, 20):  # ENOENT, ENOTDIR: gone meanwhile, the walk skips it too
+            raise OSError(ctypes.get_errno(), "inotify_add_watch failed")  # the watch limit, most likely
+
+    def stop_watching(self) -> None:
+        if self.inotify >= 0:
+            os.close(self.inotify)
+        self.inotify, self.folder_of = -1, {}
+
+    def changes(self) -> dict | None:
+        """The notes inotify saw change since the last call, or None when a folder changed."""
+        notes = {}
+        while True:
+            try:
+                data = os.read(self.inotify, 65536)
+            except BlockingIOError:
+                return notes
+            at = 0
+            while at < len(data):
+                wd, mask, _cookie, length = _EVENT.unpack_from(data, at)
+                name = os.fsdecode(data[at + _EVENT.size:at + _EVENT.size + length].rstrip(b"\0"))
+                at += _EVENT.size + length
+                if mask & _IN_FOLDER:
+                    return None
+                if is_note_path(name):
+                    notes[f"{self.folder_of[wd]}/{name}".lstrip("/")] = None
+
+    def apply(self, changed: dict, gone: list) -> None:
+        """Write changes in one transaction; a path changed to None is read whatever its stat says."""
+        if not changed and not gone:
+            return
+        started, told = time.monotonic(), False
+        _run_waiting(self.conn, "BEGIN IMMEDIATE")
+        with self.conn:  # commits, or rolls back on an error (and then the index is closed)
+            stored = "SELECT size, mtime_ns FROM notes WHERE path=?"  # another process may have indexed it
+            items = [(p, st) for p, st in changed.items()
+                     if st is None or self.conn.execute(stored, (p,)).fetchone() != st]
+            for first in range(0, len(items), INDEX_BATCH):
+                batch = items[first:first + INDEX_BATCH]
+                rows = [row for row in (_row(self.kb, p, st) for p, st in batch) if row]
+                self.remove([p for p, _ in batch])  # the unreadable ones leave the index
+                self.conn.executemany("INSERT INTO notes(path, size, mtime_ns, title, title_key, stem_key) "
+                                      "VALUES (?,?,?,?,?,?)", [r[:6] for r in rows])
+                self.conn.executemany("INSERT INTO fts(rowid, path, title, lead, body) "
+                                      "SELECT id, ?, ?, ?, ? FROM notes WHERE path=?", [r[6:] + r[:1] for r in rows])
+                if not told and time.monotonic() - started > INDEX_PROGRESS_AFTER_S:
+                    warn(f"indexing {len(items)} notes, this takes a moment…")
+                    told = True
+            self.remove(gone)
+        if len(items) > 1000:  # fold a big build into the main file now instead of leaving a huge WAL
+            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        if told:
+            warn(f"indexed {len(items)} notes in {time.monotonic() - started:.1f} s.")
+
+    def remove(self, paths: list) -> None:
+        rows = [(p,) for p in paths]
+        self.conn.executemany("DELETE FROM fts WHERE rowid IN (SELECT id FROM notes WHERE path=?)", rows)
+        self.conn.executemany("DELETE FROM notes WHERE path=?", rows)
+
+
+_INDEX: Index | None = None  # the one index this process has open
+
+
+def close_index() -> None:
+    """Close the open index and its watcher (tests and benchmarks use this to start cold)."""
+    global _INDEX
+    if _INDEX is not None:
+        _INDEX.stop_watching()
+        _INDEX.conn.close()
+        _INDEX = None
+
+
+def with_index(kb: Path, index_dir: Path, watch: bool, action) -> str:
+    """action(index) on the index brought up to date; a damaged or outdated one is rebuilt."""
+    global _INDEX
+    path = index_path(kb, index_dir)
+    for attempt in (1, 2):
+        try:
+            if _INDEX is None or (_INDEX.kb, _INDEX.path, _INDEX.watch) != (kb, path, watch):
+                close_index()
+                path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(path, timeout=INDEX_BUSY_TIMEOUT_S, isolation_level=None)
+                _INDEX = Index(kb, path, watch, conn)
+                _INDEX.set_up()
+            _INDEX.refresh()
+            return action(_INDEX)
+        except (OSError, sqlite3.Error) as exc:
+            close_index()
+            if attempt == 2 or not any(s in str(exc).lower() for s in _DAMAGE):
+                warn(f"search index {path} failed: {exc}")
+                raise ToolError(f"the search index failed ({exc}); the notice on the person's screen says "
+                                "where it is.") from None
+            warn(f"search index {path} cannot be used ({exc}); rebuilding it.")
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+        except BaseException:
+            close_index()  # whatever failed, the next search starts over with a full comparison
+            raise
+
+
+def note_changed(kb: Path, index_dir: Path, rel_path: str) -> None:
+    """The agent changed, created, deleted or moved this note: the next search here re-reads it, whatever
+    its size and mtime say; a path that is no note (a folder?) makes it compare every note. Never raises."""
+    idx = _INDEX
+    if idx is None or (idx.kb, idx.path) != (kb, index_path(kb, index_dir)):
+        return  # not open in this process: its first search compares everything anyway
+    if is_note_path(rel_path):
+        idx.pending.add(PurePosixPath(rel_path.replace("\\", "/")).as_posix())
+    else:
+        idx.stop_watching()  # the next search compares every note
