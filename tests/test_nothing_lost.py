@@ -125,16 +125,16 @@ def test_a_folder_swapped_for_a_link_mid_change_never_leads_outside(tmp_path, kb
                 stop.wait(0.002)
             except OSError:  # a write just made a new work/ folder: leave it
                 os.unlink(kb / "link")
-            if real.is_symlink():
-                os.unlink(real)
-            while real.is_dir():  # a folder a write made meanwhile: keep what it holds
-                for entry in os.listdir(real):
+            while True:  # put the real folder back, keeping what a write made meanwhile
+                if real.is_symlink():
+                    os.unlink(real)
+                for entry in os.listdir(real) if real.is_dir() else ():
                     os.replace(real / entry, aside / entry)
                 try:
-                    os.rmdir(real)
+                    os.rename(aside, real)  # over a missing or empty folder
+                    break
                 except OSError:
-                    pass
-            os.rename(aside, real)
+                    continue
             swaps[0] += 1
 
     swapper = threading.Thread(target=swap)
