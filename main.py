@@ -1,9 +1,6 @@
 """knowledge-agent's command line: an interactive chat, a one-shot question, or questions piped on stdin.
 
-    python main.py                      chat (REPL) about the notes in knowledge_base/
-    python main.py "question"           one answer on stdout, tool calls on stderr
-    printf 'q1\\nq2\\n' | python main.py  each line a turn of one conversation
-    python main.py --continue           pick up the last conversation (--resume ID, --list-sessions)
+    python main.py ["question"] [--continue | --resume ID | --list-sessions]   (--help lists every flag)
 
 Only the answer goes to stdout, the rest to stderr; a failure is one line there, never a traceback. Without an
 API key the chat runs notes-only. Exit codes: 0 ok, 1 the answer failed, 2 bad settings or usage, 130 interrupted.
@@ -69,8 +66,8 @@ def _compact(arguments) -> str:
 class Display(UI):
     """The terminal: the answer to stdout, the rest to stderr (coloured on a terminal); asks only if `interactive`."""
 
-    def __init__(self, show_reasoning: bool = True, interactive: bool = False):
-        self.show_reasoning, self.interactive = show_reasoning, interactive
+    def __init__(self, interactive: bool = False):
+        self.show_reasoning, self.interactive = True, interactive  # run() sets show_reasoning from the settings
         self.colour = sys.stderr.isatty() and not os.environ.get("NO_COLOR")
         self.in_reasoning = self.text_open = self.shell_always = False
         self.conversation: sessions.Conversation | None = None  # set by Chat before any answer
@@ -288,7 +285,6 @@ def show_sessions(store: sessions.SessionStore, write, current: int | None = Non
 
 
 def repl(settings: Settings, client, display: Display, conversation: sessions.Conversation | None = None) -> int:
-    """The chat. `client` None means notes-only mode: the commands work, questions say how to enable chat."""
     conversation = conversation or open_conversation(settings, display)
     display.interactive = True
     chat = Chat(settings, client, display, conversation)

@@ -26,8 +26,7 @@ CREATE INDEX IF NOT EXISTS messages_by_session ON messages(session_id, id);
 BUSY_WAIT = 2.0  # seconds a write waits for another process's write lock before this run stops saving
 LIST_LIMIT = 20  # conversations a listing shows
 TITLE_CHARS, TITLE_SHOWN = 200, 60  # of the first question: kept as the title; of the title: in a listing
-# Prefixes of SQLite's result codes. Only DAMAGED proves the bytes are bad; the others leave the file alone.
-DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB")  # prefixes of SQLite's result codes: these prove the bytes bad
 BUSY = ("SQLITE_BUSY", "SQLITE_LOCKED")
 NOT_ALLOWED = ("SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_AUTH", "SQLITE_READONLY")
 # One row per conversation with its kept messages counted; add WHERE ... GROUP BY s.id.
@@ -40,9 +39,9 @@ class SessionInfo(NamedTuple):
     started: float
     title: str
     messages: int
-    kb: str | None = None  # the notes folder, as stored
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
+    kb: str | None  # the notes folder, as stored
+    prompt_tokens: int
+    completion_tokens: int
 
 
 class Damaged(sqlite3.DatabaseError):
@@ -89,8 +88,6 @@ def _open(path: Path) -> sqlite3.Connection:
 
 
 class SessionStore:
-    """One open session database. Every method reports problems through `warn` instead of raising."""
-
     def __init__(self, path: Path, warn: Callable[[str], None]):
         self.path, self.warn = Path(path), warn
         self.persistent = self.saving = True  # persistent: False once nothing more can reach the file
@@ -165,10 +162,10 @@ class SessionStore:
             self.warn(f"{lost} damaged message(s) in conversation {session_id} could not be read and were left out")
         return messages
 
-    def list_sessions(self, kb: Path | None = None, limit: int = LIST_LIMIT) -> list[SessionInfo]:
+    def list_sessions(self, kb: Path | None = None) -> list[SessionInfo]:
         """Most recent first (only that notes folder's, when kb is given); never-used ones are left out."""
         rows = self._read(INFO + "WHERE ?1 IS NULL OR s.kb = ?1 GROUP BY s.id HAVING count(m.id) "
-                          "ORDER BY max(m.id) DESC LIMIT ?2", (kb and str(kb), limit))
+                          "ORDER BY max(m.id) DESC LIMIT ?2", (kb and str(kb), LIST_LIMIT))
         return [SessionInfo(*row) for row in rows]
 
     def latest_session_id(self, kb: Path | None = None) -> int | None:
@@ -176,7 +173,7 @@ class SessionStore:
                           "m.dropped AND (?1 IS NULL OR s.kb = ?1) ORDER BY m.id DESC LIMIT 1", (kb and str(kb),))
         return rows[0][0] if rows else None
 
-    def session_info(self, session_id: int) -> SessionInfo | None:
+    def session_info(self, session_id: int | None) -> SessionInfo | None:
         rows = self._read(INFO + "WHERE s.id = ? GROUP BY s.id", (session_id,))
         return SessionInfo(*rows[0]) if rows else None
 
@@ -190,8 +187,7 @@ def format_session_line(info: SessionInfo, show_kb: bool = False) -> str:
 
 
 class Conversation:
-    """The conversation in progress: its messages in memory, each also committed to the store by sync(). The
-    session row is written with the first message, so starting and leaving at once leaves nothing behind."""
+    """The conversation in progress: its messages in memory, each also committed to the store by sync()."""
 
     def __init__(self, store: SessionStore, kb: Path | str | None = None):
         self.store, self.kb = store, kb
@@ -213,9 +209,8 @@ class Conversation:
         self.rows = [None] * len(self.history)  # only messages of later turns are ever dropped
         return True
 
-    def sync(self, history: list[dict] | None = None) -> None:
+    def sync(self, history: list[dict]) -> None:
         """Make the store match the history: commit new messages, mark removed ones (a refused turn) dropped."""
-        history = self.history if history is None else history
         if dropped := [(row,) for row in self.rows[len(history):] if row is not None]:
             self.store.write(lambda c: c.executemany("UPDATE messages SET dropped = 1 WHERE id = ?", dropped))
         del self.rows[len(history):]
@@ -225,7 +220,7 @@ class Conversation:
                 self.session_id, self.rows[-1] = stored
 
     def _insert(self, c: sqlite3.Connection, message) -> tuple[int, int]:
-        """Write one message (with the first, its session row); (session id, row id). SDK objects become dicts."""
+        """Write one message (with the first, its session row: an unused one leaves nothing); (session id, row id)."""
         body = json.dumps(message, ensure_ascii=False, default=lambda o: o.model_dump(exclude_none=True))
         message = json.loads(body)
         session_id = self.session_id or c.execute("INSERT INTO sessions (started, kb) VALUES (?, ?)",
@@ -251,5 +246,5 @@ class Conversation:
                                              (prompt, completion, self.session_id)))
 
     def session_usage(self) -> tuple[int, int]:
-        info = self.store.session_info(self.session_id) if self.session_id is not None else None
+        info = self.store.session_info(self.session_id)  # None, before the first message: no row matches
         return (info.prompt_tokens, info.completion_tokens) if info else (0, 0)

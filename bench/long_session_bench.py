@@ -47,9 +47,9 @@ def run(turns: int, window: int, budget: int, notes: Path, data: Path) -> dict:
         seconds = time.perf_counter() - start
         answered = result.stdout.count("According to your note")
         carried = [sum(m["role"] == "user" for m in r["messages"]) for r in fake.requests]
-        store = SessionStore(data / "sessions.db")
+        store = SessionStore(data / "sessions.db", warn=print)
         whole = store.load_messages(store.latest_session_id())
-        store.close()
+        store.conn.close()
         return {"answered": answered, "requests": len(fake.requests), "rejected": fake.rejected,
                 "largest": fake.max_prompt_tokens, "seconds": seconds,
                 "carried": sum(carried) / max(len(carried), 1), "code": result.returncode,
