@@ -87,8 +87,7 @@ def read_note(path: Path):
 
 # --- Text, for the index and the queries alike ---
 
-CJK_CHARS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
-CJK_RUN = re.compile(f"[{CJK_CHARS}]+")
+CJK_RUN = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")  # kana, hanzi, hangul
 HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$", re.M)
 _FRONT_TITLE = re.compile(r"\A---\s*\n(?:.*\n)*?title:\s*['\"]?(.+?)['\"]?\s*\n(?:.*\n)*?---", re.M)
 
@@ -100,28 +99,22 @@ def cjk_words(text: str, tails: str = "all") -> str:
     end = len(text.rstrip())
     def grams(match):
         run = match.group()
-        if len(run) == 1:
-            return f" {run} "
         words = [run[i:i + 2] for i in range(len(run) - 1)]
-        if tails == "all" or (tails == "inner" and match.end() < end):
+        if len(run) == 1 or tails == "all" or (tails == "inner" and match.end() < end):
             words.append(run[-1])
         return " " + " ".join(words) + " "
     return CJK_RUN.sub(grams, text)
 
 
 def _title_of(text: str, stem: str) -> str:
-    front = _FRONT_TITLE.match(text[:4000])
-    if front:
-        return front.group(1).strip()
-    heading = HEADING.search(text, 0, 20000)
-    return heading.group(1).strip() if heading else stem
+    found = _FRONT_TITLE.match(text[:4000]) or HEADING.search(text, 0, 20000)
+    return found.group(1).strip() if found else stem
 
 
 def _lead_of(text: str) -> str:
     """The note's opening paragraph (after front matter and headings): usually what the note is about."""
-    if text.startswith("---"):
-        end = text.find("\n---", 3)
-        text = text[end + 4:] if end > 0 else text
+    end = text.find("\n---", 3) if text.startswith("---") else -1  # where front matter ends
+    text = text[end + 4:] if end > 0 else text
     paragraph = []
     for line in text[:20000].splitlines():
         if line.strip() and not HEADING.match(line):
@@ -216,7 +209,6 @@ class Index:
             raise sqlite3.DatabaseError("it was made by another version of knowledge-agent")
 
     def refresh(self) -> None:
-        """Index what inotify names, or else what a comparison of every note with the index finds."""
         changed, gone = self.changes() if self.inotify >= 0 else None, []
         if changed is None:
             on_disk = self.walk()

@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from index import CJK_CHARS, CJK_RUN, HEADING, Index, cjk_words, read_note, title_key, with_index
+from index import CJK_RUN, HEADING, Index, cjk_words, read_note, title_key, with_index
 from index import note_changed  # noqa: F401  (tools.py tells the index through search.note_changed)
 from notes import ToolError, rel, safe_folder
 
@@ -29,7 +29,6 @@ LIST_OUTPUT_CHARS = 6000
 
 # --- A query as FTS5 phrases ---
 
-_SCRIPT_PIECE = re.compile(f"[{CJK_CHARS}]+|[^{CJK_CHARS}]+")  # a word cut where the script changes
 _WORD = re.compile(r"[^\W_]+")
 _STOPWORDS = frozenset("""a an and are as at be by for from how i in is it of on or that the this to was what
 when where which who why with""".split())
@@ -38,10 +37,8 @@ when where which who why with""".split())
 def _phrase(words: list) -> str:
     """Words as one quoted FTS5 phrase, so that operators and punctuation in them are plain text."""
     spaced = cjk_words(" ".join(words), "inner").split()
-    phrase = '"' + " ".join(spaced) + '"'
-    if len(spaced[-1]) == 1 and CJK_RUN.fullmatch(spaced[-1]):
-        phrase += "*"  # a lone CJK character is the start of a 2-character word in the index
-    return phrase
+    lone_cjk = len(spaced[-1]) == 1 and CJK_RUN.fullmatch(spaced[-1])  # starts a 2-character word in the index
+    return '"' + " ".join(spaced) + '"' + ("*" if lone_cjk else "")
 
 
 def _parse_query(query: str) -> tuple:
@@ -74,14 +71,13 @@ def _parse_query(query: str) -> tuple:
 
 
 def _folder(kb: Path, folder: str | None) -> tuple:
-    """(folder relative to the notes, "" for all; SQL bounds of the paths in it). ToolError if no folder."""
-    if folder is None or folder.strip() in ("", ".", "/"):
-        return "", "", "\U0010ffff"
+    """SQL bounds of the note paths in the folder: ("folder/", "folder0"), or ("", "\U0010ffff") for all notes."""
     try:
-        path = safe_folder(kb, folder)
+        path = kb if folder is None or folder.strip() in ("", "/") else safe_folder(kb, folder)
+        if path == kb:
+            return "", "\U0010ffff"
         if path.is_dir():
-            rel_dir = "" if path == kb else rel(kb, path)
-            return (rel_dir, rel_dir + "/", rel_dir + "0") if rel_dir else ("", "", "\U0010ffff")  # "0" follows "/"
+            return rel(kb, path) + "/", rel(kb, path) + "0"  # "0" follows "/": the paths inside sort between
     except ValueError:  # a name the system cannot encode
         pass
     raise ToolError(f"there is no folder '{folder}' in the notes. Call list_notes to see the folders.")
@@ -89,8 +85,8 @@ def _folder(kb: Path, folder: str | None) -> tuple:
 
 # --- Searching ---
 
-_RANK_SQL = f"""SELECT n.id, n.path, n.title FROM fts JOIN notes n ON n.id = fts.rowid
-WHERE fts MATCH ? AND n.path >= ? AND n.path < ? {{exclude}}
+_MATCHING = "FROM fts JOIN notes n ON n.id = fts.rowid WHERE fts MATCH ? AND n.path >= ? AND n.path < ?"
+_RANK_SQL = f"""SELECT n.id, n.path, n.title {_MATCHING} AND n.id NOT IN ({{}})
 ORDER BY (n.title_key = ? OR n.stem_key = ?) DESC, bm25(fts, {', '.join(map(str, SEARCH_WEIGHTS))}) LIMIT ?"""
 
 
@@ -100,26 +96,23 @@ def search_notes(kb: Path, index_dir: Path, query: str, folder: str | None = Non
     parsed = _parse_query(query)
     if not parsed[-1]:
         raise ToolError("the search query has no words to look for. Give one or more keywords.")
-    scope = _folder(kb, folder)
-    return with_index(kb, index_dir, watch, lambda idx: _search(idx, query, parsed, *scope))
+    lo, hi = _folder(kb, folder)
+    return with_index(kb, index_dir, watch, lambda idx: _search(idx, query, parsed, lo, hi))
 
 
-def _search(idx: Index, query: str, parsed: tuple, rel_dir: str, lo: str, hi: str) -> str:
-    """Rank in tiers: each chunk as a phrase, then every word in any order, then any word."""
+def _search(idx: Index, query: str, parsed: tuple, lo: str, hi: str) -> str:
     as_phrases, every_word, any_word, words = parsed
     qkey, hits = title_key(query.replace('"', " ")), []
 
-    def add(match):  # the best notes for match that are not hits yet, while there is room
-        if len(hits) < SEARCH_MAX_HITS:
-            exclude = [h[0] for h in hits]
-            sql = _RANK_SQL.format(exclude=f"AND n.id NOT IN ({','.join('?' * len(exclude))})" if hits else "")
-            hits.extend(idx.conn.execute(sql, (match, lo, hi, *exclude, qkey, qkey, SEARCH_MAX_HITS - len(hits))))
+    def add(match):  # the best notes for match that are not hits yet, while there is room (else LIMIT 0)
+        shown = [h[0] for h in hits]
+        sql = _RANK_SQL.format(",".join("?" * len(shown)))  # SQLite takes an empty list: NOT IN ()
+        hits.extend(idx.conn.execute(sql, (match, lo, hi, *shown, qkey, qkey, SEARCH_MAX_HITS - len(hits))))
 
     def count(match):  # all notes: every FTS row is one, and skipping the join is ~5x faster on 30k matches
         if not lo:
             return idx.conn.execute("SELECT count(*) FROM fts WHERE fts MATCH ?", (match,)).fetchone()[0]
-        return idx.conn.execute("SELECT count(*) FROM fts JOIN notes n ON n.id = fts.rowid WHERE fts "
-                                "MATCH ? AND n.path >= ? AND n.path < ?", (match, lo, hi)).fetchone()[0]
+        return idx.conn.execute(f"SELECT count(*) {_MATCHING}", (match, lo, hi)).fetchone()[0]
 
     for match in dict.fromkeys((as_phrases, every_word)):
         add(match)
@@ -127,7 +120,7 @@ def _search(idx: Index, query: str, parsed: tuple, rel_dir: str, lo: str, hi: st
     if len(hits) < SEARCH_MAX_HITS and any_word not in (as_phrases, every_word):
         add(any_word)
         some_only = count(any_word) - total
-    return _format_hits(idx.kb, words, hits, total, some_only, f" in {rel_dir}/" if rel_dir else "", query)
+    return _format_hits(idx.kb, words, hits, total, some_only, f" in {lo}" if lo else "", query)
 
 
 def _format_hits(kb: Path, words, hits, total_all: int, some_only: int, where: str, query: str) -> str:
@@ -169,12 +162,11 @@ def _line_patterns(words: list) -> list:
     """Patterns marking the lines to show; a line holding a whole Chinese run also holds its 2-char words."""
     patterns = set()
     for word in set(words):
-        for piece in _SCRIPT_PIECE.findall(word):
-            if CJK_RUN.fullmatch(piece):
-                patterns.update(re.escape(u) for u in {piece, *cjk_words(piece, "none").split()})
-            else:  # match the word's start, so "archives" also marks "archive" lines (the index stems words)
-                core = piece[:-1] if len(piece) > 4 and piece.endswith("s") else piece
-                patterns.add(r"(?<![^\W_])(?i:" + re.escape(core) + ")")
+        for run in CJK_RUN.findall(word):
+            patterns.update(re.escape(u) for u in {run, *cjk_words(run, "none").split()})
+        for piece in filter(None, CJK_RUN.split(word)):  # match the start: the index stems words
+            core = piece[:-1] if len(piece) > 4 and piece.endswith("s") else piece  # archives -> archive
+            patterns.add(r"(?<![^\W_])(?i:" + re.escape(core) + ")")
     return [re.compile(p) for p in patterns]
 
 
@@ -195,8 +187,6 @@ def _best_lines(path: Path, patterns: list) -> list:
 
 def _clip(line: str, start: int) -> str:
     """About SEARCH_LINE_CHARS of the line around `start`, with … where it was cut."""
-    if len(line) <= SEARCH_LINE_CHARS:
-        return line.strip()
     begin = max(0, min(start - SEARCH_LINE_CHARS // 4, len(line) - SEARCH_LINE_CHARS))
     piece = line[begin:begin + SEARCH_LINE_CHARS].strip()
     return ("…" if begin else "") + piece + ("…" if begin + SEARCH_LINE_CHARS < len(line) else "")
@@ -206,12 +196,12 @@ def _clip(line: str, start: int) -> str:
 
 def list_notes(kb: Path, index_dir: Path, folder: str | None = None, watch: bool = True) -> str:
     """How many notes there are (per subfolder) and the newest ones first, capped and bounded."""
-    scope = _folder(kb, folder)
-    return with_index(kb, index_dir, watch, lambda idx: _listing(idx.conn, *scope))
+    lo, hi = _folder(kb, folder)
+    return with_index(kb, index_dir, watch, lambda idx: _listing(idx.conn, lo, hi))
 
 
-def _listing(conn: sqlite3.Connection, rel_dir: str, lo: str, hi: str) -> str:
-    where = f"in {rel_dir}/" if rel_dir else "in the knowledge base"
+def _listing(conn: sqlite3.Connection, lo: str, hi: str) -> str:
+    where = f"in {lo}" if lo else "in the knowledge base"
     inside = [p[len(lo):] for (p,) in conn.execute("SELECT path FROM notes WHERE path >= ? AND path < ?", (lo, hi))]
     total = len(inside)
     if not total:
