@@ -42,11 +42,7 @@ class Tool:
     destructive: bool  # may overwrite, move or delete words (MCP's destructiveHint)
     confirm: bool  # the person is asked first; the function takes `confirm`
     opt_in: str | None  # the Settings flag that offers it to the model
-
-    @property
-    def changes_notes(self) -> bool:
-        """Its results start with a change summary line (`~ notes/git.md  +3 −1`)."""
-        return not self.read_only and self.opt_in is None
+    changes_notes: bool  # its results start with a change summary line (`~ notes/git.md  +3 −1`)
 
 
 class Result(NamedTuple):
@@ -67,7 +63,8 @@ def tool(description: str, params: dict, *, read_only=False, destructive=True, c
         properties = {name: {"type": kind, "description": text} for name, (kind, text) in params.items()}
         schema = {"type": "function", "function": {"name": function.__name__, "description": description,
                   "parameters": {"type": "object", "properties": properties, "required": required}}}
-        TOOLS[function.__name__] = Tool(function, schema, read_only, destructive and not read_only, confirm, opt_in)
+        TOOLS[function.__name__] = Tool(function, schema, read_only, destructive and not read_only, confirm, opt_in,
+                                        changes_notes=not read_only and opt_in is None)
         return function
     return register
 
@@ -110,33 +107,27 @@ def _read_text(settings: Settings, path) -> str:
     return text
 
 
-def note_lines(settings: Settings, file_path: str, start_line: int = 1) -> tuple[str, list[str], int]:
-    """(relative path, the lines from start_line that fit one result, total lines): for read_note and /read."""
+@tool("Read a note's text. Always read a note before quoting, summarising or changing it; never guess "
+      "its content. Long notes come in parts: pass start_line to read on.",
+      {"file_path": PATH, "start_line": ("integer", "First line to read (1-based). Default 1.")}, read_only=True)
+def read_note(settings: Settings, file_path: str, start_line: int = 1) -> str:
     path = safe_path(settings.kb, file_path)
-    lines = _read_text(settings, path).splitlines()
-    if lines and not 1 <= start_line <= len(lines):
+    name, lines = rel(settings.kb, path), _read_text(settings, path).splitlines()
+    if not lines:
+        return f"{name} is empty."
+    if not 1 <= start_line <= len(lines):
         raise ToolError(f"start_line {start_line} is outside the note, which has {len(lines)} lines.")
-    shown, size = [], 0
+    shown, size = [], 0  # the lines from start_line that fit one result
     for line in lines[start_line - 1:start_line - 1 + READ_MAX_LINES]:
         if size + len(line) > MAX_TOOL_OUTPUT - 300:
             break
         shown.append(line)
         size += len(line) + 1
-    if lines and not shown:  # a single enormous line
+    if not shown:  # a single enormous line
         shown = [lines[start_line - 1][:MAX_TOOL_OUTPUT - 300] + " [… line cut]"]
-    return rel(settings.kb, path), shown, len(lines)
-
-
-@tool("Read a note's text. Always read a note before quoting, summarising or changing it; never guess "
-      "its content. Long notes come in parts: pass start_line to read on.",
-      {"file_path": PATH, "start_line": ("integer", "First line to read (1-based). Default 1.")}, read_only=True)
-def read_note(settings: Settings, file_path: str, start_line: int = 1) -> str:
-    name, shown, total = note_lines(settings, file_path, start_line)
-    if not total:
-        return f"{name} is empty."
     end = start_line + len(shown) - 1
-    footer = f"\n[… cut: call read_note with start_line={end + 1} to read on]" if end < total else ""
-    return f"{name} (lines {start_line}-{end} of {total})\n" + "\n".join(shown) + footer
+    footer = f"\n[… cut: call read_note with start_line={end + 1} to read on]" if end < len(lines) else ""
+    return f"{name} (lines {start_line}-{end} of {len(lines)})\n" + "\n".join(shown) + footer
 
 
 # --- Changing notes: every change goes through versions.py (atomic, format kept, recoverable) ---
@@ -193,8 +184,9 @@ def closest_lines(text: str, passage: str, limit: int = EDIT_CLOSEST_LINES) -> s
     if not scored:
         return "No line of the note looks like it; read_note the note again to see its current text."
     best = sorted(sorted(scored, key=lambda number: -scored[number][0])[:limit])
-    shown = {n: lines[n - 1] if len(lines[n - 1]) <= 200 else f"…{scored[n][1]}…" for n in best}
-    return "The closest lines are:\n" + "\n".join(f"  line {n}: {_clip(shown[n])}" for n in best)
+    # a long line shows only the piece that matched, at most 200 characters with the "…" marks
+    shown = {n: lines[n - 1] if len(lines[n - 1]) <= 200 else f"…{scored[n][1]}"[:199] + "…" for n in best}
+    return "The closest lines are:\n" + "\n".join(f"  line {n}: {shown[n]}" for n in best)
 
 
 def _likeness(piece: str, wanted: str) -> float:
@@ -205,10 +197,6 @@ def _likeness(piece: str, wanted: str) -> float:
         begin = max(0, match.a - match.b)
         matcher.set_seq1(piece[begin:begin + len(wanted) + len(wanted) // 4])
     return matcher.ratio()
-
-
-def _clip(line: str, width: int = 200) -> str:
-    return line if len(line) <= width else line[:width - 1] + "…"
 
 
 @tool("Change part of a note: replace one exact passage with new text; the rest of the note stays "

@@ -86,13 +86,6 @@ def _inside_notes(path, under: str | None = None) -> bool:
     return ".." not in parts and "" not in parts and (parts[0] == under if under else parts[0] != HISTORY_DIR)
 
 
-def _valid_entry(entry) -> bool:
-    return (isinstance(entry, dict) and entry.get("op") in CHANGE_OPS and _inside_notes(entry.get("path"))
-            and (entry.get("to") is None or _inside_notes(entry["to"]))
-            and (entry.get("snapshot") is None or _inside_notes(entry["snapshot"], HISTORY_DIR))
-            and isinstance(entry.get("time", ""), (str, type(None))))
-
-
 def read_log(kb: Path) -> list[dict]:
     """Changes the agent made, oldest first; unreadable lines are skipped rather than fatal."""
     try:
@@ -102,10 +95,11 @@ def read_log(kb: Path) -> list[dict]:
     entries = []
     for line in lines:
         with contextlib.suppress(ValueError):
-            entry = json.loads(line)
-            if _valid_entry(entry):
-                entries.append(entry)
-    return entries
+            entries.append(json.loads(line))
+    return [e for e in entries if isinstance(e, dict) and e.get("op") in CHANGE_OPS and _inside_notes(e.get("path"))
+            and (e.get("to") is None or _inside_notes(e["to"]))
+            and (e.get("snapshot") is None or _inside_notes(e["snapshot"], HISTORY_DIR))
+            and isinstance(e.get("time", ""), (str, type(None)))]
 
 
 def _write_log(kb: Path, entries: list[dict]) -> None:
@@ -145,16 +139,14 @@ def save_note(kb: Path, rel_path: str, new_text, op: str) -> str:
     "append" replace one in its own format. The undo entry is written before the note is replaced, so a
     crash in between cannot leave a change that /undo does not know of.
     """
-    path, compute = kb / rel_path, new_text if callable(new_text) else lambda old: new_text
+    compute = new_text if callable(new_text) else lambda old: new_text
     try:
         with locked(kb):
-            if op == "write":
-                if os.path.lexists(path):
-                    raise ToolError(f"{rel_path} already exists; nothing was replaced")
+            if op == "write":  # `new`: refused, race-free, if a note of that name exists
                 text = compute("")
                 write_bytes(kb, rel_path, encode_note(text, NoteFormat()), new=True)
                 return change_summary("write", rel_path, new_text=text) + _log_change(kb, "write", rel_path)
-            if not path.is_file():
+            if not (kb / rel_path).is_file():
                 raise ToolError(f"{rel_path} does not exist")
             try:
                 old_text, fmt = decode_note(read_bytes(kb, rel_path))
@@ -181,23 +173,13 @@ def save_note(kb: Path, rel_path: str, new_text, op: str) -> str:
         raise ToolError(f"could not save {rel_path}: {e.strerror or e}; the note is as it was") from None
 
 
-def _digest(kb: Path, rel_path: str) -> str | None:
-    try:
-        return hashlib.sha256(read_bytes(kb, rel_path)).hexdigest()
-    except OSError:
-        return None
-
-
 def move_note(kb: Path, from_path: str, to_path: str) -> str:
     """Rename a note; never replaces an existing one."""
-    src, dst = kb / from_path, kb / to_path
     try:
         with locked(kb):
-            if not src.is_file():
+            if not (kb / from_path).is_file():
                 raise ToolError(f"{from_path} does not exist")
-            if os.path.lexists(dst):
-                raise ToolError(f"{to_path} already exists; choose another name, nothing was moved")
-            move_file(kb, from_path, to_path)
+            move_file(kb, from_path, to_path)  # refused, race-free, if to_path exists
             return change_summary("move", from_path, to=to_path) + _log_change(kb, "move", from_path, to=to_path)
     except OSError as e:
         raise ToolError(f"could not move {from_path}: {e.strerror or e}; it is where it was") from None
@@ -205,10 +187,9 @@ def move_note(kb: Path, from_path: str, to_path: str) -> str:
 
 def delete_note(kb: Path, rel_path: str) -> str:
     """Remove a note after copying it into .history, where undo (or a person) can get it back."""
-    path = kb / rel_path
     try:
         with locked(kb):
-            if not path.is_file():
+            if not (kb / rel_path).is_file():
                 raise ToolError(f"{rel_path} does not exist")
             kept = snapshot(kb, rel_path)
             remove_file(kb, rel_path)
@@ -227,26 +208,22 @@ def undo_last(kb: Path) -> tuple[str, list[str]]:
     Raises ToolError when it could not undo now (nothing changed; it can be retried).
     """
     with locked(kb) if (kb / HISTORY_DIR).is_dir() else contextlib.nullcontext():
-        return _undo_latest(kb)
-
-
-def _undo_latest(kb: Path) -> tuple[str, list[str]]:
-    entries = read_log(kb)
-    if not entries:
-        return "Nothing to undo: no changes by the agent are recorded in this knowledge base.", []
-    entry = entries[-1]
-    try:
-        message, touched = _undo(kb, entry)
-    except _Gone as e:
-        message, touched = f"Could not undo {_describe(entry)}: {e}. Dropped it from the undo list.", []
-    except (ToolError, OSError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else e
-        raise ToolError(f"could not undo {_describe(entry)}: {reason}. Nothing was changed; try again.") from None
-    try:
-        _write_log(kb, entries[:-1])
-    except OSError as e:
-        message += f" (Warning: could not update the undo list: {e.strerror or e}.)"
-    return message, touched
+        entries = read_log(kb)
+        if not entries:
+            return "Nothing to undo: no changes by the agent are recorded in this knowledge base.", []
+        entry = entries[-1]
+        try:
+            message, touched = _undo(kb, entry)
+        except _Gone as e:
+            message, touched = f"Could not undo {_describe(entry)}: {e}. Dropped it from the undo list.", []
+        except (ToolError, OSError) as e:
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else e
+            raise ToolError(f"could not undo {_describe(entry)}: {reason}. Nothing was changed; try again.") from None
+        try:
+            _write_log(kb, entries[:-1])
+        except OSError as e:
+            message += f" (Warning: could not update the undo list: {e.strerror or e}.)"
+        return message, touched
 
 
 def _describe(entry: dict) -> str:
@@ -258,7 +235,7 @@ def _describe(entry: dict) -> str:
 def _keep_current(kb: Path, rel_path: str, after: str | None = None) -> str:
     """Copy what is at rel_path now into .history before undo replaces it. Text that is exactly what the
     agent wrote is not copied: those copies would push out the older versions further undos need."""
-    if not (kb / rel_path).is_file() or (after and _digest(kb, rel_path) == after):
+    if not (kb / rel_path).is_file() or (after and hashlib.sha256(read_bytes(kb, rel_path)).hexdigest() == after):
         return ""
     return f" The text it had before this undo is kept in {snapshot(kb, rel_path)}."
 
@@ -277,18 +254,17 @@ def _undo(kb: Path, entry: dict) -> tuple[str, list[str]]:
         kept = _keep_current(kb, rel_path)
         move_file(kb, to, rel_path, replace=True)
         return f"Undid {what}: moved {to} back to {rel_path}.{kept}", [to, rel_path]
-    source = kb / (entry.get("snapshot") or "")
-    if not entry.get("snapshot") or not source.is_file():
-        raise _Gone(f"its saved version {entry.get('snapshot') or '(none)'} is gone")
+    saved = entry.get("snapshot")
+    if not saved or not (kb / saved).is_file():
+        raise _Gone(f"its saved version {saved or '(none)'} is gone")
     kept = _keep_current(kb, rel_path, entry.get("after"))
-    write_bytes(kb, rel_path, read_bytes(kb, entry["snapshot"]))
+    write_bytes(kb, rel_path, read_bytes(kb, saved))
     prune_versions(kb, rel_path)
     back = "is back" if op == "delete" else "is as it was before"
     return f"Undid {what}: {rel_path} {back}.{kept}", [rel_path]
 
 
 # --- Summaries ---
-
 
 def count_changed_lines(old_text: str, new_text: str) -> tuple[int, int]:
     """(lines added, lines removed). The common head and tail are trimmed first: difflib is slow on
@@ -301,11 +277,8 @@ def count_changed_lines(old_text: str, new_text: str) -> tuple[int, int]:
     while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
         tail += 1
     old, new = old[head:len(old) - tail], new[head:len(new) - tail]
-    added = removed = 0
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
-        if tag != "equal":
-            removed, added = removed + i2 - i1, added + j2 - j1
-    return added, removed
+    changes = [c for c in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes() if c[0] != "equal"]
+    return sum(j2 - j1 for _, _, _, j1, j2 in changes), sum(i2 - i1 for _, i1, i2, _, _ in changes)
 
 
 def change_summary(op: str, rel_path: str, old_text: str | None = None, new_text: str | None = None,
