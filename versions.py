@@ -165,7 +165,9 @@ def save_note(kb: Path, rel_path: str, new_text, op: str) -> str:
             except BaseException:
                 with contextlib.suppress(OSError):  # the change did not happen: nothing to undo
                     remove_file(kb, kept)
-                    _write_log(kb, read_log(kb)[:-1])
+                    entries = read_log(kb)
+                    if entries and entries[-1].get("snapshot") == kept:  # ours, not an earlier change's
+                        _write_log(kb, entries[:-1])
                 raise
             prune_versions(kb, rel_path)
             return change_summary(op, rel_path, old_text, text) + warning

@@ -415,3 +415,22 @@ def test_undo_ignores_log_lines_that_point_outside_the_notes(tmp_path):
     while not undo_last(kb).startswith("Nothing to undo"):
         pass
     assert (tmp_path / "outside.md").read_text() == "precious" and (kb / "n.md").read_text() == "v1\n"
+
+
+def test_a_failed_save_takes_back_only_its_own_undo_entry(tmp_path, monkeypatch):
+    make(tmp_path, "a.md", b"a1\n")
+    make(tmp_path, "b.md", b"b1\n")
+    save_note(tmp_path, "a.md", "a2\n", "edit")
+    monkeypatch.setattr(versions, "_log_change", lambda *args, **kwargs: "  (done, but /undo will not know)")
+    real_replace = os.replace
+
+    def fail_on_b(src, dst, **folders):
+        if dst == "b.md":
+            raise OSError(28, "No space left on device")
+        real_replace(src, dst, **folders)
+
+    monkeypatch.setattr(os, "replace", fail_on_b)
+    with pytest.raises(VersionError, match="No space left"):
+        save_note(tmp_path, "b.md", "b2\n", "edit")
+    monkeypatch.undo()
+    assert [entry["path"] for entry in versions.read_log(tmp_path)] == ["a.md"]  # the edit of a.md stays undoable
