@@ -101,17 +101,21 @@ def test_failed_write_leaves_old_note_and_no_temp_file(tmp_path, monkeypatch, br
     assert stray_files(tmp_path) == []
 
 
-def test_failed_save_says_so_and_records_nothing(tmp_path, monkeypatch):
-    path = make(tmp_path, "notes/n.md", b"precious words\n")
+def disk_full_for(monkeypatch, name: str) -> None:
+    """Replacing a file called `name` fails as on a full disk; other writes (the .history copy) go through."""
     real_replace = os.replace
 
-    def fail_on_the_note(src, dst, **folders):
-        # The version copy into .history goes through; the note's own write fails.
-        if dst == "n.md":
+    def replace(src, dst, **folders):
+        if dst == name:
             raise OSError(28, "No space left on device")
         real_replace(src, dst, **folders)
 
-    monkeypatch.setattr(os, "replace", fail_on_the_note)
+    monkeypatch.setattr(os, "replace", replace)
+
+
+def test_failed_save_says_so_and_records_nothing(tmp_path, monkeypatch):
+    path = make(tmp_path, "notes/n.md", b"precious words\n")
+    disk_full_for(monkeypatch, "n.md")
     with pytest.raises(VersionError, match="No space left on device; the note is as it was"):
         save_note(tmp_path, "notes/n.md", "garbage", "overwrite")
     monkeypatch.undo()
@@ -422,14 +426,7 @@ def test_a_failed_save_takes_back_only_its_own_undo_entry(tmp_path, monkeypatch)
     make(tmp_path, "b.md", b"b1\n")
     save_note(tmp_path, "a.md", "a2\n", "edit")
     monkeypatch.setattr(versions, "_log_change", lambda *args, **kwargs: "  (done, but /undo will not know)")
-    real_replace = os.replace
-
-    def fail_on_b(src, dst, **folders):
-        if dst == "b.md":
-            raise OSError(28, "No space left on device")
-        real_replace(src, dst, **folders)
-
-    monkeypatch.setattr(os, "replace", fail_on_b)
+    disk_full_for(monkeypatch, "b.md")
     with pytest.raises(VersionError, match="No space left"):
         save_note(tmp_path, "b.md", "b2\n", "edit")
     monkeypatch.undo()
