@@ -73,6 +73,7 @@ class UI:
     def reasoning(self, text: str) -> None: ...
     def tool_call(self, name: str, arguments: str) -> None: ...
     def tool_result(self, name: str, result: tools.Result) -> None: ...
+    def notice(self, text: str) -> None: ...  # the answer is incomplete: round limit, cut off, or empty
     def confirm(self, question: str) -> bool | None: return None
     def history_changed(self, history: list[dict]) -> None: ...
     def usage(self, usage) -> None: ...
@@ -327,8 +328,7 @@ def run_agent(question: str, history: list[dict] | None = None, settings: Settin
 
 
 def _with_notice(answer: str, notice: str, ui: UI) -> str:
-    """The answer with the notice, if any, after it; the person is shown the notice too."""
+    """The answer with the notice, if any, after it; the person is shown the notice apart from the answer."""
     if notice:
-        notice = ("\n\n" if answer else "") + notice
-        ui.text(notice)
-    return answer + notice
+        ui.notice(notice)
+    return answer + ("\n\n" if answer and notice else "") + notice

@@ -1,7 +1,9 @@
 """Settings a person can set, read once and passed down as one frozen `Settings` value.
 
-Precedence, lowest to highest: the defaults in `Settings` < a `.env` file beside main.py < environment
-variables < command-line flags (keyword overrides to `load_settings`). main.py and mcp_server.py call
+Precedence, lowest to highest: the defaults in `Settings` < the user's config file
+(`$XDG_CONFIG_HOME/knowledge-agent/config.env`) < a `.env` file beside main.py < environment variables <
+command-line flags (keyword overrides to `load_settings`). A key is sent only to its own provider's endpoint:
+DEEPSEEK_API_KEY with DEEPSEEK_BASE_URL, OPENAI_API_KEY with OPENAI_BASE_URL (see PROVIDERS). main.py and mcp_server.py call
 `load_settings` (and run_agent, when given no settings, for `python -c` use); no other module reads the
 environment or `.env`. A bad value raises `ConfigError` with one line saying what to set; `.env` values
 never enter `os.environ`, so commands the agent runs never see them. Limits that only one module uses live
@@ -11,6 +13,7 @@ at the top of that module, not here.
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from dotenv import dotenv_values
 
@@ -27,6 +30,12 @@ def _user_folder(variable: str, fallback: str) -> Path:
     return Path(os.environ.get(variable) or Path.home() / fallback) / "knowledge-agent"
 
 
+# A provider's variables go together: its key is never sent to another provider's endpoint. The first
+# provider with its key or endpoint set is the one used; DeepSeek when neither is.
+PROVIDERS = {"DEEPSEEK": ("https://api.deepseek.com", "deepseek-flash"),
+             "OPENAI": ("https://api.openai.com/v1", "gpt-5.4-mini")}
+
+
 def _set_by(default, *variables: str, choices: tuple[str, ...] = (), factory=None):
     """A field with its default (or a `factory` making it for each Settings), set by the first of `variables`
     that is set, to one of `choices` when given."""
@@ -37,9 +46,9 @@ def _set_by(default, *variables: str, choices: tuple[str, ...] = (), factory=Non
 @dataclass(frozen=True)
 class Settings:
     """Everything a person can set; load_settings reads each field's variables as the field's type."""
-    api_key: str | None = _set_by(None, "DEEPSEEK_API_KEY", "OPENAI_API_KEY")
-    base_url: str = _set_by("https://api.deepseek.com", "DEEPSEEK_BASE_URL", "OPENAI_BASE_URL")
-    model: str = _set_by("deepseek-flash", "MODEL")
+    api_key: str | None = _set_by(None, "{provider}_API_KEY")
+    base_url: str = _set_by(PROVIDERS["DEEPSEEK"][0], "{provider}_BASE_URL")
+    model: str = _set_by(PROVIDERS["DEEPSEEK"][1], "MODEL")
     kb: Path | None = _set_by(None, "KNOWLEDGE_BASE")  # the notes folder; None only if not required
     max_rounds: int = _set_by(10, "MAX_TOOL_ROUNDS")  # model calls per question
     stream: bool = _set_by(True, "STREAM")
@@ -77,17 +86,31 @@ def _read(name: str, value, kind: type, choices: tuple[str, ...] = ()):
     return Path(value).expanduser() if kind is Path else value
 
 
+def config_file() -> Path:
+    """The user's own settings, so that the installed command works from any folder."""
+    return _user_folder("XDG_CONFIG_HOME", ".config") / "config.env"
+
+
 def _environment():
-    """A lookup of the first non-empty value of some names: the environment's, then .env's (never exported)."""
-    dotenv = dotenv_values(ENV_FILE)
+    """A lookup of the first non-empty value of some names: the environment's, then .env's, then the user
+    config file's (files are never exported)."""
+    files = [dotenv_values(path) for path in (ENV_FILE, config_file()) if path.is_file()]
 
     def value(*names: str) -> str | None:
-        for source in (os.environ, dotenv):
+        for source in (os.environ, *files):
             for name in names:
                 if text := (source.get(name) or "").strip():
                     return text
         return None
     return value
+
+
+def _endpoint(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"{url!r} is not an API address: use a URL such as https://api.deepseek.com or "
+                          "http://localhost:11434/v1.")
+    return url
 
 
 def _notes_folder(value: str | None, required: bool) -> Path | None:
@@ -99,26 +122,30 @@ def _notes_folder(value: str | None, required: bool) -> Path | None:
         return None
     if kb.exists() and not kb.is_dir():
         raise ConfigError(f"{kb} is a file, not a folder. Point KNOWLEDGE_BASE (or --kb) at your notes folder.")
+    if not value:  # e.g. the installed command, which has no sample notes beside it
+        raise ConfigError(f"No notes folder set: put KNOWLEDGE_BASE=/path/to/notes in {config_file()}, or pass --kb.")
     if not kb.is_dir():
         raise ConfigError(f"Notes folder not found: {kb}. Create it, or point KNOWLEDGE_BASE (or --kb) at your notes.")
     raise ConfigError(f"Notes folder {kb} cannot be read (permission denied). Check its permissions.")
 
 
 def load_settings(notes_required: bool = True, **overrides) -> Settings:
-    """Settings from defaults, .env, the environment and the keyword overrides (CLI flags) not None or "".
-    With notes_required False a missing or unreadable notes folder is no error (kb is then None)."""
+    """Settings from defaults, the config files, the environment and the keyword overrides (CLI flags) not
+    None or "". With notes_required False a missing or unreadable notes folder is no error (kb is then None)."""
     env = _environment()
+    provider = next((p for p in PROVIDERS if env(f"{p}_API_KEY", f"{p}_BASE_URL")), "DEEPSEEK")
     given = {key: value for key, value in overrides.items() if value not in (None, "")}
-    values = {}
+    values = dict(zip(("base_url", "model"), PROVIDERS[provider]))
     for setting in fields(Settings):
-        variables = setting.metadata["variables"]
+        variables = [name.format(provider=provider) for name in setting.metadata["variables"]]
         if setting.name in given:  # a command-line flag, named in an error beside its variable
             name, value = f"{variables[0]} (or --{setting.name.replace('_', '-')})", given[setting.name]
         else:
             name, value = variables[0], env(*variables)
         if value is not None:
             values[setting.name] = _read(name, value, setting.type, setting.metadata["choices"])
-    return Settings(**values | {"kb": _notes_folder(values.get("kb"), notes_required)})
+    return Settings(**values | {"kb": _notes_folder(values.get("kb"), notes_required),
+                                "base_url": _endpoint(values["base_url"])})
 
 
 def mcp_flags(allow_destructive: bool, allow_shell: bool) -> tuple[bool, bool]:

@@ -3,7 +3,8 @@
     python main.py ["question"] [--continue | --resume ID | --list-sessions]   (--help lists every flag)
 
 Only the answer goes to stdout, the rest to stderr; a failure is one line there, never a traceback. Without an
-API key the chat runs notes-only. Exit codes: 0 ok, 1 the answer failed, 2 bad settings or usage, 130 interrupted.
+API key the chat runs notes-only. Exit codes: 0 ok, 1 the answer failed, 2 bad settings or usage, 3 the answer
+is incomplete (round limit, cut off by the length limit, or empty; the notice is on stderr), 130 interrupted.
 """
 
 import argparse
@@ -11,7 +12,11 @@ import contextlib
 import difflib
 import json
 import os
+import re
+import shutil
 import sys
+import time
+from pathlib import Path
 
 import context
 import sessions
@@ -21,8 +26,11 @@ from agent import UI, AgentError, make_client, request_budget, run_agent, system
 from config import ConfigError, Settings, load_settings
 from notes import ToolError, visible
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+VERSION = "0.3.0"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 TRACE_WIDTH = 110  # characters of a tool call or result shown on stderr
+HISTORY_LINES = 1000  # typed lines kept across runs
+PIPED_SHARE = 0.5  # piped text may fill at most this share of the context budget
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -33,21 +41,26 @@ def parse_args(argv=None) -> argparse.Namespace:
         epilog="examples:\n  python main.py\n  python main.py \"帮我找关于 Python 的笔记\"\n"
                "  printf 'find my git notes\\nsummarise it in one line\\n' | python main.py")
     add = parser.add_argument
-    add("question", nargs="*", help="ask one question and exit (omit for a chat)")
+    add("question", nargs="*", help="ask one question and exit (omit for a chat); piped text is sent with it")
+    add("--version", action="version", version=f"knowledge-agent {VERSION}")
     add("--kb", metavar="PATH", help="notes folder (KNOWLEDGE_BASE; default knowledge_base/)")
-    add("--model", help="model name (MODEL; default deepseek-flash)")
-    add("--base-url", metavar="URL", help="OpenAI-compatible endpoint (DEEPSEEK_BASE_URL)")
+    add("-m", "--model", help="model name (MODEL; default deepseek-flash, or gpt-5.4-mini with OPENAI_API_KEY)")
+    add("--base-url", metavar="URL", help="OpenAI-compatible endpoint (DEEPSEEK_BASE_URL or OPENAI_BASE_URL)")
+    add("--api-key", metavar="KEY", help="API key (DEEPSEEK_API_KEY or OPENAI_API_KEY)")
     add("--max-rounds", metavar="N", help="cap on model calls per question (MAX_TOOL_ROUNDS; default 10)")
+    add("--thinking", choices=("on", "off"), help="thinking mode of models that have one (THINKING)")
+    add("--effort", choices=("low", "medium", "high", "max"), help="reasoning effort (REASONING_EFFORT)")
     add("--no-stream", action="store_true", help="wait for whole answers (STREAM=0)")
     add("--no-reasoning", action="store_true", help="hide the model's reasoning (SHOW_REASONING=0)")
     add("-y", "--yes", action="store_true", help="approve actions that ask first (AUTO_APPROVE=1)")
     add("--allow-shell", action="store_true", help="let the model run shell commands in a sandbox in the notes "
         "folder, each one confirmed (ALLOW_SHELL=1; read the README first)")
     earlier = parser.add_mutually_exclusive_group().add_argument
-    earlier("-c", "--continue", dest="continue_last", action="store_true", help="continue the most recent conversation")
+    earlier("-c", "--continue", dest="continue_last", action="store_true",
+            help="continue the most recent conversation about this notes folder")
     earlier("--resume", metavar="ID", type=int, help="continue conversation ID (see --list-sessions)")
-    earlier("--list-sessions", action="store_true", help="list recent conversations and exit")
-    add("-v", "--verbose", action="store_true", help="show token usage on stderr after an answer")
+    earlier("--list-sessions", action="store_true", help="list recent conversations (every folder) and exit")
+    add("-v", "--verbose", action="store_true", help="show the endpoint, the whole reasoning and token usage")
     return parser.parse_args(argv)
 
 
@@ -64,22 +77,60 @@ def _compact(arguments) -> str:
 
 
 class Display(UI):
-    """The terminal: the answer to stdout, the rest to stderr (coloured on a terminal); asks only if `interactive`."""
+    """The terminal: the answer to stdout, the rest to stderr (coloured on a terminal); asks only if `interactive`.
+    On a terminal, a one-line status (waiting for the model, the tail of its reasoning) is redrawn in place and
+    erased before anything else is printed; -v or a non-terminal stderr gets the whole reasoning instead."""
 
     def __init__(self, interactive: bool = False):
-        self.show_reasoning, self.interactive = True, interactive  # run() sets show_reasoning from the settings
-        self.colour = sys.stderr.isatty() and not os.environ.get("NO_COLOR")
-        self.in_reasoning = self.text_open = self.shell_always = False
+        self.show_reasoning, self.verbose, self.interactive = True, False, interactive  # run() sets the first two
+        self.live = sys.stderr.isatty()
+        self.colour = self.live and not os.environ.get("NO_COLOR")
+        self.status, self.thought, self.thinking_since = "", "", None
+        self.text_open = self.shell_always = self.incomplete = False
         self.conversation: sessions.Conversation | None = None  # set by Chat before any answer
 
     def _style(self, code: str, text: str) -> str:
         return f"\033[{code}m{text}\033[0m" if self.colour else text
 
+    def _show_status(self, text: str) -> None:
+        room = max(shutil.get_terminal_size().columns // 2 - 2, 10)  # Chinese characters take two columns
+        self.status = text if len(text) <= room else "…" + text[-room:]
+        print("\r\033[K" + self._style("2", visible(self.status)), end="", file=sys.stderr, flush=True)
+
+    def _clear_status(self) -> None:
+        if self.status:
+            self.status = ""
+            print("\r\033[K", end="", file=sys.stderr, flush=True)
+
+    def begin_answer(self) -> None:
+        self.thought, self.incomplete = "", False
+        self.waiting()
+
+    def waiting(self) -> None:
+        if self.live:
+            self._show_status("waiting for the model…")
+
     def reasoning(self, text: str) -> None:
-        if self.show_reasoning:
-            text = text if self.in_reasoning else "thinking: " + text
-            self.in_reasoning = True
-            print(self._style("2", text), end="", file=sys.stderr, flush=True)
+        first = self.thinking_since is None
+        self.thought += ("\n\n" if first and self.thought else "") + text  # each model call's apart
+        self.thinking_since = self.thinking_since or time.monotonic()
+        if not self.show_reasoning:
+            return
+        if self.live and not self.verbose:
+            self._show_status("thinking: " + " ".join(self.thought.split("\n\n")[-1].split()))
+        else:
+            print(self._style("2", "thinking: " + text if first else text), end="", file=sys.stderr, flush=True)
+
+    def _end_thought(self) -> None:
+        self._clear_status()
+        started, self.thinking_since = self.thinking_since, None
+        if started is None or not self.show_reasoning:
+            return
+        if self.live and not self.verbose:
+            how = "/reasoning" if self.interactive else "-v"
+            self.info(self._style("2", f"thought for {time.monotonic() - started:.0f} s ({how} shows it)"))
+        else:
+            print(file=sys.stderr)
 
     def text(self, text: str) -> None:
         self.end_answer(more_text=True)
@@ -87,10 +138,8 @@ class Display(UI):
         self.text_open = not text.endswith("\n")
 
     def end_answer(self, more_text: bool = False) -> None:
-        """End the open reasoning line, and the answer's too unless `more_text` of it follows."""
-        if self.in_reasoning:
-            self.in_reasoning = False
-            print(file=sys.stderr)
+        """End the status or reasoning line, and the answer's too unless `more_text` of it follows."""
+        self._end_thought()
         if self.text_open and not more_text:
             self.text_open = False
             print(flush=True)
@@ -105,8 +154,15 @@ class Display(UI):
             self.info(self._style("32", "  " + visible(first)))  # the change summary: `~ notes/git.md  +3 −1`
         else:
             self.info(self._style("31" if result.error else "2", "  ← " + _shorten(first)))
+        self.waiting()  # for the model's next call
+
+    def notice(self, text: str) -> None:
+        self.end_answer()
+        self.incomplete = True
+        self.info(self._style("33", text))
 
     def confirm(self, question: str) -> bool | None:
+        self._clear_status()
         if not self.interactive:
             return None
         if not question.startswith(tools.SHELL_QUESTION):
@@ -122,6 +178,7 @@ class Display(UI):
         self.conversation.add_usage(usage)
 
     def info(self, message: str) -> None:
+        self._clear_status()
         print(message, file=sys.stderr, flush=True)
 
     def error(self, message: str) -> None:
@@ -150,15 +207,18 @@ COMMANDS = {
     "/resume ID": "switch to an earlier conversation",
     "/history": "this conversation so far, one line a message",
     "/usage": "tokens used by the last answer and this conversation",
+    "/reasoning": "the model's whole reasoning for the last answer",
     "/tools": "the tools the agent can use",
     "/search QUERY": "search the notes (no model needed)",
     "/list [FOLDER]": "list the notes, newest first",
-    "/read PATH": "show a note",
+    "/read PATH [LINE]": "show a note (from line LINE on)",
     "/undo": "revert the agent's last change to a note",
     "/exit": "leave (Ctrl+D too)",
 }
 NO_KEY = ("Chat is off: no API key. Set DEEPSEEK_API_KEY (or OPENAI_API_KEY) in the environment or in .env "
           "beside main.py, then start again. Meanwhile /search, /list and /read work; /help lists all.")
+MULTILINE_HELP = ("  A question can span lines: end a line with \\ to go on, or paste a block (it stays one question).\n"
+                  "  Ctrl+C clears the line typed; on an empty line, or Ctrl+D, it leaves.")
 NOTE_COMMANDS = {"/search": ("search_notes", "query"), "/list": ("list_notes", "folder"),
                  "/read": ("read_note", "file_path")}
 
@@ -182,10 +242,11 @@ class Chat:
             return "failed"
         history, before = self.conversation.history, len(self.conversation.history)
         self.conversation.begin_turn()
+        self.display.begin_answer()
         try:
             run_agent("\n".join(self.told + [line]), history, self.settings, self.client, self.display)
             self.display.end_answer()
-            return "ok"
+            return "incomplete" if self.display.incomplete else "ok"
         except AgentError as exc:
             self.display.error(str(exc))
             return "failed"
@@ -205,19 +266,30 @@ class Chat:
             self.display.info(f"Unknown command {name}." + (f" Did you mean {close[0]}?" if close else "")
                               + " /help lists the commands.")
         elif name in NOTE_COMMANDS:  # the agent's own tools, run by hand: their text goes to stdout
-            tool, parameter = NOTE_COMMANDS[name]
-            if not argument and name != "/list":
-                print(f"Usage: {name} {parameter.upper().replace('FILE_PATH', 'PATH')}", flush=True)
-            else:
-                result = tools.execute_tool(tool, {parameter: argument} if argument else {}, self.settings)
-                print(result.text, flush=True)
+            self.note_command(name, argument)
         else:
             getattr(self, "do_" + name[1:])(argument)
         return "ok"
 
+    def note_command(self, name: str, argument: str) -> None:
+        tool, parameter = NOTE_COMMANDS[name]
+        if not argument and name != "/list":
+            print(f"Usage: {name} {'PATH [LINE]' if name == '/read' else parameter.upper()}", flush=True)
+            return
+        arguments = {parameter: argument} if argument else {}
+        path, _, line = argument.rpartition(" ")
+        if name == "/read" and path.strip() and line.isascii() and line.isdigit():  # "/read my note.md 200"
+            arguments = {parameter: path.strip(), "start_line": int(line)}
+        print(for_a_person(tools.execute_tool(tool, arguments, self.settings).text, arguments.get("file_path")),
+              flush=True)
+
     def do_help(self, argument: str) -> None:
-        self.display.info("\n".join(f"  {usage:<16} {text}" for usage, text in COMMANDS.items())
-                          + "\n  anything else    a question for the agent" + ("" if self.client else " (needs an API key)"))
+        self.display.info("\n".join(f"  {usage:<18} {text}" for usage, text in COMMANDS.items())
+                          + "\n  anything else      a question for the agent" + ("" if self.client else " (needs an API key)")
+                          + "\n" + MULTILINE_HELP)
+
+    def do_reasoning(self, argument: str) -> None:
+        print(self.display.thought or "No reasoning was shown for the last answer.", flush=True)
 
     def do_tools(self, argument: str) -> None:
         for schema in tools.tool_schemas(self.settings):
@@ -229,7 +301,7 @@ class Chat:
         self.display.info("New conversation. (The previous one stays saved: /sessions)")
 
     def do_sessions(self, argument: str) -> None:
-        show_sessions(self.conversation.store, self.display.info, self.conversation.session_id)
+        show_sessions(self.conversation.store, self.display.info, self.conversation.session_id, self.settings.kb)
 
     def do_resume(self, argument: str) -> None:
         if not (argument.isascii() and argument.isdigit()):  # "²".isdigit() is True, int("²") is not
@@ -238,7 +310,7 @@ class Chat:
             self.display.info(f"No conversation {argument}. /sessions lists them.")
         else:
             self.display.info(f"Continuing conversation {argument} ({len(self.conversation.history)} messages). "
-                              "/history shows it.")
+                              + (other_folder(self.conversation) or "/history shows it."))
 
     def do_history(self, argument: str) -> None:
         if not self.conversation.history:
@@ -273,41 +345,95 @@ class Chat:
             self.told.append(f"[I ran /undo: {message}]")
 
 
-def show_sessions(store: sessions.SessionStore, write, current: int | None = None) -> None:
-    """The recent conversations, one line each, the one in progress (`current`) marked with *."""
-    listed = store.list_sessions()
+def for_a_person(text: str, path: str | None) -> str:
+    """The tools' advice is worded for the model; a person running them by hand is told the commands."""
+    text = re.sub(r"\[… cut: call read_note with start_line=(\d+) to read on\]", lambda m: f"[… more: /read {path} {m[1]}]",
+                  text)
+    text = re.sub(r"\blist_notes with folder\b", "/list FOLDER", text)
+    return re.sub(r"\b([Cc]all )?(search_notes|list_notes|read_note)\b",
+                  lambda m: ("run " if m[1] else "") + "/" + m[2].split("_")[0], text)
+
+
+def show_sessions(store: sessions.SessionStore, write, current: int | None = None, kb: Path | None = None) -> None:
+    """The recent conversations about `kb` (every folder's, each named, when None), one line each, the one in
+    progress (`current`) marked with *."""
+    listed = store.list_sessions(kb)
     for info in listed:
-        write(("*" if info.id == current else " ") + sessions.format_session_line(info))
+        write(("*" if info.id == current else " ") + sessions.format_session_line(info, show_kb=kb is None))
     if not listed:
-        print(f"No saved conversations yet (in {store.path}).", file=sys.stderr)
+        print(f"No saved conversations yet{f' about {kb}' if kb else ''} (in {store.path}).", file=sys.stderr)
     elif len(listed) == sessions.LIST_LIMIT:
         print(f"(the {sessions.LIST_LIMIT} most recent; older ones still open by ID)", file=sys.stderr)
+
+
+def other_folder(conversation: sessions.Conversation) -> str:
+    """A line saying so when the conversation resumed was about another notes folder, else ""."""
+    info = conversation.store.session_info(conversation.session_id)
+    if info and info.kb and info.kb != str(conversation.kb):
+        return f"Conversation {info.id} was about {info.kb}; it goes on with the notes in {conversation.kb}."
+    return ""
+
+
+def start_line_editing(display: Display):
+    """readline with pasted blocks kept whole and typed lines kept across runs; None where there is none."""
+    try:
+        import readline
+    except ImportError:  # Windows without pyreadline: plain input() still works
+        return None
+    if "libedit" not in (readline.__doc__ or ""):  # macOS's libedit knows neither setting
+        readline.parse_and_bind("set enable-bracketed-paste on")  # CPython turns it off
+    history = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local/state") / "knowledge-agent" / "history"
+    readline.set_history_length(HISTORY_LINES)
+    with contextlib.suppress(OSError):
+        readline.read_history_file(history)
+
+    def save() -> None:
+        try:
+            history.parent.mkdir(parents=True, exist_ok=True)
+            readline.write_history_file(history)
+            history.chmod(0o600)  # questions about one's notes are private
+        except OSError as exc:
+            display.info(f"(typed lines not kept: {history}: {exc.strerror})")
+    return readline, save
+
+
+def read_question(readline) -> str | None:
+    """One question from the prompt (lines ending in \\ go on); "" after Ctrl+C with text typed, None to leave."""
+    lines = []
+    try:
+        while not lines or lines[-1].endswith("\\"):
+            if lines:
+                lines[-1] = lines[-1][:-1]
+            lines.append(input("\n> " if not lines else "… "))
+    except EOFError:
+        return None
+    except KeyboardInterrupt:  # like bash: clear what was typed; on an empty line, leave
+        return "" if lines or (readline and readline.get_line_buffer()) else None
+    return "\n".join(lines).strip()
 
 
 def repl(settings: Settings, client, display: Display, conversation: sessions.Conversation | None = None) -> int:
     conversation = conversation or open_conversation(settings, display)
     display.interactive = True
     chat = Chat(settings, client, display, conversation)
-    with contextlib.suppress(ImportError):  # Windows without pyreadline: plain input() still works
-        import readline  # noqa: F401  (importing it gives input() line editing and history)
-    display.info(f"knowledge-agent · model {settings.model} · notes {settings.kb}\n"
+    readline, save_history = start_line_editing(display) or (None, lambda: None)
+    display.info(f"knowledge-agent {VERSION} · model {settings.model} at {settings.base_url} · notes {settings.kb}\n"
                  f"tools: {', '.join(tools.offered(settings))}")
     display.info("Ask about your notes. /help lists commands; /undo reverts the agent's last change. "
                  "Ctrl+C cancels an answer; Ctrl+D or /exit leaves." if client else NO_KEY)
     if settings.allow_shell:
         display.info(shell_banner(settings))
-    while True:
-        try:
-            line = input("\n> ").strip()
-        except (EOFError, KeyboardInterrupt):
-            display.info("")
-            break
-        try:
-            if line and chat.line(line) == "exit":
-                break
-        except KeyboardInterrupt:  # cancels this answer or command, not the chat
-            display.end_answer()
-            display.info("[cancelled]")
+    try:
+        while (line := read_question(readline)) is not None:
+            try:
+                if line and chat.line(line) == "exit":
+                    break
+            except KeyboardInterrupt:  # cancels this answer or command, not the chat
+                display.end_answer()
+                display.info("[cancelled]")
+        display.info("")
+    finally:
+        save_history()
     if conversation.session_id is not None and conversation.store.persistent:
         display.info(f"Conversation {conversation.session_id} is saved: python main.py --continue picks it up.")
     return EXIT_OK
@@ -323,17 +449,32 @@ def shell_banner(settings: Settings) -> str:
 
 
 def open_conversation(settings: Settings, display: Display, resume=None, latest=False) -> sessions.Conversation:
-    """The conversation to carry on: a new one, the latest (`latest`) or conversation number `resume`."""
+    """The conversation to carry on: a new one, this folder's latest (`latest`) or conversation number `resume`."""
     conversation = sessions.Conversation(sessions.SessionStore(settings.data_dir / "sessions.db", display.info),
                                          settings.kb)
-    wanted = conversation.store.latest_session_id() if latest else resume
+    wanted = conversation.store.latest_session_id(settings.kb) if latest else resume
     if latest and wanted is None:
-        display.info("No earlier conversation to continue; starting a new one.")
+        display.info(f"No earlier conversation about {settings.kb} to continue; starting a new one.")
     elif wanted is not None and not conversation.resume(wanted):
         raise ConfigError(f"No conversation {wanted}. python main.py --list-sessions lists them.")
     if conversation.session_id is not None:
-        display.info(f"Continuing conversation {conversation.session_id} ({len(conversation.history)} messages).")
+        display.info(f"Continuing conversation {conversation.session_id} ({len(conversation.history)} messages)."
+                     + (" " + other_folder(conversation)).rstrip())
     return conversation
+
+
+def with_piped_text(question: str, settings: Settings) -> str:
+    """The question with what was piped to stdin, as `cat notes.txt | python main.py "summarise this"` means."""
+    if sys.stdin is None or sys.stdin.isatty():
+        return question
+    room = int(settings.context_tokens * PIPED_SHARE)
+    piped = sys.stdin.read(room * 4 + 1)  # a token holds at most about 4 characters
+    if not piped.strip():
+        return question
+    if len(piped) > room * 4 or context.estimate_tokens([{"role": "user", "content": piped}]) > room:
+        raise ConfigError(f"The piped text is too long for one question (more than ~{room:,} tokens, half of "
+                          "CONTEXT_TOKENS). Pipe a part of it, or save it in the notes folder and ask about it.")
+    return f"{question}\n\n--- piped input ---\n{piped.rstrip()}"
 
 
 def run(args, display: Display) -> int:
@@ -341,20 +482,26 @@ def run(args, display: Display) -> int:
         data_dir = load_settings(kb=args.kb, notes_required=False).data_dir  # a bad notes folder does not matter
         show_sessions(sessions.SessionStore(data_dir / "sessions.db", warn=display.info), print)
         return EXIT_OK
-    settings = load_settings(kb=args.kb, model=args.model, base_url=args.base_url, max_rounds=args.max_rounds,
+    thinking = {"on": "enabled", "off": "disabled"}.get(args.thinking)
+    settings = load_settings(kb=args.kb, model=args.model, base_url=args.base_url, api_key=args.api_key,
+                             max_rounds=args.max_rounds, thinking=thinking, reasoning_effort=args.effort,
                              stream=False if args.no_stream else None,
                              show_reasoning=False if args.no_reasoning else None,
                              auto_approve=True if args.yes else None, allow_shell=True if args.allow_shell else None)
-    display.show_reasoning = settings.show_reasoning
+    display.show_reasoning, display.verbose = settings.show_reasoning, args.verbose
     question = " ".join(args.question).strip()
     if args.question and not question:
         display.error("The question is empty. Ask something, or run without arguments to chat.")
         return EXIT_USAGE
+    if question and not question.startswith("/"):
+        question = with_piped_text(question, settings)
     # Without a key the REPL opens and /commands run, for the notes alone; a question needs the key.
     client = make_client(settings) if settings.api_key or (question and not question.startswith("/")) else None
     conversation = open_conversation(settings, display, args.resume, args.continue_last)
     if not question and sys.stdin.isatty():
         return repl(settings, client, display, conversation)
+    if args.verbose:
+        display.info(f"model {settings.model} at {settings.base_url} · notes {settings.kb}")
     chat = Chat(settings, client, display, conversation)
     # The one question, or each piped line a turn of one conversation (/commands too) until "exit" or EOF.
     results = []
@@ -365,7 +512,7 @@ def run(args, display: Display) -> int:
     if args.verbose:
         (tp, tc), (sp, sc) = conversation.run_usage, conversation.session_usage()
         display.info(f"usage: {tp:,} prompt + {tc:,} completion tokens; this conversation {sp:,} + {sc:,} in all")
-    return EXIT_FAILED if "failed" in results else EXIT_OK
+    return EXIT_FAILED if "failed" in results else EXIT_INCOMPLETE if "incomplete" in results else EXIT_OK
 
 
 def main(argv=None) -> int:

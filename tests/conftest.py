@@ -26,6 +26,8 @@ def clean_environment(monkeypatch, tmp_path):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     # What one test teaches the agent about a server's token counts must not shrink the next test's requests.
     monkeypatch.setattr(agent, "TOKEN_RATIO", {"ratio": 1.0})
 

@@ -106,6 +106,7 @@ class FakeLLM:
         self.thinking_mode = thinking_mode  # answer 400, as DeepSeek does, if reasoning is not sent back
         self.responder = responder
         self.requests: list[dict] = []
+        self.authorizations: list[str | None] = []  # each request's Authorization header: which key was sent
         self.context_limit = context_limit
         self.rejected = 0
         self.max_prompt_tokens = 0
@@ -156,6 +157,7 @@ def _handler_for(fake: FakeLLM):
                 request = json.loads(self.rfile.read(length))
             except ValueError:
                 return self._json(400, {"error": {"message": "invalid JSON body"}})
+            fake.authorizations.append(self.headers.get("authorization"))
             if not self.path.endswith("/chat/completions"):
                 return self._json(404, {"error": {"message": f"no route {self.path}"}})
             too_long = fake.too_long(request)

@@ -16,12 +16,52 @@ def env_file(tmp_path, monkeypatch, kb):
     return path
 
 
-def test_environment_beats_env_file_for_either_name(env_file, monkeypatch):
-    env_file.write_text("DEEPSEEK_API_KEY=from-file\nDEEPSEEK_BASE_URL=https://api.deepseek.com\n")
-    monkeypatch.setenv("OPENAI_API_KEY", "from-env")
-    monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:11434/v1")
+def test_environment_beats_env_file(env_file, monkeypatch):
+    env_file.write_text("DEEPSEEK_API_KEY=from-file\nDEEPSEEK_BASE_URL=http://localhost:8000/v1\n")
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "from-env")
     settings = load_settings()
-    assert (settings.api_key, settings.base_url) == ("from-env", "http://localhost:11434/v1")
+    assert (settings.api_key, settings.base_url) == ("from-env", "http://localhost:8000/v1")
+
+
+def test_an_openai_key_goes_to_openai_only(env_file, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
+    settings = load_settings()
+    assert (settings.api_key, settings.base_url, settings.model) == (
+        "sk-openai", "https://api.openai.com/v1", "gpt-5.4-mini")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://localhost:11434/v1")
+    monkeypatch.setenv("MODEL", "qwen3:8b")
+    settings = load_settings()
+    assert (settings.api_key, settings.base_url, settings.model) == ("sk-openai", "http://localhost:11434/v1", "qwen3:8b")
+
+
+def test_a_deepseek_endpoint_never_gets_the_openai_key(env_file, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
+    monkeypatch.setenv("DEEPSEEK_BASE_URL", "http://localhost:8000/v1")
+    settings = load_settings()
+    assert (settings.api_key, settings.base_url) == (None, "http://localhost:8000/v1")
+    env_file.write_text("DEEPSEEK_API_KEY=sk-deepseek\n")  # the project's own key beats an exported one
+    monkeypatch.delenv("DEEPSEEK_BASE_URL")
+    settings = load_settings()
+    assert (settings.api_key, settings.base_url, settings.model) == (
+        "sk-deepseek", "https://api.deepseek.com", "deepseek-flash")
+
+
+def test_user_config_file_is_read_last(env_file, monkeypatch, tmp_path):
+    user_file = tmp_path / "config" / "knowledge-agent" / "config.env"
+    user_file.parent.mkdir(parents=True)
+    user_file.write_text("MODEL=from-user-file\nMAX_TOOL_ROUNDS=3\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    env_file.write_text("MODEL=from-env-file\n")
+    settings = load_settings()
+    assert (settings.model, settings.max_rounds) == ("from-env-file", 3)
+    assert config.config_file() == user_file
+
+
+@pytest.mark.parametrize("url", ["notaurl", "api.deepseek.com", "ftp://x/v1", "http://"])
+def test_a_bad_base_url_is_a_settings_error(env_file, monkeypatch, url):
+    monkeypatch.setenv("DEEPSEEK_BASE_URL", url)
+    with pytest.raises(ConfigError, match="not an API address"):
+        load_settings()
 
 
 def test_env_file_fills_what_the_environment_leaves_empty(env_file, monkeypatch):

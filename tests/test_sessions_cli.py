@@ -192,7 +192,7 @@ def test_killed_while_the_model_thinks_keeps_the_question_and_the_tool_results(k
 
     with fake_server.FakeLLM(responder=slow_after_tools) as fake:
         env = {**os.environ, "DEEPSEEK_API_KEY": "k", "DEEPSEEK_BASE_URL": fake.base_url, "KNOWLEDGE_BASE": str(kb)}
-        proc = subprocess.Popen([sys.executable, str(MAIN), "find vim notes"], env=env,
+        proc = subprocess.Popen([sys.executable, str(MAIN), "find vim notes"], env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             assert asked.wait(60)

@@ -1,0 +1,285 @@
+"""The habits users of llm, aider and any Unix tool expect, through the real entry point: subprocesses for the
+scripting contract, a real terminal (a pty that is the program's controlling terminal) for the chat."""
+
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import fake_server
+from test_cli import MAIN, run_main
+
+posix_only = pytest.mark.skipif(os.name == "nt", reason="needs a pty")
+PASTE_START, PASTE_END = b"\x1b[200~", b"\x1b[201~"
+
+
+def clean_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if "API_KEY" not in k and "BASE_URL" not in k and k != "MODEL"}
+    return env | {"PYTHONIOENCODING": "utf-8"} | extra
+
+
+# --- Providers: a key goes to its own provider only ---
+
+def test_an_openai_key_is_sent_to_openai_base_url_only(kb):
+    with fake_server.FakeLLM(replies=[{"content": "hi"}]) as openai_like:
+        result = subprocess.run([sys.executable, str(MAIN), "-v", "hello"], capture_output=True, text=True,
+                                env=clean_env(OPENAI_API_KEY="sk-openai", OPENAI_BASE_URL=openai_like.base_url,
+                                              KNOWLEDGE_BASE=str(kb)), stdin=subprocess.DEVNULL, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert openai_like.authorizations == ["Bearer sk-openai"]
+    assert openai_like.requests[0]["model"] == "gpt-5.4-mini"  # OpenAI's default, not DeepSeek's
+    assert f"model gpt-5.4-mini at {openai_like.base_url}" in result.stderr
+
+
+def test_a_deepseek_endpoint_never_receives_the_openai_key(kb):
+    with fake_server.FakeLLM(replies=[{"content": "hi"}]) as deepseek_like:
+        result = subprocess.run([sys.executable, str(MAIN), "hello"], capture_output=True, text=True, timeout=60,
+                                env=clean_env(OPENAI_API_KEY="sk-openai", DEEPSEEK_BASE_URL=deepseek_like.base_url,
+                                              KNOWLEDGE_BASE=str(kb)), stdin=subprocess.DEVNULL)
+    assert result.returncode == 2 and "No API key" in result.stderr
+    assert deepseek_like.authorizations == []
+
+
+def test_flags_for_key_model_thinking_and_effort(fake_llm, kb):
+    fake_llm.replies = [{"content": "ok"}]
+    result = run_main("--api-key", "sk-flag", "-m", "my-model", "--thinking", "off", "--effort", "high", "q",
+                      kb=kb, base_url=fake_llm.base_url, key=None)
+    assert result.returncode == 0, result.stderr
+    request = fake_llm.requests[0]
+    assert fake_llm.authorizations == ["Bearer sk-flag"] and request["model"] == "my-model"
+    assert request["thinking"] == {"type": "disabled"} and request["reasoning_effort"] == "high"
+
+
+def test_version_and_bad_base_url(kb):
+    version = run_main("--version", kb=kb)
+    assert version.returncode == 0 and re.fullmatch(r"knowledge-agent \d+\.\d+\.\d+\n", version.stdout)
+    bad = run_main("q", kb=kb, base_url="notaurl")
+    assert bad.returncode == 2 and "'notaurl' is not an API address" in bad.stderr
+    assert "Traceback" not in bad.stderr and bad.stderr.count("\n") == 1
+
+
+# --- The scripting contract: stdout is the answer, a notice goes to stderr with exit code 3 ---
+
+@pytest.mark.parametrize("reply, notice", [
+    ({"content": "half an ans", "finish_reason": "length"}, "cut off"),
+    ({"content": ""}, "empty answer"),
+])
+def test_an_incomplete_answer_says_so_on_stderr_and_exits_3(fake_llm, kb, reply, notice):
+    fake_llm.replies = [reply]
+    result = run_main("q", kb=kb, base_url=fake_llm.base_url)
+    assert result.returncode == 3
+    assert notice in result.stderr and notice not in result.stdout
+    assert result.stdout.strip() == reply["content"]
+
+
+def test_the_round_limit_is_not_part_of_the_answer(fake_llm, kb):
+    fake_llm.replies = [{"tool_calls": [{"name": "list_notes", "arguments": "{}"}]}] * 2
+    result = run_main("--max-rounds", "2", "loop", kb=kb, base_url=fake_llm.base_url)
+    assert result.returncode == 3 and "limit of 2 model calls" in result.stderr
+    assert "limit" not in result.stdout
+
+
+# --- Piped input ---
+
+def test_piped_text_goes_with_the_question(fake_llm, kb):
+    fake_llm.replies = [{"content": "a summary"}]
+    result = run_main("summarise this", kb=kb, base_url=fake_llm.base_url, stdin="line one\nline two\n")
+    assert result.returncode == 0 and result.stdout == "a summary\n"
+    sent = fake_llm.requests[0]["messages"][-1]["content"]
+    assert sent.startswith("summarise this") and "line one\nline two" in sent
+    assert len(fake_llm.requests) == 1  # one question, not one per piped line
+
+
+def test_huge_piped_text_is_refused_before_any_call(fake_llm, kb):
+    result = run_main("summarise this", kb=kb, base_url=fake_llm.base_url, stdin="word " * 100_000,
+                      extra_env={"CONTEXT_TOKENS": "8000"})
+    assert result.returncode == 2 and "piped text is too long" in result.stderr
+    assert fake_llm.requests == []
+
+
+# --- Conversations belong to a notes folder ---
+
+def test_continue_and_sessions_are_per_notes_folder(fake_llm, kb, tmp_path):
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "soup.md").write_text("# Soup\n")
+    fake_llm.replies = [{"content": "work answer"}, {"content": "recipe answer"}, {"content": "again"},
+                        {"content": "other"}]
+    assert run_main("about work", kb=kb, base_url=fake_llm.base_url).returncode == 0
+    assert run_main("about soup", kb=recipes, base_url=fake_llm.base_url).returncode == 0
+    again = run_main("--continue", "and then?", kb=kb, base_url=fake_llm.base_url)
+    sent = [m["content"] for m in fake_llm.requests[2]["messages"] if m["role"] == "user"]
+    assert sent == ["about work", "and then?"], again.stderr
+    listed = run_main("--list-sessions", kb=kb)
+    assert f"(notes: {kb})" in listed.stdout and f"(notes: {recipes})" in listed.stdout
+    soup_id = re.search(r"(\d+) .*about soup", listed.stdout)[1]
+    other = run_main("--resume", soup_id, "q", kb=kb, base_url=fake_llm.base_url)
+    assert f"was about {recipes}" in other.stderr
+
+
+# --- The chat in a real terminal ---
+
+class Terminal:
+    """The program on a pty that is its controlling terminal, so Ctrl+C is a real SIGINT."""
+
+    def __init__(self, env: dict, *args):
+        import fcntl
+        import pty
+        import termios
+        self.controller, terminal = pty.openpty()
+
+        def become_controlling_terminal():
+            signal.signal(signal.SIGINT, signal.SIG_DFL)  # a test run in the background ignores it
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+        self.proc = subprocess.Popen([sys.executable, str(MAIN), *args], stdin=terminal, stdout=terminal,
+                                     stderr=terminal, env=env, close_fds=True, preexec_fn=become_controlling_terminal)
+        os.close(terminal)
+        self.shown = b""
+
+    def expect(self, text: str | bytes, count: int = 1, timeout: float = 30) -> str:
+        """Read until `text` has been shown `count` times in all (or the program ends); the screen so far."""
+        text = text.encode() if isinstance(text, str) else text
+        deadline = time.monotonic() + timeout
+        while self.shown.count(text) < count and time.monotonic() < deadline:
+            if select.select([self.controller], [], [], 0.1)[0]:
+                try:
+                    self.shown += os.read(self.controller, 65536)
+                except OSError:
+                    break
+        assert self.shown.count(text) >= count, self.shown.decode(errors="replace")[-2000:]
+        return self.shown.decode(errors="replace")
+
+    def send(self, data: bytes) -> None:
+        os.write(self.controller, data)
+
+    def interrupt(self) -> None:
+        """Ctrl+C once the program waits for a key: CPython's readline misses a SIGINT that comes while it
+        is handling the key before (it only looks for one when select() is interrupted)."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not self._waiting_for_a_key():
+            select.select([self.controller], [], [], 0.01)
+        self.send(b"\x03")
+
+    def _waiting_for_a_key(self) -> bool:
+        try:
+            with open(f"/proc/{self.proc.pid}/wchan") as wchan:
+                return wchan.read().startswith(("poll_schedule_timeout", "do_select"))
+        except OSError:  # no /proc: nothing better to wait on
+            return True
+
+    def close(self) -> int:
+        try:
+            return self.proc.wait(30)
+        finally:
+            os.close(self.controller)
+
+
+@pytest.fixture
+def terminal_env(kb, fake_llm, tmp_path):
+    return clean_env(DEEPSEEK_API_KEY="x", DEEPSEEK_BASE_URL=fake_llm.base_url, KNOWLEDGE_BASE=str(kb),
+                     NO_COLOR="1", XDG_STATE_HOME=str(tmp_path / "state"), XDG_DATA_HOME=str(tmp_path / "data"),
+                     TERM="xterm")
+
+
+@posix_only
+def test_a_pasted_block_and_a_continued_line_are_one_question_each(terminal_env, fake_llm):
+    fake_llm.replies = [{"content": "one"}, {"content": "two"}]
+    chat = Terminal(terminal_env)
+    chat.expect("\n> ")
+    chat.send(PASTE_START + b"first line\nsecond line" + PASTE_END + b"\r")
+    chat.expect("\n> ", 2)
+    chat.send(b"typed on \\\r")
+    chat.expect("… ")
+    chat.send(b"purpose\r")
+    chat.expect("\n> ", 3)
+    chat.send(b"\x04")
+    assert chat.close() == 0
+    questions = [r["messages"][-1]["content"] for r in fake_llm.requests]
+    assert questions == ["first line\nsecond line", "typed on \npurpose"]
+
+
+@posix_only
+def test_ctrl_c_clears_a_typed_line_then_leaves_and_lines_are_kept(terminal_env, fake_llm, tmp_path):
+    fake_llm.replies = [{"content": "answered"}]
+    chat = Terminal(terminal_env)
+    chat.expect("\n> ")
+    chat.send(b"never sent")
+    chat.expect("never sent")
+    chat.interrupt()
+    chat.expect("\n> ", 2)
+    chat.send(b"find vim notes\r")
+    chat.expect("answered")
+    chat.expect("\n> ", 3)
+    chat.interrupt()  # on an empty line: leave
+    assert chat.close() == 0
+    assert [r["messages"][-1]["content"] for r in fake_llm.requests] == ["find vim notes"]
+    history = tmp_path / "state" / "knowledge-agent" / "history"
+    assert "find vim notes" in history.read_text() and oct(history.stat().st_mode)[-3:] == "600"
+    again = Terminal(terminal_env)  # the up arrow brings it back in the next run
+    again.expect("\n> ")
+    again.send(b"\x1b[A")
+    again.expect("find vim notes")
+    again.interrupt()
+    again.expect("\n> ", 2)
+    again.send(b"\x04")
+    assert again.close() == 0
+
+
+@posix_only
+def test_waiting_and_reasoning_fold_to_one_line(terminal_env, fake_llm):
+    fake_llm.replies = [{"reasoning": "Let me weigh the notes carefully. " * 8, "content": "The answer."}]
+    chat = Terminal(terminal_env)
+    chat.expect("\n> ")
+    chat.send(b"think hard\r")
+    screen = chat.expect("The answer.")
+    assert "waiting for the model…" in screen and re.search(r"thought for \d+ s \(/reasoning shows it\)", screen)
+    chat.expect("\n> ", 2)
+    chat.send(b"/reasoning\r")
+    assert "Let me weigh the notes carefully. " * 8 in chat.expect("\n> ", 3).replace("\r\n", "")
+    chat.send(b"\x04")
+    assert chat.close() == 0
+
+
+def test_no_status_line_when_stderr_is_not_a_terminal(fake_llm, kb):
+    fake_llm.replies = [{"reasoning": "pondering", "content": "ok"}]
+    result = run_main("q", kb=kb, base_url=fake_llm.base_url)
+    assert "waiting" not in result.stderr and "thinking: pondering" in result.stderr
+
+
+# --- /read for a person ---
+
+def test_read_goes_past_the_first_screenful_in_a_persons_words(kb):
+    (kb / "long.md").write_text("".join(f"line {n}\n" for n in range(1, 501)))
+    result = run_main(kb=kb, stdin="/read long.md\n/read long.md 450\n/read nothing.md\n", key=None)
+    first, second, missing = result.stdout.split("long.md (lines ")[1], result.stdout.split("long.md (lines ")[2], \
+        result.stdout.splitlines()[-1]
+    assert first.startswith("1-200 of 500") and "[… more: /read long.md 201]" in first
+    assert second.startswith("450-500 of 500") and "line 500" in second
+    assert "/search or /list" in missing
+    assert not re.search(r"read_note|search_notes|list_notes|start_line", result.stdout)
+
+
+# --- An installable command ---
+
+def test_pip_installs_a_knowledge_agent_command(tmp_path, kb):
+    target = tmp_path / "site"
+    build = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                            "--target", str(target), str(MAIN.parent)], capture_output=True, text=True, timeout=300)
+    if build.returncode and "No module named" in build.stderr:
+        pytest.skip("setuptools is not installed")
+    assert build.returncode == 0, build.stderr
+    env = clean_env(PYTHONPATH=str(target), KNOWLEDGE_BASE=str(kb))
+    for command in ("knowledge-agent", "ka"):
+        result = subprocess.run([str(target / "bin" / command), "--version"], capture_output=True, text=True,
+                                env=env, cwd=tmp_path, timeout=60)
+        assert result.returncode == 0 and result.stdout.startswith("knowledge-agent "), result.stderr
+    listed = subprocess.run([str(target / "bin" / "ka")], input="/list\n", capture_output=True, text=True,
+                            env=env, cwd=tmp_path, timeout=60)
+    assert "vim.md" in listed.stdout, listed.stderr
