@@ -96,7 +96,7 @@ def _api_error(exc: Exception, settings: Settings, midway: bool = False) -> Agen
         return AgentError(f"The connection to {settings.base_url} dropped during the answer.")
     if isinstance(exc, openai.APIConnectionError):
         return AgentError(f"Could not connect to {settings.base_url} ({exc.__cause__ or exc}). "
-                          "Check the network or DEEPSEEK_BASE_URL.")
+                          "Check the network or the base URL (--base-url).")
     if not isinstance(exc, openai.APIStatusError):
         return AgentError(f"The API reported an error: {getattr(exc, 'message', None) or exc}")
     body = exc.body if isinstance(exc.body, dict) else {}
@@ -112,7 +112,7 @@ def _api_error(exc: Exception, settings: Settings, midway: bool = False) -> Agen
         402: f"The API account has insufficient balance (402): {detail}",
         403: f"The API refused access (403): {detail}",
         404: (f"Model {settings.model!r} or the endpoint was not found (404) at {settings.base_url}. "
-              "Check MODEL (--model) and DEEPSEEK_BASE_URL (--base-url)."),
+              "Check MODEL (--model) and the base URL (--base-url)."),
         429: f"Rate limited (429) even after {API_MAX_RETRIES} retries: {detail} Wait a moment and ask again.",
     }
     message = known.get(status, f"The API rejected the request (HTTP {status}): {detail}")
@@ -219,7 +219,7 @@ def query(client, settings: Settings, messages: list[dict], ui: UI, reply: _Repl
                 raise error from None
         except Exception as exc:  # HTML, malformed JSON or SSE: the base URL is not a chat completions API
             raise AgentError(f"The server at {settings.base_url} sent something that is not an OpenAI-compatible "
-                             f"answer ({type(exc).__name__}). Check DEEPSEEK_BASE_URL (it usually ends in /v1).") from None
+                             f"answer ({type(exc).__name__}). Check the base URL (--base-url; it usually ends in /v1).") from None
 
 
 # --- Running the calls ---

@@ -8,28 +8,22 @@ is incomplete (round limit, cut off by the length limit, or empty; the notice is
 """
 
 import argparse
-import contextlib
 import difflib
-import json
-import os
 import re
-import shutil
 import sys
-import time
 from pathlib import Path
 
 import context
 import sessions
 import shell
 import tools
-from agent import UI, AgentError, make_client, request_budget, run_agent, system_message
+from agent import AgentError, make_client, request_budget, run_agent, system_message
 from config import ConfigError, Settings, load_settings
-from notes import ToolError, visible
+from notes import ToolError
+from terminal import Display, compact, read_question, shorten, start_line_editing
 
 VERSION = "0.3.0"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-TRACE_WIDTH = 110  # characters of a tool call or result shown on stderr
-HISTORY_LINES = 1000  # typed lines kept across runs
 PIPED_SHARE = 0.5  # piped text may fill at most this share of the context budget
 
 
@@ -62,142 +56,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     earlier("--list-sessions", action="store_true", help="list recent conversations (every folder) and exit")
     add("-v", "--verbose", action="store_true", help="show the endpoint, the whole reasoning and token usage")
     return parser.parse_args(argv)
-
-
-def _shorten(text: str) -> str:
-    text = visible(text)
-    return text if len(text) <= TRACE_WIDTH else text[:TRACE_WIDTH - 1] + "…"
-
-
-def _compact(arguments) -> str:
-    try:
-        return json.dumps(json.loads(arguments or "{}"), ensure_ascii=False)
-    except ValueError:
-        return str(arguments)
-
-
-class Display(UI):
-    """The terminal: the answer to stdout, the rest to stderr (coloured on a terminal); asks only if `interactive`.
-    On a terminal, a one-line status (waiting for the model, the tail of its reasoning) is redrawn in place and
-    erased before anything else is printed; -v or a non-terminal stderr gets the whole reasoning instead."""
-
-    def __init__(self, interactive: bool = False):
-        self.show_reasoning, self.verbose, self.interactive = True, False, interactive  # run() sets the first two
-        self.live = sys.stderr.isatty()
-        self.colour = self.live and not os.environ.get("NO_COLOR")
-        self.status, self.thought, self.thinking_since = "", "", None
-        self.text_open = self.shell_always = self.incomplete = False
-        self.conversation: sessions.Conversation | None = None  # set by Chat before any answer
-
-    def _style(self, code: str, text: str) -> str:
-        return f"\033[{code}m{text}\033[0m" if self.colour else text
-
-    def _show_status(self, text: str) -> None:
-        room = max(shutil.get_terminal_size().columns // 2 - 2, 10)  # Chinese characters take two columns
-        self.status = text if len(text) <= room else "…" + text[-room:]
-        print("\r\033[K" + self._style("2", visible(self.status)), end="", file=sys.stderr, flush=True)
-
-    def _clear_status(self) -> None:
-        if self.status:
-            self.status = ""
-            print("\r\033[K", end="", file=sys.stderr, flush=True)
-
-    def begin_answer(self) -> None:
-        self.thought, self.incomplete = "", False
-        self.waiting()
-
-    def waiting(self) -> None:
-        if self.live:
-            self._show_status("waiting for the model…")
-
-    def reasoning(self, text: str) -> None:
-        first = self.thinking_since is None
-        self.thought += ("\n\n" if first and self.thought else "") + text  # each model call's apart
-        self.thinking_since = self.thinking_since or time.monotonic()
-        if not self.show_reasoning:
-            return
-        if self.live and not self.verbose:
-            self._show_status("thinking: " + " ".join(self.thought.split("\n\n")[-1].split()))
-        else:
-            print(self._style("2", "thinking: " + text if first else text), end="", file=sys.stderr, flush=True)
-
-    def _end_thought(self) -> None:
-        self._clear_status()
-        started, self.thinking_since = self.thinking_since, None
-        if started is None or not self.show_reasoning:
-            return
-        if self.live and not self.verbose:
-            how = "/reasoning" if self.interactive else "-v"
-            self.info(self._style("2", f"thought for {time.monotonic() - started:.0f} s ({how} shows it)"))
-        else:
-            print(file=sys.stderr)
-
-    def text(self, text: str) -> None:
-        self.end_answer(more_text=True)
-        print(text, end="", flush=True)
-        self.text_open = not text.endswith("\n")
-
-    def end_answer(self, more_text: bool = False) -> None:
-        """End the status or reasoning line, and the answer's too unless `more_text` of it follows."""
-        self._end_thought()
-        if self.text_open and not more_text:
-            self.text_open = False
-            print(flush=True)
-
-    def tool_call(self, name: str, arguments: str) -> None:
-        self.end_answer()
-        self.info(self._style("36", f"→ {name}") + " " + _shorten(_compact(arguments)))
-
-    def tool_result(self, name: str, result: tools.Result) -> None:
-        first = result.text.splitlines()[0] if result.text else "(empty)"
-        if getattr(tools.TOOLS.get(name), "changes_notes", False) and not result.error:
-            self.info(self._style("32", "  " + visible(first)))  # the change summary: `~ notes/git.md  +3 −1`
-        else:
-            self.info(self._style("31" if result.error else "2", "  ← " + _shorten(first)))
-        self.waiting()  # for the model's next call
-
-    def notice(self, text: str) -> None:
-        self.end_answer()
-        self.incomplete = True
-        self.info(self._style("33", text))
-
-    def confirm(self, question: str) -> bool | None:
-        self._clear_status()
-        if not self.interactive:
-            return None
-        if not question.startswith(tools.SHELL_QUESTION):
-            return ask(question, "y/N") == "y"
-        reply = "a" if self.shell_always else ask(question, "y/N/a=always this session")
-        self.shell_always = reply == "a"
-        return reply in ("y", "a")
-
-    def history_changed(self, history: list[dict]) -> None:
-        self.conversation.sync(history)
-
-    def usage(self, usage) -> None:
-        self.conversation.add_usage(usage)
-
-    def info(self, message: str) -> None:
-        self._clear_status()
-        print(message, file=sys.stderr, flush=True)
-
-    def error(self, message: str) -> None:
-        self.end_answer()
-        self.info(self._style("31", "error: ") + message)
-
-
-def ask(question: str, choices: str) -> str:
-    """Ask at the terminal; "y", "a" (always, if offered) or "n" (anything else, or a closed stdin)."""
-    print(f"{question} [{choices}] ", end="", file=sys.stderr, flush=True)
-    try:
-        reply = input().strip().lower()
-    except EOFError:
-        reply = None  # Ctrl+D ends no line
-    if reply is None or (not reply and "readline" in sys.modules and sys.stdin.isatty() and sys.stdout.isatty()):
-        print(file=sys.stderr)  # nor does readline when its line holds no text
-    if reply in ("y", "yes"):
-        return "y"
-    return "a" if reply in ("a", "always") and "a" in choices else "n"
 
 
 COMMANDS = {
@@ -317,14 +175,14 @@ class Chat:
             self.display.info("Nothing yet in this conversation.")
         turn = 0
         for message in self.conversation.history:
-            role, text = message.get("role"), _shorten(" ".join(str(message.get("content") or "").split()))
+            role, text = message.get("role"), shorten(" ".join(str(message.get("content") or "").split()))
             if role == "user":
                 turn += 1
                 self.display.info(f"[{turn}] you: {text}")
             elif role == "assistant":
                 for call in message.get("tool_calls") or []:
                     function = call.get("function") or {}
-                    self.display.info(_shorten(f"      → {function.get('name')} {_compact(function.get('arguments'))}"))
+                    self.display.info(shorten(f"      → {function.get('name')} {compact(function.get('arguments'))}"))
                 if text:
                     self.display.info(f"    agent: {text}")
 
@@ -372,44 +230,6 @@ def other_folder(conversation: sessions.Conversation) -> str:
     if info and info.kb and info.kb != str(conversation.kb):
         return f"Conversation {info.id} was about {info.kb}; it goes on with the notes in {conversation.kb}."
     return ""
-
-
-def start_line_editing(display: Display):
-    """readline with pasted blocks kept whole and typed lines kept across runs; None where there is none."""
-    try:
-        import readline
-    except ImportError:  # Windows without pyreadline: plain input() still works
-        return None
-    if "libedit" not in (readline.__doc__ or ""):  # macOS's libedit knows neither setting
-        readline.parse_and_bind("set enable-bracketed-paste on")  # CPython turns it off
-    history = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local/state") / "knowledge-agent" / "history"
-    readline.set_history_length(HISTORY_LINES)
-    with contextlib.suppress(OSError):
-        readline.read_history_file(history)
-
-    def save() -> None:
-        try:
-            history.parent.mkdir(parents=True, exist_ok=True)
-            readline.write_history_file(history)
-            history.chmod(0o600)  # questions about one's notes are private
-        except OSError as exc:
-            display.info(f"(typed lines not kept: {history}: {exc.strerror})")
-    return readline, save
-
-
-def read_question(readline) -> str | None:
-    """One question from the prompt (lines ending in \\ go on); "" after Ctrl+C with text typed, None to leave."""
-    lines = []
-    try:
-        while not lines or lines[-1].endswith("\\"):
-            if lines:
-                lines[-1] = lines[-1][:-1]
-            lines.append(input("\n> " if not lines else "… "))
-    except EOFError:
-        return None
-    except KeyboardInterrupt:  # like bash: clear what was typed; on an empty line, leave
-        return "" if lines or (readline and readline.get_line_buffer()) else None
-    return "\n".join(lines).strip()
 
 
 def repl(settings: Settings, client, display: Display, conversation: sessions.Conversation | None = None) -> int:

@@ -7,6 +7,7 @@ import pytest
 from conftest import StubClient, make_settings
 
 import main
+import terminal
 import notes
 import versions
 import tools
@@ -181,7 +182,7 @@ def test_delete_keeps_a_copy(settings, kb):
 
 
 def test_auto_approve_in_one_shot_mode_lets_delete_through(settings, kb):
-    assert main.Display(interactive=False).confirm("Delete vim.md?") is None
+    assert terminal.Display(interactive=False).confirm("Delete vim.md?") is None
     assert run(make_settings(kb, auto_approve=True), "delete_note", file_path="vim.md").startswith("- vim.md")
 
 
@@ -262,7 +263,7 @@ def run_repl(monkeypatch, settings, lines, replies, answers=()):
 
     monkeypatch.setattr("builtins.input", fake_input)
     client = StubClient(replies)
-    assert main.repl(settings, client, main.Display()) == main.EXIT_OK
+    assert main.repl(settings, client, terminal.Display()) == main.EXIT_OK
     return client
 
 

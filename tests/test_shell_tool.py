@@ -17,6 +17,7 @@ import time
 import pytest
 
 import main
+import terminal
 import mcp_server
 import shell
 import tools
@@ -183,8 +184,8 @@ def terminal_confirm(monkeypatch, replies: list[str]) -> tuple:
     """The REPL's confirm, answered with `replies` typed in turn; and the choices each prompt offered."""
     typed, prompts = iter(replies), []
     monkeypatch.setattr("builtins.input", lambda: next(typed))
-    monkeypatch.setattr(main, "ask", lambda q, choices, real=main.ask: prompts.append(choices) or real(q, choices))
-    return main.Display(interactive=True).confirm, prompts
+    monkeypatch.setattr(terminal, "ask", lambda q, choices, real=terminal.ask: prompts.append(choices) or real(q, choices))
+    return terminal.Display(interactive=True).confirm, prompts
 
 
 def test_always_approves_the_rest_of_the_session(monkeypatch):
@@ -209,20 +210,20 @@ def test_plain_enter_declines(monkeypatch):
 
 def test_not_at_a_terminal_nobody_is_asked(monkeypatch):
     monkeypatch.setattr("builtins.input", lambda: pytest.fail("asked where nobody can answer"))
-    assert main.Display().confirm(tools.shell_question("ls")) is None
+    assert terminal.Display().confirm(tools.shell_question("ls")) is None
 
 
 ASK_IN_A_TERMINAL = """
 import readline, sys
 sys.path.insert(0, sys.argv[1])
-import main
-main.ask("Run this?", "y/N")
+import terminal
+terminal.ask("Run this?", "y/N")
 sys.stderr.write("NEXT LINE\\n")
 """
 
 
 def answer_in_a_terminal(keys: bytes) -> str:
-    """What a terminal shows when `keys` are typed at main.ask's prompt and the next line is printed."""
+    """What a terminal shows when `keys` are typed at terminal.ask's prompt and the next line is printed."""
     import pty
     import select
     import termios

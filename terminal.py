@@ -1,0 +1,196 @@
+"""The terminal side of the chat: what the person sees (Display, the agent's UI for a terminal) and how a
+question is read (line editing, pasted blocks, Ctrl+C, input history).
+
+The answer goes to stdout and nothing else does: tool calls, reasoning, notices and errors go to stderr.
+This module shows and asks; it never decides what a line of input means (main.py's Chat does).
+"""
+
+import contextlib
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import sessions
+import tools
+from agent import UI
+from notes import visible
+
+TRACE_WIDTH = 110  # characters of a tool call or result shown on stderr
+HISTORY_LINES = 1000  # typed lines kept across runs
+
+
+def shorten(text: str) -> str:
+    text = visible(text)
+    return text if len(text) <= TRACE_WIDTH else text[:TRACE_WIDTH - 1] + "…"
+
+
+def compact(arguments) -> str:
+    try:
+        return json.dumps(json.loads(arguments or "{}"), ensure_ascii=False)
+    except ValueError:
+        return str(arguments)
+
+
+class Display(UI):
+    """The terminal: the answer to stdout, the rest to stderr (coloured on a terminal); asks only if `interactive`.
+    On a terminal, a one-line status (waiting for the model, the tail of its reasoning) is redrawn in place and
+    erased before anything else is printed; -v or a non-terminal stderr gets the whole reasoning instead."""
+
+    def __init__(self, interactive: bool = False):
+        self.show_reasoning, self.verbose, self.interactive = True, False, interactive  # run() sets the first two
+        self.live = sys.stderr.isatty()
+        self.colour = self.live and not os.environ.get("NO_COLOR")
+        self.status, self.thought, self.thinking_since = "", "", None
+        self.text_open = self.shell_always = self.incomplete = False
+        self.conversation: sessions.Conversation | None = None  # set by Chat before any answer
+
+    def _style(self, code: str, text: str) -> str:
+        return f"\033[{code}m{text}\033[0m" if self.colour else text
+
+    def _show_status(self, text: str) -> None:
+        room = max(shutil.get_terminal_size().columns // 2 - 2, 10)  # Chinese characters take two columns
+        self.status = text if len(text) <= room else "…" + text[-room:]
+        print("\r\033[K" + self._style("2", visible(self.status)), end="", file=sys.stderr, flush=True)
+
+    def _clear_status(self) -> None:
+        if self.status:
+            self.status = ""
+            print("\r\033[K", end="", file=sys.stderr, flush=True)
+
+    def begin_answer(self) -> None:
+        self.thought, self.incomplete = "", False
+        self.waiting()
+
+    def waiting(self) -> None:
+        if self.live:
+            self._show_status("waiting for the model…")
+
+    def reasoning(self, text: str) -> None:
+        first = self.thinking_since is None
+        self.thought += ("\n\n" if first and self.thought else "") + text  # each model call's apart
+        self.thinking_since = self.thinking_since or time.monotonic()
+        if not self.show_reasoning:
+            return
+        if self.live and not self.verbose:
+            self._show_status("thinking: " + " ".join(self.thought.split("\n\n")[-1].split()))
+        else:
+            print(self._style("2", "thinking: " + text if first else text), end="", file=sys.stderr, flush=True)
+
+    def _end_thought(self) -> None:
+        self._clear_status()
+        started, self.thinking_since = self.thinking_since, None
+        if started is None or not self.show_reasoning:
+            return
+        if self.live and not self.verbose:
+            how = "/reasoning" if self.interactive else "-v"
+            self.info(self._style("2", f"thought for {time.monotonic() - started:.0f} s ({how} shows it)"))
+        else:
+            print(file=sys.stderr)
+
+    def text(self, text: str) -> None:
+        self.end_answer(more_text=True)
+        print(text, end="", flush=True)
+        self.text_open = not text.endswith("\n")
+
+    def end_answer(self, more_text: bool = False) -> None:
+        """End the status or reasoning line, and the answer's too unless `more_text` of it follows."""
+        self._end_thought()
+        if self.text_open and not more_text:
+            self.text_open = False
+            print(flush=True)
+
+    def tool_call(self, name: str, arguments: str) -> None:
+        self.end_answer()
+        self.info(self._style("36", f"→ {name}") + " " + shorten(compact(arguments)))
+
+    def tool_result(self, name: str, result: tools.Result) -> None:
+        first = result.text.splitlines()[0] if result.text else "(empty)"
+        if getattr(tools.TOOLS.get(name), "changes_notes", False) and not result.error:
+            self.info(self._style("32", "  " + visible(first)))  # the change summary: `~ notes/git.md  +3 −1`
+        else:
+            self.info(self._style("31" if result.error else "2", "  ← " + shorten(first)))
+        self.waiting()  # for the model's next call
+
+    def notice(self, text: str) -> None:
+        self.end_answer()
+        self.incomplete = True
+        self.info(self._style("33", text))
+
+    def confirm(self, question: str) -> bool | None:
+        self._clear_status()
+        if not self.interactive:
+            return None
+        if not question.startswith(tools.SHELL_QUESTION):
+            return ask(question, "y/N") == "y"
+        reply = "a" if self.shell_always else ask(question, "y/N/a=always this session")
+        self.shell_always = reply == "a"
+        return reply in ("y", "a")
+
+    def history_changed(self, history: list[dict]) -> None:
+        self.conversation.sync(history)
+
+    def usage(self, usage) -> None:
+        self.conversation.add_usage(usage)
+
+    def info(self, message: str) -> None:
+        self._clear_status()
+        print(message, file=sys.stderr, flush=True)
+
+    def error(self, message: str) -> None:
+        self.end_answer()
+        self.info(self._style("31", "error: ") + message)
+
+
+def ask(question: str, choices: str) -> str:
+    """Ask at the terminal; "y", "a" (always, if offered) or "n" (anything else, or a closed stdin)."""
+    print(f"{question} [{choices}] ", end="", file=sys.stderr, flush=True)
+    try:
+        reply = input().strip().lower()
+    except EOFError:
+        reply = None  # Ctrl+D ends no line
+    if reply is None or (not reply and "readline" in sys.modules and sys.stdin.isatty() and sys.stdout.isatty()):
+        print(file=sys.stderr)  # nor does readline when its line holds no text
+    if reply in ("y", "yes"):
+        return "y"
+    return "a" if reply in ("a", "always") and "a" in choices else "n"
+
+
+def start_line_editing(display: Display):
+    """readline with pasted blocks kept whole and typed lines kept across runs; None where there is none."""
+    try:
+        import readline
+    except ImportError:  # Windows without pyreadline: plain input() still works
+        return None
+    if "libedit" not in (readline.__doc__ or ""):  # macOS's libedit knows neither setting
+        readline.parse_and_bind("set enable-bracketed-paste on")  # CPython turns it off
+    history = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local/state") / "knowledge-agent" / "history"
+    readline.set_history_length(HISTORY_LINES)
+    with contextlib.suppress(OSError):
+        readline.read_history_file(history)
+
+    def save() -> None:
+        try:
+            history.parent.mkdir(parents=True, exist_ok=True)
+            readline.write_history_file(history)
+            history.chmod(0o600)  # questions about one's notes are private
+        except OSError as exc:
+            display.info(f"(typed lines not kept: {history}: {exc.strerror})")
+    return readline, save
+
+
+def read_question(readline) -> str | None:
+    """One question from the prompt (lines ending in \\ go on); "" after Ctrl+C with text typed, None to leave."""
+    lines = []
+    try:
+        while not lines or lines[-1].endswith("\\"):
+            if lines:
+                lines[-1] = lines[-1][:-1]
+            lines.append(input("\n> " if not lines else "… "))
+    except EOFError:
+        return None
+    except KeyboardInterrupt:  # like bash: clear what was typed; on an empty line, leave
+        return "" if lines or (readline and readline.get_line_buffer()) else None
+    return "\n".join(lines).strip()
