@@ -34,11 +34,8 @@ HIDING_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2
 # (what Chinese Windows calls ANSI), then its superset GB18030, so a GBK note stays readable by GBK tools.
 BOMS = {"utf-8": codecs.BOM_UTF8, "utf-16-le": codecs.BOM_UTF16_LE, "utf-16-be": codecs.BOM_UTF16_BE}
 UNMARKED_ENCODINGS = ("utf-8", "gbk", "gb18030")
-ENCODING_NAMES = {"utf-8": "UTF-8", "utf-16-le": "UTF-16 LE", "utf-16-be": "UTF-16 BE", "gbk": "GBK",
-                  "gb18030": "GB18030"}
 CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
 MAX_CONTROL_SHARE = 0.01  # more control characters than this in a note not in UTF-8: binary data
-WIDE_CHARACTER = re.compile(r"[^\x00-\x7f]")
 
 
 class ToolError(Exception):
@@ -138,7 +135,7 @@ def _plausible(text: str, data: bytes, encoding: str) -> bool:
     wide = {ch for ch in set(text) if ch > "\x7f"}
     common = sum(1 for ch in wide if ch.encode("gb2312", "ignore"))  # the simplified Chinese set
     utf8_errors = data.decode("utf-8", "replace").count("\ufffd")  # about one per character of real GBK
-    return 2 * common >= len(wide) and 2 * utf8_errors >= len(WIDE_CHARACTER.findall(text))
+    return 2 * common >= len(wide) and 2 * utf8_errors >= len(re.findall(r"[^\x00-\x7f]", text))
 
 
 def readable_text(data: bytes) -> str | None:
@@ -170,9 +167,10 @@ def encode_note(text: str, fmt: NoteFormat) -> bytes:
     try:
         return (BOMS[fmt.encoding] if fmt.bom else b"") + text.encode(fmt.encoding)
     except UnicodeEncodeError as e:
-        raise ToolError(f"the note is {ENCODING_NAMES[fmt.encoding]} text, which cannot hold {visible(text[e.start])!r} "
-                        f"(U+{ord(text[e.start]):04X}); nothing was changed. Leave such characters out, or "
-                        "the person can convert the note to UTF-8 first.") from None
+        char = text[e.start]
+        raise ToolError(f"the note is {fmt.encoding.upper()} text, which cannot hold {visible(char)!r} "
+                        f"(U+{ord(char):04X}); nothing was changed. Leave such characters out, or the person can "
+                        "convert the note to UTF-8 first.") from None
 
 
 def read_note(path: Path) -> tuple[str, NoteFormat]:
