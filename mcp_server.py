@@ -3,6 +3,9 @@
     python mcp_server.py --kb ~/notes                       search, list, read and write notes
     python mcp_server.py --kb ~/notes --allow-destructive   also the tools the chat asks before running
 
+The notes folder is --kb (relative to the folder the server starts in) or KNOWLEDGE_BASE; without one it
+refuses to start rather than serve the sample notes to a client that expects the person's own.
+
 It speaks the Model Context Protocol over stdio: JSON-RPC 2.0, one message per line, revisions 2024-11-05 to
 2025-11-25. The tools are the chat's own, run by tools.execute_tool with the chat's path guard, checks and
 limits; a tool's "Error: …" comes back as a result with isError. Tools the chat asks a person about first
@@ -20,11 +23,12 @@ import os
 import sys
 
 import tools
-from config import ConfigError, Settings, load_settings, mcp_flags
+from config import PROJECT_DIR, ConfigError, Settings, load_settings, mcp_flags
 
 # One JSON-RPC message per line; a longer line is skipped with an error, so memory stays bounded. Big
 # enough for a 5 MB note sent as write_note content with every character \u-escaped.
 MCP_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+SAMPLE_NOTES = PROJECT_DIR / "knowledge_base"  # the chat's default folder, served only when --kb names it
 SERVER_NAME = "knowledge-agent"
 SERVER_VERSION = "0.1.0"
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")  # newest first
@@ -203,14 +207,18 @@ def write_message(fd: int, message) -> None:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="mcp_server.py", description="Serve the note tools to MCP clients "
                                      "(Claude Desktop, Cursor, VS Code, …) over stdio.")
-    parser.add_argument("--kb", metavar="PATH", help="notes folder (KNOWLEDGE_BASE; default knowledge_base/)")
+    parser.add_argument("--kb", metavar="PATH", help="the notes folder to serve (KNOWLEDGE_BASE); required")
     parser.add_argument("--allow-destructive", action="store_true", help="also serve the tools the chat asks "
                         "before running; the client asks instead (MCP_ALLOW_DESTRUCTIVE=1)")
     parser.add_argument("--allow-shell", action="store_true",
                         help="also serve the shell tool, if the chat's settings enable it (MCP_ALLOW_SHELL=1)")
     args = parser.parse_args(argv)
     try:
-        settings = load_settings(kb=args.kb)
+        # An MCP client starts the server in a folder of its choosing: name the folder in full in any error.
+        settings = load_settings(kb=os.path.abspath(os.path.expanduser(args.kb)) if args.kb else None)
+        if not args.kb and settings.kb == SAMPLE_NOTES.resolve():
+            raise ConfigError("no notes folder given: start it as mcp_server.py --kb PATH (or set KNOWLEDGE_BASE); "
+                              f"the sample notes in {SAMPLE_NOTES} are served only when --kb names them.")
         allow_destructive, allow_shell = mcp_flags(args.allow_destructive, args.allow_shell)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -2,7 +2,8 @@
 
 Every tool, search and versions.py go through this file, so its rules hold everywhere:
 - one path guard (`safe_path`, `safe_folder`) admits visible .md/.txt notes inside the folder only;
-- a note's format (UTF-8 BOM, CRLF or LF) is kept byte for byte;
+- a note's format (its encoding, BOM, CRLF or LF) is kept byte for byte: UTF-8, UTF-16 with a BOM and
+  GBK/GB18030 notes are read and changed in their own encoding, anything else is read but never changed;
 - every file is reached race-free from the folder's own descriptor, never through a link, and replaced
   atomically; one lock (`locked`) makes changes by several knowledge-agent processes take turns.
 It must never read or write outside the notes folder: a failure raises `ToolError`, the one exception the
@@ -29,6 +30,12 @@ LOCK_FILE = "lock"  # in .history: held while a change reads and writes a note
 LOCK_WAIT = 10.0  # seconds a change waits for another process's change before giving up
 # Control characters and bidi overrides in a name could redraw a confirmation prompt.
 HIDING_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# Encodings a note is read and kept in: with a byte order mark its encoding; without one UTF-8, then GBK
+# (what Chinese Windows calls ANSI), then its superset GB18030, so a GBK note stays readable by GBK tools.
+BOMS = {"utf-8": codecs.BOM_UTF8, "utf-16-le": codecs.BOM_UTF16_LE, "utf-16-be": codecs.BOM_UTF16_BE}
+UNMARKED_ENCODINGS = ("utf-8", "gbk", "gb18030")
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
+MAX_CONTROL_SHARE = 0.01  # more control characters than this in a note not in UTF-8: binary data
 
 
 class ToolError(Exception):
@@ -99,32 +106,71 @@ def rel(kb: Path, path: Path) -> str:
 class NoteFormat:
     bom: bool = False
     newline: str = "\n"  # "\n", "\r\n", or "" when a note mixes both and is kept exactly as it is
+    encoding: str = "utf-8"  # or utf-16-le/-be (always with a BOM), gbk, gb18030
+
+
+def _decode(data: bytes) -> tuple[str, str, bool] | None:
+    """(text, encoding, BOM?) when the data is text in an encoding a change can keep, else None. The data
+    may end in the middle of a character (the first part of a long note)."""
+    bom = next((name for name, mark in BOMS.items() if data.startswith(mark)), None)
+    for encoding in [bom] if bom else UNMARKED_ENCODINGS:
+        try:
+            text = codecs.getincrementaldecoder(encoding)().decode(data[len(BOMS[bom]) if bom else 0:])
+        except UnicodeDecodeError:
+            continue
+        if "\0" in text[:8192]:
+            return None
+        if encoding == "utf-8" or _plausible(text, data, encoding):
+            return text, encoding, bool(bom)
+    return None
+
+
+def _plausible(text: str, data: bytes, encoding: str) -> bool:
+    """Text, not binary data that decodes by chance; for GBK, Chinese text rather than Latin-1 or cp1252
+    (an accented letter before an ASCII one decodes as GBK) or UTF-8 with a few damaged bytes."""
+    if len(CONTROL_CHARACTERS.findall(text)) > MAX_CONTROL_SHARE * len(text):
+        return False
+    if encoding.startswith("utf-16"):
+        return True
+    wide = {ch for ch in set(text) if ch > "\x7f"}
+    common = sum(1 for ch in wide if ch.encode("gb2312", "ignore"))  # the simplified Chinese set
+    utf8_errors = data.decode("utf-8", "replace").count("\ufffd")  # about one per character of real GBK
+    return 2 * common >= len(wide) and 2 * utf8_errors >= len(re.findall(r"[^\x00-\x7f]", text))
 
 
 def readable_text(data: bytes) -> str | None:
-    """Text for reading and searching (BOM dropped, bad UTF-8 replaced), or None when it looks binary."""
+    """Text for reading and searching (BOM dropped, what no known encoding decodes read as UTF-8 with
+    replacements), or None when it looks binary."""
+    if decoded := _decode(data):
+        return decoded[0]
     if b"\0" in data[:8192]:
         return None
     return data.decode("utf-8-sig", errors="replace")
 
 
 def decode_note(data: bytes) -> tuple[str, NoteFormat]:
-    """Text to change, strictly: a note that is not UTF-8 is refused rather than rewritten."""
-    bom = data.startswith(codecs.BOM_UTF8)
-    try:
-        text = data[len(codecs.BOM_UTF8) if bom else 0:].decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ToolError(f"not UTF-8 text (undecodable byte at offset {e.start}); it was left alone") from None
+    """Text to change, strictly: a note that would not be written back byte for byte is refused."""
+    text, encoding, bom = _decode(data) or ("", "", False)
+    if not encoding or encode_note(text, NoteFormat(bom, "\n", encoding)) != data:
+        if b"\0" in data[:8192]:
+            raise ToolError("binary, not a text note; it was left alone")
+        raise ToolError("not UTF-8, nor UTF-16 with a BOM, nor GBK/GB18030 text, so it cannot be changed without "
+                        "garbling it; it was left alone")
     crlf = text.count("\r\n")
-    if crlf and text.count("\n") > crlf:
-        return text, NoteFormat(bom, "")
-    return (text.replace("\r\n", "\n"), NoteFormat(bom, "\r\n")) if crlf else (text, NoteFormat(bom))
+    newline = "" if crlf and text.count("\n") > crlf else "\r\n" if crlf else "\n"
+    return (text.replace("\r\n", "\n") if newline == "\r\n" else text), NoteFormat(bom, newline, encoding)
 
 
 def encode_note(text: str, fmt: NoteFormat) -> bytes:
     if fmt.newline == "\r\n":  # only "\n" is translated: a stray "\r" round-trips untouched
         text = text.replace("\n", "\r\n")
-    return (codecs.BOM_UTF8 if fmt.bom else b"") + text.encode("utf-8")
+    try:
+        return (BOMS[fmt.encoding] if fmt.bom else b"") + text.encode(fmt.encoding)
+    except UnicodeEncodeError as e:
+        char = text[e.start]
+        raise ToolError(f"the note is {fmt.encoding.upper()} text, which cannot hold {visible(char)!r} "
+                        f"(U+{ord(char):04X}); nothing was changed. Leave such characters out, or the person can "
+                        "convert the note to UTF-8 first.") from None
 
 
 def read_note(path: Path) -> tuple[str, NoteFormat]:

@@ -152,8 +152,6 @@ def save_note(kb: Path, rel_path: str, new_text, op: str) -> str:
                 old_text, fmt = decode_note(read_bytes(kb, rel_path))
             except ToolError as e:
                 raise ToolError(f"{rel_path} is {e}") from None
-            if "\0" in old_text[:8192]:
-                raise ToolError(f"{rel_path} looks binary, not a text note; it was left alone")
             text = compute(old_text)
             if old_text == text:
                 return change_summary(op, rel_path, old_text, text)

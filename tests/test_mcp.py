@@ -8,6 +8,7 @@ official `mcp` Python SDK's stdio client and is skipped when that package is not
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -383,12 +384,58 @@ def test_ctrl_c_exits_without_a_traceback(notes):
     assert "Traceback" not in process.stderr()
 
 
-def test_a_missing_notes_folder_is_one_line_and_exit_2(tmp_path):
-    result = subprocess.run([sys.executable, str(SERVER), "--kb", str(tmp_path / "nope")], input=b"",
-                            capture_output=True, env=server_env(), timeout=REPLY_TIMEOUT)
+# --- The notes folder ---
+
+@pytest.fixture
+def app(tmp_path) -> Path:
+    """A copy of the app with its sample notes and no .env: what a fresh clone sees, whatever the
+    developer's .env or user settings hold."""
+    copy = tmp_path / "app"
+    copy.mkdir()
+    for source in ROOT.glob("*.py"):
+        shutil.copy(source, copy)
+    shutil.copytree(ROOT / "knowledge_base", copy / "knowledge_base", ignore=shutil.ignore_patterns(".history"))
+    return copy
+
+
+@pytest.fixture
+def here(tmp_path) -> Path:
+    """The folder the server starts in, resolved as the server names it (macOS: /private/var/…)."""
+    return tmp_path.resolve()
+
+
+def start(app: Path, *args: str, cwd: Path, **env) -> subprocess.CompletedProcess:
+    """The server run until its stdin closes at once: exit 0 after its start-up log line, or 2 with the error."""
+    return subprocess.run([sys.executable, str(app / "mcp_server.py"), *args], input=b"", capture_output=True,
+                          cwd=cwd, env=server_env(XDG_CONFIG_HOME=str(cwd / "config"), **env), timeout=REPLY_TIMEOUT)
+
+
+def test_without_a_notes_folder_it_refuses_in_one_line_rather_than_serve_the_sample_notes(app, here):
+    result = start(app, cwd=here)
     assert result.returncode == 2 and result.stdout == b""
     stderr = result.stderr.decode()
-    assert "Notes folder not found" in stderr and stderr.strip().count("\n") == 0
+    assert stderr.count("\n") == 1 and "--kb PATH" in stderr and "KNOWLEDGE_BASE" in stderr
+    assert start(app, "--kb", str(app / "knowledge_base"), cwd=here).returncode == 0  # named: served
+
+
+def test_knowledge_base_from_the_environment_or_dotenv_is_served(app, here):
+    (here / "notes").mkdir()
+    served = f"for the notes in {here / 'notes'}\n"
+    assert served in start(app, cwd=here, KNOWLEDGE_BASE=str(here / "notes")).stderr.decode()
+    (app / ".env").write_text(f"KNOWLEDGE_BASE={here / 'notes'}\n", encoding="utf-8")
+    assert served in start(app, cwd=here).stderr.decode()
+
+
+def test_a_relative_kb_is_taken_from_the_working_directory_and_named_in_full(app, here):
+    (here / "notes").mkdir()
+    (here / "a.md").write_text("a note, not a folder\n", encoding="utf-8")
+    result = start(app, "--kb", "notes", cwd=here)
+    assert result.returncode == 0 and f"for the notes in {here / 'notes'}\n" in result.stderr.decode()
+    for given, problem in [("nope", "not found"), ("a.md", "is a file")]:
+        result = start(app, "--kb", given, cwd=here)
+        stderr = result.stderr.decode()
+        assert result.returncode == 2 and result.stdout == b"" and stderr.count("\n") == 1
+        assert problem in stderr and str(here / given) in stderr
 
 
 # --- A real client ---
