@@ -113,9 +113,12 @@ def _endpoint(url: str) -> str:
     return url
 
 
-def _notes_folder(value: str | None, required: bool) -> Path | None:
-    """The notes folder, resolved; None when it cannot be used and is not required."""
-    kb = Path(value).expanduser() if value else PROJECT_DIR / "knowledge_base"
+def _notes_folder(value: str | None, required: bool, sample: bool) -> Path | None:
+    """The notes folder, resolved; None when it cannot be used and is not required. Unset, it is the sample
+    notes beside main.py, unless `sample` is False (a server must be told which notes to serve)."""
+    if not (value or sample):
+        raise ConfigError("No notes folder given: pass --kb PATH (or set KNOWLEDGE_BASE).")
+    kb = Path(value).expanduser().absolute() if value else PROJECT_DIR / "knowledge_base"  # errors name it in full
     if kb.is_dir() and os.access(kb, os.R_OK | os.X_OK):
         return kb.resolve()
     if not required:
@@ -129,7 +132,7 @@ def _notes_folder(value: str | None, required: bool) -> Path | None:
     raise ConfigError(f"Notes folder {kb} cannot be read (permission denied). Check its permissions.")
 
 
-def load_settings(notes_required: bool = True, **overrides) -> Settings:
+def load_settings(notes_required: bool = True, sample_notes: bool = True, **overrides) -> Settings:
     """Settings from defaults, the config files, the environment and the keyword overrides (CLI flags) not
     None or "". With notes_required False a missing or unreadable notes folder is no error (kb is then None)."""
     env = _environment()
@@ -144,7 +147,7 @@ def load_settings(notes_required: bool = True, **overrides) -> Settings:
             name, value = variables[0], env(*variables)
         if value is not None:
             values[setting.name] = _read(name, value, setting.type, setting.metadata["choices"])
-    return Settings(**values | {"kb": _notes_folder(values.get("kb"), notes_required),
+    return Settings(**values | {"kb": _notes_folder(values.get("kb"), notes_required, sample_notes),
                                 "base_url": _endpoint(values["base_url"])})
 
 

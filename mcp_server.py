@@ -23,12 +23,11 @@ import os
 import sys
 
 import tools
-from config import PROJECT_DIR, ConfigError, Settings, load_settings, mcp_flags
+from config import ConfigError, Settings, load_settings, mcp_flags
 
 # One JSON-RPC message per line; a longer line is skipped with an error, so memory stays bounded. Big
 # enough for a 5 MB note sent as write_note content with every character \u-escaped.
 MCP_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
-SAMPLE_NOTES = PROJECT_DIR / "knowledge_base"  # the chat's default folder, served only when --kb names it
 SERVER_NAME = "knowledge-agent"
 SERVER_VERSION = "0.1.0"
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")  # newest first
@@ -214,11 +213,7 @@ def main(argv=None) -> int:
                         help="also serve the shell tool, if the chat's settings enable it (MCP_ALLOW_SHELL=1)")
     args = parser.parse_args(argv)
     try:
-        # An MCP client starts the server in a folder of its choosing: name the folder in full in any error.
-        settings = load_settings(kb=os.path.abspath(os.path.expanduser(args.kb)) if args.kb else None)
-        if not args.kb and settings.kb == SAMPLE_NOTES.resolve():
-            raise ConfigError("no notes folder given: start it as mcp_server.py --kb PATH (or set KNOWLEDGE_BASE); "
-                              f"the sample notes in {SAMPLE_NOTES} are served only when --kb names them.")
+        settings = load_settings(kb=args.kb, sample_notes=False)
         allow_destructive, allow_shell = mcp_flags(args.allow_destructive, args.allow_shell)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
