@@ -40,11 +40,8 @@ MAX_BODY = 1_000_000  # bytes of a JSON request body (a question with a pasted n
 KEEPALIVE = 15.0  # seconds between comments on an idle event stream, so a dropped page is noticed
 STOP_WAIT = 5.0  # seconds Ctrl+C on the server gives a running answer to stop before leaving
 STATIC = Path(__file__).resolve().parent / "static"
-PAGES = {"/": ("index.html", "text/html; charset=utf-8"),
-         "/static/app.js": ("app.js", "text/javascript; charset=utf-8"),
-         "/static/app.css": ("app.css", "text/css; charset=utf-8"),
-         "/static/marked.umd.js": ("marked.umd.js", "text/javascript; charset=utf-8"),
-         "/static/purify.min.js": ("purify.min.js", "text/javascript; charset=utf-8")}
+PAGES = {"/": "index.html", **{f"/static/{name}": name for name in ("app.js", "app.css", "marked.umd.js", "purify.min.js")}}
+TYPES = {"html": "text/html", "js": "text/javascript", "css": "text/css"}
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; object-src 'none'; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
@@ -57,6 +54,7 @@ BUSY = "The agent is answering: wait for it, or press Stop."
 
 
 class HTTPError(Exception):
+    """A request refused: its status, and one line for the page."""
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
@@ -260,16 +258,13 @@ class App:
         if self.worker is not None:
             raise HTTPError(409, BUSY)
 
-    def new(self) -> None:
+    def open(self, session_id=None) -> None:
+        """Switch to conversation `session_id`, or to a new one; every open page redraws."""
         with self.lock:
             self.idle()
-            self.conversation.start_new()
-            self.emit({"type": "reset"})
-
-    def resume(self, session_id) -> None:
-        with self.lock:
-            self.idle()
-            if not isinstance(session_id, int) or not self.conversation.resume(session_id):
+            if session_id is None:
+                self.conversation.start_new()
+            elif not isinstance(session_id, int) or not self.conversation.resume(session_id):
                 raise HTTPError(404, f"No conversation {session_id}.")
             self.emit({"type": "reset"})
 
@@ -397,13 +392,14 @@ class Handler(BaseHTTPRequestHandler):
             raise HTTPError(403, NO_TOKEN)
         app = self.server.app
         if url.path in PAGES:
-            name, kind = PAGES[url.path]
-            return self._send(200, (STATIC / name).read_bytes(), kind)
+            name = PAGES[url.path]
+            return self._send(200, (STATIC / name).read_bytes(), TYPES[name.rpartition(".")[2]] + "; charset=utf-8")
         if url.path == "/api/events":
             return self._events(int(self.headers.get("Last-Event-ID") or query.get("after") or 0))
         routes = {"/api/state": app.state, "/api/sessions": app.sessions,
                   "/api/note": lambda: self._note(query.get("path", "")),
-                  "/api/search": lambda: self._search(query.get("q", ""))}
+                  "/api/search": lambda: tools.execute_tool("search_notes", {"query": query.get("q", "")},
+                                                            app.settings)._asdict()}
         if url.path not in routes:
             raise HTTPError(404, "No such page.")
         self._json(routes[url.path]())
@@ -414,10 +410,6 @@ class Handler(BaseHTTPRequestHandler):
                     "text": note_text(self.server.app.settings, path)}
         except (ToolError, OSError) as exc:
             raise HTTPError(404, f"Cannot open that note: {getattr(exc, 'strerror', None) or exc}") from None
-
-    def _search(self, query: str) -> dict:
-        result = tools.execute_tool("search_notes", {"query": query}, self.server.app.settings)
-        return {"text": result.text, "error": result.error}
 
     def _events(self, seq: int) -> None:
         """Server-Sent Events: every event after `seq`, then each as it happens, until the page goes."""
@@ -460,8 +452,8 @@ class Handler(BaseHTTPRequestHandler):
         body, app = self._body(), self.server.app
         routes = {"/api/ask": lambda: app.start(str(body.get("text", ""))),
                   "/api/answer": lambda: app.answer(body.get("id"), body.get("accept")),
-                  "/api/stop": app.stop, "/api/new": app.new, "/api/undo": app.undo,
-                  "/api/resume": lambda: app.resume(body.get("id"))}
+                  "/api/stop": app.stop, "/api/new": app.open, "/api/undo": app.undo,
+                  "/api/resume": lambda: app.open(body.get("id", "none"))}
         if self.path not in routes:
             raise HTTPError(404, "No such action.")
         self._json({"ok": True, "result": routes[self.path]()})

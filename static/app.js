@@ -179,7 +179,9 @@ function diffView(text) {
   const pre = el("pre", "diff");
   for (const line of text.split("\n")) {
     const kind = line.startsWith("@@") ? "hunk" : line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "";
-    pre.append(el("span", kind, line));
+    const row = pre.appendChild(el("span", kind));
+    if (kind === "hunk" || line.startsWith("[…")) { row.textContent = line; continue; }
+    row.append(el("i", "sign", line.slice(0, 1)), line.slice(1));  // the mark apart from the note's own "-" or ">"
   }
   return pre;
 }

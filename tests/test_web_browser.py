@@ -91,8 +91,8 @@ def test_an_edit_is_reviewed_as_a_diff_then_written_and_its_note_opens(open_page
     page = open_page()
     ask(page, "in python.md replace Use venv for projects. with Use uv for projects.")
     review = page.wait_for_selector(".review")
-    assert review.query_selector(".diff .del").inner_text() == "-Use venv for projects."
-    assert review.query_selector(".diff .add").inner_text() == "+Use uv for projects."
+    assert review.query_selector(".diff .del").text_content() == "-Use venv for projects."
+    assert review.query_selector(".diff .add").text_content() == "+Use uv for projects."
     assert "Use venv" in (kb / "python.md").read_text(encoding="utf-8")
     page.click(".review button:has-text('Accept')")
     page.wait_for_selector(".review .buttons:has-text('Accepted')")
