@@ -40,7 +40,8 @@ MAX_BODY = 1_000_000  # bytes of a JSON request body (a question with a pasted n
 KEEPALIVE = 15.0  # seconds between comments on an idle event stream, so a dropped page is noticed
 STOP_WAIT = 5.0  # seconds Ctrl+C on the server gives a running answer to stop before leaving
 STATIC = Path(__file__).resolve().parent / "static"
-PAGES = {"/": "index.html", **{f"/static/{name}": name for name in ("app.js", "app.css", "marked.umd.js", "purify.min.js")}}
+PAGES = {"/": "index.html", **{f"/static/{name}": name
+                                for name in ("app.js", "app.css", "marked.umd.js", "purify.min.js")}}
 TYPES = {"html": "text/html", "js": "text/javascript", "css": "text/css"}
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; object-src 'none'; "
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
@@ -54,7 +55,6 @@ BUSY = "The agent is answering: wait for it, or press Stop."
 
 
 class HTTPError(Exception):
-    """A request refused: its status, and one line for the page."""
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
@@ -247,8 +247,7 @@ class App:
     def deleted_diff(self, arguments: str) -> str:
         """A delete shown as a diff: every line of the note removed."""
         try:
-            name = json.loads(arguments)["file_path"]
-            return versions.diff_text(note_text(self.settings, name), "")
+            return versions.diff_text(note_text(self.settings, json.loads(arguments)["file_path"]), "")
         except (ValueError, KeyError, TypeError, ToolError, OSError):
             return ""
 
@@ -351,7 +350,9 @@ class Handler(BaseHTTPRequestHandler):
             self._refuse(500, f"Internal error: {type(exc).__name__}: {exc}")
 
     def _refuse(self, status: int, message: str) -> None:
-        self._send(status, json.dumps({"error": message}).encode(), "application/json")
+        if self.path.startswith("/api/"):
+            return self._send(status, json.dumps({"error": message}).encode(), "application/json")
+        self._send(status, f"knowledge-agent: {message}\n".encode(), "text/plain; charset=utf-8")  # a person reads it
 
     def _send(self, status: int, body: bytes, kind: str, extra: dict | None = None) -> None:
         self.send_response(status)
@@ -485,7 +486,8 @@ def serve(settings: Settings, port: int | None = None, open_browser: bool = True
     if not settings.api_key:
         print(f"knowledge-agent: {NO_KEY}", file=sys.stderr)
     if settings.auto_approve:
-        print("knowledge-agent: --yes / AUTO_APPROVE is ignored here: the page asks about every change.", file=sys.stderr)
+        print("knowledge-agent: --yes / AUTO_APPROVE is ignored here: the page asks about every change.",
+              file=sys.stderr)
     if open_browser:
         threading.Thread(target=webbrowser.open, args=(server.url,), daemon=True).start()
     try:
