@@ -8,6 +8,7 @@ const NOTE_PATH = /[\p{L}\p{N}_\-.\/]*[\p{L}\p{N}_\-]\.(?:md|txt)(?![\p{L}\p{N}_
 let view = {};  // what the log is drawing now: the open answer, reasoning, cards waiting for results
 let events = null;  // the EventSource
 let busy = false;
+const MAX_BODY = 1000000;  // web.py's MAX_BODY
 
 function el(tag, className, text) {
   const node = document.createElement(tag);
@@ -274,6 +275,10 @@ function banner(text) {
 async function send() {
   const text = $("message").value.trim();
   if (!text || busy) return;
+  if (new Blob([JSON.stringify({text})]).size > MAX_BODY) {  // the server would refuse it unread
+    notice("The message is too long (over 1 MB). Shorten it, or put the text in a note and ask about that.", "error");
+    return;
+  }
   try {
     await api("/api/ask", {text});
     $("message").value = "";
