@@ -67,7 +67,10 @@ class ContextTooLong(RequestRejected):
 
 class UI:
     """What run_agent tells the person; each method does nothing until main.py's terminal, the tests' recorder
-    or a web page overrides it. `confirm` answers True/False, or None when nobody can be asked (tools refuse)."""
+    or a web page overrides it. `confirm` answers True/False, or None when nobody can be asked (tools refuse).
+    With `review_changes`, every change to a note is asked about first, its diff in the question."""
+
+    review_changes = False
 
     def text(self, text: str) -> None: ...
     def reasoning(self, text: str) -> None: ...
@@ -232,7 +235,7 @@ def execute(calls: list[dict], arguments: list[str], history: list[dict], settin
         ui.tool_call(name, sent)
         started = time.monotonic()
         try:
-            result = tools.execute_tool(name, sent, settings, ui.confirm)
+            result = tools.execute_tool(name, sent, settings, ui.confirm, ui.review_changes)
         except KeyboardInterrupt:
             stopped = f"stopped: the user pressed Ctrl+C after {time.monotonic() - started:.1f} s; it may be half done"
             _answer([call["id"]], history, stopped)

@@ -16,6 +16,7 @@ import sqlite3
 import stat
 import struct
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -296,6 +297,7 @@ class Index:
 
 
 _INDEX: Index | None = None  # the one index this process has open
+_INDEX_LOCK = threading.RLock()  # one thread at a time uses it (the web UI searches from several)
 
 
 def close_index() -> None:
@@ -309,6 +311,11 @@ def close_index() -> None:
 
 def with_index(kb: Path, index_dir: Path, watch: bool, action) -> str:
     """action(index) on the index brought up to date; a damaged or outdated one is rebuilt."""
+    with _INDEX_LOCK:
+        return _with_index(kb, index_dir, watch, action)
+
+
+def _with_index(kb: Path, index_dir: Path, watch: bool, action) -> str:
     global _INDEX
     path = index_path(kb, index_dir)
     for attempt in (1, 2):
@@ -316,7 +323,8 @@ def with_index(kb: Path, index_dir: Path, watch: bool, action) -> str:
             if _INDEX is None or (_INDEX.kb, _INDEX.path, _INDEX.watch) != (kb, path, watch):
                 close_index()
                 path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(path, timeout=INDEX_BUSY_TIMEOUT_S, isolation_level=None)
+                conn = sqlite3.connect(path, timeout=INDEX_BUSY_TIMEOUT_S, isolation_level=None,
+                                       check_same_thread=False)  # _INDEX_LOCK keeps its use to one thread
                 _INDEX = Index(kb, path, watch, conn)
                 _INDEX.set_up()
             _INDEX.refresh()
@@ -342,6 +350,7 @@ def note_changed(kb: Path, index_dir: Path, rel_path: str) -> None:
     if idx is None or (idx.kb, idx.path) != (kb, index_path(kb, index_dir)):
         return  # not open in this process: its first search compares everything anyway
     if is_note_path(rel_path):
-        idx.pending.add(PurePosixPath(rel_path.replace("\\", "/")).as_posix())
+        with _INDEX_LOCK:
+            idx.pending.add(PurePosixPath(rel_path.replace("\\", "/")).as_posix())
     else:
         idx.stop_watching()  # the next search compares every note

@@ -55,6 +55,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     earlier("--resume", metavar="ID", type=int, help="continue conversation ID (see --list-sessions)")
     earlier("--list-sessions", action="store_true", help="list recent conversations (every folder) and exit")
     add("-v", "--verbose", action="store_true", help="show the endpoint, the whole reasoning and token usage")
+    add("--web", action="store_true", help="chat in a browser page instead; each change is reviewed first")
+    add("--port", metavar="N", type=int, help="port for --web on 127.0.0.1 (default 8731; 0: any free one)")
+    add("--no-browser", action="store_true", help="with --web, only print the address to open")
     return parser.parse_args(argv)
 
 
@@ -309,6 +312,9 @@ def run(args, display: Display) -> int:
                              show_reasoning=False if args.no_reasoning else None,
                              auto_approve=True if args.yes else None, allow_shell=True if args.allow_shell else None)
     display.show_reasoning, display.verbose = settings.show_reasoning, args.verbose
+    if args.web:
+        import web  # only the web UI needs the HTTP server
+        return web.serve(settings, args.port, not args.no_browser)
     question = " ".join(args.question).strip()
     if args.question and not question:
         display.error("The question is empty. Ask something, or run without arguments to chat.")

@@ -62,7 +62,8 @@ def _why(error: BaseException) -> str:
 def _open(path: Path) -> sqlite3.Connection:
     if path.is_dir():
         raise Damaged("a folder, not a file")
-    conn = sqlite3.connect(str(path), timeout=BUSY_WAIT, isolation_level=None)  # autocommit unless we BEGIN
+    # autocommit unless we BEGIN; the web UI uses a store from several threads, one at a time (web.py's lock)
+    conn = sqlite3.connect(str(path), timeout=BUSY_WAIT, isolation_level=None, check_same_thread=False)
     conn.text_factory = lambda raw: raw.decode("utf-8", "replace")  # one bad title must not hide the list
     try:
         deadline = time.monotonic() + BUSY_WAIT

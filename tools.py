@@ -31,6 +31,7 @@ HINT_WIDTH = 200  # characters of the passage compared
 HINT_CANDIDATES = 50  # pieces of lines compared closely
 EDIT_MAX_MATCHES_COUNTED = 20
 SHELL_QUESTION = "Run this shell command in the notes folder?"  # main.py offers "always" for these
+REVIEW_QUESTION = "Make this change to"  # then the note's name, "?", and the diff on the lines after
 KEPT = "the previous version is kept in .history/ (/undo in the chat restores it)."
 
 
@@ -205,7 +206,7 @@ def _likeness(piece: str, wanted: str) -> float:
       "changes instead of rewriting the note.",
       {"file_path": PATH, "old_text": ("string", "The exact current text to replace; must occur once."),
        "new_text": ("string", "The text to put in its place (empty to delete it).")})
-def edit_note(settings: Settings, file_path: str, old_text: str, new_text: str) -> str:
+def edit_note(settings: Settings, file_path: str, old_text: str, new_text: str, *, confirm=None) -> str:
     name = _changeable(settings, safe_path(settings.kb, file_path))
     if not old_text:
         raise ToolError("old_text is empty. Copy the exact passage to replace from read_note; "
@@ -227,31 +228,57 @@ def edit_note(settings: Settings, file_path: str, old_text: str, new_text: str) 
         replacement = new_text.replace("\n", "\r\n") if "\r\n" in text[start:end] else new_text
         return text[:start] + replacement + text[end:]
 
-    return _save(settings, name, replace_once, "edit", f"Edited {name}; {KEPT}")
+    return _save(settings, name, replace_once, "edit", f"Edited {name}; {KEPT}", confirm)
 
 
 @tool("Add text at the end of a note (journals, to-do lists, meeting logs), on a new line. Creates "
       "the note if it does not exist.",
       {"file_path": PATH, "content": ("string", "The Markdown text to add at the end.")}, destructive=False)
-def append_note(settings: Settings, file_path: str, content: str) -> str:
+def append_note(settings: Settings, file_path: str, content: str, *, confirm=None) -> str:
     path = safe_path(settings.kb, file_path)
     name = rel(settings.kb, path)
     if not content.strip():
         raise ToolError("content is empty; nothing to append.")
     content = _lf(content) if content.endswith("\n") else _lf(content) + "\n"
     if not path.exists() and not path.is_symlink():
-        return _save(settings, name, content, "write", f"Created {name} with the content (it did not exist).")
+        return _save(settings, name, content, "write", f"Created {name} with the content (it did not exist).",
+                     confirm)
     _changeable(settings, path)
     return _save(settings, name, lambda text: text + ("" if not text or text.endswith("\n") else "\n") + content,
-                 "append", f"Appended to the end of {name}.")
+                 "append", f"Appended to the end of {name}.", confirm)
 
 
-def _save(settings: Settings, name: str, new_text, op: str, done: str) -> str:
+def _save(settings: Settings, name: str, new_text, op: str, done: str, confirm=None) -> str:
     """Save through versions.py (new_text: the text, or a function of the note's text at that moment), update
-    the index, and say what was done under the change summary."""
-    summary = versions.save_note(settings.kb, name, new_text, op)
+    the index, and say what was done under the change summary. With `confirm` (a review) the person is
+    shown the change first, and it is written only as it was shown."""
+    check = _reviewed(settings, name, new_text, op, confirm) if confirm else None
+    summary = versions.save_note(settings.kb, name, new_text, op, check)
     _changed(settings, name)
     return f"{summary}\n{done}"
+
+
+class _Seen(Exception):
+    """Carries (old text, new text) of a change computed for review, out of save_note, before any write."""
+
+
+def _reviewed(settings: Settings, name: str, new_text, op: str, confirm):
+    """Ask about the change as it would be made now (its diff); the check that lets it be written only if,
+    under the lock, it is still exactly that change. None when it changes nothing (nothing to ask)."""
+    def look(old: str, new: str) -> None:
+        raise _Seen(old, new)
+    try:
+        versions.save_note(settings.kb, name, new_text, op, look)
+        return None
+    except _Seen as seen:
+        shown = seen.args
+    confirm(f"{REVIEW_QUESTION} {name}?\n{versions.diff_text(*shown)}")
+
+    def unchanged(old: str, new: str) -> None:
+        if (old, new) != shown:
+            raise ToolError(f"{name} changed while the person was reviewing the change, so nothing was written. "
+                            "read_note it again.")
+    return unchanged
 
 
 @tool("Create a new note (.md or .txt); folders are created as needed. It refuses to replace an "
@@ -259,18 +286,18 @@ def _save(settings: Settings, name: str, new_text, op: str, done: str) -> str:
       "to change part of a note use edit_note, to add to its end use append_note.",
       {"file_path": PATH, "content": ("string", "The whole Markdown text of the note."),
        "overwrite": ("boolean", "Replace an existing note (its old text is kept in the history). Default false.")})
-def write_note(settings: Settings, file_path: str, content: str, overwrite: bool = False) -> str:
+def write_note(settings: Settings, file_path: str, content: str, overwrite: bool = False, *, confirm=None) -> str:
     path = safe_path(settings.kb, file_path)
     name = rel(settings.kb, path)
     if path.is_dir():
         raise ToolError(f"{name} is a folder.")
     if not path.exists() and not path.is_symlink():
-        return _save(settings, name, _lf(content), "write", f"Created {name}.")
+        return _save(settings, name, _lf(content), "write", f"Created {name}.", confirm)
     if not overwrite:
         raise ToolError(f"{name} already exists; nothing was written. To change part of it use edit_note, to add "
                         "to its end use append_note; pass overwrite: true only if the person asked for a full rewrite.")
     _changeable(settings, path)
-    return _save(settings, name, _lf(content), "overwrite", f"Replaced {name}; {KEPT}")
+    return _save(settings, name, _lf(content), "overwrite", f"Replaced {name}; {KEPT}", confirm)
 
 
 @tool("Move or rename a note. Never replaces an existing note; the person is asked to confirm.",
@@ -383,8 +410,9 @@ def approver(settings: Settings, confirm: Callable[[str], bool | None] | None):
     return approve
 
 
-def execute_tool(name: str, arguments, settings: Settings, confirm=None) -> Result:
-    """Run one tool call. Never raises: a failure is a Result with error=True and text for the model."""
+def execute_tool(name: str, arguments, settings: Settings, confirm=None, review: bool = False) -> Result:
+    """Run one tool call. Never raises: a failure is a Result with error=True and text for the model.
+    With `review`, a change to a note is asked about too (its diff, through `confirm`) before it is written."""
     try:
         known = offered(settings)
         if name not in known:
@@ -394,7 +422,7 @@ def execute_tool(name: str, arguments, settings: Settings, confirm=None) -> Resu
             raise ToolError(f"unknown tool {name!r}. Available tools: {', '.join(known)}.")
         chosen = known[name]
         args = _arguments(chosen.schema, arguments)
-        if chosen.confirm:
+        if chosen.confirm or (review and chosen.changes_notes):
             args["confirm"] = approver(settings, confirm)
         text, error = chosen.function(settings, **args), False
     except ToolError as exc:

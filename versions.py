@@ -26,6 +26,8 @@ CHANGE_OPS = ("write", "overwrite", "edit", "append", "move", "delete")  # what 
 STAMP_FORMAT = "%Y-%m-%dT%H-%M-%S.%fZ"  # UTC, so versions sort by name across DST changes
 STAMP_RE = re.compile(r"\.(\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{6}Z)(?:-(\d+))?$")
 MINUS = "\u2212"
+DIFF_CONTEXT = 3  # unchanged lines shown around a change under review
+DIFF_MAX_LINES = 400  # lines of a diff shown for review; a longer one says how many more
 
 
 class _Gone(ToolError):
@@ -130,20 +132,24 @@ def _log_change(kb: Path, op: str, path: str, to=None, snapshot_path=None, after
 
 # --- Changes the agent makes ---
 
-def save_note(kb: Path, rel_path: str, new_text, op: str) -> str:
+def save_note(kb: Path, rel_path: str, new_text, op: str, check=None) -> str:
     """Write the note, keeping the old version; return the change summary line.
 
     `new_text` is the text, or a function giving it from the note's text at this moment: it runs under the
     lock every knowledge-agent takes to change notes, so a change another one made meanwhile is built on,
     never written over. op "write" creates a note and fails if one exists; "overwrite", "edit" and
     "append" replace one in its own format. The undo entry is written before the note is replaced, so a
-    crash in between cannot leave a change that /undo does not know of.
+    crash in between cannot leave a change that /undo does not know of. `check(old_text, text)`, when given,
+    runs under the lock before anything is written (old_text "" for a new note) and may raise to write
+    nothing: what a person reviews is exactly what is written.
     """
     compute = new_text if callable(new_text) else lambda old: new_text
     try:
         with locked(kb):
             if op == "write":  # `new`: refused, race-free, if a note of that name exists
                 text = compute("")
+                if check:
+                    check("", text)
                 write_bytes(kb, rel_path, encode_note(text, NoteFormat()), new=True)
                 return change_summary("write", rel_path, new_text=text) + _log_change(kb, "write", rel_path)
             if not (kb / rel_path).is_file():
@@ -155,6 +161,8 @@ def save_note(kb: Path, rel_path: str, new_text, op: str) -> str:
             text = compute(old_text)
             if old_text == text:
                 return change_summary(op, rel_path, old_text, text)
+            if check:
+                check(old_text, text)
             data = encode_note(text, fmt)
             kept = snapshot(kb, rel_path)
             warning = _log_change(kb, op, rel_path, snapshot_path=kept, after=hashlib.sha256(data).hexdigest())
@@ -266,19 +274,41 @@ def _undo(kb: Path, entry: dict) -> tuple[str, list[str]]:
 
 # --- Summaries ---
 
-def count_changed_lines(old_text: str, new_text: str) -> tuple[int, int]:
-    """(lines added, lines removed). The common head and tail are trimmed first: difflib is slow on
-    long inputs, and an edit touches a few lines of a long note."""
-    old, new = old_text.splitlines(), new_text.splitlines()
+def _common_ends(old: list[str], new: list[str]) -> tuple[int, int]:
+    """How many lines the two share at their head and at their tail. Trimming them first matters: difflib
+    is slow on long inputs, and an edit touches a few lines of a long note."""
     head = 0
     while head < min(len(old), len(new)) and old[head] == new[head]:
         head += 1
     tail = 0
     while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
         tail += 1
+    return head, tail
+
+
+def count_changed_lines(old_text: str, new_text: str) -> tuple[int, int]:
+    """(lines added, lines removed)."""
+    old, new = old_text.splitlines(), new_text.splitlines()
+    head, tail = _common_ends(old, new)
     old, new = old[head:len(old) - tail], new[head:len(new) - tail]
     changes = [c for c in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes() if c[0] != "equal"]
     return sum(j2 - j1 for _, _, _, j1, j2 in changes), sum(i2 - i1 for _, i1, i2, _, _ in changes)
+
+
+def diff_text(old_text: str, new_text: str, limit: int = DIFF_MAX_LINES) -> str:
+    """A unified diff (hunks only, 3 lines of context) of a change, at most `limit` lines long."""
+    old, new = old_text.splitlines(), new_text.splitlines()
+    head, tail = _common_ends(old, new)
+    start, cut = max(0, head - DIFF_CONTEXT), max(0, tail - DIFF_CONTEXT)
+    lines = list(difflib.unified_diff(old[start:len(old) - cut], new[start:len(new) - cut], lineterm="",
+                                      n=DIFF_CONTEXT))[2:]  # the ---/+++ header: the question names the note
+
+    def shifted(match) -> str:  # hunk line numbers are counted from `start`
+        return str(int(match[0]) + start)
+    lines = [re.sub(r"(?<=[-+])\d+", shifted, line) if line.startswith("@@") else line for line in lines]
+    if len(lines) > limit:
+        lines = lines[:limit] + [f"[… {len(lines) - limit} more lines of the diff]"]
+    return "\n".join(lines)
 
 
 def change_summary(op: str, rel_path: str, old_text: str | None = None, new_text: str | None = None,

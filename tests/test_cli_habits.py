@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -269,17 +270,25 @@ def test_read_goes_past_the_first_screenful_in_a_persons_words(kb):
 # --- An installable command ---
 
 def test_pip_installs_a_knowledge_agent_command(tmp_path, kb):
-    target = tmp_path / "site"
-    build = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                            "--target", str(target), str(MAIN.parent)], capture_output=True, text=True, timeout=300)
-    if build.returncode and "No module named" in build.stderr:
-        pytest.skip("setuptools is not installed")
+    venv = tmp_path / "venv"
+    # A venv seeing this Python's packages (openai, setuptools), filled by this Python's pip: no network.
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    build = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
+                            "--quiet", "--no-deps", "--no-build-isolation", str(MAIN.parent)],
+                           capture_output=True, text=True, timeout=300)
     assert build.returncode == 0, build.stderr
-    env = clean_env(PYTHONPATH=str(target), KNOWLEDGE_BASE=str(kb))
+    env = clean_env(KNOWLEDGE_BASE=str(kb))
     for command in ("knowledge-agent", "ka"):
-        result = subprocess.run([str(target / "bin" / command), "--version"], capture_output=True, text=True,
+        result = subprocess.run([str(venv / "bin" / command), "--version"], capture_output=True, text=True,
                                 env=env, cwd=tmp_path, timeout=60)
         assert result.returncode == 0 and result.stdout.startswith("knowledge-agent "), result.stderr
-    listed = subprocess.run([str(target / "bin" / "ka")], input="/list\n", capture_output=True, text=True,
+    listed = subprocess.run([str(venv / "bin" / "ka")], input="/list\n", capture_output=True, text=True,
                             env=env, cwd=tmp_path, timeout=60)
     assert "vim.md" in listed.stdout, listed.stderr
+    page = subprocess.run([str(venv / "bin" / "python"), "-c", "import web; print(web.STATIC)"], cwd=tmp_path,
+                          capture_output=True, text=True, env=env, timeout=60).stdout.strip()
+    assert page.startswith(str(venv)) and (Path(page) / "index.html").is_file()  # the web page came along
+    unset = subprocess.run([str(venv / "bin" / "ka"), "q"], capture_output=True, text=True, timeout=60,
+                           env=clean_env(DEEPSEEK_API_KEY="x"), cwd=tmp_path)
+    assert unset.returncode == 2 and "config.env" in unset.stderr  # no sample notes: says where to set them

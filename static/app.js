@@ -1,0 +1,388 @@
+// The knowledge-agent page: draws the events web.py sends and posts what the person does.
+// Everything from a note or the model is either set as textContent or rendered by marked and then
+// sanitised by DOMPurify before it touches the page; the CSP forbids inline scripts as a second wall.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const NOTE_PATH = /[\p{L}\p{N}_\-.\/]*[\p{L}\p{N}_\-]\.(?:md|txt)(?![\p{L}\p{N}_])/gu;
+let view = {};  // what the log is drawing now: the open answer, reasoning, cards waiting for results
+let events = null;  // the EventSource
+let busy = false;
+const MAX_BODY = 1000000;  // web.py's MAX_BODY
+
+function el(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+async function api(path, body) {
+  const options = body === undefined ? {} : {
+    method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)};
+  const response = await fetch(path, options);
+  const data = await response.json().catch(() => ({error: `HTTP ${response.status}`}));
+  if (!response.ok) throw new Error(data.error || `HTTP ${response.status}`);
+  return data;
+}
+
+// --- Markdown, made safe ---
+
+let linkBase = "";  // the folder of the note being rendered, for its relative links
+DOMPurify.addHook("afterSanitizeAttributes", (node) => {
+  if (node.tagName !== "A" || !node.hasAttribute("href")) return;
+  const href = node.getAttribute("href");
+  if (/^https?:\/\//i.test(href)) {
+    node.setAttribute("target", "_blank");
+    node.setAttribute("rel", "noopener noreferrer");
+  } else if (!/^[a-z][a-z0-9+.-]*:/i.test(href) && /\.(md|txt)(#.*)?$/i.test(href)) {
+    node.dataset.note = joinPath(linkBase, decodeURIComponent(href.replace(/#.*$/, "")));
+    node.setAttribute("href", "#");
+    node.classList.add("note-link");
+  } else if (!href.startsWith("#")) {
+    node.removeAttribute("href");  // a relative link to something that is not a note leads nowhere here
+  }
+});
+
+function joinPath(base, path) {
+  const parts = (path.startsWith("/") ? [] : base.split("/").filter(Boolean));
+  for (const part of path.split("/")) {
+    if (part === "..") parts.pop();
+    else if (part && part !== ".") parts.push(part);
+  }
+  return parts.join("/");
+}
+
+function renderMarkdown(text, base = "") {
+  linkBase = base;
+  const html = marked.parse(text, {gfm: true, async: false});
+  const fragment = DOMPurify.sanitize(html, {RETURN_DOM_FRAGMENT: true, FORBID_TAGS: ["style", "form"]});
+  linkNotePaths(fragment);
+  return fragment;
+}
+
+// Cited paths ("see python.md") become links that open the note beside the chat.
+function linkNotePaths(root) {
+  const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT, {
+    acceptNode: (node) => node.parentElement && node.parentElement.closest("a, pre") ?
+      NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT});
+  const found = [];
+  while (walker.nextNode()) if (walker.currentNode.data.search(NOTE_PATH) >= 0) found.push(walker.currentNode);
+  for (const node of found) {
+    const parts = document.createDocumentFragment();
+    let last = 0;
+    for (const match of node.data.matchAll(NOTE_PATH)) {
+      parts.append(node.data.slice(last, match.index), noteLink(match[0]));
+      last = match.index + match[0].length;
+    }
+    parts.append(node.data.slice(last));
+    node.replaceWith(parts);
+  }
+}
+
+function noteLink(path, text = path) {
+  const link = el("a", "note-link", text);
+  link.href = "#";
+  link.dataset.note = path;
+  return link;
+}
+
+// --- The conversation log ---
+
+function log() { return $("log"); }
+
+function scrollDown() { log().scrollTop = log().scrollHeight; }
+
+function add(node) {
+  const atBottom = log().scrollHeight - log().scrollTop - log().clientHeight < 80;
+  log().append(node);
+  if (atBottom) scrollDown();
+  return node;
+}
+
+function closeAnswer() { view.answer = null; view.reasoning = null; }
+
+function notice(text, kind = "") { return add(el("div", "notice " + kind, text)); }
+
+function showText(text) {
+  if (!view.answer) {
+    view.reasoning = null;
+    view.answer = {node: add(el("div", "msg answer")), text: "", drawn: false};
+  }
+  const answer = view.answer;
+  answer.text += text;
+  if (answer.drawn) return;
+  answer.drawn = true;
+  requestAnimationFrame(() => {  // once per frame, however many pieces arrived
+    answer.drawn = false;
+    answer.node.replaceChildren(renderMarkdown(answer.text));
+    scrollDown();
+  });
+}
+
+function showReasoning(text) {
+  if (!view.reasoning) {
+    const box = add(el("details", "reasoning"));
+    box.append(el("summary", "", "Reasoning"), el("div"));
+    view.reasoning = box.lastChild;
+  }
+  view.reasoning.textContent += text;
+}
+
+function firstLine(text) {
+  const line = (text || "").split("\n")[0];
+  return line.length > 120 ? line.slice(0, 119) + "…" : line;
+}
+
+function showToolCall(event) {
+  closeAnswer();
+  const card = add(el("details", "card"));
+  const summary = el("summary");
+  summary.append(el("span", "tool", "→ " + event.name + " "), el("span", "muted", compact(event.arguments)));
+  card.append(summary, el("pre", "", event.arguments));
+  view.cards.push(card);
+}
+
+function compact(argumentsText) {
+  try { return firstLine(JSON.stringify(JSON.parse(argumentsText))); } catch { return firstLine(argumentsText); }
+}
+
+function showToolResult(event) {
+  const card = view.cards.shift() || add(el("details", "card"));
+  const changed = /^[~+\-→] /.test(event.text) && !event.error;
+  card.classList.add(event.error ? "error" : changed ? "change" : "ok");
+  const summary = card.querySelector("summary") || card.appendChild(el("summary"));
+  summary.append(el("div", "result", "← " + firstLine(event.text || "(empty)")));
+  card.append(el("pre", "", event.text));
+  if (changed) linkNotePaths(summary);
+}
+
+function showReview(event) {
+  closeAnswer();
+  const box = add(el("div", "review"));
+  box.dataset.id = event.id;
+  box.append(el("p", "", event.question));
+  if (event.kind === "diff" && event.detail) box.append(diffView(event.detail));
+  else if (event.detail) box.append(el("pre", "", event.detail));
+  const buttons = el("div", "buttons");
+  const accept = el("button", "primary", "Accept");
+  const reject = el("button", "", "Reject");
+  accept.type = reject.type = "button";
+  accept.onclick = () => answerReview(box, true);
+  reject.onclick = () => answerReview(box, false);
+  buttons.append(accept, reject);
+  box.append(buttons);
+  accept.focus({preventScroll: true});
+  scrollDown();
+}
+
+function diffView(text) {
+  const pre = el("pre", "diff");
+  for (const line of text.split("\n")) {
+    const kind = line.startsWith("@@") ? "hunk" : line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "";
+    const row = pre.appendChild(el("span", kind));
+    if (kind === "hunk" || line.startsWith("[…")) { row.textContent = line; continue; }
+    row.append(el("i", "sign", line.slice(0, 1)), line.slice(1));  // the mark apart from the note's own "-" or ">"
+  }
+  return pre;
+}
+
+async function answerReview(box, accept) {
+  box.querySelectorAll("button").forEach((button) => { button.disabled = true; });
+  try {
+    await api("/api/answer", {id: Number(box.dataset.id), accept});
+  } catch (error) {
+    notice(error.message, "error");
+  }
+}
+
+function showAnswered(event) {
+  const box = log().querySelector(`.review[data-id="${event.id}"]`);
+  if (!box) return;
+  box.classList.add("done");
+  box.querySelector(".buttons").replaceChildren(el("span", "muted", event.accepted ? "Accepted" : "Rejected"));
+}
+
+function showDone(event) {
+  closeAnswer();
+  log().querySelectorAll(".review:not(.done) .buttons").forEach((buttons) => {
+    buttons.replaceChildren(el("span", "muted", "Not answered"));
+  });
+  if (event.status !== "ok") notice(event.message, event.status === "error" ? "error" : "");
+  setBusy(false);
+}
+
+const HANDLERS = {
+  user: (event) => { closeAnswer(); add(el("div", "msg user", event.text)); scrollDown(); },
+  text: (event) => showText(event.text),
+  reasoning: (event) => showReasoning(event.text),
+  tool_call: showToolCall,
+  tool_result: showToolResult,
+  confirm: showReview,
+  answered: showAnswered,
+  done: showDone,
+  notice: (event) => notice(event.text),
+  reset: () => loadState(),
+};
+
+function handle(event) {
+  if (event.type === "user") setBusy(true);
+  (HANDLERS[event.type] || (() => {}))(event);
+}
+
+function setBusy(value) {
+  busy = value;
+  $("send").disabled = value;
+  $("stop").hidden = !value;
+  for (const id of ["new", "undo"]) $(id).disabled = value;
+}
+
+// --- Talking to the server ---
+
+async function loadState() {
+  if (events) events.close();
+  let state;
+  try {
+    state = await api("/api/state");
+  } catch (error) {
+    banner("knowledge-agent is not reachable (stopped, or restarted: open the new address it printed). " +
+           "Trying again…");
+    setTimeout(loadState, 3000);
+    return;
+  }
+  banner(state.chat ? "" : "Chat is off: no API key (see the terminal). The search box and notes work.");
+  $("where").textContent = `${state.model} · ${state.kb}` + (state.shell ? " · shell on" : "");
+  view = {answer: null, reasoning: null, cards: []};
+  log().replaceChildren();
+  setBusy(false);
+  for (const item of state.items) handle(item);
+  closeAnswer();
+  for (const event of state.events) handle(event);
+  setBusy(state.busy);
+  if (!state.items.length && !state.busy) notice("Ask about your notes. Every change the agent wants to make " +
+    "is shown as a diff for you to Accept or Reject.");
+  scrollDown();
+  events = new EventSource(`/api/events?after=${state.seq}`);
+  events.onmessage = (message) => handle(JSON.parse(message.data));
+  events.onerror = () => { events.close(); events = null; setTimeout(loadState, 1000); };
+}
+
+function banner(text) {
+  $("banner").textContent = text;
+  $("banner").hidden = !text;
+}
+
+async function send() {
+  const text = $("message").value.trim();
+  if (!text || busy) return;
+  if (new Blob([JSON.stringify({text})]).size > MAX_BODY) {  // the server would refuse it unread
+    notice("The message is too long (over 1 MB). Shorten it, or put the text in a note and ask about that.", "error");
+    return;
+  }
+  try {
+    await api("/api/ask", {text});
+    $("message").value = "";
+  } catch (error) {
+    notice(error.message, "error");
+  }
+}
+
+async function act(path, body = {}) {
+  try {
+    return await api(path, body);
+  } catch (error) {
+    notice(error.message, "error");
+  }
+}
+
+// --- Notes, search, conversations ---
+
+function openSide(title) {
+  $("side-title").textContent = title;
+  $("side").hidden = false;
+  return $("side-body");
+}
+
+async function openNote(path) {
+  const body = openSide(path);
+  body.replaceChildren(el("p", "muted", "Opening…"));
+  try {
+    const note = await api(`/api/note?path=${encodeURIComponent(path)}`);
+    $("side-title").textContent = note.path;
+    body.replaceChildren(renderMarkdown(note.text, note.path.split("/").slice(0, -1).join("/")));
+  } catch (error) {
+    body.replaceChildren(el("p", "notice error", error.message));
+  }
+  body.scrollTop = 0;
+}
+
+async function search(query) {
+  const body = openSide("Search: " + query);
+  body.replaceChildren(el("p", "muted", "Searching…"));
+  let result;
+  try {
+    result = await api(`/api/search?q=${encodeURIComponent(query)}`);
+  } catch (error) {
+    result = {text: error.message, error: true};
+  }
+  body.replaceChildren();
+  let hit = null;
+  for (const line of result.text.split("\n")) {
+    const match = /^(.+?\.(?:md|txt)) — (.*)$/.exec(line);
+    if (match) {
+      hit = body.appendChild(el("div", "search-hit"));
+      const heading = hit.appendChild(el("div"));
+      heading.append(noteLink(match[1]), el("span", "muted", " — " + match[2]));
+      hit.appendChild(el("div", "lines"));
+    } else if (hit && line.trim()) {
+      hit.lastChild.textContent += line.trim() + "\n";
+    } else if (line.trim()) {
+      body.append(el("p", result.error ? "notice error" : "muted", line));
+    }
+  }
+}
+
+async function toggleSessions() {
+  const drawer = $("sessions");
+  if (!drawer.hidden) { drawer.hidden = true; $("show-sessions").setAttribute("aria-expanded", "false"); return; }
+  const listed = await api("/api/sessions").catch((error) => { notice(error.message, "error"); return null; });
+  drawer.replaceChildren();
+  if (!listed || !listed.length) drawer.append(el("p", "muted", "No saved conversations for these notes yet."));
+  for (const session of listed || []) {
+    const when = new Date(session.started * 1000).toLocaleString();
+    const button = el("button", session.current ? "current" : "",
+                      `#${session.id} · ${when} · ${session.messages} msgs · ${session.title}`);
+    button.type = "button";
+    button.onclick = async () => { drawer.hidden = true; await act("/api/resume", {id: session.id}); };
+    drawer.append(button);
+  }
+  drawer.hidden = false;
+  $("show-sessions").setAttribute("aria-expanded", "true");
+}
+
+// --- Wiring ---
+
+document.addEventListener("click", (event) => {
+  const link = event.target.closest("a[data-note]");
+  if (!link) return;
+  event.preventDefault();
+  openNote(link.dataset.note);
+});
+$("composer").addEventListener("submit", (event) => { event.preventDefault(); send(); });
+$("message").addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {  // not while an IME is composing
+    event.preventDefault();
+    send();
+  }
+});
+$("stop").onclick = () => act("/api/stop");
+$("new").onclick = () => act("/api/new");
+$("undo").onclick = () => act("/api/undo");
+$("show-sessions").onclick = toggleSessions;
+$("side-close").onclick = () => { $("side").hidden = true; };
+$("search").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const query = $("query").value.trim();
+  if (query) search(query);
+});
+loadState();

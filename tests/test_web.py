@@ -1,0 +1,373 @@
+"""The web UI through plain HTTP against a real server on 127.0.0.1: its security rules, and its API driving
+the real agent (the openai SDK against tests/fake_server.py), with the conversation in the CLI's store."""
+
+import http.client
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+import fake_server
+import sessions
+import web
+from conftest import make_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Browser:
+    """What a page (or an attacker) sends: raw requests, with any Host, Origin and cookie."""
+
+    def __init__(self, server: web.Server):
+        self.server, self.port, self.cookie = server, server.port, None
+        self.host = self.origin = None  # None: the right ones
+
+    def request(self, method: str, path: str, body=None, headers=None, raw: bytes | None = None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+        sent = {"Host": self.host or f"127.0.0.1:{self.port}"}
+        if method == "POST":
+            sent["Origin"] = self.origin or f"http://127.0.0.1:{self.port}"
+            sent["Content-Type"] = "application/json"
+            raw = json.dumps(body if body is not None else {}).encode() if raw is None else raw
+            sent["Content-Length"] = str(len(raw))
+        if self.cookie:
+            sent["Cookie"] = self.cookie
+        sent.update(headers or {})
+        for name, value in sent.items():
+            if value is not None:
+                conn.putheader(name, value)
+        conn.endheaders(raw)
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+
+    def sign_in(self) -> "Browser":
+        status, headers, _ = self.request("GET", f"/?token={self.server.token}")
+        assert status == 303
+        self.cookie = headers["Set-Cookie"].split(";")[0]
+        return self
+
+    def get(self, path: str):
+        status, _, body = self.request("GET", path)
+        assert status == 200, body
+        return json.loads(body)
+
+    def post(self, path: str, body=None, expect: int = 200):
+        status, _, data = self.request("POST", path, body)
+        assert status == expect, data
+        return json.loads(data)
+
+    def events(self, after: int = 0):
+        """The event stream, one event at a time (the socket's timeout ends a test that would hang)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        conn.request("GET", f"/api/events?after={after}", headers={"Cookie": self.cookie})
+        response = conn.getresponse()
+        assert response.status == 200
+        while line := response.fp.readline():
+            if line.startswith(b"data: "):
+                yield json.loads(line[6:])
+
+    def until(self, kind: str, stream, seen=None) -> dict:
+        for event in stream:
+            if seen is not None:
+                seen.append(event)
+            if event["type"] == kind:
+                return event
+        raise AssertionError(f"the stream ended before a {kind} event")
+
+    def ask(self, text: str):
+        """Ask; the event stream from just before, to follow the answer."""
+        stream = self.events(self.get("/api/state")["seq"])
+        self.post("/api/ask", {"text": text})
+        return stream
+
+
+def start(settings) -> web.Server:
+    server = web.make_server(settings, 0)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    return server
+
+
+@pytest.fixture
+def make_web(kb, tmp_path, fake_llm):
+    servers = []
+
+    def make(**changes) -> Browser:
+        values = dict(base_url=fake_llm.base_url, data_dir=tmp_path / "data", index_dir=tmp_path / "index")
+        servers.append(start(make_settings(kb, **{**values, **changes})))
+        return Browser(servers[-1]).sign_in()
+    yield make
+    for server in servers:
+        server.app.close()
+        server.shutdown()
+        server.server_close()
+
+
+# --- Security ---
+
+def test_it_listens_on_loopback_only_and_refuses_other_host_headers(make_web):
+    page = make_web()
+    assert page.server.server_address[0] == "127.0.0.1"
+    assert page.request("GET", "/api/state")[0] == 200
+    page.host = f"localhost:{page.port}"
+    assert page.request("GET", "/api/state")[0] == 200
+    for host in ("evil.example", f"evil.example:{page.port}", "127.0.0.1", f"127.0.0.1:{page.port + 1}"):
+        page.host = host  # DNS rebinding: a hostile name pointed at 127.0.0.1 carries its own Host
+        status, _, body = page.request("GET", "/api/state")
+        assert status == 403 and b"Host" in body
+
+
+def test_the_launch_token_is_exchanged_once_for_a_strict_httponly_cookie(make_web):
+    page = make_web()
+    stranger = Browser(page.server)
+    for path in ("/", "/api/state", "/static/app.js", "/api/events", "/api/note?path=vim.md"):
+        assert stranger.request("GET", path)[0] == 403
+    assert stranger.request("GET", "/?token=wrong")[0] == 403
+    assert page.server.token is None  # make_web signed in with it: it is spent
+    status, _, body = Browser(page.server).request("GET", "/?token=" + "x" * 43)
+    assert status == 403 and b"start python main.py --web again" in body
+    stranger.cookie = page.cookie.split("=")[0] + "=guessed"
+    assert stranger.request("GET", "/api/state")[0] == 403
+    assert page.request("GET", "/")[0] == 200 and page.request("GET", "/static/app.js")[0] == 200
+
+
+def test_the_cookie_is_httponly_samesite_strict_and_the_address_loses_its_token(kb, tmp_path, fake_llm):
+    server = start(make_settings(kb, base_url=fake_llm.base_url, data_dir=tmp_path / "data"))
+    try:
+        status, headers, _ = Browser(server).request("GET", f"/?token={server.token}")
+        assert status == 303 and headers["Location"] == "/"
+        cookie = headers["Set-Cookie"]
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and cookie.startswith(f"ka-{server.port}=")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_state_changing_requests_need_the_pages_own_origin(make_web, kb):
+    page = make_web()
+    for origin in ("http://evil.example", "null", f"http://127.0.0.1:{page.port + 1}", f"https://127.0.0.1:{page.port}"):
+        page.origin = origin
+        status, _, body = page.request("POST", "/api/undo")
+        assert status == 403 and b"did not come from" in body
+    status, _, _ = page.request("POST", "/api/undo", headers={"Origin": None})  # no Origin at all
+    assert status == 403
+    page.origin = f"http://localhost:{page.port}"
+    assert page.post("/api/undo")["result"].startswith("Nothing to undo")
+
+
+def test_bodies_are_small_json_objects_only(make_web):
+    page = make_web()
+    form = {"Content-Type": "application/x-www-form-urlencoded"}  # what a plain cross-site form can send
+    assert page.request("POST", "/api/ask", raw=b"text=hi", headers=form)[0] == 415
+    assert page.request("POST", "/api/ask", raw=b"{not json")[0] == 400
+    assert page.request("POST", "/api/ask", raw=b"[1, 2]")[0] == 400
+    # refused on its Content-Length, before a byte of it is read (so none is sent here)
+    assert page.request("POST", "/api/ask", raw=b"", headers={"Content-Length": str(web.MAX_BODY + 1)})[0] == 413
+    assert page.get("/api/state")["items"] == []  # nothing was asked
+
+
+def test_no_cors_headers_and_the_csp_on_every_answer(make_web):
+    page = make_web()
+    answers = [page.request("OPTIONS", "/api/ask", headers={"Origin": "http://evil.example",
+                                                            "Access-Control-Request-Method": "POST"}),
+               page.request("GET", "/"), page.request("GET", "/api/state"), page.request("GET", "/nope"),
+               Browser(page.server).request("GET", "/api/state"),
+               page.request("POST", "/api/new", headers={"Origin": "http://evil.example"})]
+    assert [status for status, _, _ in answers] == [405, 200, 200, 404, 403, 403]
+    for _, headers, _ in answers:
+        assert not [name for name in headers if name.lower().startswith("access-control-")]
+        assert headers["Content-Security-Policy"].startswith("default-src 'self'")
+        assert headers["X-Content-Type-Options"] == "nosniff"
+
+
+# --- The agent through the API ---
+
+def test_a_question_streams_its_answer_and_tool_calls_and_is_saved_for_the_cli(make_web, kb, tmp_path, fake_llm):
+    page = make_web()
+    seen = []
+    done = page.until("done", page.ask("find my vim notes"), seen)
+    assert done["status"] == "ok"
+    kinds = [event["type"] for event in seen]
+    assert kinds[:5] == ["user", "tool_call", "tool_result", "tool_call", "tool_result"]
+    assert [e["name"] for e in seen if e["type"] == "tool_call"] == ["search_notes", "read_note"]
+    answer = "".join(event["text"] for event in seen if event["type"] == "text")
+    assert kinds.count("text") > 1 and answer.startswith("According to your note: # Vim")
+    state = page.get("/api/state")
+    # reloaded, the page draws the same from the saved history, the streamed pieces as one text
+    joined = [kind for i, kind in enumerate(kinds[:-1]) if not (kind == "text" and kinds[i - 1] == "text")]
+    assert [item["type"] for item in state["items"]] == joined and not state["busy"]
+
+    # The page's conversation goes on in the terminal: python main.py --continue sees the question.
+    env = {**os.environ, "KA_DATA_DIR": str(tmp_path / "data"), "DEEPSEEK_BASE_URL": fake_llm.base_url,
+           "DEEPSEEK_API_KEY": "x", "KNOWLEDGE_BASE": str(kb), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    cli = subprocess.run([sys.executable, str(ROOT / "main.py"), "--continue", "summarise it in one line"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert cli.returncode == 0, cli.stderr
+    assert "find my vim notes" in json.dumps(fake_llm.requests[-1]["messages"], ensure_ascii=False)
+    assert cli.stdout.startswith("In one line: According to your note")
+
+    # And back: the page lists it for these notes and resumes it with the terminal's turn.
+    listed = page.get("/api/sessions")
+    assert [(s["id"], s["title"]) for s in listed] == [(state["session"], "find my vim notes")]
+    page.post("/api/new")
+    assert page.get("/api/state")["items"] == []
+    page.post("/api/resume", {"id": state["session"]})
+    items = page.get("/api/state")["items"]
+    assert [i["text"] for i in items if i["type"] == "user"] == ["find my vim notes", "summarise it in one line"]
+    assert page.post("/api/resume", {"id": 999}, expect=404)["error"] == "No conversation 999."
+
+
+def waiting_review(page: Browser, question: str):
+    stream = page.ask(question)
+    return stream, page.until("confirm", stream)
+
+
+def test_an_edit_is_shown_as_a_diff_and_written_only_on_accept(make_web, kb):
+    page = make_web(auto_approve=True)  # even so: the page never approves by itself
+    before = (kb / "python.md").read_text(encoding="utf-8")
+    stream, review = waiting_review(page, "in python.md replace Use venv for projects. with Use uv for projects.")
+    assert review["kind"] == "diff" and review["question"] == "Make this change to python.md?"
+    assert "-Use venv for projects.\n+Use uv for projects." in review["detail"]
+    assert (kb / "python.md").read_text(encoding="utf-8") == before
+    assert page.get("/api/state")["events"][-1]["type"] == "confirm"  # a reloaded page shows it again
+    page.post("/api/answer", {"id": review["id"], "accept": True})
+    result = page.until("tool_result", stream)
+    assert result["text"].startswith("~ python.md  +1 \u22121") and not result["error"]
+    assert page.until("done", stream)["status"] == "ok"
+    assert (kb / "python.md").read_text(encoding="utf-8") == before.replace("Use venv", "Use uv")
+
+    assert "Undid the edit of python.md" in page.post("/api/undo")["result"]
+    assert (kb / "python.md").read_text(encoding="utf-8") == before
+    page.until("done", page.ask("find my vim notes"))
+    questions = [i["text"] for i in page.get("/api/state")["items"] if i["type"] == "user"]
+    assert questions[-1].startswith("[I ran /undo: Undid the edit of python.md") and questions[-1].endswith("vim notes")
+
+
+def test_a_rejected_change_is_not_written_and_the_model_is_told(make_web, kb, fake_llm):
+    page = make_web()
+    stream, review = waiting_review(page, "append to vim.md: - `u` undoes")
+    assert review["detail"].endswith("+- `u` undoes")
+    page.post("/api/answer", {"id": review["id"], "accept": False})
+    assert page.until("answered", stream)["accepted"] is False
+    result = page.until("tool_result", stream)
+    assert result["error"] and "declined" in result["text"]
+    page.until("done", stream)
+    assert "undoes" not in (kb / "vim.md").read_text(encoding="utf-8")
+    assert "the person declined" in fake_llm.requests[-1]["messages"][-1]["content"]
+    assert page.post("/api/answer", {"id": review["id"], "accept": True}, expect=409)["error"].startswith("That question")
+
+
+def test_a_note_changed_during_review_is_not_overwritten(make_web, kb):
+    page = make_web()
+    stream, review = waiting_review(page, "in vim.md replace `dd` deletes a line. with `dd` cuts a line.")
+    with open(kb / "vim.md", "a", encoding="utf-8") as note:  # the person edits it meanwhile
+        note.write("`yy` copies a line.\n")
+    page.post("/api/answer", {"id": review["id"], "accept": True})
+    result = page.until("tool_result", stream)
+    assert result["error"] and "changed while the person was reviewing" in result["text"]
+    text = (kb / "vim.md").read_text(encoding="utf-8")
+    assert "`dd` deletes a line." in text and "`yy` copies a line." in text
+
+
+def test_a_delete_shows_the_whole_note_going_and_stop_cancels_like_ctrl_c(make_web, kb, tmp_path):
+    page = make_web()
+    stream, review = waiting_review(page, "delete vim.md")
+    assert review["question"].startswith("Delete vim.md?") and "-# Vim" in review["detail"]
+    assert page.post("/api/new", expect=409)["error"] == web.BUSY
+    assert page.post("/api/stop")["result"] is True
+    done = page.until("done", stream)
+    assert done["status"] == "stopped" and (kb / "vim.md").exists()
+    saved = sessions.SessionStore(tmp_path / "data" / "sessions.db", print).load_messages(done["session"])
+    assert [m["role"] for m in saved] == ["user", "assistant", "tool"]  # the call is answered, as after Ctrl+C
+    assert saved[2]["content"].startswith("stopped: the user pressed Ctrl+C")
+    assert page.post("/api/stop")["result"] is False  # nothing left to stop
+
+
+def test_stop_while_the_answer_streams_keeps_what_was_shown(make_web, fake_llm, monkeypatch):
+    monkeypatch.setattr(fake_server, "PACE", 0.01)  # the fake model writes slowly, so Stop comes midway
+    fake_llm.replies.append({"content": "word " * 400})
+    page = make_web()
+    stream = page.ask("tell me a long story")
+    page.until("text", stream)
+    page.post("/api/stop")
+    done = page.until("done", stream)
+    assert done["status"] == "stopped" and "Stopped" in done["message"]
+    last = page.get("/api/state")["items"][-1]
+    assert last["type"] == "text" and last["text"].endswith("[cut off before the end]")
+    assert len(last["text"]) < len("word " * 400)
+
+
+def test_the_shell_is_off_unless_allowed_and_then_every_command_is_asked(make_web):
+    page = make_web()
+    stream = page.ask("run: ls")
+    result = page.until("tool_result", stream)
+    assert result["error"] and "shell tool is disabled" in result["text"]
+    page.until("done", stream)
+    page = make_web(allow_shell=True, auto_approve=True)
+    assert page.get("/api/state")["shell"] is True
+    stream, review = waiting_review(page, "run: ls")
+    assert review["kind"] == "shell" and review["detail"].strip() == "ls"
+    page.post("/api/answer", {"id": review["id"], "accept": False})
+    assert "declined" in page.until("tool_result", stream)["text"]
+
+
+def test_api_faults_and_a_missing_key_are_one_readable_line(make_web, fake_llm):
+    fake_llm.replies.append({"status": 401, "message": "bad key"})
+    page = make_web()
+    done = page.until("done", page.ask("hello"))
+    assert done["status"] == "error" and done["message"].startswith("The API rejected the key (401)")
+    page = make_web(api_key=None)
+    assert page.get("/api/state")["chat"] is False
+    assert page.post("/api/ask", {"text": "hello"}, expect=409)["error"] == web.NO_KEY
+    assert page.post("/api/ask", {"text": "  "}, expect=400)["error"] == "The question is empty."
+
+
+def test_search_and_notes_work_from_the_page_beside_the_agent(make_web, kb):
+    page = make_web()
+    page.until("done", page.ask("find my python notes"))  # the agent searched in its worker thread
+    found = page.get("/api/search?q=" + "dd%20deletes")
+    assert not found["error"] and "vim.md — Vim" in found["text"]
+    assert page.get("/api/search?q=")["error"]
+    note = page.get("/api/note?path=work/meeting.md")
+    assert note == {"path": "work/meeting.md", "text": "# Meeting\n\nDecided: ship search in December.\n"}
+    (kb.parent / "secret.md").write_text("TOP-SECRET", encoding="utf-8")
+    for path in ("../secret.md", "/etc/passwd", ".history/undo.jsonl", "nope.md"):
+        status, _, body = page.request("GET", f"/api/note?path={path}")
+        assert status == 404 and b"Cannot open that note" in body and b"TOP-SECRET" not in body
+
+
+def test_main_web_prints_the_address_and_stops_cleanly_on_ctrl_c(kb, tmp_path, fake_llm):
+    env = {**os.environ, "KA_DATA_DIR": str(tmp_path / "data"), "DEEPSEEK_BASE_URL": fake_llm.base_url,
+           "DEEPSEEK_API_KEY": "x", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    proc = subprocess.Popen([sys.executable, str(ROOT / "main.py"), "--web", "--port", "0", "--no-browser",
+                             "--kb", str(kb), "--yes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=env)
+    try:
+        url = proc.stdout.readline().strip()
+        match = re.fullmatch(r"http://127\.0\.0\.1:(\d+)/\?token=([\w-]{43})", url)
+        assert match, url
+        conn = http.client.HTTPConnection("127.0.0.1", int(match[1]), timeout=10)
+        conn.request("GET", url[url.index("/?"):])
+        assert conn.getresponse().status == 303
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0 and "Traceback" not in err
+    assert "ignored here: the page asks about every change" in err and "Stopping" in err
+
+
+def test_a_port_in_use_is_one_line(kb, tmp_path, capsys):
+    taken = start(make_settings(kb, data_dir=tmp_path / "data"))
+    try:
+        assert web.serve(make_settings(kb, data_dir=tmp_path / "data"), taken.port, open_browser=False) == 2
+    finally:
+        taken.shutdown()
+        taken.server_close()
+    assert capsys.readouterr().err.startswith(f"error: cannot listen on 127.0.0.1:{taken.port} (")

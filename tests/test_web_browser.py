@@ -1,0 +1,163 @@
+"""The web UI in a real browser: Playwright driving the system's Chromium against a real server and the fake
+model. Skipped, saying why, without playwright or /usr/bin/chromium (README: how to install them)."""
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+import fake_server
+import web
+from conftest import make_settings
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (requirements-dev.txt)")
+CHROMIUM = Path("/usr/bin/chromium")
+if not CHROMIUM.exists():
+    pytest.skip("no /usr/bin/chromium: apt-get install -y chromium (playwright install cannot work offline)",
+                allow_module_level=True)
+# A fresh profile and no background traffic: the closed network here refuses Chromium's own connections.
+ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+WAIT = 10_000  # ms Playwright waits for what the page should show
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def open_page(browser, kb, tmp_path, fake_llm):
+    """A server on the fake model, and a page signed in with its launch address."""
+    opened = []
+
+    def make(width: int = 1280):
+        settings = make_settings(kb, base_url=fake_llm.base_url, data_dir=tmp_path / "data",
+                                 index_dir=tmp_path / "index")
+        server = web.make_server(settings, 0)
+        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+        context = browser.new_context(viewport={"width": width, "height": 800})
+        page = context.new_page()
+        page.set_default_timeout(WAIT)
+        page.errors = []
+        page.on("pageerror", lambda error: page.errors.append(str(error)))
+        page.goto(server.url)
+        page.wait_for_selector("#log .notice")
+        opened.append((server, context, page))
+        return page
+    yield make
+    for server, context, page in opened:
+        context.close()
+        server.app.close()
+        server.shutdown()
+        server.server_close()
+        assert page.errors == []
+
+
+def ask(page, text: str) -> None:
+    page.fill("#message", text)
+    page.press("#message", "Enter")
+
+
+def answered(page) -> None:
+    page.wait_for_selector("#send:not([disabled])")
+
+
+def test_ask_streams_the_answer_with_tool_cards_and_a_reload_keeps_it(open_page):
+    page = open_page()
+    page.fill("#message", "find my")
+    page.press("#message", "Shift+Enter")  # a new line, not a question
+    page.type("#message", "vim notes")
+    assert page.input_value("#message") == "find my\nvim notes"
+    page.press("#message", "Enter")
+    page.wait_for_selector(".msg.answer:has-text('According to your note')")
+    answered(page)
+    assert page.inner_text(".msg.user") == "find my\nvim notes"
+    cards = page.locator("details.card")
+    assert cards.count() == 2
+    assert "search_notes" in cards.nth(0).inner_text() and "read_note" in cards.nth(1).inner_text()
+    cards.nth(1).locator("summary").click()
+    assert "`:wq` saves and quits." in cards.nth(1).locator("pre").nth(1).inner_text()
+    page.reload()
+    page.wait_for_selector(".msg.answer:has-text('According to your note')")
+    assert page.inner_text(".msg.user") == "find my\nvim notes" and page.locator("details.card").count() == 2
+
+
+def test_an_edit_is_reviewed_as_a_diff_then_written_and_its_note_opens(open_page, kb):
+    page = open_page()
+    ask(page, "in python.md replace Use venv for projects. with Use uv for projects.")
+    review = page.wait_for_selector(".review")
+    assert review.query_selector(".diff .del").text_content() == "-Use venv for projects."
+    assert review.query_selector(".diff .add").text_content() == "+Use uv for projects."
+    assert "Use venv" in (kb / "python.md").read_text(encoding="utf-8")
+    page.click(".review button:has-text('Accept')")
+    page.wait_for_selector(".review .buttons:has-text('Accepted')")
+    answered(page)
+    assert "Use uv for projects." in (kb / "python.md").read_text(encoding="utf-8")
+    page.click("details.card.change a.note-link")  # the change summary names the note: it opens beside
+    page.wait_for_selector("#side-body h1:has-text('Python 学习笔记')")
+    assert page.inner_text("#side-title") == "python.md"
+    page.click("#undo")
+    page.wait_for_selector(".notice:has-text('Undid the edit of python.md')")
+    assert "Use venv for projects." in (kb / "python.md").read_text(encoding="utf-8")
+
+
+def test_a_delete_rejected_stays_and_accepted_goes(open_page, kb):
+    page = open_page(width=390)  # phone width
+    ask(page, "delete vim.md")
+    page.wait_for_selector(".review .diff .del:has-text('# Vim')")
+    page.click(".review button:has-text('Reject')")
+    page.wait_for_selector(".review .buttons:has-text('Rejected')")
+    page.wait_for_selector("details.card.error:has-text('declined')")
+    answered(page)
+    assert (kb / "vim.md").exists()
+    ask(page, "delete vim.md")
+    page.click(".review:not(.done) button:has-text('Accept')")
+    page.wait_for_selector("details.card.change:has-text('- vim.md')")
+    answered(page)
+    assert not (kb / "vim.md").exists()
+
+
+def test_stop_cancels_a_streaming_answer(open_page, fake_llm, monkeypatch):
+    monkeypatch.setattr(fake_server, "PACE", 0.01)
+    fake_llm.replies.append({"content": "word " * 500})
+    page = open_page()
+    ask(page, "tell me a long story")
+    page.wait_for_selector(".msg.answer:has-text('word')")
+    page.click("#stop")
+    page.wait_for_selector(".notice:has-text('Stopped')")
+    answered(page)
+    assert page.is_hidden("#stop")
+    page.reload()
+    page.wait_for_selector(".msg.answer:has-text('[cut off before the end]')")
+
+
+HOSTILE = ('# Hostile\n\n<img src="x" onerror="window.pwned = 1">\n\n<script>window.pwned = 2</script>\n\n'
+           '[click me](javascript:window.pwned=3) <a href="#" onclick="window.pwned = 4">or me</a>\n\n'
+           '<iframe src="javascript:parent.pwned=5"></iframe>\n')
+
+
+def test_a_hostile_note_or_answer_runs_nothing(open_page, kb, fake_llm):
+    (kb / "hostile.md").write_text(HOSTILE, encoding="utf-8")
+    fake_llm.replies.append({"content": "From hostile.md:\n\n" + HOSTILE})
+    page = open_page()
+    page.fill("#query", "hostile")
+    page.press("#query", "Enter")
+    page.click("#side-body .search-hit a.note-link")
+    page.wait_for_selector("#side-body h1:has-text('Hostile')")
+    ask(page, "show me the hostile note")
+    page.wait_for_selector(".msg.answer h1:has-text('Hostile')")
+    answered(page)
+    page.evaluate("document.querySelectorAll('#side-body a, .msg.answer a').forEach((a) => a.click())")
+    page.wait_for_selector("#side-title:has-text('hostile.md')")
+    assert page.evaluate("window.pwned") is None
+    for place in ("#side-body", ".msg.answer"):
+        html = page.inner_html(place)
+        assert "onerror" not in html and "onclick" not in html and "<script" not in html and "javascript:" not in html
+        assert "<iframe" not in html
+    assert page.locator(".msg.answer a.note-link:has-text('hostile.md')").count() == 1
+    assert json.loads(page.evaluate("JSON.stringify(document.cookie)")) == ""  # HttpOnly: no script reads it

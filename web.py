@@ -1,0 +1,507 @@
+"""The web UI: the same agent, notes and conversations in a browser page, every change reviewed before it is written.
+
+    python main.py --web [--port N] [--no-browser]   →   serve(settings, port, open_browser)
+
+A standard-library HTTP server on 127.0.0.1 serves the page in static/ and a small JSON API. Each question
+runs run_agent in a worker thread whose `WebUI` turns the agent's hooks into events, sent to the page as
+Server-Sent Events; `confirm` blocks the worker until the page answers Accept or Reject, and Stop raises
+KeyboardInterrupt in the worker, so the agent keeps its history as after Ctrl+C in the terminal.
+Conversations live in the CLI's session store, so `python main.py --continue` picks up a page's and back.
+
+A page on the internet must not be able to use it: it never listens beyond 127.0.0.1, refuses other Host
+headers (DNS rebinding), state-changing requests from other origins (CSRF) and anything without the launch
+token's cookie, sends no CORS headers, takes only small JSON bodies, and sets a CSP that runs only its own
+scripts. It never approves anything by itself, and offers the shell only with --allow-shell.
+"""
+
+import ctypes
+import dataclasses
+import hmac
+import http.cookies
+import json
+import secrets
+import sys
+import sysconfig
+import threading
+import webbrowser
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import agent
+import sessions
+import tools
+import versions
+from config import Settings
+from context import content_text
+from notes import ToolError, read_bytes, readable_text, rel, safe_path
+
+DEFAULT_PORT = 8731
+MAX_BODY = 1_000_000  # bytes of a JSON request body (a question with a pasted note fits)
+KEEPALIVE = 15.0  # seconds between comments on an idle event stream, so a dropped page is noticed
+STOP_WAIT = 5.0  # seconds Ctrl+C on the server gives a running answer to stop before leaving
+# The page: beside this file in a clone, or where `pip install` put the project's data files.
+STATIC = next((folder for folder in (Path(__file__).resolve().parent / "static",
+                                     Path(sysconfig.get_path("data")) / "share" / "knowledge-agent" / "static")
+               if (folder / "index.html").is_file()), Path(__file__).resolve().parent / "static")
+PAGES = {"/": "index.html", **{f"/static/{name}": name
+                                for name in ("app.js", "app.css", "marked.umd.js", "purify.min.js")}}
+TYPES = {"html": "text/html", "js": "text/javascript", "css": "text/css"}
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; object-src 'none'; "
+       "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
+           "X-Frame-Options": "DENY", "Cache-Control": "no-store"}
+NO_KEY = ("Chat is off: no API key. Set DEEPSEEK_API_KEY (or OPENAI_API_KEY) in the environment or in .env "
+          "beside main.py, then start again. Meanwhile the search box and the notes work.")
+NO_TOKEN = ("Open the address knowledge-agent printed when it started (it carries a one-time token). "
+            "A used or old address does not work: start python main.py --web again for a new one.")
+BUSY = "The agent is answering: wait for it, or press Stop."
+
+
+class HTTPError(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+
+
+# --- The agent's hooks, as events for the page ---
+
+class WebUI(agent.UI):
+    """run_agent's ui in the worker thread: everything goes to the page; changes are reviewed there."""
+    review_changes = True
+
+    def __init__(self, app: "App"):
+        self.app = app
+        self.call: tuple[str, str] | None = None  # the tool call running now: a delete's diff needs its note
+
+    def text(self, text: str) -> None:
+        self.app.emit({"type": "text", "text": text})
+
+    def reasoning(self, text: str) -> None:
+        self.app.emit({"type": "reasoning", "text": text})
+
+    def notice(self, text: str) -> None:
+        self.app.emit({"type": "notice", "text": text})
+
+    def tool_call(self, name: str, arguments: str) -> None:
+        self.call = (name, arguments)
+        self.app.emit({"type": "tool_call", "name": name, "arguments": _pretty(arguments)})
+
+    def tool_result(self, name: str, result: tools.Result) -> None:
+        self.app.emit({"type": "tool_result", "name": name, "text": result.text, "error": result.error})
+
+    def confirm(self, question: str) -> bool:
+        question, _, detail = question.partition("\n")
+        kind = "shell" if question == tools.SHELL_QUESTION else "diff" if detail else "plain"
+        if self.call and self.call[0] == "delete_note":
+            detail, kind = self.app.deleted_diff(self.call[1]), "diff"
+        return self.app.ask(question, detail, kind)
+
+    def history_changed(self, history: list[dict]) -> None:
+        with self.app.lock:
+            self.app.conversation.sync(history)
+
+    def usage(self, usage) -> None:
+        with self.app.lock:
+            self.app.conversation.add_usage(usage)
+
+
+def _pretty(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments or "{}"), ensure_ascii=False, indent=1)
+    except ValueError:
+        return str(arguments)
+
+
+def history_items(history: list[dict]) -> list[dict]:
+    """A saved conversation as the events that showed it, so the page draws both the same way."""
+    items, names = [], {}
+    for message in history:
+        role, text = message.get("role"), content_text(message.get("content"))
+        if role == "user":
+            items.append({"type": "user", "text": text})
+        elif role == "assistant":
+            if message.get("reasoning_content"):
+                items.append({"type": "reasoning", "text": message["reasoning_content"]})
+            if text:
+                items.append({"type": "text", "text": text})
+            for call in message.get("tool_calls") or []:
+                function = call.get("function") or {}
+                names[call.get("id")] = function.get("name", "")
+                items.append({"type": "tool_call", "name": function.get("name", ""),
+                              "arguments": _pretty(function.get("arguments"))})
+        elif role == "tool":
+            items.append({"type": "tool_result", "name": names.get(message.get("tool_call_id"), ""),
+                          "text": text, "error": text.startswith("Error:")})
+    return items
+
+
+# --- The state behind the page: one conversation, the answer in progress, the question waiting ---
+
+class App:
+    def __init__(self, settings: Settings, client, warn=None):
+        self.settings, self.client = settings, client
+        self.lock = threading.Condition(threading.RLock())  # guards everything below and the session store
+        self.warn_out = warn or (lambda line: print(f"knowledge-agent: {line}", file=sys.stderr, flush=True))
+        self.seq, self.events = 0, []  # numbered events of the turn in progress (or the last one)
+        self.worker: threading.Thread | None = None
+        self.turn_start = 0  # where the turn in progress begins in the history
+        self.pending: dict | None = None  # the question the worker waits on: id, question, detail, kind, answer
+        self.stopping = False
+        self.told: list[str] = []  # what the model should hear with the next question (what Undo restored)
+        store = sessions.SessionStore(settings.data_dir / "sessions.db", self.warn)
+        self.conversation = sessions.Conversation(store, settings.kb)
+
+    def warn(self, line: str) -> None:
+        self.warn_out(line)
+        self.emit({"type": "notice", "text": line})
+
+    def emit(self, event: dict) -> None:
+        with self.lock:
+            self.seq += 1
+            self.events.append((self.seq, event))
+            self.lock.notify_all()
+
+    def events_after(self, seq: int, timeout: float) -> list[tuple[int, dict]]:
+        """The events after number `seq`, waiting up to `timeout` for one."""
+        with self.lock:
+            self.lock.wait_for(lambda: self.seq > seq, timeout)
+            return [(n, event) for n, event in self.events if n > seq]
+
+    def state(self) -> dict:
+        with self.lock:
+            busy = self.worker is not None
+            history = self.conversation.history[:self.turn_start if busy else None]
+            return {"session": self.conversation.session_id, "items": history_items(history), "busy": busy,
+                    "events": [event for _, event in self.events] if busy else [], "seq": self.seq,
+                    "model": self.settings.model, "kb": str(self.settings.kb), "chat": self.client is not None,
+                    "shell": self.settings.allow_shell}
+
+    # --- A question and its answer, in the worker ---
+
+    def start(self, question: str) -> None:
+        question = question.strip()
+        if not question:
+            raise HTTPError(400, "The question is empty.")
+        if self.client is None:
+            raise HTTPError(409, NO_KEY)
+        with self.lock:
+            if self.worker is not None:
+                raise HTTPError(409, BUSY)
+            self.events, self.stopping, self.turn_start = [], False, len(self.conversation.history)
+            self.worker = threading.Thread(target=self._turn, args=(question,), daemon=True)
+            self.emit({"type": "user", "text": question})
+            self.worker.start()
+
+    def _turn(self, question: str) -> None:
+        history, status, message = self.conversation.history, "ok", ""
+        try:
+            with self.lock:
+                self.conversation.begin_turn()
+            try:
+                agent.run_agent("\n".join(self.told + [question]), history, self.settings, self.client, WebUI(self))
+            except KeyboardInterrupt:
+                status, message = "stopped", "Stopped. What was done so far is kept; ask again to go on."
+            except agent.AgentError as exc:
+                status, message = "error", str(exc)
+            except Exception as exc:  # a bug must end this answer, not the server
+                status, message = "error", f"Unexpected error: {type(exc).__name__}: {exc}"
+            if len(history) > self.turn_start:  # the turn was kept, and with it what the model was told
+                self.told.clear()
+        except KeyboardInterrupt:  # a Stop that came as the answer ended
+            status = "stopped"
+        finally:
+            with self.lock:
+                self.worker, self.pending = None, None
+                self.emit({"type": "done", "status": status, "message": message,
+                           "session": self.conversation.session_id})
+
+    def ask(self, question: str, detail: str, kind: str) -> bool:
+        """Wait for the page's Accept or Reject; Stop answers by raising KeyboardInterrupt, as Ctrl+C would."""
+        with self.lock:
+            if self.stopping:
+                raise KeyboardInterrupt
+            self.pending = {"id": self.seq + 1, "question": question, "detail": detail, "kind": kind, "answer": None}
+            self.emit({"type": "confirm", **{k: v for k, v in self.pending.items() if k != "answer"}})
+            pending = self.pending
+            self.lock.wait_for(lambda: pending["answer"] is not None or self.stopping)
+            self.pending = None
+            if pending["answer"] is None:
+                raise KeyboardInterrupt
+            self.emit({"type": "answered", "id": pending["id"], "accepted": pending["answer"]})
+            return pending["answer"]
+
+    def answer(self, ask_id, accepted) -> None:
+        with self.lock:
+            if self.pending is None or self.pending["id"] != ask_id or not isinstance(accepted, bool):
+                raise HTTPError(409, "That question is no longer waiting for an answer.")
+            self.pending["answer"] = accepted
+            self.lock.notify_all()
+
+    def stop(self) -> bool:
+        """Cancel the answer in progress like Ctrl+C does: a waiting question is answered by the interrupt,
+        anything else gets KeyboardInterrupt raised in the worker at its next step."""
+        with self.lock:
+            if self.worker is None or self.stopping:
+                return False
+            self.stopping = True
+            if self.pending is None:
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.worker.ident),
+                                                           ctypes.py_object(KeyboardInterrupt))
+            self.lock.notify_all()
+            return True
+
+    def deleted_diff(self, arguments: str) -> str:
+        """A delete shown as a diff: every line of the note removed."""
+        try:
+            return versions.diff_text(note_text(self.settings, json.loads(arguments)["file_path"]), "")
+        except (ValueError, KeyError, TypeError, ToolError, OSError):
+            return ""
+
+    # --- What the page does between answers ---
+
+    def idle(self) -> None:
+        if self.worker is not None:
+            raise HTTPError(409, BUSY)
+
+    def open(self, session_id=None) -> None:
+        """Switch to conversation `session_id`, or to a new one; every open page redraws."""
+        with self.lock:
+            self.idle()
+            if session_id is None:
+                self.conversation.start_new()
+            elif not isinstance(session_id, int) or not self.conversation.resume(session_id):
+                raise HTTPError(404, f"No conversation {session_id}.")
+            self.emit({"type": "reset"})
+
+    def sessions(self) -> list[dict]:
+        with self.lock:
+            listed = self.conversation.store.list_sessions(self.settings.kb)
+        return [{"id": s.id, "started": s.started, "title": s.title or "(no question)", "messages": s.messages,
+                 "current": s.id == self.conversation.session_id} for s in listed]
+
+    def undo(self) -> str:
+        with self.lock:
+            self.idle()
+            message, undone = tools.undo(self.settings)
+            if undone:  # the model must not trust what it read before
+                self.told.append(f"[I ran /undo: {message}]")
+            self.emit({"type": "notice", "text": message})
+            return message
+
+    def close(self) -> None:
+        """Stop a running answer and wait a little for it, so no change is left half-asked."""
+        worker = self.worker
+        if worker is not None and self.stop():
+            worker.join(STOP_WAIT)
+
+
+def note_text(settings: Settings, file_path: str) -> str:
+    """A note's whole text for the page, through the one path guard."""
+    path = safe_path(settings.kb, file_path)
+    if not path.is_file():
+        raise ToolError(f"{rel(settings.kb, path)} does not exist.")
+    data = read_bytes(settings.kb, rel(settings.kb, path), tools.MAX_NOTE_BYTES + 1)
+    text = readable_text(data[:tools.MAX_NOTE_BYTES])
+    if text is None:
+        raise ToolError("that file looks binary, not a text note.")
+    return text + (f"\n\n[… larger than {tools.MAX_NOTE_BYTES} bytes; the rest is not shown]"
+                   if len(data) > tools.MAX_NOTE_BYTES else "")
+
+
+# --- HTTP ---
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, app: App, port: int):
+        super().__init__(("127.0.0.1", port), Handler)
+        self.app, self.port = app, self.server_address[1]
+        self.token = secrets.token_urlsafe(32)  # in the printed address; exchanged once for the cookie
+        self.secret = secrets.token_urlsafe(32)  # the cookie's value
+        self.cookie = f"ka-{self.port}"  # cookies ignore ports: two servers must not share one name
+        self.hosts = {f"127.0.0.1:{self.port}", f"localhost:{self.port}"}
+        self.origins = {f"http://{host}" for host in self.hosts}
+        self.url = f"http://127.0.0.1:{self.port}/?token={self.token}"
+
+    def handle_error(self, request, client_address) -> None:
+        pass  # what a request can get wrong is answered in Handler._serve; the rest is a page going away
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: Server
+
+    def log_message(self, format, *args) -> None:
+        pass  # a line per request would bury what matters
+
+    def do_GET(self) -> None:
+        self._serve(self._get)
+
+    def do_POST(self) -> None:
+        self._serve(self._post)
+
+    def do_OPTIONS(self) -> None:  # a CORS preflight: no CORS headers, ever
+        self._serve(lambda: self._refuse(405, "Method not allowed."))
+
+    def _serve(self, route) -> None:
+        try:
+            if self.headers.get("Host") not in self.server.hosts:
+                raise HTTPError(403, "Wrong Host header: open the address knowledge-agent printed.")
+            route()
+        except HTTPError as exc:
+            self._refuse(exc.status, str(exc))
+        except (ConnectionError, TimeoutError):
+            pass  # the page went away
+        except Exception as exc:  # a bug answers this request with one line, and the server goes on
+            print(f"knowledge-agent: web request failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            self._refuse(500, f"Internal error: {type(exc).__name__}: {exc}")
+
+    def _refuse(self, status: int, message: str) -> None:
+        if self.path.startswith("/api/"):
+            return self._send(status, json.dumps({"error": message}).encode(), "application/json")
+        self._send(status, f"knowledge-agent: {message}\n".encode(), "text/plain; charset=utf-8")  # a person reads it
+
+    def _send(self, status: int, body: bytes, kind: str, extra: dict | None = None) -> None:
+        self.send_response(status)
+        for name, value in {**HEADERS, "Content-Type": kind, "Content-Length": str(len(body)), **(extra or {})}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, value) -> None:
+        self._send(200, json.dumps(value, ensure_ascii=False).encode(), "application/json; charset=utf-8")
+
+    def _signed_in(self) -> bool:
+        try:
+            morsel = http.cookies.SimpleCookie(self.headers.get("Cookie") or "").get(self.server.cookie)
+        except http.cookies.CookieError:
+            return False
+        return morsel is not None and hmac.compare_digest(morsel.value.encode(), self.server.secret.encode())
+
+    def _exchange(self, token: str) -> None:
+        """The launch token, once, becomes the cookie; then the address without it, so it is not kept."""
+        server = self.server
+        if server.token and hmac.compare_digest(token.encode(), server.token.encode()):
+            server.token = None
+            cookie = f"{server.cookie}={server.secret}; HttpOnly; SameSite=Strict; Path=/"
+            return self._send(303, b"", "text/plain", {"Location": "/", "Set-Cookie": cookie})
+        if self._signed_in():  # the same browser opening the address again
+            return self._send(303, b"", "text/plain", {"Location": "/"})
+        raise HTTPError(403, NO_TOKEN)
+
+    def _get(self) -> None:
+        url = urlsplit(self.path)
+        query = {key: values[0] for key, values in parse_qs(url.query).items()}
+        if url.path == "/" and "token" in query:
+            return self._exchange(query["token"])
+        if url.path == "/favicon.ico":  # asked for by every browser; there is none
+            return self._send(204, b"", "text/plain")
+        if not self._signed_in():
+            raise HTTPError(403, NO_TOKEN)
+        app = self.server.app
+        if url.path in PAGES:
+            name = PAGES[url.path]
+            return self._send(200, (STATIC / name).read_bytes(), TYPES[name.rpartition(".")[2]] + "; charset=utf-8")
+        if url.path == "/api/events":
+            return self._events(int(self.headers.get("Last-Event-ID") or query.get("after") or 0))
+        routes = {"/api/state": app.state, "/api/sessions": app.sessions,
+                  "/api/note": lambda: self._note(query.get("path", "")),
+                  "/api/search": lambda: tools.execute_tool("search_notes", {"query": query.get("q", "")},
+                                                            app.settings)._asdict()}
+        if url.path not in routes:
+            raise HTTPError(404, "No such page.")
+        self._json(routes[url.path]())
+
+    def _note(self, path: str) -> dict:
+        try:
+            return {"path": rel(self.server.app.settings.kb, safe_path(self.server.app.settings.kb, path)),
+                    "text": note_text(self.server.app.settings, path)}
+        except (ToolError, OSError) as exc:
+            raise HTTPError(404, f"Cannot open that note: {getattr(exc, 'strerror', None) or exc}") from None
+
+    def _events(self, seq: int) -> None:
+        """Server-Sent Events: every event after `seq`, then each as it happens, until the page goes."""
+        self.send_response(200)
+        for name, value in {**HEADERS, "Content-Type": "text/event-stream; charset=utf-8"}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        app = self.server.app
+        seq = min(seq, app.seq)  # a number from before a restart means nothing now
+        while True:
+            batch = app.events_after(seq, KEEPALIVE)
+            lines = "".join(f"id: {n}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n" for n, event in batch)
+            self.wfile.write((lines or ": keepalive\n\n").encode())
+            self.wfile.flush()
+            seq = batch[-1][0] if batch else seq
+
+    def _body(self) -> dict:
+        """The request's JSON object: from this page only, small, and JSON (which a plain form cannot send)."""
+        if self.headers.get("Origin") not in self.server.origins:
+            raise HTTPError(403, "Refused: this request did not come from the knowledge-agent page.")
+        if not self._signed_in():
+            raise HTTPError(403, NO_TOKEN)
+        if (self.headers.get("Content-Type") or "").split(";")[0].strip().lower() != "application/json":
+            raise HTTPError(415, "Send JSON (Content-Type: application/json).")
+        try:
+            length = int(self.headers.get("Content-Length") or "")
+        except ValueError:
+            raise HTTPError(411, "Content-Length is required.") from None
+        if not 0 <= length <= MAX_BODY:
+            raise HTTPError(413, f"The request is larger than {MAX_BODY} bytes.")
+        try:
+            body = json.loads(self.rfile.read(length).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise HTTPError(400, "The request body is not valid JSON.") from None
+        if not isinstance(body, dict):
+            raise HTTPError(400, "The request body must be a JSON object.")
+        return body
+
+    def _post(self) -> None:
+        body, app = self._body(), self.server.app
+        routes = {"/api/ask": lambda: app.start(str(body.get("text", ""))),
+                  "/api/answer": lambda: app.answer(body.get("id"), body.get("accept")),
+                  "/api/stop": app.stop, "/api/new": app.open, "/api/undo": app.undo,
+                  "/api/resume": lambda: app.open(body.get("id", "none"))}
+        if self.path not in routes:
+            raise HTTPError(404, "No such action.")
+        self._json({"ok": True, "result": routes[self.path]()})
+
+
+# --- Starting and stopping ---
+
+def make_server(settings: Settings, port: int = DEFAULT_PORT, client=None) -> Server:
+    """The server for these notes on 127.0.0.1:port (0: any free port); it never approves by itself."""
+    settings = dataclasses.replace(settings, auto_approve=False)
+    if client is None and settings.api_key:
+        client = agent.make_client(settings)
+    return Server(App(settings, client), port)
+
+
+def serve(settings: Settings, port: int | None = None, open_browser: bool = True) -> int:
+    """Serve the page until Ctrl+C; print the address (with its token) to open. Returns the exit code."""
+    port = DEFAULT_PORT if port is None else port
+    try:
+        server = make_server(settings, port)
+    except (OSError, OverflowError) as exc:  # in use, or not a port number at all
+        print(f"error: cannot listen on 127.0.0.1:{port} ({getattr(exc, 'strerror', None) or exc}); "
+              "choose another with --port N.", file=sys.stderr)
+        return 2
+    print(f"knowledge-agent web UI for {settings.kb} (model {settings.model}"
+          + (", shell on: you accept each command" if settings.allow_shell else "")
+          + "). Open this address; Ctrl+C stops:", file=sys.stderr)
+    print(server.url, flush=True)
+    if not settings.api_key:
+        print(f"knowledge-agent: {NO_KEY}", file=sys.stderr)
+    if settings.auto_approve:
+        print("knowledge-agent: --yes / AUTO_APPROVE is ignored here: the page asks about every change.",
+              file=sys.stderr)
+    if open_browser:
+        threading.Thread(target=webbrowser.open, args=(server.url,), daemon=True).start()
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        print("\nStopping…", file=sys.stderr)
+    finally:
+        server.app.close()
+        server.server_close()
+    return 0
