@@ -92,8 +92,10 @@ def list_notes(settings: Settings, folder: str | None = None) -> str:
     return search.list_notes(settings.kb, settings.index_dir, folder, settings.search_watch)
 
 
-def _read_text(settings: Settings, path) -> str:
-    """A note's text for reading: lenient about encoding, bounded in size."""
+def note_text(settings: Settings, file_path: str) -> str:
+    """A note's text for reading (the model's, the web page's): through the one path guard, lenient about
+    encoding, bounded in size."""
+    path = safe_path(settings.kb, file_path)
     try:
         data = notes.read_bytes(settings.kb, rel(settings.kb, path), MAX_NOTE_BYTES + 1)
     except FileNotFoundError:
@@ -113,7 +115,7 @@ def _read_text(settings: Settings, path) -> str:
       {"file_path": PATH, "start_line": ("integer", "First line to read (1-based). Default 1.")}, read_only=True)
 def read_note(settings: Settings, file_path: str, start_line: int = 1) -> str:
     path = safe_path(settings.kb, file_path)
-    name, lines = rel(settings.kb, path), _read_text(settings, path).splitlines()
+    name, lines = rel(settings.kb, path), note_text(settings, file_path).splitlines()
     if not lines:
         return f"{name} is empty."
     if not 1 <= start_line <= len(lines):

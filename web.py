@@ -34,7 +34,7 @@ import tools
 import versions
 from config import Settings
 from context import content_text
-from notes import ToolError, read_bytes, readable_text, rel, safe_path
+from notes import ToolError, rel, safe_path
 
 DEFAULT_PORT = 8731
 MAX_BODY = 1_000_000  # bytes of a JSON request body (a question with a pasted note fits)
@@ -254,7 +254,7 @@ class App:
     def deleted_diff(self, arguments: str) -> str:
         """A delete shown as a diff: every line of the note removed."""
         try:
-            return versions.diff_text(note_text(self.settings, json.loads(arguments)["file_path"]), "")
+            return versions.diff_text(tools.note_text(self.settings, json.loads(arguments)["file_path"]), "")
         except (ValueError, KeyError, TypeError, ToolError, OSError):
             return ""
 
@@ -294,19 +294,6 @@ class App:
         worker = self.worker
         if worker is not None and self.stop():
             worker.join(STOP_WAIT)
-
-
-def note_text(settings: Settings, file_path: str) -> str:
-    """A note's whole text for the page, through the one path guard."""
-    path = safe_path(settings.kb, file_path)
-    if not path.is_file():
-        raise ToolError(f"{rel(settings.kb, path)} does not exist.")
-    data = read_bytes(settings.kb, rel(settings.kb, path), tools.MAX_NOTE_BYTES + 1)
-    text = readable_text(data[:tools.MAX_NOTE_BYTES])
-    if text is None:
-        raise ToolError("that file looks binary, not a text note.")
-    return text + (f"\n\n[… larger than {tools.MAX_NOTE_BYTES} bytes; the rest is not shown]"
-                   if len(data) > tools.MAX_NOTE_BYTES else "")
 
 
 # --- HTTP ---
@@ -415,7 +402,7 @@ class Handler(BaseHTTPRequestHandler):
     def _note(self, path: str) -> dict:
         try:
             return {"path": rel(self.server.app.settings.kb, safe_path(self.server.app.settings.kb, path)),
-                    "text": note_text(self.server.app.settings, path)}
+                    "text": tools.note_text(self.server.app.settings, path)}
         except (ToolError, OSError) as exc:
             raise HTTPError(404, f"Cannot open that note: {getattr(exc, 'strerror', None) or exc}") from None
 
