@@ -84,8 +84,9 @@ class UI:
 
 def make_client(settings: Settings) -> openai.OpenAI:
     if not settings.api_key:
-        raise AgentError("No API key: set DEEPSEEK_API_KEY (or OPENAI_API_KEY) in the environment or in .env "
-                         "beside main.py.")
+        raise AgentError(f"No API key for {settings.base_url}: set DEEPSEEK_API_KEY for DeepSeek, or OPENAI_API_KEY "
+                         "(with OPENAI_BASE_URL for other servers): a key only goes to its own provider. Put it in "
+                         "the environment, .env beside main.py or ~/.config/knowledge-agent/config.env.")
     return openai.OpenAI(api_key=settings.api_key, base_url=settings.base_url, max_retries=API_MAX_RETRIES,
                          timeout=openai.Timeout(REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT))
 

@@ -105,11 +105,11 @@ def _environment():
     return value
 
 
-def _endpoint(url: str) -> str:
+def _endpoint(url: str, name: str) -> str:
     parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ConfigError(f"{url!r} is not an API address: use a URL such as https://api.deepseek.com or "
-                          "http://localhost:11434/v1.")
+    if parts.scheme not in ("http", "https") or not parts.netloc or any(c.isspace() for c in url):
+        raise ConfigError(f"{name}={url!r} is not an API address: use a URL such as https://api.deepseek.com "
+                          "or http://localhost:11434/v1.")
     return url
 
 
@@ -139,6 +139,7 @@ def load_settings(notes_required: bool = True, sample_notes: bool = True, **over
     provider = next((p for p in PROVIDERS if env(f"{p}_API_KEY", f"{p}_BASE_URL")), "DEEPSEEK")
     given = {key: value for key, value in overrides.items() if value not in (None, "")}
     values = dict(zip(("base_url", "model"), PROVIDERS[provider]))
+    url_name = "--base-url" if "base_url" in given else f"{provider}_BASE_URL"
     for setting in fields(Settings):
         variables = [name.format(provider=provider) for name in setting.metadata["variables"]]
         if setting.name in given:  # a command-line flag, named in an error beside its variable
@@ -148,7 +149,7 @@ def load_settings(notes_required: bool = True, sample_notes: bool = True, **over
         if value is not None:
             values[setting.name] = _read(name, value, setting.type, setting.metadata["choices"])
     return Settings(**values | {"kb": _notes_folder(values.get("kb"), notes_required, sample_notes),
-                                "base_url": _endpoint(values["base_url"])})
+                                "base_url": _endpoint(values["base_url"], url_name)})
 
 
 def mcp_flags(allow_destructive: bool, allow_shell: bool) -> tuple[bool, bool]:

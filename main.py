@@ -19,7 +19,7 @@ import shell
 import tools
 from agent import AgentError, make_client, request_budget, run_agent, system_message
 from config import ConfigError, Settings, load_settings
-from notes import ToolError
+from notes import ToolError, readable_text
 from terminal import Display, compact, read_question, shorten, start_line_editing
 
 VERSION = "0.3.0"
@@ -27,13 +27,17 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3
 PIPED_SHARE = 0.5  # piped text may fill at most this share of the context budget
 
 
+# How the person started us: `python main.py` from a clone, or the installed `knowledge-agent` / `ka`.
+COMMAND = "python main.py" if Path(sys.argv[0]).name in ("main.py", "-c", "") else Path(sys.argv[0]).name
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="main.py", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog=COMMAND, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Chat with an AI agent about your Markdown notes. Every flag also has an environment "
                     "variable (see .env.example).",
-        epilog="examples:\n  python main.py\n  python main.py \"帮我找关于 Python 的笔记\"\n"
-               "  printf 'find my git notes\\nsummarise it in one line\\n' | python main.py")
+        epilog=f"examples:\n  {COMMAND}\n  {COMMAND} \"帮我找关于 Python 的笔记\"\n"
+               f"  printf 'find my git notes\\nsummarise it in one line\\n' | {COMMAND}")
     add = parser.add_argument
     add("question", nargs="*", help="ask one question and exit (omit for a chat); piped text is sent with it")
     add("--version", action="version", version=f"knowledge-agent {VERSION}")
@@ -76,8 +80,8 @@ COMMANDS = {
     "/undo": "revert the agent's last change to a note",
     "/exit": "leave (Ctrl+D too)",
 }
-NO_KEY = ("Chat is off: no API key. Set DEEPSEEK_API_KEY (or OPENAI_API_KEY) in the environment or in .env "
-          "beside main.py, then start again. Meanwhile /search, /list and /read work; /help lists all.")
+NO_KEY = ("Chat is off: no API key. Set DEEPSEEK_API_KEY (or OPENAI_API_KEY) in the environment, in .env "
+          "beside main.py or in ~/.config/knowledge-agent/config.env, then start again. Meanwhile /search, /list and /read work; /help lists all.")
 MULTILINE_HELP = ("  A question can span lines: end a line with \\ to go on, or paste a block (it stays one question).\n"
                   "  Ctrl+C clears the line typed; on an empty line, or Ctrl+D, it leaves.")
 NOTE_COMMANDS = {"/search": ("search_notes", "query"), "/list": ("list_notes", "folder"),
@@ -124,25 +128,30 @@ class Chat:
         if name not in known:
             # A cut-short name ("/hist") means the command it begins; otherwise the most similar spelling.
             close = [c for c in known if c.startswith(name)] or difflib.get_close_matches(name, known, n=1, cutoff=0.5)
-            self.display.info(f"Unknown command {name}." + (f" Did you mean {close[0]}?" if close else "")
-                              + " /help lists the commands.")
-        elif name in NOTE_COMMANDS:  # the agent's own tools, run by hand: their text goes to stdout
-            self.note_command(name, argument)
-        else:
-            getattr(self, "do_" + name[1:])(argument)
+            self.display.error(f"Unknown command {name}." + (f" Did you mean {close[0]}?" if close else "")
+                               + " /help lists the commands.")
+            return "failed"
+        if name in NOTE_COMMANDS:  # the agent's own tools, run by hand: their text goes to stdout
+            return self.note_command(name, argument)
+        getattr(self, "do_" + name[1:])(argument)
         return "ok"
 
-    def note_command(self, name: str, argument: str) -> None:
+    def note_command(self, name: str, argument: str) -> str:
         tool, parameter = NOTE_COMMANDS[name]
         if not argument and name != "/list":
-            print(f"Usage: {name} {'PATH [LINE]' if name == '/read' else parameter.upper()}", flush=True)
-            return
+            self.display.error(f"Usage: {name} {'PATH [LINE]' if name == '/read' else parameter.upper()}")
+            return "failed"
         arguments = {parameter: argument} if argument else {}
         path, _, line = argument.rpartition(" ")
         if name == "/read" and path.strip() and line.isascii() and line.isdigit():  # "/read my note.md 200"
             arguments = {parameter: path.strip(), "start_line": int(line)}
-        print(for_a_person(tools.execute_tool(tool, arguments, self.settings).text, arguments.get("file_path")),
-              flush=True)
+        result = tools.execute_tool(tool, arguments, self.settings)
+        text = for_a_person(result.text, arguments.get("file_path"))
+        if result.error:  # a failure is not output: `python main.py "/read x.md" > x.txt` must not keep it
+            self.display.error(text.removeprefix("Error: "))
+            return "failed"
+        print(text, flush=True)
+        return "ok"
 
     def do_help(self, argument: str) -> None:
         self.display.info("\n".join(f"  {usage:<18} {text}" for usage, text in COMMANDS.items())
@@ -211,8 +220,9 @@ def for_a_person(text: str, path: str | None) -> str:
     text = re.sub(r"\[… cut: call read_note with start_line=(\d+) to read on\]", lambda m: f"[… more: /read {path} {m[1]}]",
                   text)
     text = re.sub(r"\blist_notes with folder\b", "/list FOLDER", text)
-    return re.sub(r"\b([Cc]all )?(search_notes|list_notes|read_note)\b",
-                  lambda m: ("run " if m[1] else "") + "/" + m[2].split("_")[0], text)
+    text = re.sub(r"\bstart_line\b", "line", re.sub(r"\bfile_path ", "", text))
+    return re.sub(r"\b([Cc])?(?:all )?(search_notes|list_notes|read_note)\b",
+                  lambda m: {"C": "Run ", "c": "run "}.get(m[1], "") + "/" + m[2].split("_")[0], text)
 
 
 def show_sessions(store: sessions.SessionStore, write, current: int | None = None, kb: Path | None = None) -> None:
@@ -258,7 +268,7 @@ def repl(settings: Settings, client, display: Display, conversation: sessions.Co
     finally:
         save_history()
     if conversation.session_id is not None and conversation.store.persistent:
-        display.info(f"Conversation {conversation.session_id} is saved: python main.py --continue picks it up.")
+        display.info(f"Conversation {conversation.session_id} is saved: {COMMAND} --continue picks it up.")
     return EXIT_OK
 
 
@@ -279,7 +289,7 @@ def open_conversation(settings: Settings, display: Display, resume=None, latest=
     if latest and wanted is None:
         display.info(f"No earlier conversation about {settings.kb} to continue; starting a new one.")
     elif wanted is not None and not conversation.resume(wanted):
-        raise ConfigError(f"No conversation {wanted}. python main.py --list-sessions lists them.")
+        raise ConfigError(f"No conversation {wanted}. {COMMAND} --list-sessions lists them.")
     if conversation.session_id is not None:
         display.info(f"Continuing conversation {conversation.session_id} ({len(conversation.history)} messages)."
                      + (" " + other_folder(conversation)).rstrip())
@@ -291,10 +301,13 @@ def with_piped_text(question: str, settings: Settings) -> str:
     if sys.stdin is None or sys.stdin.isatty():
         return question
     room = int(settings.context_tokens * PIPED_SHARE)
-    piped = sys.stdin.read(room * 4 + 1)  # a token holds at most about 4 characters
+    data = sys.stdin.buffer.read(room * 12 + 1)  # a token holds at most about 4 characters of 3 bytes
+    piped = readable_text(data)  # GBK or UTF-16 text too, as in the notes
+    if piped is None:
+        raise ConfigError("The piped input looks binary, not text; nothing was sent.")
     if not piped.strip():
         return question
-    if len(piped) > room * 4 or context.estimate_tokens([{"role": "user", "content": piped}]) > room:
+    if len(data) > room * 12 or context.estimate_tokens([{"role": "user", "content": piped}]) > room:
         raise ConfigError(f"The piped text is too long for one question (more than ~{room:,} tokens, half of "
                           "CONTEXT_TOKENS). Pipe a part of it, or save it in the notes folder and ask about it.")
     return f"{question}\n\n--- piped input ---\n{piped.rstrip()}"

@@ -43,7 +43,7 @@ class Display(UI):
         self.show_reasoning, self.verbose, self.interactive = True, False, interactive  # run() sets the first two
         self.live = sys.stderr.isatty()
         self.colour = self.live and not os.environ.get("NO_COLOR")
-        self.status, self.thought, self.thinking_since = "", "", None
+        self.status, self.thought, self.thinking_since, self.thought_seconds = "", "", None, 0.0
         self.text_open = self.shell_always = self.incomplete = False
         self.conversation: sessions.Conversation | None = None  # set by Chat before any answer
 
@@ -61,7 +61,7 @@ class Display(UI):
             print("\r\033[K", end="", file=sys.stderr, flush=True)
 
     def begin_answer(self) -> None:
-        self.thought, self.incomplete = "", False
+        self.thought, self.thought_seconds, self.incomplete = "", 0.0, False
         self.waiting()
 
     def waiting(self) -> None:
@@ -79,31 +79,35 @@ class Display(UI):
         else:
             print(self._style("2", "thinking: " + text if first else text), end="", file=sys.stderr, flush=True)
 
-    def _end_thought(self) -> None:
+    def _end_thought(self, announce: bool = True) -> None:
+        """Erase the status line; once the answer starts (`announce`), say how long the model thought."""
         self._clear_status()
         started, self.thinking_since = self.thinking_since, None
-        if started is None or not self.show_reasoning:
+        if not self.show_reasoning:
             return
-        if self.live and not self.verbose:
+        if started is not None:
+            self.thought_seconds += time.monotonic() - started
+            if not self.live or self.verbose:
+                print(file=sys.stderr)  # ends the reasoning printed whole
+        if announce and self.thought_seconds and self.live and not self.verbose:
             how = "/reasoning" if self.interactive else "-v"
-            self.info(self._style("2", f"thought for {time.monotonic() - started:.0f} s ({how} shows it)"))
-        else:
-            print(file=sys.stderr)
+            self.info(self._style("2", f"thought for {self.thought_seconds:.0f} s ({how} shows it)"))
+            self.thought_seconds = 0.0
 
     def text(self, text: str) -> None:
         self.end_answer(more_text=True)
         print(text, end="", flush=True)
         self.text_open = not text.endswith("\n")
 
-    def end_answer(self, more_text: bool = False) -> None:
+    def end_answer(self, more_text: bool = False, announce: bool = True) -> None:
         """End the status or reasoning line, and the answer's too unless `more_text` of it follows."""
-        self._end_thought()
+        self._end_thought(announce)
         if self.text_open and not more_text:
             self.text_open = False
             print(flush=True)
 
     def tool_call(self, name: str, arguments: str) -> None:
-        self.end_answer()
+        self.end_answer(announce=False)  # the thinking goes on after the tool
         self.info(self._style("36", f"→ {name}") + " " + shorten(compact(arguments)))
 
     def tool_result(self, name: str, result: tools.Result) -> None:
@@ -148,9 +152,15 @@ def ask(question: str, choices: str) -> str:
     """Ask at the terminal; "y", "a" (always, if offered) or "n" (anything else, or a closed stdin)."""
     print(f"{question} [{choices}] ", end="", file=sys.stderr, flush=True)
     try:
-        reply = input().strip().lower()
+        typed = input()
+        if typed:
+            forget_last_line()  # a "y" is no line to bring back with the up arrow
+        reply = typed.strip().lower()
     except EOFError:
         reply = None  # Ctrl+D ends no line
+    except KeyboardInterrupt:
+        print(file=sys.stderr)  # "[cancelled]" goes on a line of its own
+        raise
     if reply is None or (not reply and "readline" in sys.modules and sys.stdin.isatty() and sys.stdout.isatty()):
         print(file=sys.stderr)  # nor does readline when its line holds no text
     if reply in ("y", "yes"):
@@ -172,6 +182,9 @@ def start_line_editing(display: Display):
         readline.read_history_file(history)
 
     def save() -> None:
+        for index in range(readline.get_current_history_length()):  # the file holds one line per entry
+            if "\n" in (item := readline.get_history_item(index + 1) or ""):
+                readline.replace_history_item(index, " ".join(item.split()))
         try:
             history.parent.mkdir(parents=True, exist_ok=True)
             readline.write_history_file(history)
@@ -183,14 +196,23 @@ def start_line_editing(display: Display):
 
 def read_question(readline) -> str | None:
     """One question from the prompt (lines ending in \\ go on); "" after Ctrl+C with text typed, None to leave."""
-    lines = []
+    typed = []
     try:
-        while not lines or lines[-1].endswith("\\"):
-            if lines:
-                lines[-1] = lines[-1][:-1]
-            lines.append(input("\n> " if not lines else "… "))
+        while not typed or typed[-1].endswith("\\"):
+            typed.append(input("… " if typed else "\n> "))
     except EOFError:
         return None
     except KeyboardInterrupt:  # like bash: clear what was typed; on an empty line, leave
-        return "" if lines or (readline and readline.get_line_buffer()) else None
+        return "" if typed or (readline and readline.get_line_buffer()) else None
+    lines = [line[:-1] for line in typed[:-1]] + typed[-1:]
+    if len(typed) > 1 and readline:  # the up arrow brings back the question, not its pieces
+        for _ in filter(None, typed):  # readline keeps only lines with text
+            forget_last_line()
+        readline.add_history(" ".join(lines))
     return "\n".join(lines).strip()
+
+
+def forget_last_line() -> None:
+    readline = sys.modules.get("readline")
+    if readline and (length := readline.get_current_history_length()):
+        readline.remove_history_item(length - 1)

@@ -60,9 +60,10 @@ def test_flags_for_key_model_thinking_and_effort(fake_llm, kb):
 def test_version_and_bad_base_url(kb):
     version = run_main("--version", kb=kb)
     assert version.returncode == 0 and re.fullmatch(r"knowledge-agent \d+\.\d+\.\d+\n", version.stdout)
-    bad = run_main("q", kb=kb, base_url="notaurl")
-    assert bad.returncode == 2 and "'notaurl' is not an API address" in bad.stderr
-    assert "Traceback" not in bad.stderr and bad.stderr.count("\n") == 1
+    for url in ("notaurl", "https://api.openai.com/v1   (Ollama: http://localhost:11434/v1)"):
+        bad = run_main("q", kb=kb, base_url=url)
+        assert bad.returncode == 2 and f"DEEPSEEK_BASE_URL={url!r} is not an API address" in bad.stderr
+        assert "Traceback" not in bad.stderr and bad.stderr.count("\n") == 1
 
 
 # --- The scripting contract: stdout is the answer, a notice goes to stderr with exit code 3 ---
@@ -190,7 +191,7 @@ def terminal_env(kb, fake_llm, tmp_path):
 
 
 @posix_only
-def test_a_pasted_block_and_a_continued_line_are_one_question_each(terminal_env, fake_llm):
+def test_a_pasted_block_and_a_continued_line_are_one_question_each(terminal_env, fake_llm, tmp_path):
     fake_llm.replies = [{"content": "one"}, {"content": "two"}]
     chat = Terminal(terminal_env)
     chat.expect("\n> ")
@@ -204,6 +205,8 @@ def test_a_pasted_block_and_a_continued_line_are_one_question_each(terminal_env,
     assert chat.close() == 0
     questions = [r["messages"][-1]["content"] for r in fake_llm.requests]
     assert questions == ["first line\nsecond line", "typed on \npurpose"]
+    history = (tmp_path / "state" / "knowledge-agent" / "history").read_text().splitlines()
+    assert history == ["first line second line", "typed on  purpose"]  # one entry each for the up arrow
 
 
 @posix_only
@@ -258,13 +261,29 @@ def test_no_status_line_when_stderr_is_not_a_terminal(fake_llm, kb):
 
 def test_read_goes_past_the_first_screenful_in_a_persons_words(kb):
     (kb / "long.md").write_text("".join(f"line {n}\n" for n in range(1, 501)))
-    result = run_main(kb=kb, stdin="/read long.md\n/read long.md 450\n/read nothing.md\n", key=None)
-    first, second, missing = result.stdout.split("long.md (lines ")[1], result.stdout.split("long.md (lines ")[2], \
-        result.stdout.splitlines()[-1]
+    result = run_main(kb=kb, stdin="/read long.md\n/read long.md 450\n/read long.md 900\n/read nothing.md\n", key=None)
+    first, second = result.stdout.split("long.md (lines ")[1:]
     assert first.startswith("1-200 of 500") and "[… more: /read long.md 201]" in first
     assert second.startswith("450-500 of 500") and "line 500" in second
-    assert "/search or /list" in missing
-    assert not re.search(r"read_note|search_notes|list_notes|start_line", result.stdout)
+    assert "line 900 is outside the note" in result.stderr and "/search or /list" in result.stderr
+    assert not re.search(r"read_note|search_notes|list_notes|start_line|file_path", result.stdout + result.stderr)
+
+
+def test_a_failed_command_is_not_output_and_exits_1(kb):
+    for command in ("/read nothing.md", "/nonsense", "/search"):
+        result = run_main(command, kb=kb, key=None)
+        assert result.returncode == 1 and result.stdout == "", command
+        assert result.stderr.startswith("error: "), command
+    assert run_main("/read vim.md", kb=kb, key=None).returncode == 0
+
+
+def test_piped_text_in_a_legacy_encoding_is_decoded(fake_llm, kb):
+    fake_llm.replies = [{"content": "好"}]
+    result = subprocess.run([sys.executable, str(MAIN), "总结一下"], input="会议纪要：明天发布".encode("gbk"),
+                            capture_output=True, env=clean_env(DEEPSEEK_API_KEY="x", KNOWLEDGE_BASE=str(kb),
+                                                               DEEPSEEK_BASE_URL=fake_llm.base_url), timeout=60)
+    assert result.returncode == 0, result.stderr.decode()
+    assert "会议纪要：明天发布" in fake_llm.requests[0]["messages"][-1]["content"]
 
 
 # --- An installable command ---

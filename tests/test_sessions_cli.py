@@ -160,7 +160,7 @@ def test_note_commands_work_without_an_api_key(monkeypatch, capsys, kb):
                                               "/read", "/serch vim", "/hist", "/frobnicate", "/tools", "/help"])
     assert "Chat is off: no API key" in err and "DEEPSEEK_API_KEY" in err
     assert "vim.md" in out and "`dd` deletes a line." in out and "work/meeting.md" in out
-    assert "Usage: /read PATH" in out
+    assert "Usage: /read PATH" in err
     assert "Unknown command /serch. Did you mean /search?" in err
     assert "Unknown command /hist. Did you mean /history?" in err
     assert "Unknown command /frobnicate. /help" in err
