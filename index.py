@@ -29,7 +29,7 @@ INDEX_BATCH = 500  # notes read and written together: bounds memory during a big
 INDEX_PROGRESS_AFTER_S = 1.0  # a build running longer than this tells the person
 INDEX_BUSY_TIMEOUT_S = 5.0  # SQLite's own wait for another process's write lock
 INDEX_WAIT_S = 120  # then a search says so and waits this long for another process's build
-SCHEMA_VERSION = "2"  # bump when the tables or the text preparation change: old indexes get rebuilt
+SCHEMA_VERSION = "3"  # bump when the tables or the text preparation change: old indexes get rebuilt
 
 
 def warn(message: str) -> None:
@@ -155,7 +155,7 @@ _SCHEMA = [
     "mtime_ns INTEGER, title TEXT, title_key TEXT, stem_key TEXT)",
     "CREATE INDEX IF NOT EXISTS notes_mtime ON notes(mtime_ns)",
     "CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(path, title, lead, body, "
-    "tokenize='porter unicode61 remove_diacritics 2')",
+    "tokenize='unicode61 remove_diacritics 2')",
     f"INSERT OR IGNORE INTO meta VALUES ('schema', '{SCHEMA_VERSION}')",
 ]
 _DAMAGE = ("malformed", "not a database", "no such table", "corrupt", "another version")  # in error texts

@@ -22,7 +22,7 @@ SEARCH_OUTPUT_CHARS = 4000
 SEARCH_LINE_CHARS = 160  # a shown line is cut to about this many characters around the match
 SEARCH_QUERY_ECHO_CHARS = 80  # the query is repeated in the answer's first line, cut to this length
 SEARCH_QUERY_MAX_WORDS = 64  # words (Chinese: 2-character words) of a query searched; the rest is ignored
-SEARCH_WEIGHTS = (5.0, 10.0, 5.0, 1.0)  # BM25 weights of path, title, lead, body
+SEARCH_WEIGHTS = (3.0, 10.0, 6.0, 1.0)  # BM25 weights of path, title, lead, body
 LIST_MAX_NOTES = 200
 LIST_OUTPUT_CHARS = 6000
 
@@ -39,6 +39,14 @@ def _phrase(words: list) -> str:
     spaced = cjk_words(" ".join(words), "inner").split()
     lone_cjk = len(spaced[-1]) == 1 and CJK_RUN.fullmatch(spaced[-1])  # starts a 2-character word in the index
     return '"' + " ".join(spaced) + '"' + ("*" if lone_cjk else "")
+
+
+def _forms(word: str) -> str:
+    """A word as FTS5 phrases of its singular and plural (archive, archives): the index keeps words as written."""
+    if not word.isascii() or not word.isalpha() or len(word) < 3:
+        return _phrase([word])
+    other = word[:-1] if word.endswith("s") else word + "s"
+    return f'("{word}" OR "{other}")'
 
 
 def _parse_query(query: str) -> tuple:
@@ -62,7 +70,7 @@ def _parse_query(query: str) -> tuple:
             continue
         budget -= len(units)
         phrase = _phrase(words)
-        terms.append((words, phrase, [phrase] if is_quoted else [_phrase([u]) for u in units]))
+        terms.append((words, phrase, [phrase] if is_quoted else [_forms(u) for u in units]))
     required = [t for t in terms if len(t[0]) > 1 or t[0][0] not in _STOPWORDS] or terms
     loose = [p for _, phrase, each in terms for p in (each + [phrase] if len(each) > 1 else each)]
     return (" AND ".join(phrase for _, phrase, _ in required),
@@ -164,7 +172,7 @@ def _line_patterns(words: list) -> list:
     for word in set(words):
         for run in CJK_RUN.findall(word):
             patterns.update(re.escape(u) for u in {run, *cjk_words(run, "none").split()})
-        for piece in filter(None, CJK_RUN.split(word)):  # match the start: the index stems words
+        for piece in filter(None, CJK_RUN.split(word)):  # match the start: plurals count
             core = piece[:-1] if len(piece) > 4 and piece.endswith("s") else piece  # archives -> archive
             patterns.add(r"(?<![^\W_])(?i:" + re.escape(core) + ")")
     return [re.compile(p) for p in patterns]
