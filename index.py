@@ -195,6 +195,8 @@ class Index:
     inotify: int = -1  # its descriptor, watching the folders of the last walk; -1: the next search walks
     folder_of: dict = field(default_factory=dict)  # inotify watch descriptor -> folder relative to the notes
     pending: set = field(default_factory=set)  # notes the agent changed: read whatever their stat says
+    touched: set = field(default_factory=set)  # notes seen changed since embeddings.py last looked
+    chunked: bool = False  # embeddings.py has compared every note's chunks in this process
 
     def set_up(self) -> None:
         """Create the tables of a new index; raise sqlite3.DatabaseError if it is damaged or outdated."""
@@ -266,6 +268,7 @@ class Index:
         """Write changes in one transaction; a path changed to None is read whatever its stat says."""
         if not changed and not gone:
             return
+        self.touched.update(changed, gone)
         started, told = time.monotonic(), False
         _run_waiting(self.conn, "BEGIN IMMEDIATE")
         with self.conn:  # commits, or rolls back on an error (and then the index is closed)

@@ -14,6 +14,7 @@ import os
 import sys
 
 import context
+import embeddings
 import sessions
 import shell
 import tools
@@ -47,6 +48,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     earlier("-c", "--continue", dest="continue_last", action="store_true", help="continue the most recent conversation")
     earlier("--resume", metavar="ID", type=int, help="continue conversation ID (see --list-sessions)")
     earlier("--list-sessions", action="store_true", help="list recent conversations and exit")
+    add("--reindex", action="store_true", help="build the whole search index (and the vectors when EMBED_MODEL "
+        "is set) with progress, then exit")
     add("-v", "--verbose", action="store_true", help="show token usage on stderr after an answer")
     return parser.parse_args(argv)
 
@@ -337,6 +340,8 @@ def open_conversation(settings: Settings, display: Display, resume=None, latest=
 
 
 def run(args, display: Display) -> int:
+    if args.reindex:
+        return embeddings.reindex(load_settings(kb=args.kb))
     if args.list_sessions:
         data_dir = load_settings(kb=args.kb, notes_required=False).data_dir  # a bad notes folder does not matter
         show_sessions(sessions.SessionStore(data_dir / "sessions.db", warn=display.info), print)
