@@ -116,8 +116,8 @@ def chunks_of(title: str, text: str) -> list:
     return [(line, body if body.startswith(("# ", title)) else f"{title}\n\n{body}") for line, body in kept]
 
 
-def set_up(conn, embedder: Embedder) -> None:
-    """The chunk and vector tables; vectors made by another model are dropped (its chunks stay)."""
+def set_up(conn, embedder: Embedder) -> bool:
+    """The chunk and vector tables; vectors made by another model are dropped (its chunks stay): True then."""
     for statement in _SCHEMA:
         conn.execute(statement)
     stored = conn.execute("SELECT value FROM meta WHERE key='embed_model'").fetchone()
@@ -127,6 +127,7 @@ def set_up(conn, embedder: Embedder) -> None:
             conn.execute("DELETE FROM vectors")
             conn.execute("INSERT OR REPLACE INTO meta VALUES ('embed_model', ?)", (embedder.model,))
             _changed(conn)
+    return stored != (embedder.model,)
 
 
 def _changed(conn) -> None:
@@ -134,9 +135,9 @@ def _changed(conn) -> None:
     conn.execute("INSERT INTO meta VALUES ('vectors', '1') ON CONFLICT(key) DO UPDATE SET value = value + 1")
 
 
-def sync_chunks(idx: index.Index) -> None:
+def sync_chunks(idx: index.Index) -> int:
     """Bring the chunks in step with the notes the index holds: all of them on first use in this process,
-    then only the notes the index saw change."""
+    then only the notes the index saw change; how many notes were looked at again."""
     conn = idx.conn
     if idx.chunked:
         paths = sorted(idx.touched)
@@ -149,6 +150,7 @@ def sync_chunks(idx: index.Index) -> None:
     idx.chunked = True
     for first in range(0, len(paths), index.INDEX_BATCH):
         _rechunk(idx, paths[first:first + index.INDEX_BATCH])
+    return len(paths)
 
 
 def _rechunk(idx: index.Index, paths: list) -> None:
@@ -259,6 +261,7 @@ def notes_by_meaning(idx: index.Index, query_vector: list, lo: str, hi: str) -> 
 # --- Searching, and the whole index on request ---
 
 _FAILED: dict = {}  # embedder -> (monotonic time, message) of its last failure
+_COMPLETE: set = set()  # index files whose every chunk had its vector when last looked (no chunk changed since)
 
 
 def query_vector(idx: index.Index, embedder: Embedder, query: str) -> tuple:
@@ -267,10 +270,14 @@ def query_vector(idx: index.Index, embedder: Embedder, query: str) -> tuple:
     if failed and time.monotonic() - failed[0] < EMBED_RETRY_AFTER_S:
         return None, failed[1]
     try:
-        set_up(idx.conn, embedder)
-        sync_chunks(idx)
+        if set_up(idx.conn, embedder) | bool(sync_chunks(idx)):  # both run
+            _COMPLETE.discard(idx.path)
         vector = embed_texts(embedder, [query], EMBED_QUERY_TIMEOUT_S, 0)[0]
-        left = embed_missing(idx, embedder, EMBED_SEARCH_BUDGET_S, EMBED_QUERY_TIMEOUT_S, 0)
+        left = 0
+        if idx.path not in _COMPLETE:  # looking for chunks without vectors reads every chunk: not on each search
+            left = embed_missing(idx, embedder, EMBED_SEARCH_BUDGET_S, EMBED_QUERY_TIMEOUT_S, 0)
+            if not left:
+                _COMPLETE.add(idx.path)
     except EmbedError as exc:
         notice = f"(Keyword results only: {exc}.)"
         _FAILED[embedder] = (time.monotonic(), notice)
