@@ -96,8 +96,8 @@ def _folder(kb: Path, folder: str | None) -> tuple:
 # --- Searching ---
 
 _MATCHING = "FROM fts JOIN notes n ON n.id = fts.rowid WHERE fts MATCH ? AND n.path >= ? AND n.path < ?"
-_RANK_SQL = f"""SELECT n.id, n.path, n.title, (n.title_key = ? OR n.stem_key = ?) AS exact {_MATCHING}
-AND n.id NOT IN ({{}}) ORDER BY exact DESC, bm25(fts, {', '.join(map(str, SEARCH_WEIGHTS))}) LIMIT ?"""
+_RANK_SQL = f"""SELECT n.id, n.path, n.title {_MATCHING} AND n.id NOT IN ({{}})
+ORDER BY (n.title_key = ? OR n.stem_key = ?) DESC, bm25(fts, {', '.join(map(str, SEARCH_WEIGHTS))}) LIMIT ?"""
 
 
 def search_notes(kb: Path, index_dir: Path, query: str, folder: str | None = None, watch: bool = True,
@@ -121,7 +121,7 @@ def _search(idx: Index, query: str, parsed: tuple, lo: str, hi: str, embedder) -
     def add(match):  # the best notes for match that are not hits yet, while there is room (else LIMIT 0)
         shown = [h[0] for h in hits]
         sql = _RANK_SQL.format(",".join("?" * len(shown)))  # SQLite takes an empty list: NOT IN ()
-        hits.extend(idx.conn.execute(sql, (qkey, qkey, match, lo, hi, *shown, depth - len(hits))))
+        hits.extend(idx.conn.execute(sql, (match, lo, hi, *shown, qkey, qkey, depth - len(hits))))
 
     def count(match):  # all notes: every FTS row is one, and skipping the join is ~5x faster on 30k matches
         if not lo:
@@ -130,25 +130,25 @@ def _search(idx: Index, query: str, parsed: tuple, lo: str, hi: str, embedder) -
 
     for match in dict.fromkeys((as_phrases, every_word)):
         add(match)
+    every = len(hits)
     total, some_only = count(every_word), 0
     if len(hits) < depth and any_word not in (as_phrases, every_word):
         add(any_word)
         some_only = count(any_word) - total
-    hits = [(path, title, exact) for _id, path, title, exact in hits]
+    hits = [(path, title, None) for _id, path, title in hits]
     if vector:
-        hits = _fuse(hits, embeddings.notes_by_meaning(idx, vector, lo, hi), idx.conn)
-    else:
-        hits = [(path, title, None) for path, title, _ in hits]
+        hits = hits[:every] + _fuse(hits[every:], embeddings.notes_by_meaning(idx, vector, lo, hi), idx.conn,
+                                    {path for path, _, _ in hits[:every]})
     text = _format_hits(idx.kb, words, hits[:SEARCH_MAX_HITS], total, some_only, f" in {lo}" if lo else "", query)
     return f"{notice}\n{text}" if notice else text
 
 
-def _fuse(by_words: list, by_meaning: list, conn) -> list:
-    """Keyword and meaning ranks fused by reciprocal rank (measured against max + 0.3 min in the bench); a
-    note titled exactly the query stays first. (path, title, first line of its best chunk if found by meaning
-    alone, else None)."""
-    score = {p: 1.0 for p, _, exact in by_words if exact}
-    for ranked in ([p for p, _, _ in by_words], [p for p, _ in by_meaning]):
+def _fuse(by_words: list, by_meaning: list, conn, placed: set) -> list:
+    """Notes with only some of the words and notes close in meaning (not already `placed`: those with every
+    word, which keep their places above), fused by reciprocal rank; measured against max + 0.3 min in the
+    bench. (path, title, first line of its closest chunk if found by meaning alone, else None)."""
+    score = {}
+    for ranked in ([p for p, _, _ in by_words], [p for p, _ in by_meaning if p not in placed]):
         for rank, path in enumerate(ranked, 1):
             score[path] = score.get(path, 0.0) + 1 / (SEARCH_RRF_K + rank)
     titles, line_of = {p: t for p, t, _ in by_words}, dict(by_meaning)

@@ -12,6 +12,7 @@ each answer, `fail_after` N requests (then 503: an embedder stopped mid-way).
 """
 
 import base64
+import functools
 import hashlib
 import json
 import math
@@ -23,7 +24,6 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 DIMENSIONS = 1024
-DIMS_PER_WORD = 4  # each concept adds to this many dimensions (hashed), so unrelated words rarely collide
 
 # Groups of words meaning one thing; the first word names the group. English words are matched after a plain
 # suffix cut (files -> file), Chinese ones as substrings.
@@ -100,18 +100,23 @@ def concepts(text: str) -> list:
 
 
 def embed(text: str) -> list:
-    """The unit vector of a text: each concept adds ±1 on DIMS_PER_WORD hashed dimensions, log-damped."""
+    """The unit vector of a text: the sum of its concepts' fixed random ±1 vectors, each log-damped by its
+    count. Dense like a real model's, so that sign bits say as much about it."""
     counts = {}
     for concept in concepts(text):
         counts[concept] = counts.get(concept, 0) + 1
     vector = [0.0] * DIMENSIONS
     for concept, n in counts.items():
-        digest = hashlib.blake2b(concept.encode(), digest_size=2 * DIMS_PER_WORD).digest()
-        for i in range(DIMS_PER_WORD):
-            slot = int.from_bytes(digest[2 * i:2 * i + 2], "little")
-            vector[slot % DIMENSIONS] += (1 + math.log(n)) * (1 if slot & 0x8000 else -1)
+        weight = 1 + math.log(n)
+        vector = list(map(lambda x, sign: x + weight * sign, vector, _direction(concept)))
     norm = math.sqrt(sum(x * x for x in vector)) or 1.0
-    return [x / norm for x in vector] if any(vector) else [1.0 / math.sqrt(DIMENSIONS)] * DIMENSIONS
+    return [x / norm for x in vector] if counts else [1.0 / math.sqrt(DIMENSIONS)] * DIMENSIONS
+
+
+@functools.lru_cache(maxsize=100_000)
+def _direction(concept: str) -> tuple:
+    bits = int.from_bytes(hashlib.shake_128(concept.encode()).digest(DIMENSIONS // 8), "little")
+    return tuple(1.0 if bits >> i & 1 else -1.0 for i in range(DIMENSIONS))
 
 
 class FakeEmbedder:
