@@ -35,6 +35,7 @@ EMBED_SKETCH_KEEP = 1000  # closest by those, then compared on all sign bits
 EMBED_RESCORE = 100  # closest by all sign bits, rescored exactly from the int8 vectors
 EMBED_NOTES = 30  # notes ranked by meaning, fused with as many ranked by keywords
 EMBED_MIN_SHARE = 0.75  # a note counts as close in meaning when its cosine is this share of the best one's
+EMBED_MIN_COSINE = 0.1  # and above this: a query unlike every note (an unknown word) brings none
 DEEPSEEK_HOST = "deepseek.com"  # its API has no embeddings endpoint (404)
 
 _SKETCH = (1 << EMBED_SKETCH_BITS) - 1
@@ -262,7 +263,7 @@ def notes_by_meaning(idx: index.Index, query_vector: list, lo: str, hi: str) -> 
     best = {}
     closest = nearest(idx.conn, idx.path, query_vector, EMBED_RESCORE)
     for vid, score in closest:
-        if score < EMBED_MIN_SHARE * closest[0][1]:
+        if score < max(EMBED_MIN_COSINE, EMBED_MIN_SHARE * closest[0][1]):
             break
         for path, line in idx.conn.execute("SELECT c.path, c.line FROM chunks c JOIN vectors v ON v.hash = c.hash "
                                            "WHERE v.id = ? AND c.path >= ? AND c.path < ?", (vid, lo, hi)):
@@ -330,6 +331,7 @@ def reindex(settings) -> int:
             embed_missing(idx, embedder, math.inf, EMBED_INDEX_TIMEOUT_S, EMBED_INDEX_RETRIES, _progress)
         except EmbedError as exc:
             left = len(missing(idx.conn))
+            print(file=sys.stderr)  # end the progress line
             index.warn(f"stopped: {exc}. {total - left} of {total} chunks are embedded and kept; run "
                        "`python main.py --reindex` again to embed the rest.")
             return 1
