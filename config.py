@@ -64,6 +64,11 @@ class Settings:
     data_dir: Path = _set_by(None, "KA_DATA_DIR", factory=lambda: _user_folder("XDG_DATA_HOME", ".local/share"))
     index_dir: Path = _set_by(None, "KA_INDEX_DIR", factory=lambda: _user_folder("XDG_CACHE_HOME", ".cache"))
     search_watch: bool = _set_by(True, "KA_SEARCH_WATCH")  # Linux inotify says which notes changed; off: compare all
+    # Search by meaning, when a model is named; the URL and key fall back to the chat provider's, unless that is
+    # DeepSeek, which serves no embeddings (embeddings.embedder_of applies that rule).
+    embed_model: str | None = _set_by(None, "EMBED_MODEL")
+    embed_base_url: str | None = _set_by(None, "EMBED_BASE_URL")
+    embed_api_key: str | None = _set_by(None, "EMBED_API_KEY")
 
 
 def _read(name: str, value, kind: type, choices: tuple[str, ...] = ()):

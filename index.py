@@ -30,7 +30,7 @@ INDEX_BATCH = 500  # notes read and written together: bounds memory during a big
 INDEX_PROGRESS_AFTER_S = 1.0  # a build running longer than this tells the person
 INDEX_BUSY_TIMEOUT_S = 5.0  # SQLite's own wait for another process's write lock
 INDEX_WAIT_S = 120  # then a search says so and waits this long for another process's build
-SCHEMA_VERSION = "2"  # bump when the tables or the text preparation change: old indexes get rebuilt
+SCHEMA_VERSION = "3"  # bump when the tables or the text preparation change: old indexes get rebuilt
 
 
 def warn(message: str) -> None:
@@ -156,7 +156,7 @@ _SCHEMA = [
     "mtime_ns INTEGER, title TEXT, title_key TEXT, stem_key TEXT)",
     "CREATE INDEX IF NOT EXISTS notes_mtime ON notes(mtime_ns)",
     "CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(path, title, lead, body, "
-    "tokenize='porter unicode61 remove_diacritics 2')",
+    "tokenize='unicode61 remove_diacritics 2')",
     f"INSERT OR IGNORE INTO meta VALUES ('schema', '{SCHEMA_VERSION}')",
 ]
 _DAMAGE = ("malformed", "not a database", "no such table", "corrupt", "another version")  # in error texts
@@ -196,6 +196,8 @@ class Index:
     inotify: int = -1  # its descriptor, watching the folders of the last walk; -1: the next search walks
     folder_of: dict = field(default_factory=dict)  # inotify watch descriptor -> folder relative to the notes
     pending: set = field(default_factory=set)  # notes the agent changed: read whatever their stat says
+    touched: set = field(default_factory=set)  # notes seen changed since embeddings.py last looked
+    chunked: bool = False  # embeddings.py has compared every note's chunks in this process
 
     def set_up(self) -> None:
         """Create the tables of a new index; raise sqlite3.DatabaseError if it is damaged or outdated."""
@@ -267,6 +269,7 @@ class Index:
         """Write changes in one transaction; a path changed to None is read whatever its stat says."""
         if not changed and not gone:
             return
+        self.touched.update(changed, gone)
         started, told = time.monotonic(), False
         _run_waiting(self.conn, "BEGIN IMMEDIATE")
         with self.conn:  # commits, or rolls back on an error (and then the index is closed)

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import context
+import embeddings
 import sessions
 import shell
 import tools
@@ -58,6 +59,8 @@ def parse_args(argv=None) -> argparse.Namespace:
             help="continue the most recent conversation about this notes folder")
     earlier("--resume", metavar="ID", type=int, help="continue conversation ID (see --list-sessions)")
     earlier("--list-sessions", action="store_true", help="list recent conversations (every folder) and exit")
+    add("--reindex", action="store_true", help="build the whole search index (and the vectors when EMBED_MODEL "
+        "is set) with progress, then exit")
     add("-v", "--verbose", action="store_true", help="show the endpoint, the whole reasoning and token usage")
     add("--web", action="store_true", help="chat in a browser page instead; each change is reviewed first")
     add("--port", metavar="N", type=int, help="port for --web on 127.0.0.1 (default 8731; 0: any free one)")
@@ -314,6 +317,8 @@ def with_piped_text(question: str, settings: Settings) -> str:
 
 
 def run(args, display: Display) -> int:
+    if args.reindex:
+        return embeddings.reindex(load_settings(kb=args.kb))
     if args.list_sessions:
         data_dir = load_settings(kb=args.kb, notes_required=False).data_dir  # a bad notes folder does not matter
         show_sessions(sessions.SessionStore(data_dir / "sessions.db", warn=display.info), print)

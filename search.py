@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import embeddings
 from index import CJK_RUN, HEADING, Index, cjk_words, read_note, title_key, with_index
 from index import note_changed  # noqa: F401  (tools.py tells the index through search.note_changed)
 from notes import ToolError, rel, safe_folder
@@ -22,7 +23,8 @@ SEARCH_OUTPUT_CHARS = 4000
 SEARCH_LINE_CHARS = 160  # a shown line is cut to about this many characters around the match
 SEARCH_QUERY_ECHO_CHARS = 80  # the query is repeated in the answer's first line, cut to this length
 SEARCH_QUERY_MAX_WORDS = 64  # words (Chinese: 2-character words) of a query searched; the rest is ignored
-SEARCH_WEIGHTS = (5.0, 10.0, 5.0, 1.0)  # BM25 weights of path, title, lead, body
+SEARCH_WEIGHTS = (3.0, 10.0, 6.0, 1.0)  # BM25 weights of path, title, lead, body
+SEARCH_RRF_K = 60  # reciprocal rank fusion: a note's score is the sum of 1 / (K + its rank) in each list
 LIST_MAX_NOTES = 200
 LIST_OUTPUT_CHARS = 6000
 
@@ -39,6 +41,14 @@ def _phrase(words: list) -> str:
     spaced = cjk_words(" ".join(words), "inner").split()
     lone_cjk = len(spaced[-1]) == 1 and CJK_RUN.fullmatch(spaced[-1])  # starts a 2-character word in the index
     return '"' + " ".join(spaced) + '"' + ("*" if lone_cjk else "")
+
+
+def _forms(word: str) -> str:
+    """A word as FTS5 phrases of its singular and plural (archive, archives): the index keeps words as written."""
+    if not word.isascii() or not word.isalpha() or len(word) < 3:
+        return _phrase([word])
+    other = word[:-1] if word.endswith("s") else word + "s"
+    return f'("{word}" OR "{other}")'
 
 
 def _parse_query(query: str) -> tuple:
@@ -62,7 +72,7 @@ def _parse_query(query: str) -> tuple:
             continue
         budget -= len(units)
         phrase = _phrase(words)
-        terms.append((words, phrase, [phrase] if is_quoted else [_phrase([u]) for u in units]))
+        terms.append((words, phrase, [phrase] if is_quoted else [_forms(u) for u in units]))
     required = [t for t in terms if len(t[0]) > 1 or t[0][0] not in _STOPWORDS] or terms
     loose = [p for _, phrase, each in terms for p in (each + [phrase] if len(each) > 1 else each)]
     return (" AND ".join(phrase for _, phrase, _ in required),
@@ -90,24 +100,28 @@ _RANK_SQL = f"""SELECT n.id, n.path, n.title {_MATCHING} AND n.id NOT IN ({{}})
 ORDER BY (n.title_key = ? OR n.stem_key = ?) DESC, bm25(fts, {', '.join(map(str, SEARCH_WEIGHTS))}) LIMIT ?"""
 
 
-def search_notes(kb: Path, index_dir: Path, query: str, folder: str | None = None, watch: bool = True) -> str:
-    """Best notes for `query` (all words first, then any word), with their best lines; bounded text."""
+def search_notes(kb: Path, index_dir: Path, query: str, folder: str | None = None, watch: bool = True,
+                 embedder: embeddings.Embedder | None = None) -> str:
+    """Best notes for `query` (all words first, then any word; fused with the notes closest in meaning when
+    an embedder is given), with their best lines; bounded text."""
     query = (query or "").encode("utf-8", "replace").decode("utf-8")  # lone surrogates become "?"
     parsed = _parse_query(query)
     if not parsed[-1]:
         raise ToolError("the search query has no words to look for. Give one or more keywords.")
     lo, hi = _folder(kb, folder)
-    return with_index(kb, index_dir, watch, lambda idx: _search(idx, query, parsed, lo, hi))
+    return with_index(kb, index_dir, watch, lambda idx: _search(idx, query, parsed, lo, hi, embedder))
 
 
-def _search(idx: Index, query: str, parsed: tuple, lo: str, hi: str) -> str:
+def _search(idx: Index, query: str, parsed: tuple, lo: str, hi: str, embedder) -> str:
     as_phrases, every_word, any_word, words = parsed
+    vector, notice = embeddings.query_vector(idx, embedder, query) if embedder else (None, "")
+    depth = embeddings.EMBED_NOTES if vector else SEARCH_MAX_HITS  # fusion reranks a deeper list
     qkey, hits = title_key(query.replace('"', " ")), []
 
     def add(match):  # the best notes for match that are not hits yet, while there is room (else LIMIT 0)
         shown = [h[0] for h in hits]
         sql = _RANK_SQL.format(",".join("?" * len(shown)))  # SQLite takes an empty list: NOT IN ()
-        hits.extend(idx.conn.execute(sql, (match, lo, hi, *shown, qkey, qkey, SEARCH_MAX_HITS - len(hits))))
+        hits.extend(idx.conn.execute(sql, (match, lo, hi, *shown, qkey, qkey, depth - len(hits))))
 
     def count(match):  # all notes: every FTS row is one, and skipping the join is ~5x faster on 30k matches
         if not lo:
@@ -116,36 +130,64 @@ def _search(idx: Index, query: str, parsed: tuple, lo: str, hi: str) -> str:
 
     for match in dict.fromkeys((as_phrases, every_word)):
         add(match)
+    every = len(hits)
     total, some_only = count(every_word), 0
-    if len(hits) < SEARCH_MAX_HITS and any_word not in (as_phrases, every_word):
+    if len(hits) < depth and any_word not in (as_phrases, every_word):
         add(any_word)
         some_only = count(any_word) - total
-    return _format_hits(idx.kb, words, hits, total, some_only, f" in {lo}" if lo else "", query)
+    hits = [(path, title, None) for _id, path, title in hits]
+    if vector:
+        hits = hits[:every] + _fuse(hits[every:], embeddings.notes_by_meaning(idx, vector, lo, hi), idx.conn,
+                                    {path for path, _, _ in hits[:every]})
+    text = _format_hits(idx.kb, words, hits[:SEARCH_MAX_HITS], total, some_only, f" in {lo}" if lo else "", query)
+    return f"{notice}\n{text}" if notice else text
+
+
+def _fuse(by_words: list, by_meaning: list, conn, placed: set) -> list:
+    """Notes with only some of the words and notes close in meaning (not already `placed`: those with every
+    word, which keep their places above), fused by reciprocal rank; measured against max + 0.3 min in the
+    bench. (path, title, first line of its closest chunk if found by meaning alone, else None)."""
+    score = {}
+    for ranked in ([p for p, _, _ in by_words], [p for p, _ in by_meaning if p not in placed]):
+        for rank, path in enumerate(ranked, 1):
+            score[path] = score.get(path, 0.0) + 1 / (SEARCH_RRF_K + rank)
+    titles, line_of = {p: t for p, t, _ in by_words}, dict(by_meaning)
+    fused = []
+    for path in sorted(score, key=lambda p: -score[p]):
+        if path in titles:
+            fused.append((path, titles[path], None))
+        elif (row := conn.execute("SELECT title FROM notes WHERE path=?", (path,)).fetchone()):
+            fused.append((path, row[0], line_of[path]))
+    return fused
 
 
 def _format_hits(kb: Path, words, hits, total_all: int, some_only: int, where: str, query: str) -> str:
-    """One block per hit: "path — title", then its best lines as "  line-number: text"; bounded."""
-    matched = total_all + some_only
+    """One block per hit: "path — title", then its best lines as "  line-number: text"; bounded. A hit with
+    a line number was found by meaning alone: its lines are those of its closest chunk."""
+    matched, by_meaning = total_all + some_only, sum(line is not None for _, _, line in hits)
     notes = f"{matched} note" + ("" if matched == 1 else "s")
     if not hits:
         return f"No notes{where} match {_quoted(query)}. Try fewer or different words."
     if total_all:
         head = f"{notes}{where} {'matches' if matched == 1 else 'match'} {_quoted(query)}"
         head += f" ({total_all} with every word)" if some_only else ""
-    else:
+    elif matched:
         head = (f"No note{where} has every word of {_quoted(query)}; {notes} "
                 f"{'has' if matched == 1 else 'have'} some of them")
+    else:
+        head = f"No note{where} has the words of {_quoted(query)}; notes close in meaning"
+    head += f" ({by_meaning} shown for their meaning only)" if by_meaning and matched else ""
     patterns = _line_patterns(words)
     blocks, used = [], len(head) + 80  # room for the head and the closing "more" line
-    for _id, path, title in hits:
-        block = f"{path} — {title}" + "".join(f"\n  {n}: {text}" for n, text in _best_lines(kb / path, patterns))
+    for path, title, line in hits:
+        block = f"{path} — {title}" + "".join(f"\n  {n}: {text}" for n, text in _best_lines(kb / path, patterns, line))
         if used + len(block) + 2 > SEARCH_OUTPUT_CHARS:
             if blocks:
                 break
             block = block[:SEARCH_OUTPUT_CHARS - used - 2]
         blocks.append(block)
         used += len(block) + 2
-    more = matched - len(blocks)
+    more = matched - sum(line is None for _, _, line in hits[:len(blocks)])
     tail = [f"({more} more matched; add words or a folder to narrow the search.)"] if more > 0 else []
     return "\n\n".join([f"{head}, best first:", *blocks, *tail])
 
@@ -164,23 +206,27 @@ def _line_patterns(words: list) -> list:
     for word in set(words):
         for run in CJK_RUN.findall(word):
             patterns.update(re.escape(u) for u in {run, *cjk_words(run, "none").split()})
-        for piece in filter(None, CJK_RUN.split(word)):  # match the start: the index stems words
+        for piece in filter(None, CJK_RUN.split(word)):  # match the start: plurals count
             core = piece[:-1] if len(piece) > 4 and piece.endswith("s") else piece  # archives -> archive
             patterns.add(r"(?<![^\W_])(?i:" + re.escape(core) + ")")
     return [re.compile(p) for p in patterns]
 
 
-def _best_lines(path: Path, patterns: list) -> list:
-    """(line number, clipped line) of the lines matching the most patterns, in note order."""
+def _best_lines(path: Path, patterns: list, chunk_line: int | None = None) -> list:
+    """(line number, clipped line) of the lines matching the most patterns, in note order; a note found by
+    meaning alone shows the opening lines of its closest chunk."""
     lines = (read_note(path) or "").splitlines()
+    if chunk_line is not None:
+        patterns = []
     scored = []
     for number, line in enumerate(lines, 1):
         found = [m for m in (p.search(line) for p in patterns) if m]
         if found and line.strip():
             scored.append((-len(found), number, line, min(m.start() for m in found)))
-    if not scored:  # matched by path, title or word form only: show the opening line for context
-        scored = [(0, n, line, 0) for n, line in enumerate(lines[:50], 1)
-                  if line.strip() and not HEADING.match(line)][:1]
+    if not scored:  # matched by path, title, meaning or word form only: show the opening line(s) for context
+        start = (chunk_line or 1) - 1
+        scored = [(0, n, line, 0) for n, line in enumerate(lines[start:start + 50], start + 1)
+                  if line.strip() and not HEADING.match(line)][:1 if chunk_line is None else SEARCH_LINES_PER_HIT]
     best = sorted(sorted(scored)[:SEARCH_LINES_PER_HIT], key=lambda s: s[1])
     return [(number, _clip(line.rstrip(), start)) for _, number, line, start in best]
 

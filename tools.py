@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
+import embeddings
 import notes
 import versions
 import search
@@ -82,7 +83,11 @@ FOLDER = ("string", "Optional folder inside the notes, e.g. 'work'.")
       "numbers. Put a phrase in double quotes to require it word for word.",
       {"query": ("string", "Keywords, e.g. 'python decorators' or '快捷键'."), "folder": FOLDER}, read_only=True)
 def search_notes(settings: Settings, query: str, folder: str | None = None) -> str:
-    return search.search_notes(settings.kb, settings.index_dir, query, folder, settings.search_watch)
+    try:
+        embedder, notice = embeddings.embedder_of(settings), ""
+    except embeddings.EmbedError as exc:
+        embedder, notice = None, f"(Keyword results only: {exc}.)\n"
+    return notice + search.search_notes(settings.kb, settings.index_dir, query, folder, settings.search_watch, embedder)
 
 
 @tool("List the notes (newest first) with their titles and dates, and how many notes each subfolder "

@@ -107,6 +107,12 @@ def test_word_order_and_case_do_not_matter(kb, find):
     assert hits(find(kb, "WATER flour"))[0] == "cooking/bread.md"
 
 
+def test_singular_and_plural_find_each_other_but_words_are_not_stemmed(kb, find):
+    assert hits(find(kb, "temple"))[0] == "travel/japan.md"  # the note says "temples"
+    assert hits(find(kb, "degree"))[0] == "cooking/bread.md"
+    assert "No notes" in find(kb, "baking")  # "Bake" is another word: stemming ranked the wrong pages up
+
+
 def test_quoted_phrase_must_appear_in_that_order(kb, find):
     assert hits(find(kb, '"bread crumbs"')) == ["cooking/pasta.md"]
     assert "No notes" in find(kb, '"crumbs bread"')

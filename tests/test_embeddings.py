@@ -1,0 +1,193 @@
+"""Tests for search by meaning (embeddings.py and its part in search.py), through tools.execute_tool and
+`python main.py --reindex`, with the real openai SDK against tests/fake_embedder.py on 127.0.0.1.
+
+The fake's vectors are bags of concepts (shrink ~ resize, photo ~ image, 缩小 ~ resize): these tests check
+the pipeline (chunks, vectors kept and resumed, fusion, failures), not the quality of a real model.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import embeddings  # noqa: E402
+import index  # noqa: E402
+import tools  # noqa: E402
+from conftest import make_settings  # noqa: E402
+from fake_embedder import FakeEmbedder  # noqa: E402
+
+HERE = Path(tools.__file__).parent
+
+
+@pytest.fixture(autouse=True)
+def cold(monkeypatch):
+    notices = []
+    monkeypatch.setattr(index, "warn", notices.append)
+    monkeypatch.setattr(embeddings, "_FAILED", {})
+    monkeypatch.setattr(embeddings, "EMBED_INDEX_RETRIES", 0)
+    index.close_index()
+    yield notices
+    index.close_index()
+
+
+@pytest.fixture
+def kb(tmp_path):
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "images.md").write_text("# Resize an image\n\nUse convert to scale a picture down.\n\n"
+                                    "## Details\n\n`convert in.png -resize 50% out.png`\n", encoding="utf-8")
+    (root / "bread.md").write_text("# Sourdough\n\nFlour, water and a starter.\n", encoding="utf-8")
+    (root / "tar.md").write_text("# tar\n\nArchive files into a tarball.\n", encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def fake():
+    with FakeEmbedder() as server:
+        yield server
+
+
+def settings_for(kb, tmp_path, base_url, **more):
+    return make_settings(kb, **{"index_dir": tmp_path / "index", "embed_model": "fake-embed",
+                                "embed_base_url": base_url} | more)
+
+
+def search(settings, query):
+    result = tools.execute_tool("search_notes", {"query": query}, settings)
+    assert not result.error, result.text
+    return result.text
+
+
+def first_hit(text):
+    return next(line.split(" — ")[0] for line in text.splitlines() if " — " in line)
+
+
+def test_a_paraphrase_finds_the_note_keywords_cannot(kb, tmp_path, fake):
+    assert "No notes match" in search(make_settings(kb, index_dir=tmp_path / "index"), "shrink photo")
+    assert fake.requests == []  # without EMBED_MODEL nothing is sent anywhere
+    text = search(settings_for(kb, tmp_path, fake.base_url), "shrink photo")
+    assert text.startswith('No note has the words of "shrink photo"; notes close in meaning, best first:')
+    assert first_hit(text) == "images.md"
+    assert "3: Use convert to scale a picture down." in text  # the closest chunk's lines, as keyword hits show
+    assert "bread.md" not in text  # nothing near in meaning: not padded with unrelated notes
+
+
+def test_a_chinese_question_finds_an_english_note(kb, tmp_path, fake):
+    assert first_hit(search(settings_for(kb, tmp_path, fake.base_url), "如何缩小图片")) == "images.md"
+
+
+def test_float_replies_work_as_base64_ones(kb, tmp_path):
+    with FakeEmbedder(floats=True) as ollama_like:
+        assert first_hit(search(settings_for(kb, tmp_path, ollama_like.base_url), "shrink photo")) == "images.md"
+    assert ollama_like.requests[0]["encoding_format"] == "base64"  # what the SDK asked for
+
+
+def test_keyword_hits_keep_their_place_and_an_exact_title_stays_first(kb, tmp_path, fake):
+    (kb / "notes-on-tar.md").write_text("# Archives\n\nI keep my tarball of photos here; tar tar tar.\n")
+    text = search(settings_for(kb, tmp_path, fake.base_url), "tar")
+    assert first_hit(text) == "tar.md"
+    assert text.startswith('2 notes match "tar"')
+
+
+def test_embedder_down_answers_from_keywords_at_once_with_one_line(kb, tmp_path, cold):
+    with FakeEmbedder(down=True) as down:
+        settings = settings_for(kb, tmp_path, down.base_url)
+        text = search(settings, "sourdough")
+        assert text.splitlines()[0].startswith("(Keyword results only: the embeddings endpoint")
+        assert first_hit(text) == "bread.md"
+        asked = len(down.requests)
+        assert asked == 1  # a search never retries
+        assert first_hit(search(settings, "sourdough")) == "bread.md"
+        assert len(down.requests) == asked  # later searches do not wait on it again for a while
+    assert sum("search by meaning is unavailable" in n for n in cold) == 1
+
+
+def test_slow_embedder_is_cut_short(kb, tmp_path, monkeypatch):
+    monkeypatch.setattr(embeddings, "EMBED_QUERY_TIMEOUT_S", 0.2)
+    with FakeEmbedder(delay=5) as slow:
+        text = search(settings_for(kb, tmp_path, slow.base_url), "sourdough")
+    assert "Keyword results only" in text.splitlines()[0] and first_hit(text) == "bread.md"
+
+
+def test_refusing_endpoint_and_deepseek_without_embeddings_say_so(kb, tmp_path, fake):
+    with FakeEmbedder(refuse=True) as refusing:
+        assert "Not Found" in search(settings_for(kb, tmp_path, refusing.base_url), "sourdough").splitlines()[0]
+    deepseek = make_settings(kb, index_dir=tmp_path / "index", base_url="https://api.deepseek.com",
+                             embed_model="bge-m3")
+    text = search(deepseek, "sourdough")
+    assert "DeepSeek serves no embeddings: set EMBED_BASE_URL" in text.splitlines()[0]
+    assert first_hit(text) == "bread.md"
+
+
+def test_chat_providers_url_and_key_are_used_unless_embeddings_have_their_own(kb):
+    chat = make_settings(kb, base_url="http://127.0.0.1:1/v1", api_key="chat-key", embed_model="m")
+    assert embeddings.embedder_of(chat) == embeddings.Embedder("m", "http://127.0.0.1:1/v1", "chat-key")
+    own = make_settings(kb, api_key="chat-key", embed_model="m", embed_base_url="http://127.0.0.1:2/v1")
+    assert embeddings.embedder_of(own).api_key != "chat-key"  # the chat key is not sent to another server
+
+
+def test_an_outside_edit_sends_only_the_changed_chunk(kb, tmp_path, fake):
+    settings = settings_for(kb, tmp_path, fake.base_url)
+    search(settings, "picture")
+    before = len(fake.inputs())
+    note = kb / "images.md"
+    note.write_text(note.read_text().replace("50% out.png", "25% small.png"))
+    search(settings, "picture")
+    sent = fake.inputs()[before:]
+    assert sent[0] == "picture" and len(sent) == 2  # the query, then the one changed chunk
+    assert "25% small.png" in sent[1] and "scale a picture" not in sent[1]
+
+
+def test_interrupted_indexing_keeps_what_it_embedded_and_resumes(kb, tmp_path, monkeypatch, cold):
+    monkeypatch.setattr(embeddings, "EMBED_BATCH", 1)
+    with FakeEmbedder(fail_after=2) as stops:
+        assert embeddings.reindex(settings_for(kb, tmp_path, stops.base_url)) == 1
+    assert any("2 of 4 chunks are embedded and kept" in n for n in cold)
+    with FakeEmbedder() as again:
+        assert embeddings.reindex(settings_for(kb, tmp_path, again.base_url)) == 0
+        assert len(again.inputs()) == 2  # only the two it had not embedded
+        assert first_hit(search(settings_for(kb, tmp_path, again.base_url), "shrink photo")) == "images.md"
+
+
+def test_another_model_rebuilds_the_vectors_only(kb, tmp_path, fake):
+    search(settings_for(kb, tmp_path, fake.base_url), "picture")
+    ids = index._INDEX.conn.execute("SELECT id, path FROM notes ORDER BY id").fetchall()
+    before = len(fake.inputs())
+    search(settings_for(kb, tmp_path, fake.base_url, embed_model="another"), "picture")
+    assert len(fake.inputs()) - before == 1 + 4  # the query and every chunk again
+    assert index._INDEX.conn.execute("SELECT id, path FROM notes ORDER BY id").fetchall() == ids
+
+
+def test_vectors_are_compact_int8(kb, tmp_path, fake):
+    search(settings_for(kb, tmp_path, fake.base_url), "picture")
+    sizes = index._INDEX.conn.execute("SELECT length(signs) + length(vec) FROM vectors").fetchall()
+    assert sizes and all(size == 128 + 4 + 1024 for (size,) in sizes)  # 1,024 dimensions: under 1.2 KB
+
+
+def test_chunks_start_at_headings_and_stay_near_the_size():
+    text = "# Title\n\nintro\n\n## One\n\n" + "\n\n".join(["word " * 60] * 10) + "\n\n## Two\n\nend\n"
+    chunks = embeddings.chunks_of("Title", text)
+    assert chunks[0] == (1, "# Title\n\nintro")
+    assert chunks[1][1].startswith("Title\n\n## One")  # the note's title gives a later chunk its context
+    assert chunks[-1] == (text.splitlines().index("## Two") + 1, "Title\n\n## Two\n\nend")
+    assert all(len(body) <= embeddings.EMBED_CHUNK_CHARS + 100 for _, body in chunks)
+
+
+def test_main_reindex_builds_everything_with_progress_and_exits_0(kb, tmp_path, fake):
+    env = dict(os.environ, KNOWLEDGE_BASE=str(kb), KA_INDEX_DIR=str(tmp_path / "index"), EMBED_MODEL="fake",
+               EMBED_BASE_URL=fake.base_url, DEEPSEEK_API_KEY="")
+    done = subprocess.run([sys.executable, str(HERE / "main.py"), "--reindex"], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "keyword index: 3 notes up to date" in done.stderr and "all 4 chunks embedded" in done.stderr
+    assert done.stdout == ""
+    with FakeEmbedder(refuse=True) as refusing:  # answered at once: the SDK does not retry a 404
+        env["EMBED_BASE_URL"] = refusing.base_url
+        (kb / "new.md").write_text("# New\n\nfresh words\n")
+        failed = subprocess.run([sys.executable, str(HERE / "main.py"), "--reindex"], env=env,
+                                capture_output=True, text=True, timeout=60)
+    assert failed.returncode == 1 and "run `python main.py --reindex` again" in failed.stderr
+    assert "Traceback" not in failed.stderr
