@@ -4,8 +4,10 @@
 
 A standard-library HTTP server on 127.0.0.1 serves the page in static/ and a small JSON API. Each question
 runs run_agent in a worker thread whose `WebUI` turns the agent's hooks into events, sent to the page as
-Server-Sent Events; `confirm` blocks the worker until the page answers Accept or Reject, and Stop raises
-KeyboardInterrupt in the worker, so the agent keeps its history as after Ctrl+C in the terminal.
+Server-Sent Events; `confirm` blocks the worker until the page answers Accept or Reject. Stop is cooperative:
+the next hook the worker calls (a streamed piece, a tool step, a question) raises KeyboardInterrupt, so the
+agent keeps its history as after Ctrl+C in the terminal. A model that sends nothing for a while, or a running
+shell command, is stopped when it next does.
 Conversations live in the CLI's session store, so `python main.py --continue` picks up a page's and back.
 
 A page on the internet must not be able to use it: it never listens beyond 127.0.0.1, refuses other Host
@@ -14,7 +16,6 @@ token's cookie, sends no CORS headers, takes only small JSON bodies, and sets a 
 scripts. It never approves anything by itself, and offers the shell only with --allow-shell.
 """
 
-import ctypes
 import dataclasses
 import hmac
 import http.cookies
@@ -67,28 +68,39 @@ class HTTPError(Exception):
 # --- The agent's hooks, as events for the page ---
 
 class WebUI(agent.UI):
-    """run_agent's ui in the worker thread: everything goes to the page; changes are reviewed there."""
+    """run_agent's ui in the worker thread: everything goes to the page; changes are reviewed there.
+    A hook raises Stop's KeyboardInterrupt before or after taking the lock, never inside it, so none leaks.
+    history_changed and usage only record: raised there, it would lose the question or an answer shown whole."""
     review_changes = True
 
     def __init__(self, app: "App"):
         self.app = app
         self.call: tuple[str, str] | None = None  # the tool call running now: a delete's diff needs its note
 
+    def _stop_here(self) -> None:
+        if self.app.stopping:
+            raise KeyboardInterrupt
+
+    def _show(self, event: dict) -> None:
+        self._stop_here()
+        self.app.emit(event)
+
     def text(self, text: str) -> None:
-        self.app.emit({"type": "text", "text": text})
+        self._show({"type": "text", "text": text})
 
     def reasoning(self, text: str) -> None:
-        self.app.emit({"type": "reasoning", "text": text})
+        self._show({"type": "reasoning", "text": text})
 
     def notice(self, text: str) -> None:
-        self.app.emit({"type": "notice", "text": text})
+        self._show({"type": "notice", "text": text})
 
     def tool_call(self, name: str, arguments: str) -> None:
         self.call = (name, arguments)
-        self.app.emit({"type": "tool_call", "name": name, "arguments": _pretty(arguments)})
+        self._show({"type": "tool_call", "name": name, "arguments": _pretty(arguments)})
 
-    def tool_result(self, name: str, result: tools.Result) -> None:
+    def tool_result(self, name: str, result: tools.Result) -> None:  # in the history already: shown, then stop
         self.app.emit({"type": "tool_result", "name": name, "text": result.text, "error": result.error})
+        self._stop_here()
 
     def confirm(self, question: str) -> bool:
         question, _, detail = question.partition("\n")
@@ -198,19 +210,16 @@ class App:
         try:
             with self.lock:
                 self.conversation.begin_turn()
-            try:
-                agent.run_agent("\n".join(self.told + [question]), history, self.settings, self.client, WebUI(self))
-            except KeyboardInterrupt:
-                status, message = "stopped", "Stopped. What was done so far is kept; ask again to go on."
-            except agent.AgentError as exc:
-                status, message = "error", str(exc)
-            except Exception as exc:  # a bug must end this answer, not the server
-                status, message = "error", f"Unexpected error: {type(exc).__name__}: {exc}"
+            agent.run_agent("\n".join(self.told + [question]), history, self.settings, self.client, WebUI(self))
+        except KeyboardInterrupt:
+            status, message = "stopped", "Stopped. What was done so far is kept; ask again to go on."
+        except agent.AgentError as exc:
+            status, message = "error", str(exc)
+        except Exception as exc:  # a bug must end this answer, not the server
+            status, message = "error", f"Unexpected error: {type(exc).__name__}: {exc}"
+        finally:
             if len(history) > self.turn_start:  # the turn was kept, and with it what the model was told
                 self.told.clear()
-        except KeyboardInterrupt:  # a Stop that came as the answer ended
-            status = "stopped"
-        finally:
             with self.lock:
                 self.worker, self.pending = None, None
                 self.emit({"type": "done", "status": status, "message": message,
@@ -239,15 +248,13 @@ class App:
             self.lock.notify_all()
 
     def stop(self) -> bool:
-        """Cancel the answer in progress like Ctrl+C does: a waiting question is answered by the interrupt,
-        anything else gets KeyboardInterrupt raised in the worker at its next step."""
+        """Cancel the answer in progress like Ctrl+C does, at its next streamed piece or tool step (a waiting
+        question is answered at once). A model silent for a while, or a shell command, is stopped when it next
+        sends or ends: never an exception thrown into the worker, which could leave the lock taken."""
         with self.lock:
             if self.worker is None or self.stopping:
                 return False
             self.stopping = True
-            if self.pending is None:
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.worker.ident),
-                                                           ctypes.py_object(KeyboardInterrupt))
             self.lock.notify_all()
             return True
 
