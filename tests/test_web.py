@@ -100,9 +100,9 @@ def start(settings) -> web.Server:
 def make_web(kb, tmp_path, fake_llm):
     servers = []
 
-    def make(**changes) -> Browser:
+    def make(notes: Path = kb, **changes) -> Browser:
         values = dict(base_url=fake_llm.base_url, data_dir=tmp_path / "data", index_dir=tmp_path / "index")
-        servers.append(start(make_settings(kb, **{**values, **changes})))
+        servers.append(start(make_settings(notes, **{**values, **changes})))
         return Browser(servers[-1]).sign_in()
     yield make
     for server in servers:
@@ -188,6 +188,25 @@ def test_no_cors_headers_and_the_csp_on_every_answer(make_web):
         assert headers["X-Content-Type-Options"] == "nosniff"
 
 
+def test_every_other_method_is_refused_with_the_same_headers_and_host_check(make_web):
+    page = make_web()
+    for method in ("PUT", "DELETE", "PATCH", "TRACE", "HEAD"):
+        status, headers, body = page.request(method, "/api/state")
+        assert status == 405 and headers["Content-Security-Policy"] == web.CSP, method
+        assert body == (b"" if method == "HEAD" else b'{"error": "Method not allowed."}')
+    page.host = "evil.example"
+    status, headers, _ = page.request("PUT", "/api/state")
+    assert status == 403 and headers["X-Frame-Options"] == "DENY"
+
+
+def test_a_bad_event_number_is_a_clear_400(make_web, capfd):
+    page = make_web()
+    for path, headers in (("/api/events?after=abc", {}), ("/api/events", {"Last-Event-ID": "x1"})):
+        status, _, body = page.request("GET", path, headers=headers)
+        assert status == 400 and "must be a whole number" in json.loads(body)["error"]
+    assert "web request failed" not in capfd.readouterr().err
+
+
 # --- The agent through the API ---
 
 def test_a_question_streams_its_answer_and_tool_calls_and_is_saved_for_the_cli(make_web, kb, tmp_path, fake_llm):
@@ -223,6 +242,13 @@ def test_a_question_streams_its_answer_and_tool_calls_and_is_saved_for_the_cli(m
     items = page.get("/api/state")["items"]
     assert [i["text"] for i in items if i["type"] == "user"] == ["find my vim notes", "summarise it in one line"]
     assert page.post("/api/resume", {"id": 999}, expect=404)["error"] == "No conversation 999."
+
+    # A conversation about another notes folder is not listed here, and does not open here either.
+    (tmp_path / "other-notes").mkdir()
+    elsewhere = make_web(tmp_path / "other-notes")
+    assert elsewhere.get("/api/sessions") == []
+    error = elsewhere.post("/api/resume", {"id": state["session"]}, expect=409)["error"]
+    assert error.startswith(f"Conversation {state['session']} belongs to another notes folder ({kb})")
 
 
 def waiting_review(page: Browser, question: str):
