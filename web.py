@@ -4,8 +4,9 @@
 
 A standard-library HTTP server on 127.0.0.1 serves the page in static/ and a small JSON API. Each question
 runs run_agent in a worker thread whose `WebUI` turns the agent's hooks into events, sent to the page as
-Server-Sent Events; `confirm` blocks the worker until the page answers Accept or Reject, and Stop raises
-KeyboardInterrupt in the worker, so the agent keeps its history as after Ctrl+C in the terminal.
+Server-Sent Events; `confirm` blocks the worker until the page answers Accept or Reject. Stop makes the worker's
+next hook (a streamed piece, a tool step, a question) raise KeyboardInterrupt, so the agent keeps its history
+as after Ctrl+C in the terminal; a silent model or a running shell command is stopped when it next speaks or ends.
 Conversations live in the CLI's session store, so `python main.py --continue` picks up a page's and back.
 
 A page on the internet must not be able to use it: it never listens beyond 127.0.0.1, refuses other Host
@@ -14,7 +15,6 @@ token's cookie, sends no CORS headers, takes only small JSON bodies, and sets a 
 scripts. It never approves anything by itself, and offers the shell only with --allow-shell.
 """
 
-import ctypes
 import dataclasses
 import hmac
 import http.cookies
@@ -64,31 +64,47 @@ class HTTPError(Exception):
         self.status = status
 
 
+def _number(text: str, status: int, message: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise HTTPError(status, message) from None
+
+
 # --- The agent's hooks, as events for the page ---
 
 class WebUI(agent.UI):
-    """run_agent's ui in the worker thread: everything goes to the page; changes are reviewed there."""
+    """run_agent's ui in the worker thread: everything goes to the page; changes are reviewed there. A hook
+    raises Stop's KeyboardInterrupt outside the lock, so none leaks; history_changed and usage never raise it
+    (there it would lose the question, or an answer shown whole)."""
     review_changes = True
 
     def __init__(self, app: "App"):
         self.app = app
         self.call: tuple[str, str] | None = None  # the tool call running now: a delete's diff needs its note
 
+    def _show(self, event: dict) -> None:  # shown, then stopped: the page shows all the history keeps
+        self.app.emit(event)
+        if self.app.stopping:
+            raise KeyboardInterrupt
+
     def text(self, text: str) -> None:
-        self.app.emit({"type": "text", "text": text})
+        self._show({"type": "text", "text": text})
 
     def reasoning(self, text: str) -> None:
-        self.app.emit({"type": "reasoning", "text": text})
+        self._show({"type": "reasoning", "text": text})
 
     def notice(self, text: str) -> None:
-        self.app.emit({"type": "notice", "text": text})
+        self._show({"type": "notice", "text": text})
 
     def tool_call(self, name: str, arguments: str) -> None:
+        if self.app.stopping:  # before its card: it will not run
+            raise KeyboardInterrupt
         self.call = (name, arguments)
-        self.app.emit({"type": "tool_call", "name": name, "arguments": _pretty(arguments)})
+        self._show({"type": "tool_call", "name": name, "arguments": _pretty(arguments)})
 
     def tool_result(self, name: str, result: tools.Result) -> None:
-        self.app.emit({"type": "tool_result", "name": name, "text": result.text, "error": result.error})
+        self._show({"type": "tool_result", "name": name, "text": result.text, "error": result.error})
 
     def confirm(self, question: str) -> bool:
         question, _, detail = question.partition("\n")
@@ -127,9 +143,8 @@ def history_items(history: list[dict]) -> list[dict]:
                 items.append({"type": "text", "text": text})
             for call in message.get("tool_calls") or []:
                 function = call.get("function") or {}
-                names[call.get("id")] = function.get("name", "")
-                items.append({"type": "tool_call", "name": function.get("name", ""),
-                              "arguments": _pretty(function.get("arguments"))})
+                name = names[call.get("id")] = function.get("name", "")
+                items.append({"type": "tool_call", "name": name, "arguments": _pretty(function.get("arguments"))})
         elif role == "tool":
             items.append({"type": "tool_result", "name": names.get(message.get("tool_call_id"), ""),
                           "text": text, "error": text.startswith("Error:")})
@@ -139,10 +154,9 @@ def history_items(history: list[dict]) -> list[dict]:
 # --- The state behind the page: one conversation, the answer in progress, the question waiting ---
 
 class App:
-    def __init__(self, settings: Settings, client, warn=None):
+    def __init__(self, settings: Settings, client):
         self.settings, self.client = settings, client
         self.lock = threading.Condition(threading.RLock())  # guards everything below and the session store
-        self.warn_out = warn or (lambda line: print(f"knowledge-agent: {line}", file=sys.stderr, flush=True))
         self.seq, self.events = 0, []  # numbered events of the turn in progress (or the last one)
         self.worker: threading.Thread | None = None
         self.turn_start = 0  # where the turn in progress begins in the history
@@ -153,7 +167,7 @@ class App:
         self.conversation = sessions.Conversation(store, settings.kb)
 
     def warn(self, line: str) -> None:
-        self.warn_out(line)
+        print(f"knowledge-agent: {line}", file=sys.stderr, flush=True)
         self.emit({"type": "notice", "text": line})
 
     def emit(self, event: dict) -> None:
@@ -189,6 +203,7 @@ class App:
             if self.worker is not None:
                 raise HTTPError(409, BUSY)
             self.events, self.stopping, self.turn_start = [], False, len(self.conversation.history)
+            self.conversation.begin_turn()
             self.worker = threading.Thread(target=self._turn, args=(question,), daemon=True)
             self.emit({"type": "user", "text": question})
             self.worker.start()
@@ -196,21 +211,16 @@ class App:
     def _turn(self, question: str) -> None:
         history, status, message = self.conversation.history, "ok", ""
         try:
-            with self.lock:
-                self.conversation.begin_turn()
-            try:
-                agent.run_agent("\n".join(self.told + [question]), history, self.settings, self.client, WebUI(self))
-            except KeyboardInterrupt:
-                status, message = "stopped", "Stopped. What was done so far is kept; ask again to go on."
-            except agent.AgentError as exc:
-                status, message = "error", str(exc)
-            except Exception as exc:  # a bug must end this answer, not the server
-                status, message = "error", f"Unexpected error: {type(exc).__name__}: {exc}"
+            agent.run_agent("\n".join(self.told + [question]), history, self.settings, self.client, WebUI(self))
+        except KeyboardInterrupt:
+            status, message = "stopped", "Stopped. What was done so far is kept; ask again to go on."
+        except agent.AgentError as exc:
+            status, message = "error", str(exc)
+        except Exception as exc:  # a bug must end this answer, not the server
+            status, message = "error", f"Unexpected error: {type(exc).__name__}: {exc}"
+        finally:
             if len(history) > self.turn_start:  # the turn was kept, and with it what the model was told
                 self.told.clear()
-        except KeyboardInterrupt:  # a Stop that came as the answer ended
-            status = "stopped"
-        finally:
             with self.lock:
                 self.worker, self.pending = None, None
                 self.emit({"type": "done", "status": status, "message": message,
@@ -221,9 +231,9 @@ class App:
         with self.lock:
             if self.stopping:
                 raise KeyboardInterrupt
-            self.pending = {"id": self.seq + 1, "question": question, "detail": detail, "kind": kind, "answer": None}
-            self.emit({"type": "confirm", **{k: v for k, v in self.pending.items() if k != "answer"}})
-            pending = self.pending
+            pending = self.pending = {"id": self.seq + 1, "question": question, "detail": detail, "kind": kind,
+                                      "answer": None}
+            self.emit({"type": "confirm", **{k: v for k, v in pending.items() if k != "answer"}})
             self.lock.wait_for(lambda: pending["answer"] is not None or self.stopping)
             self.pending = None
             if pending["answer"] is None:
@@ -239,15 +249,12 @@ class App:
             self.lock.notify_all()
 
     def stop(self) -> bool:
-        """Cancel the answer in progress like Ctrl+C does: a waiting question is answered by the interrupt,
-        anything else gets KeyboardInterrupt raised in the worker at its next step."""
+        """Cancel the answer like Ctrl+C, at its next streamed piece or tool step (a waiting question at once; a
+        silent model or a shell command when it next sends or ends): nothing thrown in, which could leak a lock."""
         with self.lock:
             if self.worker is None or self.stopping:
                 return False
             self.stopping = True
-            if self.pending is None:
-                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.worker.ident),
-                                                           ctypes.py_object(KeyboardInterrupt))
             self.lock.notify_all()
             return True
 
@@ -268,10 +275,16 @@ class App:
         """Switch to conversation `session_id`, or to a new one; every open page redraws."""
         with self.lock:
             self.idle()
+            info = self.conversation.store.session_info(session_id) if isinstance(session_id, int) else None
             if session_id is None:
                 self.conversation.start_new()
-            elif not isinstance(session_id, int) or not self.conversation.resume(session_id):
+            elif info is None:
                 raise HTTPError(404, f"No conversation {session_id}.")
+            elif info.kb != str(self.settings.kb):  # the list shows only this folder's: so does resume
+                raise HTTPError(409, f"Conversation {session_id} belongs to another notes folder ({info.kb}): "
+                                     "start knowledge-agent there (--kb) to continue it.")
+            else:
+                self.conversation.resume(session_id)
             self.emit({"type": "reset"})
 
     def sessions(self) -> list[dict]:
@@ -321,20 +334,13 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format, *args) -> None:
         pass  # a line per request would bury what matters
 
-    def do_GET(self) -> None:
-        self._serve(self._get)
-
-    def do_POST(self) -> None:
-        self._serve(self._post)
-
-    def do_OPTIONS(self) -> None:  # a CORS preflight: no CORS headers, ever
-        self._serve(lambda: self._refuse(405, "Method not allowed."))
-
-    def _serve(self, route) -> None:
+    def _serve(self) -> None:
         try:
             if self.headers.get("Host") not in self.server.hosts:
                 raise HTTPError(403, "Wrong Host header: open the address knowledge-agent printed.")
-            route()
+            if self.command not in ("GET", "POST"):  # a CORS preflight among them: no CORS headers, ever
+                raise HTTPError(405, "Method not allowed.")
+            (self._get if self.command == "GET" else self._post)()
         except HTTPError as exc:
             self._refuse(exc.status, str(exc))
         except (ConnectionError, TimeoutError):
@@ -343,17 +349,22 @@ class Handler(BaseHTTPRequestHandler):
             print(f"knowledge-agent: web request failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
             self._refuse(500, f"Internal error: {type(exc).__name__}: {exc}")
 
+    do_GET = do_POST = do_OPTIONS = do_HEAD = do_PUT = do_DELETE = do_PATCH = do_TRACE = _serve
+
     def _refuse(self, status: int, message: str) -> None:
         if self.path.startswith("/api/"):
             return self._send(status, json.dumps({"error": message}).encode(), "application/json")
         self._send(status, f"knowledge-agent: {message}\n".encode(), "text/plain; charset=utf-8")  # a person reads it
 
-    def _send(self, status: int, body: bytes, kind: str, extra: dict | None = None) -> None:
+    def _send(self, status: int, body: bytes | None, kind: str, extra: dict | None = None) -> None:
+        """Every response: the status, HEADERS, then the body (None: an event stream follows)."""
         self.send_response(status)
-        for name, value in {**HEADERS, "Content-Type": kind, "Content-Length": str(len(body)), **(extra or {})}.items():
+        length = {} if body is None else {"Content-Length": str(len(body))}
+        for name, value in {**HEADERS, "Content-Type": kind, **length, **(extra or {})}.items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(body)
+        if body is not None and self.command != "HEAD":
+            self.wfile.write(body)
 
     def _json(self, value) -> None:
         self._send(200, json.dumps(value, ensure_ascii=False).encode(), "application/json; charset=utf-8")
@@ -390,7 +401,7 @@ class Handler(BaseHTTPRequestHandler):
             name = PAGES[url.path]
             return self._send(200, (STATIC / name).read_bytes(), TYPES[name.rpartition(".")[2]] + "; charset=utf-8")
         if url.path == "/api/events":
-            return self._events(int(self.headers.get("Last-Event-ID") or query.get("after") or 0))
+            return self._events(self.headers.get("Last-Event-ID") or query.get("after") or "0")
         routes = {"/api/state": app.state, "/api/sessions": app.sessions,
                   "/api/note": lambda: self._note(query.get("path", "")),
                   "/api/search": lambda: tools.execute_tool("search_notes", {"query": query.get("q", "")},
@@ -406,14 +417,12 @@ class Handler(BaseHTTPRequestHandler):
         except (ToolError, OSError) as exc:
             raise HTTPError(404, f"Cannot open that note: {getattr(exc, 'strerror', None) or exc}") from None
 
-    def _events(self, seq: int) -> None:
-        """Server-Sent Events: every event after `seq`, then each as it happens, until the page goes."""
-        self.send_response(200)
-        for name, value in {**HEADERS, "Content-Type": "text/event-stream; charset=utf-8"}.items():
-            self.send_header(name, value)
-        self.end_headers()
+    def _events(self, after: str) -> None:
+        """Server-Sent Events: every event after number `after`, then each as it happens, until the page goes."""
         app = self.server.app
-        seq = min(seq, app.seq)  # a number from before a restart means nothing now
+        seq = min(_number(after, 400, "The event number (after= or Last-Event-ID) must be a whole number."),
+                  app.seq)  # a number from before a restart means nothing now
+        self._send(200, None, "text/event-stream; charset=utf-8")
         while True:
             batch = app.events_after(seq, KEEPALIVE)
             lines = "".join(f"id: {n}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n" for n, event in batch)
@@ -429,10 +438,7 @@ class Handler(BaseHTTPRequestHandler):
             raise HTTPError(403, NO_TOKEN)
         if (self.headers.get("Content-Type") or "").split(";")[0].strip().lower() != "application/json":
             raise HTTPError(415, "Send JSON (Content-Type: application/json).")
-        try:
-            length = int(self.headers.get("Content-Length") or "")
-        except ValueError:
-            raise HTTPError(411, "Content-Length is required.") from None
+        length = _number(self.headers.get("Content-Length") or "", 411, "Content-Length is required.")
         if not 0 <= length <= MAX_BODY:
             raise HTTPError(413, f"The request is larger than {MAX_BODY} bytes.")
         try:
@@ -480,8 +486,7 @@ def serve(settings: Settings, port: int | None = None, open_browser: bool = True
     if not settings.api_key:
         print(f"knowledge-agent: {NO_KEY}", file=sys.stderr)
     if settings.auto_approve:
-        print("knowledge-agent: --yes / AUTO_APPROVE is ignored here: the page asks about every change.",
-              file=sys.stderr)
+        print("knowledge-agent: --yes / AUTO_APPROVE is ignored here: the page asks about every change.", file=sys.stderr)
     if open_browser:
         threading.Thread(target=webbrowser.open, args=(server.url,), daemon=True).start()
     try:

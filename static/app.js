@@ -3,7 +3,11 @@
 // sanitised by DOMPurify before it touches the page; the CSP forbids inline scripts as a second wall.
 "use strict";
 
-const $ = (id) => document.getElementById(id);
+// The page's own elements, found once before any note or answer is drawn: HTML from those could carry the
+// same ids (clobbering), and getElementById would find theirs first.
+const $ = Object.fromEntries(["log", "send", "stop", "new", "undo", "where", "banner", "message", "composer",
+  "side", "side-title", "side-body", "sessions", "show-sessions", "side-close", "search", "query"]
+  .map((id) => [id, document.getElementById(id)]));
 const NOTE_PATH = /[\p{L}\p{N}_\-.\/]*[\p{L}\p{N}_\-]\.(?:md|txt)(?![\p{L}\p{N}_])/gu;
 let view = {};  // what the log is drawing now: the open answer, reasoning, cards waiting for results
 let events = null;  // the EventSource
@@ -53,10 +57,16 @@ function joinPath(base, path) {
   return parts.join("/");
 }
 
+// No ids, names, classes or styles and no form controls: an answer or a note cannot pose as the page's own
+// elements (a look-alike Accept button, a hidden message box) nor be found by the page's selectors.
+const PURIFY = {RETURN_DOM_FRAGMENT: true, SANITIZE_NAMED_PROPS: true, FORBID_ATTR: ["id", "name", "class", "style"],
+  FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "option"]};
+marked.use({renderer: {checkbox: ({checked}) => (checked ? "☑ " : "☐ ")}});  // a task list keeps its boxes
+
 function renderMarkdown(text, base = "") {
   linkBase = base;
   const html = marked.parse(text, {gfm: true, async: false});
-  const fragment = DOMPurify.sanitize(html, {RETURN_DOM_FRAGMENT: true, FORBID_TAGS: ["style", "form"]});
+  const fragment = DOMPurify.sanitize(html, PURIFY);
   linkNotePaths(fragment);
   return fragment;
 }
@@ -89,13 +99,11 @@ function noteLink(path, text = path) {
 
 // --- The conversation log ---
 
-function log() { return $("log"); }
-
-function scrollDown() { log().scrollTop = log().scrollHeight; }
+function scrollDown() { $.log.scrollTop = $.log.scrollHeight; }
 
 function add(node) {
-  const atBottom = log().scrollHeight - log().scrollTop - log().clientHeight < 80;
-  log().append(node);
+  const atBottom = $.log.scrollHeight - $.log.scrollTop - $.log.clientHeight < 80;
+  $.log.append(node);
   if (atBottom) scrollDown();
   return node;
 }
@@ -197,7 +205,7 @@ async function answerReview(box, accept) {
 }
 
 function showAnswered(event) {
-  const box = log().querySelector(`.review[data-id="${event.id}"]`);
+  const box = $.log.querySelector(`:scope > .review[data-id="${event.id}"]`);
   if (!box) return;
   box.classList.add("done");
   box.querySelector(".buttons").replaceChildren(el("span", "muted", event.accepted ? "Accepted" : "Rejected"));
@@ -205,7 +213,7 @@ function showAnswered(event) {
 
 function showDone(event) {
   closeAnswer();
-  log().querySelectorAll(".review:not(.done) .buttons").forEach((buttons) => {
+  $.log.querySelectorAll(":scope > .review:not(.done) .buttons").forEach((buttons) => {
     buttons.replaceChildren(el("span", "muted", "Not answered"));
   });
   if (event.status !== "ok") notice(event.message, event.status === "error" ? "error" : "");
@@ -232,9 +240,8 @@ function handle(event) {
 
 function setBusy(value) {
   busy = value;
-  $("send").disabled = value;
-  $("stop").hidden = !value;
-  for (const id of ["new", "undo"]) $(id).disabled = value;
+  $.send.disabled = $.new.disabled = $.undo.disabled = value;
+  $.stop.hidden = !value;
 }
 
 // --- Talking to the server ---
@@ -251,9 +258,9 @@ async function loadState() {
     return;
   }
   banner(state.chat ? "" : "Chat is off: no API key (see the terminal). The search box and notes work.");
-  $("where").textContent = `${state.model} · ${state.kb}` + (state.shell ? " · shell on" : "");
+  $.where.textContent = `${state.model} · ${state.kb}` + (state.shell ? " · shell on" : "");
   view = {answer: null, reasoning: null, cards: []};
-  log().replaceChildren();
+  $.log.replaceChildren();
   setBusy(false);
   for (const item of state.items) handle(item);
   closeAnswer();
@@ -268,12 +275,12 @@ async function loadState() {
 }
 
 function banner(text) {
-  $("banner").textContent = text;
-  $("banner").hidden = !text;
+  $.banner.textContent = text;
+  $.banner.hidden = !text;
 }
 
 async function send() {
-  const text = $("message").value.trim();
+  const text = $.message.value.trim();
   if (!text || busy) return;
   if (new Blob([JSON.stringify({text})]).size > MAX_BODY) {  // the server would refuse it unread
     notice("The message is too long (over 1 MB). Shorten it, or put the text in a note and ask about that.", "error");
@@ -281,7 +288,7 @@ async function send() {
   }
   try {
     await api("/api/ask", {text});
-    $("message").value = "";
+    $.message.value = "";
   } catch (error) {
     notice(error.message, "error");
   }
@@ -298,9 +305,9 @@ async function act(path, body = {}) {
 // --- Notes, search, conversations ---
 
 function openSide(title) {
-  $("side-title").textContent = title;
-  $("side").hidden = false;
-  return $("side-body");
+  $["side-title"].textContent = title;
+  $.side.hidden = false;
+  return $["side-body"];
 }
 
 async function openNote(path) {
@@ -308,7 +315,7 @@ async function openNote(path) {
   body.replaceChildren(el("p", "muted", "Opening…"));
   try {
     const note = await api(`/api/note?path=${encodeURIComponent(path)}`);
-    $("side-title").textContent = note.path;
+    $["side-title"].textContent = note.path;
     body.replaceChildren(renderMarkdown(note.text, note.path.split("/").slice(0, -1).join("/")));
   } catch (error) {
     body.replaceChildren(el("p", "notice error", error.message));
@@ -343,8 +350,8 @@ async function search(query) {
 }
 
 async function toggleSessions() {
-  const drawer = $("sessions");
-  if (!drawer.hidden) { drawer.hidden = true; $("show-sessions").setAttribute("aria-expanded", "false"); return; }
+  const drawer = $.sessions;
+  if (!drawer.hidden) { drawer.hidden = true; $["show-sessions"].setAttribute("aria-expanded", "false"); return; }
   const listed = await api("/api/sessions").catch((error) => { notice(error.message, "error"); return null; });
   drawer.replaceChildren();
   if (!listed || !listed.length) drawer.append(el("p", "muted", "No saved conversations for these notes yet."));
@@ -357,7 +364,7 @@ async function toggleSessions() {
     drawer.append(button);
   }
   drawer.hidden = false;
-  $("show-sessions").setAttribute("aria-expanded", "true");
+  $["show-sessions"].setAttribute("aria-expanded", "true");
 }
 
 // --- Wiring ---
@@ -368,21 +375,21 @@ document.addEventListener("click", (event) => {
   event.preventDefault();
   openNote(link.dataset.note);
 });
-$("composer").addEventListener("submit", (event) => { event.preventDefault(); send(); });
-$("message").addEventListener("keydown", (event) => {
+$.composer.addEventListener("submit", (event) => { event.preventDefault(); send(); });
+$.message.addEventListener("keydown", (event) => {
   if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {  // not while an IME is composing
     event.preventDefault();
     send();
   }
 });
-$("stop").onclick = () => act("/api/stop");
-$("new").onclick = () => act("/api/new");
-$("undo").onclick = () => act("/api/undo");
-$("show-sessions").onclick = toggleSessions;
-$("side-close").onclick = () => { $("side").hidden = true; };
-$("search").addEventListener("submit", (event) => {
+$.stop.onclick = () => act("/api/stop");
+$.new.onclick = () => act("/api/new");
+$.undo.onclick = () => act("/api/undo");
+$["show-sessions"].onclick = toggleSessions;
+$["side-close"].onclick = () => { $.side.hidden = true; };
+$.search.addEventListener("submit", (event) => {
   event.preventDefault();
-  const query = $("query").value.trim();
+  const query = $.query.value.trim();
   if (query) search(query);
 });
 loadState();

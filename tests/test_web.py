@@ -4,6 +4,7 @@ the real agent (the openai SDK against tests/fake_server.py), with the conversat
 import http.client
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -19,6 +20,7 @@ import web
 from conftest import make_settings
 
 ROOT = Path(__file__).resolve().parent.parent
+STOP_TURNS = 100  # Stop presses at random moments: the old asynchronous stop jammed about one in 25
 
 
 class Browser:
@@ -98,9 +100,9 @@ def start(settings) -> web.Server:
 def make_web(kb, tmp_path, fake_llm):
     servers = []
 
-    def make(**changes) -> Browser:
+    def make(notes: Path = kb, **changes) -> Browser:
         values = dict(base_url=fake_llm.base_url, data_dir=tmp_path / "data", index_dir=tmp_path / "index")
-        servers.append(start(make_settings(kb, **{**values, **changes})))
+        servers.append(start(make_settings(notes, **{**values, **changes})))
         return Browser(servers[-1]).sign_in()
     yield make
     for server in servers:
@@ -186,6 +188,25 @@ def test_no_cors_headers_and_the_csp_on_every_answer(make_web):
         assert headers["X-Content-Type-Options"] == "nosniff"
 
 
+def test_every_other_method_is_refused_with_the_same_headers_and_host_check(make_web):
+    page = make_web()
+    for method in ("PUT", "DELETE", "PATCH", "TRACE", "HEAD"):
+        status, headers, body = page.request(method, "/api/state")
+        assert status == 405 and headers["Content-Security-Policy"] == web.CSP, method
+        assert body == (b"" if method == "HEAD" else b'{"error": "Method not allowed."}')
+    page.host = "evil.example"
+    status, headers, _ = page.request("PUT", "/api/state")
+    assert status == 403 and headers["X-Frame-Options"] == "DENY"
+
+
+def test_a_bad_event_number_is_a_clear_400(make_web, capfd):
+    page = make_web()
+    for path, headers in (("/api/events?after=abc", {}), ("/api/events", {"Last-Event-ID": "x1"})):
+        status, _, body = page.request("GET", path, headers=headers)
+        assert status == 400 and "must be a whole number" in json.loads(body)["error"]
+    assert "web request failed" not in capfd.readouterr().err
+
+
 # --- The agent through the API ---
 
 def test_a_question_streams_its_answer_and_tool_calls_and_is_saved_for_the_cli(make_web, kb, tmp_path, fake_llm):
@@ -221,6 +242,13 @@ def test_a_question_streams_its_answer_and_tool_calls_and_is_saved_for_the_cli(m
     items = page.get("/api/state")["items"]
     assert [i["text"] for i in items if i["type"] == "user"] == ["find my vim notes", "summarise it in one line"]
     assert page.post("/api/resume", {"id": 999}, expect=404)["error"] == "No conversation 999."
+
+    # A conversation about another notes folder is not listed here, and does not open here either.
+    (tmp_path / "other-notes").mkdir()
+    elsewhere = make_web(tmp_path / "other-notes")
+    assert elsewhere.get("/api/sessions") == []
+    error = elsewhere.post("/api/resume", {"id": state["session"]}, expect=409)["error"]
+    assert error.startswith(f"Conversation {state['session']} belongs to another notes folder ({kb})")
 
 
 def waiting_review(page: Browser, question: str):
@@ -371,3 +399,24 @@ def test_a_port_in_use_is_one_line(kb, tmp_path, capsys):
         taken.shutdown()
         taken.server_close()
     assert capsys.readouterr().err.startswith(f"error: cannot listen on 127.0.0.1:{taken.port} (")
+
+
+def test_stop_at_any_moment_never_jams_the_server_and_keeps_the_history_valid(make_web, monkeypatch):
+    monkeypatch.setattr(fake_server, "PIECE", 2)  # many small pieces: many moments for Stop to land in
+    page, rng = make_web(), random.Random(14)
+    for turn in range(1, STOP_TURNS + 1):
+        stream = page.ask("find my vim notes")  # search, read, answer: streaming and tool steps
+        for _ in range(rng.randrange(12)):  # Stop after a random number of events (0: right after asking)
+            if next(stream)["type"] == "done":
+                break
+        else:
+            page.post("/api/stop")
+        page.until("done", stream)
+        assert not page.get("/api/state")["busy"]  # a leaked lock hangs here: the socket's timeout fails it
+        if turn % 10 == 0:  # each conversation answers every call, then a new one keeps requests small
+            history = page.server.app.conversation.history
+            asked = [call["id"] for message in history for call in message.get("tool_calls") or []]
+            assert sorted(m["tool_call_id"] for m in history if m["role"] == "tool") == sorted(asked)
+            saved = page.server.app.conversation.store.load_messages(page.get("/api/state")["session"])
+            assert saved == json.loads(json.dumps(history))  # what --continue would load is what was kept
+            page.post("/api/new")
