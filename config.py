@@ -3,9 +3,9 @@
 Precedence, lowest to highest: the defaults in `Settings` < the user's config file
 (`$XDG_CONFIG_HOME/knowledge-agent/config.env`) < a `.env` file beside main.py < environment variables <
 command-line flags (keyword overrides to `load_settings`). A key is sent only to its own provider's endpoint:
-DEEPSEEK_API_KEY with DEEPSEEK_BASE_URL, OPENAI_API_KEY with OPENAI_BASE_URL (see PROVIDERS). main.py and mcp_server.py call
-`load_settings` (and run_agent, when given no settings, for `python -c` use); no other module reads the
-environment or `.env`. A bad value raises `ConfigError` with one line saying what to set; `.env` values
+DEEPSEEK_API_KEY with DEEPSEEK_BASE_URL, OPENAI_API_KEY with OPENAI_BASE_URL (see PROVIDERS). main.py and
+mcp_server.py call `load_settings` (and run_agent, when given no settings, for `python -c` use); no other module
+reads the environment or `.env`. A bad value raises `ConfigError` with one line saying what to set; `.env` values
 never enter `os.environ`, so commands the agent runs never see them. Limits that only one module uses live
 at the top of that module, not here.
 """

@@ -84,7 +84,8 @@ COMMANDS = {
     "/exit": "leave (Ctrl+D too)",
 }
 NO_KEY = ("Chat is off: no API key. Set DEEPSEEK_API_KEY (or OPENAI_API_KEY) in the environment, in .env "
-          "beside main.py or in ~/.config/knowledge-agent/config.env, then start again. Meanwhile /search, /list and /read work; /help lists all.")
+          "beside main.py or in ~/.config/knowledge-agent/config.env, then start again. "
+          "Meanwhile /search, /list and /read work; /help lists all.")
 MULTILINE_HELP = ("  A question can span lines: end a line with \\ to go on, or paste a block (it stays one question).\n"
                   "  Ctrl+C clears the line typed; on an empty line, or Ctrl+D, it leaves.")
 NOTE_COMMANDS = {"/search": ("search_notes", "query"), "/list": ("list_notes", "folder"),
