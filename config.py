@@ -141,8 +141,10 @@ def load_settings(notes_required: bool = True, sample_notes: bool = True, **over
     """Settings from defaults, the config files, the environment and the keyword overrides (CLI flags) not
     None or "". With notes_required False a missing or unreadable notes folder is no error (kb is then None)."""
     env = _environment()
-    provider = next((p for p in PROVIDERS if env(f"{p}_API_KEY", f"{p}_BASE_URL")), "DEEPSEEK")
     given = {key: value for key, value in overrides.items() if value not in (None, "")}
+    provider = next((p for p, (url, _) in PROVIDERS.items()  # --base-url at a provider's own address
+                     if urlsplit(url).netloc == urlsplit(str(given.get("base_url", ""))).netloc), None) \
+        or next((p for p in PROVIDERS if env(f"{p}_API_KEY", f"{p}_BASE_URL")), "DEEPSEEK")
     values = dict(zip(("base_url", "model"), PROVIDERS[provider]))
     url_name = "--base-url" if "base_url" in given else f"{provider}_BASE_URL"
     for setting in fields(Settings):

@@ -137,8 +137,7 @@ class Chat:
             return "failed"
         if name in NOTE_COMMANDS:  # the agent's own tools, run by hand: their text goes to stdout
             return self.note_command(name, argument)
-        getattr(self, "do_" + name[1:])(argument)
-        return "ok"
+        return getattr(self, "do_" + name[1:])(argument) or "ok"
 
     def note_command(self, name: str, argument: str) -> str:
         tool, parameter = NOTE_COMMANDS[name]
@@ -177,14 +176,16 @@ class Chat:
     def do_sessions(self, argument: str) -> None:
         show_sessions(self.conversation.store, self.display.info, self.conversation.session_id, self.settings.kb)
 
-    def do_resume(self, argument: str) -> None:
+    def do_resume(self, argument: str) -> str:
         if not (argument.isascii() and argument.isdigit()):  # "²".isdigit() is True, int("²") is not
-            self.display.info("Usage: /resume ID (the numbers /sessions shows)")
-        elif not self.conversation.resume(int(argument)):
-            self.display.info(f"No conversation {argument}. /sessions lists them.")
-        else:
-            self.display.info(f"Continuing conversation {argument} ({len(self.conversation.history)} messages). "
-                              + (other_folder(self.conversation) or "/history shows it."))
+            self.display.error("Usage: /resume ID (the numbers /sessions shows)")
+            return "failed"
+        if not self.conversation.resume(int(argument)):
+            self.display.error(f"No conversation {argument}. /sessions lists them.")
+            return "failed"
+        self.display.info(f"Continuing conversation {argument} ({len(self.conversation.history)} messages). "
+                          + (other_folder(self.conversation) or "/history shows it."))
+        return "ok"
 
     def do_history(self, argument: str) -> None:
         if not self.conversation.history:
@@ -212,11 +213,12 @@ class Chat:
         self.display.info(f"next request: ~{tokens:,} of {settings.context_tokens:,} tokens (CONTEXT_TOKENS), "
                           f"carrying {len(sent) - 1} of {len(conversation.history)} messages")
 
-    def do_undo(self, argument: str) -> None:
+    def do_undo(self, argument: str) -> str:
         message, undone = tools.undo(self.settings)
-        self.display.info(message)
+        (self.display.info if undone else self.display.error)(message)
         if undone:  # the model must not trust what it read before
             self.told.append(f"[I ran /undo: {message}]")
+        return "ok" if undone else "failed"
 
 
 def for_a_person(text: str, path: str | None) -> str:
@@ -361,8 +363,9 @@ def run(args, display: Display) -> int:
 
 
 def main(argv=None) -> int:
-    for stream in (sys.stdout, sys.stderr):  # a terminal or file that cannot show a character gets '?'
-        stream.reconfigure(errors="replace")
+    for stream in (sys.stdin, sys.stdout, sys.stderr):  # a character that cannot be read or shown gets '?'
+        if hasattr(stream, "reconfigure"):  # None without a console; an io.StringIO has none either
+            stream.reconfigure(errors="replace")
     args = parse_args(argv)
     display = Display()
     try:

@@ -271,15 +271,16 @@ class _Seen(Exception):
 
 def _reviewed(settings: Settings, name: str, new_text, op: str, confirm):
     """Ask about the change as it would be made now (its diff); the check that lets it be written only if,
-    under the lock, it is still exactly that change. None when it changes nothing (nothing to ask)."""
+    under the lock, it is still exactly that change (a change that was nothing when asked is never written)."""
     def look(old: str, new: str) -> None:
         raise _Seen(old, new)
+    shown = None
     try:
         versions.save_note(settings.kb, name, new_text, op, look)
-        return None
     except _Seen as seen:
         shown = seen.args
-    confirm(f"{REVIEW_QUESTION} {name}?\n{versions.diff_text(*shown)}")
+        diff = versions.diff_text(*shown) or "(only the line endings or the final newline change)"
+        confirm(f"{REVIEW_QUESTION} {name}?\n" + "\n".join(map(notes.visible, diff.split("\n"))))
 
     def unchanged(old: str, new: str) -> None:
         if (old, new) != shown:

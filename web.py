@@ -330,6 +330,7 @@ class Server(ThreadingHTTPServer):
 
 class Handler(BaseHTTPRequestHandler):
     server: Server
+    timeout = 60  # seconds a socket may stall (a body shorter than its Content-Length); events pass every 15 s
 
     def log_message(self, format, *args) -> None:
         pass  # a line per request would bury what matters

@@ -40,13 +40,17 @@ DOMPurify.addHook("afterSanitizeAttributes", (node) => {
     node.setAttribute("target", "_blank");
     node.setAttribute("rel", "noopener noreferrer");
   } else if (!/^[a-z][a-z0-9+.-]*:/i.test(href) && /\.(md|txt)(#.*)?$/i.test(href)) {
-    node.dataset.note = joinPath(linkBase, decodeURIComponent(href.replace(/#.*$/, "")));
+    node.dataset.note = joinPath(linkBase, decodedPath(href.replace(/#.*$/, "")));
     node.setAttribute("href", "#");
     node.classList.add("note-link");
   } else if (!href.startsWith("#")) {
     node.removeAttribute("href");  // a relative link to something that is not a note leads nowhere here
   }
 });
+
+function decodedPath(href) {
+  try { return decodeURIComponent(href); } catch { return href; }  // "100%.md" is a name, not an escape
+}
 
 function joinPath(base, path) {
   const parts = (path.startsWith("/") ? [] : base.split("/").filter(Boolean));
@@ -180,7 +184,6 @@ function showReview(event) {
   reject.onclick = () => answerReview(box, false);
   buttons.append(accept, reject);
   box.append(buttons);
-  accept.focus({preventScroll: true});
   scrollDown();
 }
 

@@ -270,7 +270,7 @@ def test_read_goes_past_the_first_screenful_in_a_persons_words(kb):
 
 
 def test_a_failed_command_is_not_output_and_exits_1(kb):
-    for command in ("/read nothing.md", "/nonsense", "/search"):
+    for command in ("/read nothing.md", "/nonsense", "/search", "/undo", "/resume 99"):
         result = run_main(command, kb=kb, key=None)
         assert result.returncode == 1 and result.stdout == "", command
         assert result.stderr.startswith("error: "), command
@@ -311,3 +311,9 @@ def test_pip_installs_a_knowledge_agent_command(tmp_path, kb):
     unset = subprocess.run([str(venv / "bin" / "ka"), "q"], capture_output=True, text=True, timeout=60,
                            env=clean_env(DEEPSEEK_API_KEY="x"), cwd=tmp_path)
     assert unset.returncode == 2 and "config.env" in unset.stderr  # no sample notes: says where to set them
+
+
+def test_piped_lines_that_are_not_utf8_never_crash(kb):
+    result = subprocess.run([sys.executable, str(MAIN)], input=b"/search vim\n/search \xc4\xe3\n", capture_output=True,
+                            env=clean_env(KNOWLEDGE_BASE=str(kb), PYTHONIOENCODING="utf-8:strict"), timeout=60)
+    assert b"Traceback" not in result.stderr and b"vim.md" in result.stdout

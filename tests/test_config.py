@@ -105,3 +105,11 @@ def test_notes_folder_problems(env_file, tmp_path, monkeypatch):
     monkeypatch.setattr(os, "access", lambda path, mode: False)
     with pytest.raises(ConfigError, match="cannot be read"):
         load_settings()
+
+
+def test_a_base_url_flag_at_a_providers_address_takes_that_providers_key(env_file, monkeypatch):
+    monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-deepseek")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai")
+    settings = load_settings(base_url="https://api.openai.com/v1")
+    assert (settings.api_key, settings.model) == ("sk-openai", "gpt-5.4-mini")  # never DeepSeek's key to OpenAI
+    assert load_settings(base_url="http://localhost:8000/v1").api_key == "sk-deepseek"  # another server: as set
