@@ -21,7 +21,9 @@ import struct
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from fake_server import Loopback
 
 DIMENSIONS = 1024
 
@@ -119,26 +121,14 @@ def _direction(concept: str) -> tuple:
     return tuple(1.0 if bits >> i & 1 else -1.0 for i in range(DIMENSIONS))
 
 
-class FakeEmbedder:
+class FakeEmbedder(Loopback):
     def __init__(self, port: int = 0, down: bool = False, refuse: bool = False, delay: float = 0.0,
                  fail_after: int | None = None, floats: bool = False):
         self.floats = floats  # answer floats whatever was asked, as Ollama does
         self.down, self.refuse, self.delay, self.fail_after = down, refuse, delay, fail_after
         self.requests: list[dict] = []  # every request that reached the embeddings route
         self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
-        self.server.daemon_threads = True
-        self.server.handle_error = lambda request, address: None  # a client hanging up (a timeout) is no news
-        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.server.shutdown()
-        self.server.server_close()
+        self.listen(_handler_for(self), port)
 
     def inputs(self) -> list:
         """Every text sent to be embedded, in order."""

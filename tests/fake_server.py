@@ -99,19 +99,11 @@ def prompt_tokens(request: dict) -> int:
     return len(json.dumps(body, ensure_ascii=False)) // 3
 
 
-class FakeLLM:
-    def __init__(self, replies=None, responder=demo_brain, port: int = 0, thinking_mode: bool = False,
-                 context_limit: int | None = None):
-        self.replies = list(replies or [])
-        self.thinking_mode = thinking_mode  # answer 400, as DeepSeek does, if reasoning is not sent back
-        self.responder = responder
-        self.requests: list[dict] = []
-        self.authorizations: list[str | None] = []  # each request's Authorization header: which key was sent
-        self.context_limit = context_limit
-        self.rejected = 0
-        self.max_prompt_tokens = 0
-        self.lock = threading.Lock()
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), _handler_for(self))
+class Loopback:
+    """A test server on 127.0.0.1 (port 0: any free one), serving from a daemon thread inside a `with` block."""
+
+    def listen(self, handler, port: int) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self.server.daemon_threads = True
         self.server.handle_error = lambda request, address: None  # a client hanging up is not news
         self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
@@ -124,6 +116,21 @@ class FakeLLM:
     def __exit__(self, *exc):
         self.server.shutdown()
         self.server.server_close()
+
+
+class FakeLLM(Loopback):
+    def __init__(self, replies=None, responder=demo_brain, port: int = 0, thinking_mode: bool = False,
+                 context_limit: int | None = None):
+        self.replies = list(replies or [])
+        self.thinking_mode = thinking_mode  # answer 400, as DeepSeek does, if reasoning is not sent back
+        self.responder = responder
+        self.requests: list[dict] = []
+        self.authorizations: list[str | None] = []  # each request's Authorization header: which key was sent
+        self.context_limit = context_limit
+        self.rejected = 0
+        self.max_prompt_tokens = 0
+        self.lock = threading.Lock()
+        self.listen(_handler_for(self), port)
 
     def too_long(self, request: dict) -> str | None:
         """The error message real servers give when the request exceeds the context window, if it does."""
