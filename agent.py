@@ -53,6 +53,12 @@ CONTEXT_ERROR = re.compile(r"context.{0,20}(length|window|size)|maximum context|
                            r"prompt is too long|context_length_exceeded", re.I)
 
 
+# Where a key goes, for every "no key" message (the chat's, the page's, make_client's).
+KEY_HINT = ("Set DEEPSEEK_API_KEY for DeepSeek, or OPENAI_API_KEY (with OPENAI_BASE_URL for other servers): a key "
+            "only goes to its own provider. Put it in the environment, .env beside main.py or "
+            "~/.config/knowledge-agent/config.env")
+
+
 class AgentError(Exception):
     """A failure that ends one answer; its message is one line for the person."""
 
@@ -84,9 +90,7 @@ class UI:
 
 def make_client(settings: Settings) -> openai.OpenAI:
     if not settings.api_key:
-        raise AgentError(f"No API key for {settings.base_url}: set DEEPSEEK_API_KEY for DeepSeek, or OPENAI_API_KEY "
-                         "(with OPENAI_BASE_URL for other servers): a key only goes to its own provider. Put it in "
-                         "the environment, .env beside main.py or ~/.config/knowledge-agent/config.env.")
+        raise AgentError(f"No API key for {settings.base_url}. {KEY_HINT}.")
     return openai.OpenAI(api_key=settings.api_key, base_url=settings.base_url, max_retries=API_MAX_RETRIES,
                          timeout=openai.Timeout(REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT))
 

@@ -18,7 +18,7 @@ import embeddings
 import sessions
 import shell
 import tools
-from agent import AgentError, make_client, request_budget, run_agent, system_message
+from agent import KEY_HINT, AgentError, make_client, request_budget, run_agent, system_message
 from config import ConfigError, Settings, load_settings
 from notes import ToolError, readable_text
 from terminal import Display, compact, read_question, shorten, start_line_editing
@@ -83,8 +83,7 @@ COMMANDS = {
     "/undo": "revert the agent's last change to a note",
     "/exit": "leave (Ctrl+D too)",
 }
-NO_KEY = ("Chat is off: no API key. Set DEEPSEEK_API_KEY (or OPENAI_API_KEY) in the environment, in .env "
-          "beside main.py or in ~/.config/knowledge-agent/config.env, then start again. "
+NO_KEY = (f"Chat is off: no API key. {KEY_HINT}, then start again. "
           "Meanwhile /search, /list and /read work; /help lists all.")
 MULTILINE_HELP = ("  A question can span lines: end a line with \\ to go on, or paste a block (it stays one question).\n"
                   "  Ctrl+C clears the line typed; on an empty line, or Ctrl+D, it leaves.")

@@ -51,8 +51,7 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self';
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
            "X-Frame-Options": "DENY", "Cache-Control": "no-store"}
-NO_KEY = ("Chat is off: no API key. Set DEEPSEEK_API_KEY (or OPENAI_API_KEY) in the environment, .env beside "
-          "main.py or ~/.config/knowledge-agent/config.env, then start again. Meanwhile search and notes work.")
+NO_KEY = f"Chat is off: no API key. {agent.KEY_HINT}, then start again. Meanwhile search and notes work."
 NO_TOKEN = ("Open the address knowledge-agent printed when it started (it carries a one-time token). "
             "A used or old address does not work: start python main.py --web again for a new one.")
 BUSY = "The agent is answering: wait for it, or press Stop."
