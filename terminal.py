@@ -27,9 +27,9 @@ def shorten(text: str) -> str:
     return text if len(text) <= TRACE_WIDTH else text[:TRACE_WIDTH - 1] + "…"
 
 
-def compact(arguments) -> str:
+def compact(arguments, indent: int | None = None) -> str:
     try:
-        return json.dumps(json.loads(arguments or "{}"), ensure_ascii=False)
+        return json.dumps(json.loads(arguments or "{}"), ensure_ascii=False, indent=indent)
     except ValueError:
         return str(arguments)
 

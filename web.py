@@ -2,19 +2,18 @@
 
     python main.py --web [--port N] [--no-browser]   →   serve(settings, port, open_browser)
 
-A standard-library HTTP server on 127.0.0.1 serves the page in static/ and a small JSON API. Each question
-runs run_agent in a worker thread whose `WebUI` turns the agent's hooks into events, sent to the page as
-Server-Sent Events; `confirm` blocks the worker until the page answers Accept or Reject. Stop makes the worker's
-next hook (a streamed piece, a tool step, a question) raise KeyboardInterrupt, so the agent keeps its history
-as after Ctrl+C in the terminal; a silent model or a running shell command is stopped when it next speaks or ends.
-Conversations live in the CLI's session store, so `python main.py --continue` picks up a page's and back.
+A standard-library HTTP server on 127.0.0.1 serves the page in static/ and a small JSON API. Each question runs
+run_agent in a worker thread; App, its UI, sends the agent's hooks to the page as Server-Sent Events and blocks in
+`confirm` until the page answers Accept or Reject. Stop makes the next hook raise KeyboardInterrupt (a silent model
+or a running shell command when it next speaks or ends), so the history is kept as after Ctrl+C in the terminal.
+Conversations live in the CLI's session store: `python main.py --continue` picks up a page's, and back.
 
 A page on the internet must not be able to use it: it never listens beyond 127.0.0.1, refuses other Host
 headers (DNS rebinding), state-changing requests from other origins (CSRF) and anything without the launch
 token's cookie, sends no CORS headers, takes only small JSON bodies, and sets a CSP that runs only its own
 scripts. It never approves anything by itself, and offers the shell only with --allow-shell.
 """
-
+import contextlib
 import dataclasses
 import hmac
 import http.cookies
@@ -35,6 +34,7 @@ import versions
 from config import Settings
 from context import content_text
 from notes import ToolError, rel, safe_path
+from terminal import compact
 
 DEFAULT_PORT = 8731
 MAX_BODY = 1_000_000  # bytes of a JSON request body (a question with a pasted note fits)
@@ -58,9 +58,7 @@ BUSY = "The agent is answering: wait for it, or press Stop."
 
 
 class HTTPError(Exception):
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
+    """A request refused: (status, the message the page shows)."""
 
 
 def _number(text: str, status: int, message: str) -> int:
@@ -68,64 +66,6 @@ def _number(text: str, status: int, message: str) -> int:
         return int(text)
     except ValueError:
         raise HTTPError(status, message) from None
-
-
-# --- The agent's hooks, as events for the page ---
-
-class WebUI(agent.UI):
-    """run_agent's ui in the worker thread: everything goes to the page; changes are reviewed there. A hook
-    raises Stop's KeyboardInterrupt outside the lock, so none leaks; history_changed and usage never raise it
-    (there it would lose the question, or an answer shown whole)."""
-    review_changes = True
-
-    def __init__(self, app: "App"):
-        self.app = app
-        self.call: tuple[str, str] | None = None  # the tool call running now: a delete's diff needs its note
-
-    def _show(self, event: dict) -> None:  # shown, then stopped: the page shows all the history keeps
-        self.app.emit(event)
-        if self.app.stopping:
-            raise KeyboardInterrupt
-
-    def text(self, text: str) -> None:
-        self._show({"type": "text", "text": text})
-
-    def reasoning(self, text: str) -> None:
-        self._show({"type": "reasoning", "text": text})
-
-    def notice(self, text: str) -> None:
-        self._show({"type": "notice", "text": text})
-
-    def tool_call(self, name: str, arguments: str) -> None:
-        if self.app.stopping:  # before its card: it will not run
-            raise KeyboardInterrupt
-        self.call = (name, arguments)
-        self._show({"type": "tool_call", "name": name, "arguments": _pretty(arguments)})
-
-    def tool_result(self, name: str, result: tools.Result) -> None:
-        self._show({"type": "tool_result", "name": name, "text": result.text, "error": result.error})
-
-    def confirm(self, question: str) -> bool:
-        question, _, detail = question.partition("\n")
-        kind = "shell" if question == tools.SHELL_QUESTION else "diff" if detail else "plain"
-        if self.call and self.call[0] == "delete_note":
-            detail, kind = self.app.deleted_diff(self.call[1]), "diff"
-        return self.app.ask(question, detail, kind)
-
-    def history_changed(self, history: list[dict]) -> None:
-        with self.app.lock:
-            self.app.conversation.sync(history)
-
-    def usage(self, usage) -> None:
-        with self.app.lock:
-            self.app.conversation.add_usage(usage)
-
-
-def _pretty(arguments: str) -> str:
-    try:
-        return json.dumps(json.loads(arguments or "{}"), ensure_ascii=False, indent=1)
-    except ValueError:
-        return str(arguments)
 
 
 def history_items(history: list[dict]) -> list[dict]:
@@ -143,23 +83,26 @@ def history_items(history: list[dict]) -> list[dict]:
             for call in message.get("tool_calls") or []:
                 function = call.get("function") or {}
                 name = names[call.get("id")] = function.get("name", "")
-                items.append({"type": "tool_call", "name": name, "arguments": _pretty(function.get("arguments"))})
+                items.append({"type": "tool_call", "name": name, "arguments": compact(function.get("arguments"), 1)})
         elif role == "tool":
             items.append({"type": "tool_result", "name": names.get(message.get("tool_call_id"), ""),
                           "text": text, "error": text.startswith("Error:")})
     return items
 
 
-# --- The state behind the page: one conversation, the answer in progress, the question waiting ---
+class App(agent.UI):
+    """The state behind the page, and run_agent's UI: each hook an event. Stop's KeyboardInterrupt is raised by a
+    hook, never thrown in (no lock leaks), and never by history_changed or usage (that would lose words)."""
+    review_changes = True
 
-class App:
     def __init__(self, settings: Settings, client):
         self.settings, self.client = settings, client
         self.lock = threading.Condition(threading.RLock())  # guards everything below and the session store
         self.seq, self.events = 0, []  # numbered events of the turn in progress (or the last one)
         self.worker: threading.Thread | None = None
         self.turn_start = 0  # where the turn in progress begins in the history
-        self.pending: dict | None = None  # the question the worker waits on: id, question, detail, kind, answer
+        self.call = ("", "")  # the tool call running now: a delete's review shows its note
+        self.pending: dict | None = None  # the question the worker waits on: its id and answer
         self.stopping = False
         self.told: list[str] = []  # what the model should hear with the next question (what Undo restored)
         store = sessions.SessionStore(settings.data_dir / "sessions.db", self.warn)
@@ -174,12 +117,6 @@ class App:
             self.seq += 1
             self.events.append((self.seq, event))
             self.lock.notify_all()
-
-    def events_after(self, seq: int, timeout: float) -> list[tuple[int, dict]]:
-        """The events after number `seq`, waiting up to `timeout` for one."""
-        with self.lock:
-            self.lock.wait_for(lambda: self.seq > seq, timeout)
-            return [(n, event) for n, event in self.events if n > seq]
 
     def state(self) -> dict:
         with self.lock:
@@ -199,8 +136,7 @@ class App:
         if self.client is None:
             raise HTTPError(409, NO_KEY)
         with self.lock:
-            if self.worker is not None:
-                raise HTTPError(409, BUSY)
+            self.idle()
             self.events, self.stopping, self.turn_start = [], False, len(self.conversation.history)
             self.conversation.begin_turn()
             self.worker = threading.Thread(target=self._turn, args=(question,), daemon=True)
@@ -210,7 +146,7 @@ class App:
     def _turn(self, question: str) -> None:
         history, status, message = self.conversation.history, "ok", ""
         try:
-            agent.run_agent("\n".join(self.told + [question]), history, self.settings, self.client, WebUI(self))
+            agent.run_agent("\n".join(self.told + [question]), history, self.settings, self.client, self)
         except KeyboardInterrupt:
             status, message = "stopped", "Stopped. What was done so far is kept; ask again to go on."
         except agent.AgentError as exc:
@@ -225,20 +161,58 @@ class App:
                 self.emit({"type": "done", "status": status, "message": message,
                            "session": self.conversation.session_id})
 
-    def ask(self, question: str, detail: str, kind: str) -> bool:
+    def _show(self, event: dict) -> None:  # shown, then stopped: the page shows all the history keeps
+        self.emit(event)
+        if self.stopping:
+            raise KeyboardInterrupt
+
+    def text(self, text: str) -> None:
+        self._show({"type": "text", "text": text})
+
+    def reasoning(self, text: str) -> None:
+        self._show({"type": "reasoning", "text": text})
+
+    def notice(self, text: str) -> None:
+        self._show({"type": "notice", "text": text})
+
+    def tool_call(self, name: str, arguments: str) -> None:
+        if self.stopping:  # before its card: it will not run
+            raise KeyboardInterrupt
+        self.call = (name, arguments)
+        self._show({"type": "tool_call", "name": name, "arguments": compact(arguments, 1)})
+
+    def tool_result(self, name: str, result: tools.Result) -> None:
+        self._show({"type": "tool_result", "name": name, "text": result.text, "error": result.error})
+
+    def confirm(self, question: str) -> bool:
         """Wait for the page's Accept or Reject; Stop answers by raising KeyboardInterrupt, as Ctrl+C would."""
+        question, _, detail = question.partition("\n")
+        kind = "shell" if question == tools.SHELL_QUESTION else "diff" if detail else "plain"
+        if self.call[0] == "delete_note":  # shown as every line of the note removed
+            with contextlib.suppress(ValueError, KeyError, TypeError, ToolError, OSError):
+                note = tools.note_text(self.settings, json.loads(self.call[1])["file_path"])
+                detail, kind = versions.diff_text(note, ""), "diff"
         with self.lock:
             if self.stopping:
                 raise KeyboardInterrupt
-            pending = self.pending = {"id": self.seq + 1, "question": question, "detail": detail, "kind": kind,
-                                      "answer": None}
-            self.emit({"type": "confirm", **{k: v for k, v in pending.items() if k != "answer"}})
+            pending = self.pending = {"id": self.seq + 1, "answer": None}
+            self.emit({"type": "confirm", "id": pending["id"], "question": question, "detail": detail, "kind": kind})
             self.lock.wait_for(lambda: pending["answer"] is not None or self.stopping)
             self.pending = None
             if pending["answer"] is None:
                 raise KeyboardInterrupt
             self.emit({"type": "answered", "id": pending["id"], "accepted": pending["answer"]})
             return pending["answer"]
+
+    def history_changed(self, history: list[dict]) -> None:
+        with self.lock:
+            self.conversation.sync(history)
+
+    def usage(self, usage) -> None:
+        with self.lock:
+            self.conversation.add_usage(usage)
+
+    # --- What the page does ---
 
     def answer(self, ask_id, accepted) -> None:
         with self.lock:
@@ -248,23 +222,13 @@ class App:
             self.lock.notify_all()
 
     def stop(self) -> bool:
-        """Cancel the answer like Ctrl+C, at its next streamed piece or tool step (a waiting question at once; a
-        silent model or a shell command when it next sends or ends): nothing thrown in, which could leak a lock."""
+        """Cancel the answer like Ctrl+C, at its next hook; True if there was one to stop."""
         with self.lock:
             if self.worker is None or self.stopping:
                 return False
             self.stopping = True
             self.lock.notify_all()
             return True
-
-    def deleted_diff(self, arguments: str) -> str:
-        """A delete shown as a diff: every line of the note removed."""
-        try:
-            return versions.diff_text(tools.note_text(self.settings, json.loads(arguments)["file_path"]), "")
-        except (ValueError, KeyError, TypeError, ToolError, OSError):
-            return ""
-
-    # --- What the page does between answers ---
 
     def idle(self) -> None:
         if self.worker is not None:
@@ -292,6 +256,13 @@ class App:
         return [{"id": s.id, "started": s.started, "title": s.title or "(no question)", "messages": s.messages,
                  "current": s.id == self.conversation.session_id} for s in listed]
 
+    def note(self, path: str) -> dict:
+        try:
+            return {"path": rel(self.settings.kb, safe_path(self.settings.kb, path)),
+                    "text": tools.note_text(self.settings, path)}
+        except (ToolError, OSError) as exc:
+            raise HTTPError(404, f"Cannot open that note: {getattr(exc, 'strerror', None) or exc}") from None
+
     def undo(self) -> str:
         with self.lock:
             self.idle()
@@ -311,11 +282,14 @@ class App:
 # --- HTTP ---
 
 class Server(ThreadingHTTPServer):
+    """The server for these notes on 127.0.0.1:port (0: any free port); it never approves by itself."""
     daemon_threads = True
 
-    def __init__(self, app: App, port: int):
+    def __init__(self, settings: Settings, port: int = DEFAULT_PORT):
+        settings = dataclasses.replace(settings, auto_approve=False)
+        self.app = App(settings, agent.make_client(settings) if settings.api_key else None)
         super().__init__(("127.0.0.1", port), Handler)
-        self.app, self.port = app, self.server_address[1]
+        self.port = self.server_address[1]
         self.token = secrets.token_urlsafe(32)  # in the printed address; exchanged once for the cookie
         self.secret = secrets.token_urlsafe(32)  # the cookie's value
         self.cookie = f"ka-{self.port}"  # cookies ignore ports: two servers must not share one name
@@ -340,21 +314,19 @@ class Handler(BaseHTTPRequestHandler):
                 raise HTTPError(403, "Wrong Host header: open the address knowledge-agent printed.")
             if self.command not in ("GET", "POST"):  # a CORS preflight among them: no CORS headers, ever
                 raise HTTPError(405, "Method not allowed.")
-            (self._get if self.command == "GET" else self._post)()
+            return (self._get if self.command == "GET" else self._post)()
         except HTTPError as exc:
-            self._refuse(exc.status, str(exc))
+            status, message = exc.args
         except (ConnectionError, TimeoutError):
-            pass  # the page went away
+            return  # the page went away
         except Exception as exc:  # a bug answers this request with one line, and the server goes on
             print(f"knowledge-agent: web request failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-            self._refuse(500, f"Internal error: {type(exc).__name__}: {exc}")
-
-    do_GET = do_POST = do_OPTIONS = do_HEAD = do_PUT = do_DELETE = do_PATCH = do_TRACE = _serve
-
-    def _refuse(self, status: int, message: str) -> None:
+            status, message = 500, f"Internal error: {type(exc).__name__}: {exc}"
         if self.path.startswith("/api/"):
             return self._send(status, json.dumps({"error": message}).encode(), "application/json")
         self._send(status, f"knowledge-agent: {message}\n".encode(), "text/plain; charset=utf-8")  # a person reads it
+
+    do_GET = do_POST = do_OPTIONS = do_HEAD = do_PUT = do_DELETE = do_PATCH = do_TRACE = _serve
 
     def _send(self, status: int, body: bytes | None, kind: str, extra: dict | None = None) -> None:
         """Every response: the status, HEADERS, then the body (None: an event stream follows)."""
@@ -403,19 +375,12 @@ class Handler(BaseHTTPRequestHandler):
         if url.path == "/api/events":
             return self._events(self.headers.get("Last-Event-ID") or query.get("after") or "0")
         routes = {"/api/state": app.state, "/api/sessions": app.sessions,
-                  "/api/note": lambda: self._note(query.get("path", "")),
+                  "/api/note": lambda: app.note(query.get("path", "")),
                   "/api/search": lambda: tools.execute_tool("search_notes", {"query": query.get("q", "")},
                                                             app.settings)._asdict()}
         if url.path not in routes:
             raise HTTPError(404, "No such page.")
         self._json(routes[url.path]())
-
-    def _note(self, path: str) -> dict:
-        try:
-            return {"path": rel(self.server.app.settings.kb, safe_path(self.server.app.settings.kb, path)),
-                    "text": tools.note_text(self.server.app.settings, path)}
-        except (ToolError, OSError) as exc:
-            raise HTTPError(404, f"Cannot open that note: {getattr(exc, 'strerror', None) or exc}") from None
 
     def _events(self, after: str) -> None:
         """Server-Sent Events: every event after number `after`, then each as it happens, until the page goes."""
@@ -424,7 +389,9 @@ class Handler(BaseHTTPRequestHandler):
                   app.seq)  # a number from before a restart means nothing now
         self._send(200, None, "text/event-stream; charset=utf-8")
         while True:
-            batch = app.events_after(seq, KEEPALIVE)
+            with app.lock:
+                app.lock.wait_for(lambda: app.seq > seq, KEEPALIVE)
+                batch = [(n, event) for n, event in app.events if n > seq]
             lines = "".join(f"id: {n}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n" for n, event in batch)
             self.wfile.write((lines or ": keepalive\n\n").encode())
             self.wfile.flush()
@@ -460,21 +427,11 @@ class Handler(BaseHTTPRequestHandler):
         self._json({"ok": True, "result": routes[self.path]()})
 
 
-# --- Starting and stopping ---
-
-def make_server(settings: Settings, port: int = DEFAULT_PORT, client=None) -> Server:
-    """The server for these notes on 127.0.0.1:port (0: any free port); it never approves by itself."""
-    settings = dataclasses.replace(settings, auto_approve=False)
-    if client is None and settings.api_key:
-        client = agent.make_client(settings)
-    return Server(App(settings, client), port)
-
-
 def serve(settings: Settings, port: int | None = None, open_browser: bool = True) -> int:
     """Serve the page until Ctrl+C; print the address (with its token) to open. Returns the exit code."""
     port = DEFAULT_PORT if port is None else port
     try:
-        server = make_server(settings, port)
+        server = Server(settings, port)
     except (OSError, OverflowError) as exc:  # in use, or not a port number at all
         print(f"error: cannot listen on 127.0.0.1:{port} ({getattr(exc, 'strerror', None) or exc}); "
               "choose another with --port N.", file=sys.stderr)
@@ -486,7 +443,8 @@ def serve(settings: Settings, port: int | None = None, open_browser: bool = True
     if not settings.api_key:
         print(f"knowledge-agent: {NO_KEY}", file=sys.stderr)
     if settings.auto_approve:
-        print("knowledge-agent: --yes / AUTO_APPROVE is ignored here: the page asks about every change.", file=sys.stderr)
+        print("knowledge-agent: --yes / AUTO_APPROVE is ignored here: the page asks about every change.",
+              file=sys.stderr)
     if open_browser:
         threading.Thread(target=webbrowser.open, args=(server.url,), daemon=True).start()
     try:

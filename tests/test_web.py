@@ -91,7 +91,7 @@ class Browser:
 
 
 def start(settings) -> web.Server:
-    server = web.make_server(settings, 0)
+    server = web.Server(settings, 0)
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     return server
 

@@ -38,7 +38,7 @@ def open_page(browser, kb, tmp_path, fake_llm):
     def make(width: int = 1280):
         settings = make_settings(kb, base_url=fake_llm.base_url, data_dir=tmp_path / "data",
                                  index_dir=tmp_path / "index")
-        server = web.make_server(settings, 0)
+        server = web.Server(settings, 0)
         threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
         context = browser.new_context(viewport={"width": width, "height": 800})
         page = context.new_page()
