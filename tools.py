@@ -25,9 +25,11 @@ from notes import HISTORY_DIR, ToolError, rel, safe_path
 
 MAX_TOOL_OUTPUT = 8000  # characters; no tool result is longer
 MAX_NOTE_BYTES = 5_000_000  # larger files are not read whole, nor changed
-# The hint for old_text that was not found must come back within about a second on any note.
-HINT_SCAN_CHARS = 1_000_000  # the part of a note searched for the closest lines
-HINT_CANDIDATES = 50  # pieces of lines compared closely
+# The hint for old_text that was not found must come back within about a second on any note
+# (bench/edit_hint_bench.py): only this much of the note is searched, and only this many pieces of lines
+# (those sharing the most three-letter runs with the passage) are compared closely.
+HINT_SCAN_CHARS = 1_000_000
+HINT_CANDIDATES = 50
 EDIT_MAX_MATCHES_COUNTED = 20
 SHELL_QUESTION = "Run this shell command in the notes folder?"  # main.py offers "always" for these
 KEPT = "the previous version is kept in .history/ (/undo in the chat restores it)."
@@ -140,8 +142,7 @@ def _done(settings: Settings, summary: str, done: str, *names: str) -> str:
 
 
 def _changeable(settings: Settings, path, text: bool = True) -> str:
-    """The name of an existing note that may be changed (`text`: its text, so not a huge one); versions.py
-    checks the text itself under the lock."""
+    """The name of an existing note that may be changed (`text`: its text, so not a huge one)."""
     name = rel(settings.kb, path)
     if path.is_dir():
         raise ToolError(f"{name} is a folder, not a note.")
@@ -157,11 +158,8 @@ def _lf(text: str) -> str:
 
 
 def closest_lines(text: str, passage: str) -> str:
-    """The note's three lines most like the passage's longest line, to help the model copy it exactly.
-
-    Bounded on any note: only the first HINT_SCAN_CHARS are looked at, a long line in overlapping pieces
-    as wide as the passage (a typo fix quotes part of a line), and only the HINT_CANDIDATES pieces sharing
-    the most three-letter runs with it are compared closely."""
+    """The note's three lines most like the passage's longest line, to help the model copy it exactly. A long
+    line is looked at in overlapping pieces as wide as the passage (a typo fix quotes part of a line)."""
     wanted = max(passage.strip().splitlines() or [passage], key=len).strip()[:200]
     grams = {wanted[i:i + 3] for i in range(len(wanted) - 2)} or {wanted}
     lines, width = text[:HINT_SCAN_CHARS].splitlines(), max(len(wanted), 40)
@@ -253,12 +251,9 @@ class _Seen(Exception):
 
 
 def _save(settings: Settings, name: str, new_text, op: str, done: str, confirm=None) -> str:
-    """Save through versions.py (new_text: the text, or a function of the note's text at that moment).
-
-    With `confirm` (a review) the person is first asked about the change as it would be made now (its diff);
-    it is written only if, under the lock, it is still exactly that change (a change that was nothing when
-    asked is never written)."""
-    shown = None  # the (old text, new text) the person was asked about
+    """Save through versions.py (new_text: the text, or a function of the note's text then). With `confirm`, a
+    review: the person sees the change's diff first, and it is written only if it is still exactly that change."""
+    shown = None  # the (old text, new text) the person was asked about; None: a no-op, never written
 
     def look(old: str, new: str) -> None:
         raise _Seen(old, new)
