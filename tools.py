@@ -354,11 +354,10 @@ def clean_text(text: str) -> str:
 
 
 def _arguments(schema: dict, arguments) -> dict:
-    if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
-        arguments = {}
+    arguments = {} if arguments is None else arguments
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments)
+            arguments = json.loads(arguments.strip() or "{}")
         except ValueError as exc:
             raise ToolError(f"the arguments are not valid JSON ({exc}). Send one JSON object.") from None
     if not isinstance(arguments, dict):
