@@ -9,6 +9,7 @@ KeyboardInterrupt, which ends the turn). Every path the model gives goes through
 
 import difflib
 import inspect
+import itertools
 import json
 import re
 from dataclasses import dataclass
@@ -23,16 +24,14 @@ from config import Settings
 from notes import HISTORY_DIR, ToolError, rel, safe_path
 
 MAX_TOOL_OUTPUT = 8000  # characters; no tool result is longer
-READ_MAX_LINES = 200  # read_note returns at most this many lines per call
 MAX_NOTE_BYTES = 5_000_000  # larger files are not read whole, nor changed
-EDIT_CLOSEST_LINES = 3  # lines shown when edit_note's old_text is not found
-# The hint for old_text that was not found must come back within about a second on any note.
-HINT_SCAN_CHARS = 1_000_000  # the part of a note searched for the closest lines
-HINT_WIDTH = 200  # characters of the passage compared
-HINT_CANDIDATES = 50  # pieces of lines compared closely
+# The hint for old_text that was not found must come back within about a second on any note
+# (bench/edit_hint_bench.py): only this much of the note is searched, and only this many pieces of lines
+# (those sharing the most three-letter runs with the passage) are compared closely.
+HINT_SCAN_CHARS = 1_000_000
+HINT_CANDIDATES = 50
 EDIT_MAX_MATCHES_COUNTED = 20
 SHELL_QUESTION = "Run this shell command in the notes folder?"  # main.py offers "always" for these
-REVIEW_QUESTION = "Make this change to"  # then the note's name, "?", and the diff on the lines after
 KEPT = "the previous version is kept in .history/ (/undo in the chat restores it)."
 
 
@@ -57,8 +56,7 @@ _JSON_TYPES = {"string": str, "integer": int, "boolean": bool}
 
 
 def tool(description: str, params: dict, *, read_only=False, destructive=True, confirm=False, opt_in=None):
-    """Register a tool. `params` maps each argument to (JSON type, description); the required ones are
-    those the function gives no default."""
+    """Register a tool; `params` maps each argument to (JSON type, description), required if it has no default."""
     def register(function):
         signature = inspect.signature(function).parameters
         required = [name for name in params if signature[name].default is inspect.Parameter.empty]
@@ -98,8 +96,7 @@ def list_notes(settings: Settings, folder: str | None = None) -> str:
 
 
 def note_text(settings: Settings, file_path: str) -> str:
-    """A note's text for reading (the model's, the web page's): through the one path guard, lenient about
-    encoding, bounded in size."""
+    """A note's text to read (the model's, the web page's): through the path guard, any encoding, bounded."""
     path = safe_path(settings.kb, file_path)
     try:
         data = notes.read_bytes(settings.kb, rel(settings.kb, path), MAX_NOTE_BYTES + 1)
@@ -125,12 +122,9 @@ def read_note(settings: Settings, file_path: str, start_line: int = 1) -> str:
         return f"{name} is empty."
     if not 1 <= start_line <= len(lines):
         raise ToolError(f"start_line {start_line} is outside the note, which has {len(lines)} lines.")
-    shown, size = [], 0  # the lines from start_line that fit one result
-    for line in lines[start_line - 1:start_line - 1 + READ_MAX_LINES]:
-        if size + len(line) > MAX_TOOL_OUTPUT - 300:
-            break
-        shown.append(line)
-        size += len(line) + 1
+    window = lines[start_line - 1:start_line + 199]  # at most 200 lines, as many as fit one result
+    ends = itertools.accumulate(len(line) + 1 for line in window)  # where each line ends in the result
+    shown = window[:sum(end <= MAX_TOOL_OUTPUT - 299 for end in ends)]
     if not shown:  # a single enormous line
         shown = [lines[start_line - 1][:MAX_TOOL_OUTPUT - 300] + " [… line cut]"]
     end = start_line + len(shown) - 1
@@ -140,19 +134,21 @@ def read_note(settings: Settings, file_path: str, start_line: int = 1) -> str:
 
 # --- Changing notes: every change goes through versions.py (atomic, format kept, recoverable) ---
 
-def _changed(settings: Settings, *paths: str) -> None:
-    for path in paths:
-        search.note_changed(settings.kb, settings.index_dir, path)
+def _done(settings: Settings, summary: str, done: str, *names: str) -> str:
+    """Tell the index which notes changed; the result is the change summary line, then what was done."""
+    for name in names:
+        search.note_changed(settings.kb, settings.index_dir, name)
+    return f"{summary}\n{done}"
 
 
-def _changeable(settings: Settings, path) -> str:
-    """The name of an existing note that may be changed; versions.py checks its text under the lock."""
+def _changeable(settings: Settings, path, text: bool = True) -> str:
+    """The name of an existing note that may be changed (`text`: its text, so not a huge one)."""
     name = rel(settings.kb, path)
     if path.is_dir():
         raise ToolError(f"{name} is a folder, not a note.")
     if not path.is_file():
         raise ToolError(f"{name} does not exist. Use search_notes or list_notes to find the right path.")
-    if path.stat().st_size > MAX_NOTE_BYTES:
+    if text and path.stat().st_size > MAX_NOTE_BYTES:
         raise ToolError(f"{name} is larger than {MAX_NOTE_BYTES} bytes; it is too big to change safely here.")
     return name
 
@@ -161,24 +157,10 @@ def _lf(text: str) -> str:
     return text.replace("\r\n", "\n")  # versions.py puts a CRLF note's own endings back
 
 
-def _find_all(text: str, passage: str) -> list[tuple[int, int]]:
-    """(start, end) of every occurrence, overlapping ones included (they are just as ambiguous)."""
-    # A note that mixes CRLF and LF keeps its "\r\n" in the text; the model copies lines without "\r".
-    pattern = re.compile("\r?\n".join(map(re.escape, passage.split("\n"))))
-    found, match = [], pattern.search(text)
-    while match and len(found) <= EDIT_MAX_MATCHES_COUNTED:
-        found.append(match.span())
-        match = pattern.search(text, match.start() + 1)
-    return found
-
-
-def closest_lines(text: str, passage: str, limit: int = EDIT_CLOSEST_LINES) -> str:
-    """The note's lines most like the passage's longest line, to help the model copy it exactly.
-
-    Bounded on any note: only the first HINT_SCAN_CHARS are looked at, a long line is looked at in
-    overlapping pieces as wide as the passage (a typo fix quotes part of a line), and only the
-    HINT_CANDIDATES pieces sharing the most three-letter runs with it are compared closely."""
-    wanted = max(passage.strip().splitlines() or [passage], key=len).strip()[:HINT_WIDTH]
+def closest_lines(text: str, passage: str) -> str:
+    """The note's three lines most like the passage's longest line, to help the model copy it exactly. A long
+    line is looked at in overlapping pieces as wide as the passage (a typo fix quotes part of a line)."""
+    wanted = max(passage.strip().splitlines() or [passage], key=len).strip()[:200]
     grams = {wanted[i:i + 3] for i in range(len(wanted) - 2)} or {wanted}
     lines, width = text[:HINT_SCAN_CHARS].splitlines(), max(len(wanted), 40)
     pieces = [(number, line[at:at + 2 * width]) for number, line in enumerate(lines, start=1)
@@ -191,7 +173,7 @@ def closest_lines(text: str, passage: str, limit: int = EDIT_CLOSEST_LINES) -> s
             scored[number] = (ratio, piece.strip())
     if not scored:
         return "No line of the note looks like it; read_note the note again to see its current text."
-    best = sorted(sorted(scored, key=lambda number: -scored[number][0])[:limit])
+    best = sorted(sorted(scored, key=lambda number: -scored[number][0])[:3])
     # a long line shows only the piece that matched, at most 200 characters with the "…" marks
     shown = {n: lines[n - 1] if len(lines[n - 1]) <= 200 else f"…{scored[n][1]}"[:199] + "…" for n in best}
     return "The closest lines are:\n" + "\n".join(f"  line {n}: {shown[n]}" for n in best)
@@ -222,13 +204,22 @@ def edit_note(settings: Settings, file_path: str, old_text: str, new_text: str, 
     if old_text == new_text:
         raise ToolError("old_text and new_text are the same; nothing to change.")
 
+    # Every occurrence, overlapping ones included (they are just as ambiguous). A note that mixes CRLF and LF
+    # keeps its "\r\n" in the text; the model copies lines without "\r".
+    pattern = re.compile("\r?\n".join(map(re.escape, old_text.split("\n"))))
+
     def replace_once(text: str) -> str:  # run on the note as it is now, under the lock
-        found = _find_all(text, old_text)
+        found, match = [], pattern.search(text)
+        while match and len(found) <= EDIT_MAX_MATCHES_COUNTED:
+            found.append(match.span())
+            match = pattern.search(text, match.start() + 1)
         if not found:
             raise ToolError(f"old_text was not found in {name} (0 matches); nothing was changed. "
-                            f"{closest_lines(text, old_text)}\nCopy the passage exactly, spaces and punctuation included.")
+                            f"{closest_lines(text, old_text)}\n"
+                            "Copy the passage exactly, spaces and punctuation included.")
         if len(found) > 1:
-            count = f"more than {EDIT_MAX_MATCHES_COUNTED}" if len(found) > EDIT_MAX_MATCHES_COUNTED else str(len(found))
+            many = len(found) > EDIT_MAX_MATCHES_COUNTED
+            count = f"more than {EDIT_MAX_MATCHES_COUNTED}" if many else str(len(found))
             raise ToolError(f"old_text occurs {count} times in {name}; nothing was changed. "
                             "Include more of the surrounding text so it matches exactly once.")
         start, end = found[0]
@@ -255,38 +246,32 @@ def append_note(settings: Settings, file_path: str, content: str, *, confirm=Non
                  "append", f"Appended to the end of {name}.", confirm)
 
 
-def _save(settings: Settings, name: str, new_text, op: str, done: str, confirm=None) -> str:
-    """Save through versions.py (new_text: the text, or a function of the note's text at that moment), update
-    the index, and say what was done under the change summary. With `confirm` (a review) the person is
-    shown the change first, and it is written only as it was shown."""
-    check = _reviewed(settings, name, new_text, op, confirm) if confirm else None
-    summary = versions.save_note(settings.kb, name, new_text, op, check)
-    _changed(settings, name)
-    return f"{summary}\n{done}"
-
-
 class _Seen(Exception):
-    """Carries (old text, new text) of a change computed for review, out of save_note, before any write."""
+    """Carries (old text, new text) of a change computed for review out of save_note, before any write."""
 
 
-def _reviewed(settings: Settings, name: str, new_text, op: str, confirm):
-    """Ask about the change as it would be made now (its diff); the check that lets it be written only if,
-    under the lock, it is still exactly that change (a change that was nothing when asked is never written)."""
+def _save(settings: Settings, name: str, new_text, op: str, done: str, confirm=None) -> str:
+    """Save through versions.py (new_text: the text, or a function of the note's text then). With `confirm`, a
+    review: the person sees the change's diff first, and it is written only if it is still exactly that change."""
+    shown = None  # the (old text, new text) the person was asked about; None: a no-op, never written
+
     def look(old: str, new: str) -> None:
         raise _Seen(old, new)
-    shown = None
-    try:
-        versions.save_note(settings.kb, name, new_text, op, look)
-    except _Seen as seen:
-        shown = seen.args
-        diff = versions.diff_text(*shown) or "(only the line endings or the final newline change)"
-        confirm(f"{REVIEW_QUESTION} {name}?\n" + "\n".join(map(notes.visible, diff.split("\n"))))
 
     def unchanged(old: str, new: str) -> None:
         if (old, new) != shown:
             raise ToolError(f"{name} changed while the person was reviewing the change, so nothing was written. "
                             "read_note it again.")
-    return unchanged
+
+    if confirm:
+        try:
+            versions.save_note(settings.kb, name, new_text, op, look)
+        except _Seen as seen:
+            shown = seen.args
+            diff = versions.diff_text(*shown) or "(only the line endings or the final newline change)"
+            confirm(f"Make this change to {name}?\n" + "\n".join(map(notes.visible, diff.split("\n"))))
+    summary = versions.save_note(settings.kb, name, new_text, op, unchanged if confirm else None)
+    return _done(settings, summary, done, name)
 
 
 @tool("Create a new note (.md or .txt); folders are created as needed. It refuses to replace an "
@@ -297,14 +282,12 @@ def _reviewed(settings: Settings, name: str, new_text, op: str, confirm):
 def write_note(settings: Settings, file_path: str, content: str, overwrite: bool = False, *, confirm=None) -> str:
     path = safe_path(settings.kb, file_path)
     name = rel(settings.kb, path)
-    if path.is_dir():
-        raise ToolError(f"{name} is a folder.")
     if not path.exists() and not path.is_symlink():
         return _save(settings, name, _lf(content), "write", f"Created {name}.", confirm)
+    _changeable(settings, path)
     if not overwrite:
         raise ToolError(f"{name} already exists; nothing was written. To change part of it use edit_note, to add "
                         "to its end use append_note; pass overwrite: true only if the person asked for a full rewrite.")
-    _changeable(settings, path)
     return _save(settings, name, _lf(content), "overwrite", f"Replaced {name}; {KEPT}", confirm)
 
 
@@ -313,28 +296,21 @@ def write_note(settings: Settings, file_path: str, content: str, overwrite: bool
                                                 "e.g. 'archive/old-ideas.md'. Must not exist yet.")}, confirm=True)
 def move_note(settings: Settings, from_path: str, to_path: str, *, confirm) -> str:
     source, target = safe_path(settings.kb, from_path, "from_path"), safe_path(settings.kb, to_path, "to_path")
-    src, dst = rel(settings.kb, source), rel(settings.kb, target)
-    if not source.is_file():
-        raise ToolError(f"{src} does not exist. Use search_notes or list_notes to find the right path.")
+    src, dst = _changeable(settings, source, text=False), rel(settings.kb, target)
     if target.exists() or target.is_symlink():
         raise ToolError(f"{dst} already exists; nothing was moved. Choose another to_path.")
     confirm(f"Move {src} to {dst}?")
-    summary = versions.move_note(settings.kb, src, dst)
-    _changed(settings, src, dst)
-    return f"{summary}\nMoved {src} to {dst}; /undo in the chat moves it back."
+    return _done(settings, versions.move_note(settings.kb, src, dst),
+                 f"Moved {src} to {dst}; /undo in the chat moves it back.", src, dst)
 
 
 @tool("Delete a note (a copy is kept in the history, and /undo brings it back). Only when the person "
       "asked for it; the person is asked to confirm.", {"file_path": PATH}, confirm=True)
 def delete_note(settings: Settings, file_path: str, *, confirm) -> str:
-    path = safe_path(settings.kb, file_path)
-    name = rel(settings.kb, path)
-    if not path.is_file():
-        raise ToolError(f"{name} does not exist. Use search_notes or list_notes to find the right path.")
+    name = _changeable(settings, safe_path(settings.kb, file_path), text=False)
     confirm(f"Delete {name}? (a copy is kept in {HISTORY_DIR}/)")
-    summary = versions.delete_note(settings.kb, name)
-    _changed(settings, name)
-    return f"{summary}\nDeleted {name}; a copy is kept in {HISTORY_DIR}/ and /undo in the chat brings it back."
+    return _done(settings, versions.delete_note(settings.kb, name),
+                 f"Deleted {name}; a copy is kept in {HISTORY_DIR}/ and /undo in the chat brings it back.", name)
 
 
 def shell_question(command: str) -> str:
@@ -378,11 +354,10 @@ def clean_text(text: str) -> str:
 
 
 def _arguments(schema: dict, arguments) -> dict:
-    if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
-        arguments = {}
+    arguments = {} if arguments is None else arguments
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments)
+            arguments = json.loads(arguments.strip() or "{}")
         except ValueError as exc:
             raise ToolError(f"the arguments are not valid JSON ({exc}). Send one JSON object.") from None
     if not isinstance(arguments, dict):
@@ -403,24 +378,20 @@ def _arguments(schema: dict, arguments) -> dict:
     return checked
 
 
-def approver(settings: Settings, confirm: Callable[[str], bool | None] | None):
-    """The `confirm(question, always_ask=False)` a tool calls: returns if approved, else raises ToolError.
-    `confirm` asks the person; None (or a None answer) means nobody can be asked."""
-    def approve(question: str, always_ask: bool = False) -> None:
-        if settings.auto_approve and not always_ask:
-            return
-        answer = confirm(question) if confirm else None
-        if answer is None:  # short: the person reads it on one trace line
-            raise ToolError("not done: nobody can confirm here (one-shot/piped); rerun with --yes or AUTO_APPROVE=1."
-                            if not always_ask else "not done: this needs the person's approval, and nobody can be asked here.")
-        if not answer:
-            raise ToolError("not done: the person declined. Do not retry unless they ask again.")
-    return approve
-
-
 def execute_tool(name: str, arguments, settings: Settings, confirm=None, review: bool = False) -> Result:
     """Run one tool call. Never raises: a failure is a Result with error=True and text for the model.
     With `review`, a change to a note is asked about too (its diff, through `confirm`) before it is written."""
+    def approve(question: str, always_ask: bool = False) -> None:  # what a tool calls: returns only if approved
+        if settings.auto_approve and not always_ask:
+            return
+        answer = confirm(question) if confirm else None  # None: nobody can be asked
+        if answer is None and always_ask:  # short: the person reads these on one trace line
+            raise ToolError("not done: this needs the person's approval, and nobody can be asked here.")
+        if answer is None:
+            raise ToolError("not done: nobody can confirm here (one-shot/piped); rerun with --yes or AUTO_APPROVE=1.")
+        if not answer:
+            raise ToolError("not done: the person declined. Do not retry unless they ask again.")
+
     try:
         known = offered(settings)
         if name not in known:
@@ -431,7 +402,7 @@ def execute_tool(name: str, arguments, settings: Settings, confirm=None, review:
         chosen = known[name]
         args = _arguments(chosen.schema, arguments)
         if chosen.confirm or (review and chosen.changes_notes):
-            args["confirm"] = approver(settings, confirm)
+            args["confirm"] = approve
         text, error = chosen.function(settings, **args), False
     except ToolError as exc:
         text, error = f"Error: {exc}", True
@@ -453,5 +424,6 @@ def undo(settings: Settings) -> tuple[str, bool]:
         return f"Error: {exc}", False
     except Exception as exc:  # undo must never end the chat
         return f"Error: undo failed: {type(exc).__name__}: {exc}. Your notes and .history/ are as they were.", False
-    _changed(settings, *touched)
+    for name in touched:
+        search.note_changed(settings.kb, settings.index_dir, name)
     return message, bool(touched)

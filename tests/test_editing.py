@@ -204,6 +204,17 @@ def test_every_path_argument_is_guarded(settings, kb, bad):
     assert (kb / "vim.md").exists() and not (kb.parent / "outside.md").exists()
 
 
+def test_a_folder_named_like_a_note_is_refused_as_a_folder(settings, kb):
+    (kb / "d.md").mkdir()
+    for name, args in (("write_note", {"file_path": "d.md", "content": "x", "overwrite": True}),
+                       ("edit_note", {"file_path": "d.md", "old_text": "a", "new_text": "b"}),
+                       ("append_note", {"file_path": "d.md", "content": "x"}),
+                       ("move_note", {"from_path": "d.md", "to_path": "e.md"}),
+                       ("delete_note", {"file_path": "d.md"})):
+        assert "d.md is a folder, not a note." in run(settings, name, confirm=yes, **args), name
+    assert (kb / "d.md").is_dir() and not (kb / "e.md").exists()
+
+
 def test_history_is_hidden_from_search_list_and_read(settings, kb):
     run(settings, "write_note", file_path="python.md", content="rewritten\n", overwrite=True)
     run(settings, "delete_note", confirm=yes, file_path="vim.md")
