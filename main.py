@@ -182,8 +182,7 @@ class Chat:
         if not self.conversation.resume(int(argument)):
             self.display.error(f"No conversation {argument}. /sessions lists them.")
             return "failed"
-        self.display.info(f"Continuing conversation {argument} ({len(self.conversation.history)} messages). "
-                          + (other_folder(self.conversation) or "/history shows it."))
+        self.display.info(continuing(self.conversation, "/history shows it."))
         return "ok"
 
     def do_history(self, argument: str) -> None:
@@ -231,8 +230,7 @@ def for_a_person(text: str, path: str | None) -> str:
 
 
 def show_sessions(store: sessions.SessionStore, write, current: int | None = None, kb: Path | None = None) -> None:
-    """The recent conversations about `kb` (every folder's, each named, when None), one line each, the one in
-    progress (`current`) marked with *."""
+    """The recent conversations about `kb` (every folder's, each named, when None), `current` marked with *."""
     listed = store.list_sessions(kb)
     for info in listed:
         write(("*" if info.id == current else " ") + sessions.format_session_line(info, show_kb=kb is None))
@@ -242,12 +240,13 @@ def show_sessions(store: sessions.SessionStore, write, current: int | None = Non
         print(f"(the {sessions.LIST_LIMIT} most recent; older ones still open by ID)", file=sys.stderr)
 
 
-def other_folder(conversation: sessions.Conversation) -> str:
-    """A line saying so when the conversation resumed was about another notes folder, else ""."""
+def continuing(conversation: sessions.Conversation, otherwise: str = "") -> str:
+    """The line a resumed conversation opens with; it says so when that was about another notes folder."""
     info = conversation.store.session_info(conversation.session_id)
     if info and info.kb and info.kb != str(conversation.kb):
-        return f"Conversation {info.id} was about {info.kb}; it goes on with the notes in {conversation.kb}."
-    return ""
+        otherwise = f"Conversation {info.id} was about {info.kb}; it goes on with the notes in {conversation.kb}."
+    return (f"Continuing conversation {conversation.session_id} ({len(conversation.history)} messages). "
+            + otherwise).rstrip()
 
 
 def repl(settings: Settings, client, display: Display, conversation: sessions.Conversation | None = None) -> int:
@@ -296,8 +295,7 @@ def open_conversation(settings: Settings, display: Display, resume=None, latest=
     elif wanted is not None and not conversation.resume(wanted):
         raise ConfigError(f"No conversation {wanted}. {COMMAND} --list-sessions lists them.")
     if conversation.session_id is not None:
-        display.info(f"Continuing conversation {conversation.session_id} ({len(conversation.history)} messages)."
-                     + (" " + other_folder(conversation)).rstrip())
+        display.info(continuing(conversation))
     return conversation
 
 
