@@ -100,7 +100,7 @@ class Chat:
         self.told: list[str] = []  # what the model should hear with the next question (what /undo restored)
 
     def line(self, line: str) -> str:
-        """One line, typed or piped: a /command or a question. Returns "exit", "ok" or "failed"."""
+        """One line, typed or piped: a /command or a question. Returns "exit", "ok", "incomplete" or "failed"."""
         if line.lower() in ("exit", "quit"):
             return "exit"
         if line.startswith("/"):
