@@ -9,6 +9,7 @@ is incomplete (round limit, cut off by the length limit, or empty; the notice is
 
 import argparse
 import difflib
+import itertools
 import re
 import sys
 from pathlib import Path
@@ -25,7 +26,6 @@ from terminal import Display, compact, read_question, shorten, start_line_editin
 
 VERSION = "0.3.0"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-PIPED_SHARE = 0.5  # piped text may fill at most this share of the context budget
 
 
 # How the person started us: `python main.py` from a clone, or the installed `knowledge-agent` / `ka`.
@@ -85,8 +85,8 @@ COMMANDS = {
 }
 NO_KEY = (f"Chat is off: no API key. {KEY_HINT}, then start again. "
           "Meanwhile /search, /list and /read work; /help lists all.")
-MULTILINE_HELP = ("  A question can span lines: end a line with \\ to go on, or paste a block (it stays one question).\n"
-                  "  Ctrl+C clears the line typed; on an empty line, or Ctrl+D, it leaves.")
+MULTILINE_HELP = ("  A question can span lines: end a line with \\ to go on, or paste a block (it stays one "
+                  "question).\n  Ctrl+C clears the line typed; on an empty line, or Ctrl+D, it leaves.")
 NOTE_COMMANDS = {"/search": ("search_notes", "query"), "/list": ("list_notes", "folder"),
                  "/read": ("read_note", "file_path")}
 
@@ -100,7 +100,7 @@ class Chat:
         self.told: list[str] = []  # what the model should hear with the next question (what /undo restored)
 
     def line(self, line: str) -> str:
-        """One line, typed or piped: a /command or a question. Returns "exit", "ok" or "failed"."""
+        """One line, typed or piped: a /command or a question. Returns "exit", "ok", "incomplete" or "failed"."""
         if line.lower() in ("exit", "quit"):
             return "exit"
         if line.startswith("/"):
@@ -156,9 +156,9 @@ class Chat:
         return "ok"
 
     def do_help(self, argument: str) -> None:
+        needs = "" if self.client else " (needs an API key)"
         self.display.info("\n".join(f"  {usage:<18} {text}" for usage, text in COMMANDS.items())
-                          + "\n  anything else      a question for the agent" + ("" if self.client else " (needs an API key)")
-                          + "\n" + MULTILINE_HELP)
+                          + f"\n  anything else      a question for the agent{needs}\n" + MULTILINE_HELP)
 
     def do_reasoning(self, argument: str) -> None:
         print(self.display.thought or "No reasoning was shown for the last answer.", flush=True)
@@ -182,8 +182,7 @@ class Chat:
         if not self.conversation.resume(int(argument)):
             self.display.error(f"No conversation {argument}. /sessions lists them.")
             return "failed"
-        self.display.info(f"Continuing conversation {argument} ({len(self.conversation.history)} messages). "
-                          + (other_folder(self.conversation) or "/history shows it."))
+        self.display.info(continuing(self.conversation, "/history shows it."))
         return "ok"
 
     def do_history(self, argument: str) -> None:
@@ -207,9 +206,9 @@ class Chat:
         (tp, tc), (sp, sc) = conversation.turn_usage, conversation.session_usage()
         sent = context.fit_to_budget([system_message()] + conversation.history, request_budget(settings))
         tokens = context.estimate_tokens(sent, tools.tool_schemas(settings))
-        self.display.info(f"last answer : {tp:,} prompt + {tc:,} completion tokens ({conversation.turn_calls} API calls)")
-        self.display.info(f"conversation: {sp:,} prompt + {sc:,} completion tokens in all")
-        self.display.info(f"next request: ~{tokens:,} of {settings.context_tokens:,} tokens (CONTEXT_TOKENS), "
+        self.display.info(f"last answer : {tp:,} prompt + {tc:,} completion tokens ({conversation.turn_calls} API "
+                          f"calls)\nconversation: {sp:,} prompt + {sc:,} completion tokens in all\n"
+                          f"next request: ~{tokens:,} of {settings.context_tokens:,} tokens (CONTEXT_TOKENS), "
                           f"carrying {len(sent) - 1} of {len(conversation.history)} messages")
 
     def do_undo(self, argument: str) -> str:
@@ -222,8 +221,8 @@ class Chat:
 
 def for_a_person(text: str, path: str | None) -> str:
     """The tools' advice is worded for the model; a person running them by hand is told the commands."""
-    text = re.sub(r"\[… cut: call read_note with start_line=(\d+) to read on\]", lambda m: f"[… more: /read {path} {m[1]}]",
-                  text)
+    text = re.sub(r"\[… cut: call read_note with start_line=(\d+) to read on\]",
+                  lambda m: f"[… more: /read {path} {m[1]}]", text)
     text = re.sub(r"\blist_notes with folder\b", "/list FOLDER", text)
     text = re.sub(r"\bstart_line\b", "line", re.sub(r"\bfile_path ", "", text))
     return re.sub(r"\b([Cc])?(?:all )?(search_notes|list_notes|read_note)\b",
@@ -231,8 +230,7 @@ def for_a_person(text: str, path: str | None) -> str:
 
 
 def show_sessions(store: sessions.SessionStore, write, current: int | None = None, kb: Path | None = None) -> None:
-    """The recent conversations about `kb` (every folder's, each named, when None), one line each, the one in
-    progress (`current`) marked with *."""
+    """The recent conversations about `kb` (every folder's, each named, when None), `current` marked with *."""
     listed = store.list_sessions(kb)
     for info in listed:
         write(("*" if info.id == current else " ") + sessions.format_session_line(info, show_kb=kb is None))
@@ -242,12 +240,13 @@ def show_sessions(store: sessions.SessionStore, write, current: int | None = Non
         print(f"(the {sessions.LIST_LIMIT} most recent; older ones still open by ID)", file=sys.stderr)
 
 
-def other_folder(conversation: sessions.Conversation) -> str:
-    """A line saying so when the conversation resumed was about another notes folder, else ""."""
+def continuing(conversation: sessions.Conversation, otherwise: str = "") -> str:
+    """The line a resumed conversation opens with; it says so when that was about another notes folder."""
     info = conversation.store.session_info(conversation.session_id)
     if info and info.kb and info.kb != str(conversation.kb):
-        return f"Conversation {info.id} was about {info.kb}; it goes on with the notes in {conversation.kb}."
-    return ""
+        otherwise = f"Conversation {info.id} was about {info.kb}; it goes on with the notes in {conversation.kb}."
+    return (f"Continuing conversation {conversation.session_id} ({len(conversation.history)} messages). "
+            + otherwise).rstrip()
 
 
 def repl(settings: Settings, client, display: Display, conversation: sessions.Conversation | None = None) -> int:
@@ -296,8 +295,7 @@ def open_conversation(settings: Settings, display: Display, resume=None, latest=
     elif wanted is not None and not conversation.resume(wanted):
         raise ConfigError(f"No conversation {wanted}. {COMMAND} --list-sessions lists them.")
     if conversation.session_id is not None:
-        display.info(f"Continuing conversation {conversation.session_id} ({len(conversation.history)} messages)."
-                     + (" " + other_folder(conversation)).rstrip())
+        display.info(continuing(conversation))
     return conversation
 
 
@@ -305,7 +303,7 @@ def with_piped_text(question: str, settings: Settings) -> str:
     """The question with what was piped to stdin, as `cat notes.txt | python main.py "summarise this"` means."""
     if sys.stdin is None or sys.stdin.isatty():
         return question
-    room = int(settings.context_tokens * PIPED_SHARE)
+    room = settings.context_tokens // 2  # piped text may fill at most half the context budget
     data = sys.stdin.buffer.read(room * 12 + 1)  # a token holds at most about 4 characters of 3 bytes
     piped = readable_text(data)  # GBK or UTF-16 text too, as in the notes
     if piped is None:
@@ -339,10 +337,11 @@ def run(args, display: Display) -> int:
     if args.question and not question:
         display.error("The question is empty. Ask something, or run without arguments to chat.")
         return EXIT_USAGE
-    if question and not question.startswith("/"):
+    asking = bool(question) and not question.startswith("/")  # a question for the model, not a /command
+    if asking:
         question = with_piped_text(question, settings)
     # Without a key the REPL opens and /commands run, for the notes alone; a question needs the key.
-    client = make_client(settings) if settings.api_key or (question and not question.startswith("/")) else None
+    client = make_client(settings) if settings.api_key or asking else None
     conversation = open_conversation(settings, display, args.resume, args.continue_last)
     if not question and sys.stdin.isatty():
         return repl(settings, client, display, conversation)
@@ -350,11 +349,8 @@ def run(args, display: Display) -> int:
         display.info(f"model {settings.model} at {settings.base_url} · notes {settings.kb}")
     chat = Chat(settings, client, display, conversation)
     # The one question, or each piped line a turn of one conversation (/commands too) until "exit" or EOF.
-    results = []
-    for typed in [question] if question else (line.strip() for line in sys.stdin if line.strip()):
-        results.append(chat.line(typed))
-        if results[-1] == "exit":
-            break
+    typed = [question] if question else (line.strip() for line in sys.stdin if line.strip())
+    results = list(itertools.takewhile(lambda result: result != "exit", map(chat.line, typed)))
     if args.verbose:
         (tp, tc), (sp, sc) = conversation.run_usage, conversation.session_usage()
         display.info(f"usage: {tp:,} prompt + {tc:,} completion tokens; this conversation {sp:,} + {sc:,} in all")

@@ -79,13 +79,17 @@ class Display(UI):
         else:
             print(self._style("2", "thinking: " + text if first else text), end="", file=sys.stderr, flush=True)
 
-    def _end_thought(self, announce: bool = True) -> None:
-        """Erase the status line; once the answer starts (`announce`), say how long the model thought."""
+    def text(self, text: str) -> None:
+        self.end_answer(more_text=True)
+        print(text, end="", flush=True)
+        self.text_open = not text.endswith("\n")
+
+    def end_answer(self, more_text: bool = False, announce: bool = True) -> None:
+        """End the status or reasoning line, and the answer's too unless `more_text` of it follows; once the
+        answer starts (`announce`), say how long the model thought."""
         self._clear_status()
         started, self.thinking_since = self.thinking_since, None
-        if not self.show_reasoning:
-            return
-        if started is not None:
+        if started is not None and self.show_reasoning:
             self.thought_seconds += time.monotonic() - started
             if not self.live or self.verbose:
                 print(file=sys.stderr)  # ends the reasoning printed whole
@@ -93,15 +97,6 @@ class Display(UI):
             how = "/reasoning" if self.interactive else "-v"
             self.info(self._style("2", f"thought for {self.thought_seconds:.0f} s ({how} shows it)"))
             self.thought_seconds = 0.0
-
-    def text(self, text: str) -> None:
-        self.end_answer(more_text=True)
-        print(text, end="", flush=True)
-        self.text_open = not text.endswith("\n")
-
-    def end_answer(self, more_text: bool = False, announce: bool = True) -> None:
-        """End the status or reasoning line, and the answer's too unless `more_text` of it follows."""
-        self._end_thought(announce)
         if self.text_open and not more_text:
             self.text_open = False
             print(flush=True)
