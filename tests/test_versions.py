@@ -9,7 +9,7 @@ import pytest
 
 import notes
 import versions
-from notes import ToolError as VersionError, read_note
+from notes import ToolError as VersionError
 from versions import change_summary, save_note
 
 
@@ -27,6 +27,10 @@ def make(kb, rel, data: bytes):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     return path
+
+
+def read_note(path):
+    return notes.decode_note(path.read_bytes())
 
 
 def history_files(kb, rel):
