@@ -377,7 +377,7 @@ def test_change_summaries():
 def test_summary_of_a_one_line_edit_in_a_long_note_is_fast_and_exact():
     old = "".join(f"line {i}\n" for i in range(200_000))
     new = old.replace("line 100000\n", "line 100000 fixed\n")
-    assert versions.count_changed_lines(old, new) == (1, 1)
+    assert change_summary("edit", "long.md", old, new) == "~ long.md  +1 \u22121"
 
 
 def test_no_change_without_a_place_for_the_old_version(tmp_path):
