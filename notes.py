@@ -136,9 +136,7 @@ def readable_text(data: bytes) -> str | None:
     """Text to read and search (undecodable bytes replaced), or None when it looks binary."""
     if decoded := _decode(data):
         return decoded[0]
-    if b"\0" in data[:8192]:
-        return None
-    return data.decode("utf-8-sig", errors="replace")
+    return None if b"\0" in data[:8192] else data.decode("utf-8-sig", errors="replace")
 
 
 def decode_note(data: bytes) -> tuple[str, NoteFormat]:

@@ -68,10 +68,9 @@ def list_versions(kb: Path, rel_path: str) -> list[Path]:
     return [base.parent / name for _, _, name in sorted(found)]
 
 
-def prune_versions(kb: Path, rel_path: str, keep: int | None = None) -> None:
-    """Delete the oldest versions of one note beyond `keep` (HISTORY_KEEP; 0: keep all)."""
-    keep = HISTORY_KEEP if keep is None else keep
-    for path in list_versions(kb, rel_path)[:-keep] if keep > 0 else ():
+def prune_versions(kb: Path, rel_path: str) -> None:
+    """Delete the oldest versions of one note beyond HISTORY_KEEP (0: keep all)."""
+    for path in list_versions(kb, rel_path)[:-HISTORY_KEEP] if HISTORY_KEEP > 0 else ():
         with contextlib.suppress(OSError):
             remove_file(kb, rel(kb, path))
 
@@ -221,8 +220,8 @@ def _describe(entry: dict) -> str:
 
 
 def _keep_current(kb: Path, rel_path: str, after: str | None = None) -> str:
-    """Copy what is at rel_path now into .history before undo replaces it. Text that is exactly what the
-    agent wrote is not copied: those copies would push out the older versions further undos need."""
+    """Copy what is at rel_path into .history before undo replaces it, unless it is just what the agent wrote
+    (such copies would push out the older versions further undos need)."""
     if not (kb / rel_path).is_file() or (after and hashlib.sha256(read_bytes(kb, rel_path)).hexdigest() == after):
         return ""
     return f" The text it had before this undo is kept in {snapshot(kb, rel_path)}."
@@ -265,8 +264,8 @@ def _common_ends(old: list[str], new: list[str]) -> tuple[int, int]:
     return head, tail
 
 
-def diff_text(old_text: str, new_text: str, limit: int = DIFF_MAX_LINES) -> str:
-    """A unified diff (hunks only, 3 lines of context) of a change, at most `limit` lines long."""
+def diff_text(old_text: str, new_text: str) -> str:
+    """A unified diff (hunks only, 3 lines of context) of a change, at most DIFF_MAX_LINES lines long."""
     old, new = old_text.splitlines(), new_text.splitlines()
     head, tail = _common_ends(old, new)
     start, cut = max(0, head - DIFF_CONTEXT), max(0, tail - DIFF_CONTEXT)
@@ -274,8 +273,8 @@ def diff_text(old_text: str, new_text: str, limit: int = DIFF_MAX_LINES) -> str:
                                       n=DIFF_CONTEXT))[2:]  # the ---/+++ header: the question names the note
     lines = [re.sub(r"(?<=[-+])\d+", lambda m: str(int(m[0]) + start), line) if line.startswith("@@") else line
              for line in lines]  # hunk line numbers count from the note's first line, not from `start`
-    if len(lines) > limit:
-        lines = lines[:limit] + [f"[… {len(lines) - limit} more lines of the diff]"]
+    if len(lines) > DIFF_MAX_LINES:
+        lines = lines[:DIFF_MAX_LINES] + [f"[… {len(lines) - DIFF_MAX_LINES} more lines of the diff]"]
     return "\n".join(lines)
 
 

@@ -225,19 +225,21 @@ def fake_versions(kb, rel, ages_days, now):
         make(kb, name + ("-10" if (kb / name).exists() else ""), f"{age} days old".encode())
 
 
-def test_prune_by_count_keeps_the_newest(tmp_path):
+def test_prune_by_count_keeps_the_newest(tmp_path, monkeypatch):
+    monkeypatch.setattr(versions, "HISTORY_KEEP", 2)
     now = datetime.now(timezone.utc).replace(microsecond=0)
     fake_versions(tmp_path, "n.md", [5, 400, 3, 2, 1, 1], now)  # the second 1 clashes: it is the newer
-    versions.prune_versions(tmp_path, "n.md", keep=2)
+    versions.prune_versions(tmp_path, "n.md")
     assert [p.read_text() for p in history_files(tmp_path, "n.md")] == ["1 days old", "1 days old"]
     assert history_files(tmp_path, "n.md")[-1].name.endswith("-10")
 
 
-def test_prune_leaves_other_notes_with_similar_names_alone(tmp_path):
+def test_prune_leaves_other_notes_with_similar_names_alone(tmp_path, monkeypatch):
+    monkeypatch.setattr(versions, "HISTORY_KEEP", 1)
     now = datetime.now(timezone.utc).replace(microsecond=0)
     fake_versions(tmp_path, "n.md", [3, 2, 1], now)
     fake_versions(tmp_path, "n.md.bak.md", [3, 2, 1], now)
-    versions.prune_versions(tmp_path, "n.md", keep=1)
+    versions.prune_versions(tmp_path, "n.md")
     assert len(history_files(tmp_path, "n.md")) == 1
     assert len(history_files(tmp_path, "n.md.bak.md")) == 3
 
