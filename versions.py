@@ -69,8 +69,8 @@ def list_versions(kb: Path, rel_path: str) -> list[Path]:
 
 
 def prune_versions(kb: Path, rel_path: str) -> None:
-    """Delete the oldest versions of one note beyond HISTORY_KEEP (0: keep all)."""
-    for path in list_versions(kb, rel_path)[:-HISTORY_KEEP] if HISTORY_KEEP > 0 else ():
+    """Delete the oldest versions of one note beyond HISTORY_KEEP (0: keep all, as [:-0] is empty)."""
+    for path in list_versions(kb, rel_path)[:-HISTORY_KEEP]:
         with contextlib.suppress(OSError):
             remove_file(kb, rel(kb, path))
 
@@ -255,13 +255,8 @@ def _undo(kb: Path, entry: dict) -> tuple[str, list[str]]:
 
 def _common_ends(old: list[str], new: list[str]) -> tuple[int, int]:
     """Lines the two share at head and tail: trimmed first, as difflib is slow on long notes with small edits."""
-    head = 0
-    while head < min(len(old), len(new)) and old[head] == new[head]:
-        head += 1
-    tail = 0
-    while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
-        tail += 1
-    return head, tail
+    head = len(os.path.commonprefix([old, new]))  # commonprefix compares any sequences, item by item
+    return head, len(os.path.commonprefix([old[head:][::-1], new[head:][::-1]]))
 
 
 def diff_text(old_text: str, new_text: str) -> str:
