@@ -61,23 +61,19 @@ def is_note_path(rel_path: str) -> bool:
             and not any(p in ("..", "/") or is_hidden_name(p) for p in parts))
 
 
-def _relative(text, what: str) -> PurePosixPath:
-    if not isinstance(text, str) or not text.strip():
+def safe_folder(kb: Path, folder: str, what: str = "folder") -> Path:
+    """The folder (or file) inside the notes, resolved; refuses escapes and hidden names."""
+    if not isinstance(folder, str) or not folder.strip():
         raise ToolError(f"{what} must be a non-empty path relative to the notes folder, like 'python.md'.")
-    if HIDING_CHARACTERS.search(text):
-        raise ToolError(f"{what} '{visible(text)}' contains control characters; note names may not.")
-    text = text.strip()
+    if HIDING_CHARACTERS.search(folder):
+        raise ToolError(f"{what} '{visible(folder)}' contains control characters; note names may not.")
+    text = folder.strip()
     if text.startswith("~"):
         raise ToolError(f"{what} may not start with '~': use a path relative to the notes folder.")
     if PurePosixPath(text).is_absolute() or PureWindowsPath(text).is_absolute() or PureWindowsPath(text).drive:
         raise ToolError(f"{what} must be relative to the notes folder, not absolute.")
-    return PurePosixPath(text.replace("\\", "/"))
-
-
-def safe_folder(kb: Path, folder: str, what: str = "folder") -> Path:
-    """The folder (or file) inside the notes, resolved; refuses escapes and hidden names."""
     try:
-        resolved = (kb / _relative(folder, what)).resolve()
+        resolved = (kb / text.replace("\\", "/")).resolve()
     except (OSError, RuntimeError):  # a symlink loop; the message would show the host path
         raise ToolError(f"{what} {folder!r} cannot be resolved (a symlink loop?).") from None
     if not resolved.is_relative_to(kb):
@@ -110,8 +106,7 @@ class NoteFormat:
 
 
 def _decode(data: bytes) -> tuple[str, str, bool] | None:
-    """(text, encoding, BOM?) when the data is text in an encoding a change can keep, else None. The data
-    may end in the middle of a character (the first part of a long note)."""
+    """(text, encoding, BOM?) if the data is text in an encoding a change can keep; it may end mid-character."""
     bom = next((name for name, mark in BOMS.items() if data.startswith(mark)), None)
     for encoding in [bom] if bom else UNMARKED_ENCODINGS:
         try:
@@ -126,8 +121,7 @@ def _decode(data: bytes) -> tuple[str, str, bool] | None:
 
 
 def _plausible(text: str, data: bytes, encoding: str) -> bool:
-    """Text, not binary data that decodes by chance; for GBK, Chinese text rather than Latin-1 or cp1252
-    (an accented letter before an ASCII one decodes as GBK) or UTF-8 with a few damaged bytes."""
+    """Text, not binary that decodes by chance; for GBK, Chinese rather than Latin-1, cp1252 or damaged UTF-8."""
     if len(CONTROL_CHARACTERS.findall(text)) > MAX_CONTROL_SHARE * len(text):
         return False
     if encoding.startswith("utf-16"):
@@ -139,13 +133,10 @@ def _plausible(text: str, data: bytes, encoding: str) -> bool:
 
 
 def readable_text(data: bytes) -> str | None:
-    """Text for reading and searching (BOM dropped, what no known encoding decodes read as UTF-8 with
-    replacements), or None when it looks binary."""
+    """Text to read and search (undecodable bytes replaced), or None when it looks binary."""
     if decoded := _decode(data):
         return decoded[0]
-    if b"\0" in data[:8192]:
-        return None
-    return data.decode("utf-8-sig", errors="replace")
+    return None if b"\0" in data[:8192] else data.decode("utf-8-sig", errors="replace")
 
 
 def decode_note(data: bytes) -> tuple[str, NoteFormat]:
@@ -173,37 +164,22 @@ def encode_note(text: str, fmt: NoteFormat) -> bytes:
                         "convert the note to UTF-8 first.") from None
 
 
-def read_note(path: Path) -> tuple[str, NoteFormat]:
-    """The note's text with "\\n" line endings, and the format to write it back in."""
-    return decode_note(Path(path).read_bytes())
-
-
 # --- Race-free paths: every file is reached from the notes folder's own descriptor, one component at a
 # time, never through a link. What the guard checked is what is read or written, even if something swaps
 # a folder for a link to elsewhere (a sync client, another program) between the check and the change.
 
-def _folder_fd(kb: Path, rel_dir: str, create: bool = False) -> int:
+@contextlib.contextmanager
+def in_folder(kb: Path, rel_path: str, create: bool = False):
+    """(descriptor of rel_path's folder, its file name), the folder opened race-free; closed afterwards."""
     fd = os.open(kb, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        for part in PurePosixPath(rel_dir).parts:
+        for part in PurePosixPath(rel_path).parent.parts:
             if create:
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(part, dir_fd=fd)
             inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             os.close(fd)
             fd = inner
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-@contextlib.contextmanager
-def in_folder(kb: Path, rel_path: str, create: bool = False):
-    """(descriptor of rel_path's folder, its file name), the folder opened race-free; closed afterwards."""
-    parent = PurePosixPath(rel_path).parent
-    fd = _folder_fd(kb, "" if str(parent) == "." else str(parent), create)
-    try:
         yield fd, PurePosixPath(rel_path).name
     finally:
         os.close(fd)
@@ -219,8 +195,7 @@ def read_bytes(kb: Path, rel_path: str, limit: int = -1) -> bytes:
 
 
 def write_bytes(kb: Path, rel_path: str, data: bytes, new: bool = False) -> None:
-    """Replace the file all at once (readers see the old file or the new one, never half), or with `new`
-    create it, failing if it exists even if it appeared a moment ago."""
+    """Replace the file all at once (readers see the old or the new file, never half); `new`: refuse to replace."""
     with in_folder(kb, rel_path, create=True) as (folder, name):
         for stale in os.listdir(folder):  # every write holds the lock, so a temp file found now is a leftover
             if stale.startswith(".~") and stale.endswith(".tmp"):
@@ -276,8 +251,7 @@ def remove_file(kb: Path, rel_path: str) -> None:
 
 @contextlib.contextmanager
 def locked(kb: Path):
-    """Changes to one notes folder happen one at a time, across every knowledge-agent process (a chat and
-    an MCP client, two chats): each holds this lock from reading the note to writing it."""
+    """One change at a time across knowledge-agent processes, held from reading a note to writing it."""
     try:
         with in_folder(kb, f"{HISTORY_DIR}/{LOCK_FILE}", create=True) as (folder, name):
             handle = os.fdopen(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o666, dir_fd=folder), "w")

@@ -16,8 +16,8 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
-from notes import (HISTORY_DIR, NoteFormat, ToolError, decode_note, encode_note, in_folder, locked, move_file,
-                   read_bytes, rel, remove_file, write_bytes)
+from notes import (HISTORY_DIR, NoteFormat, ToolError, decode_note, encode_note, locked, move_file, read_bytes, rel,
+                   remove_file, write_bytes)
 
 UNDO_LOG = "undo.jsonl"
 HISTORY_KEEP = 20  # versions kept per note (0: no limit)
@@ -68,11 +68,9 @@ def list_versions(kb: Path, rel_path: str) -> list[Path]:
     return [base.parent / name for _, _, name in sorted(found)]
 
 
-def prune_versions(kb: Path, rel_path: str, keep: int | None = None) -> None:
-    """Delete the oldest versions of one note beyond `keep` (HISTORY_KEEP; 0: keep all)."""
-    keep = HISTORY_KEEP if keep is None else keep
-    versions = list_versions(kb, rel_path)
-    for path in versions[:max(0, len(versions) - keep)] if keep > 0 else ():
+def prune_versions(kb: Path, rel_path: str) -> None:
+    """Delete the oldest versions of one note beyond HISTORY_KEEP (0: keep all, as [:-0] is empty)."""
+    for path in list_versions(kb, rel_path)[:-HISTORY_KEEP]:
         with contextlib.suppress(OSError):
             remove_file(kb, rel(kb, path))
 
@@ -80,8 +78,7 @@ def prune_versions(kb: Path, rel_path: str, keep: int | None = None) -> None:
 # --- The undo log ---
 
 def _inside_notes(path, under: str | None = None) -> bool:
-    """The log may be synced or edited by hand: undo follows only relative paths that stay inside the
-    notes (and, for a snapshot, inside .history)."""
+    """The log may be edited by hand: undo follows only paths inside the notes (a snapshot: inside .history)."""
     if not isinstance(path, str) or not path or "\0" in path or "\\" in path or path.startswith("/"):
         return False
     parts = path.split("/")
@@ -91,8 +88,8 @@ def _inside_notes(path, under: str | None = None) -> bool:
 def read_log(kb: Path) -> list[dict]:
     """Changes the agent made, oldest first; unreadable lines are skipped rather than fatal."""
     try:
-        lines = read_bytes(kb, f"{HISTORY_DIR}/{UNDO_LOG}").decode("utf-8").splitlines()
-    except (OSError, ToolError, UnicodeDecodeError):
+        lines = read_bytes(kb, f"{HISTORY_DIR}/{UNDO_LOG}").decode("utf-8", "replace").splitlines()
+    except (OSError, ToolError):
         return []
     entries = []
     for line in lines:
@@ -110,24 +107,14 @@ def _write_log(kb: Path, entries: list[dict]) -> None:
 
 
 def _log_change(kb: Path, op: str, path: str, to=None, snapshot_path=None, after=None) -> str:
-    """Record a change that was made; "" or a warning for its summary (never raises: the change is done).
-
-    `after` is the digest of what the agent wrote: undo copies the note aside first only if it differs."""
+    """Record a change; "" or a warning for its summary. `after`: the digest of what the agent wrote, so undo
+    copies the note aside first only if it differs."""
     entry = {"time": _stamp(), "op": op, "path": path, "to": to, "snapshot": snapshot_path, "after": after}
     try:
-        entries = read_log(kb)
-        if len(entries) >= 2 * UNDO_LOG_KEEP:  # rewrite only now and then, so appending stays cheap
-            _write_log(kb, entries + [entry])
-            return ""
-        with in_folder(kb, f"{HISTORY_DIR}/{UNDO_LOG}", create=True) as (folder, name):
-            fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666, dir_fd=folder)
-            with os.fdopen(fd, "a", encoding="utf-8") as f:
-                f.write(json.dumps(entry, ensure_ascii=False) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-        return ""
+        _write_log(kb, read_log(kb) + [entry])
     except OSError as e:
         return f"  (done, but /undo will not know about it: {e.strerror or e})"
+    return ""
 
 
 # --- Changes the agent makes ---
@@ -135,14 +122,10 @@ def _log_change(kb: Path, op: str, path: str, to=None, snapshot_path=None, after
 def save_note(kb: Path, rel_path: str, new_text, op: str, check=None) -> str:
     """Write the note, keeping the old version; return the change summary line.
 
-    `new_text` is the text, or a function giving it from the note's text at this moment: it runs under the
-    lock every knowledge-agent takes to change notes, so a change another one made meanwhile is built on,
-    never written over. op "write" creates a note and fails if one exists; "overwrite", "edit" and
-    "append" replace one in its own format. The undo entry is written before the note is replaced, so a
-    crash in between cannot leave a change that /undo does not know of. `check(old_text, text)`, when given,
-    runs under the lock before anything is written (old_text "" for a new note) and may raise to write
-    nothing: what a person reviews is exactly what is written.
-    """
+    `new_text`: the text, or a function of the note's text now, run under the lock so a change another process
+    made meanwhile is built on, never written over. "write" creates a note (refused if one exists); "overwrite",
+    "edit" and "append" replace one in its own format. `check(old_text, text)` may raise to write nothing: it
+    runs under the lock, so what a person reviews is exactly what is written."""
     compute = new_text if callable(new_text) else lambda old: new_text
     try:
         with locked(kb):
@@ -164,7 +147,7 @@ def save_note(kb: Path, rel_path: str, new_text, op: str, check=None) -> str:
             if check:
                 check(old_text, text)
             data = encode_note(text, fmt)
-            kept = snapshot(kb, rel_path)
+            kept = snapshot(kb, rel_path)  # and the undo entry before the write: a crash leaves none unknown to /undo
             warning = _log_change(kb, op, rel_path, snapshot_path=kept, after=hashlib.sha256(data).hexdigest())
             try:
                 write_bytes(kb, rel_path, data)
@@ -209,12 +192,8 @@ def delete_note(kb: Path, rel_path: str) -> str:
 # --- Undo ---
 
 def undo_last(kb: Path) -> tuple[str, list[str]]:
-    """Revert the latest change the agent made: (what was done, the paths it touched).
-
-    Whatever undo would replace or remove is copied into .history first, so a person's own edits made
-    since the change are never lost. A change that can no longer be undone is dropped with a message.
-    Raises ToolError when it could not undo now (nothing changed; it can be retried).
-    """
+    """Revert the latest change the agent made: (what was done, the paths it touched). What undo replaces is
+    copied into .history first; a change that can no longer be undone is dropped; ToolError: retry later."""
     with locked(kb) if (kb / HISTORY_DIR).is_dir() else contextlib.nullcontext():
         entries = read_log(kb)
         if not entries:
@@ -241,8 +220,8 @@ def _describe(entry: dict) -> str:
 
 
 def _keep_current(kb: Path, rel_path: str, after: str | None = None) -> str:
-    """Copy what is at rel_path now into .history before undo replaces it. Text that is exactly what the
-    agent wrote is not copied: those copies would push out the older versions further undos need."""
+    """Copy what is at rel_path into .history before undo replaces it, unless it is just what the agent wrote
+    (such copies would push out the older versions further undos need)."""
     if not (kb / rel_path).is_file() or (after and hashlib.sha256(read_bytes(kb, rel_path)).hexdigest() == after):
         return ""
     return f" The text it had before this undo is kept in {snapshot(kb, rel_path)}."
@@ -275,39 +254,22 @@ def _undo(kb: Path, entry: dict) -> tuple[str, list[str]]:
 # --- Summaries ---
 
 def _common_ends(old: list[str], new: list[str]) -> tuple[int, int]:
-    """How many lines the two share at their head and at their tail. Trimming them first matters: difflib
-    is slow on long inputs, and an edit touches a few lines of a long note."""
-    head = 0
-    while head < min(len(old), len(new)) and old[head] == new[head]:
-        head += 1
-    tail = 0
-    while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
-        tail += 1
-    return head, tail
+    """Lines the two share at head and tail: trimmed first, as difflib is slow on long notes with small edits."""
+    head = len(os.path.commonprefix([old, new]))  # commonprefix compares any sequences, item by item
+    return head, len(os.path.commonprefix([old[head:][::-1], new[head:][::-1]]))
 
 
-def count_changed_lines(old_text: str, new_text: str) -> tuple[int, int]:
-    """(lines added, lines removed)."""
-    old, new = old_text.splitlines(), new_text.splitlines()
-    head, tail = _common_ends(old, new)
-    old, new = old[head:len(old) - tail], new[head:len(new) - tail]
-    changes = [c for c in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes() if c[0] != "equal"]
-    return sum(j2 - j1 for _, _, _, j1, j2 in changes), sum(i2 - i1 for _, i1, i2, _, _ in changes)
-
-
-def diff_text(old_text: str, new_text: str, limit: int = DIFF_MAX_LINES) -> str:
-    """A unified diff (hunks only, 3 lines of context) of a change, at most `limit` lines long."""
+def diff_text(old_text: str, new_text: str) -> str:
+    """A unified diff (hunks only, 3 lines of context) of a change, at most DIFF_MAX_LINES lines long."""
     old, new = old_text.splitlines(), new_text.splitlines()
     head, tail = _common_ends(old, new)
     start, cut = max(0, head - DIFF_CONTEXT), max(0, tail - DIFF_CONTEXT)
     lines = list(difflib.unified_diff(old[start:len(old) - cut], new[start:len(new) - cut], lineterm="",
                                       n=DIFF_CONTEXT))[2:]  # the ---/+++ header: the question names the note
-
-    def shifted(match) -> str:  # hunk line numbers are counted from `start`
-        return str(int(match[0]) + start)
-    lines = [re.sub(r"(?<=[-+])\d+", shifted, line) if line.startswith("@@") else line for line in lines]
-    if len(lines) > limit:
-        lines = lines[:limit] + [f"[… {len(lines) - limit} more lines of the diff]"]
+    lines = [re.sub(r"(?<=[-+])\d+", lambda m: str(int(m[0]) + start), line) if line.startswith("@@") else line
+             for line in lines]  # hunk line numbers count from the note's first line, not from `start`
+    if len(lines) > DIFF_MAX_LINES:
+        lines = lines[:DIFF_MAX_LINES] + [f"[… {len(lines) - DIFF_MAX_LINES} more lines of the diff]"]
     return "\n".join(lines)
 
 
@@ -318,7 +280,11 @@ def change_summary(op: str, rel_path: str, old_text: str | None = None, new_text
         return f"→ {rel_path} → {to}"
     if op == "delete":
         return f"- {rel_path}"
-    if op == "write" or old_text is None:
-        return f"+ {rel_path}  +{len((new_text or '').splitlines())}"
-    added, removed = count_changed_lines(old_text, new_text or "")
+    if op == "write":
+        return f"+ {rel_path}  +{len(new_text.splitlines())}"
+    old, new = old_text.splitlines(), new_text.splitlines()
+    head, tail = _common_ends(old, new)
+    matcher = difflib.SequenceMatcher(None, old[head:len(old) - tail], new[head:len(new) - tail], autojunk=False)
+    changes = [c for c in matcher.get_opcodes() if c[0] != "equal"]
+    added, removed = sum(j2 - j1 for _, _, _, j1, j2 in changes), sum(i2 - i1 for _, i1, i2, _, _ in changes)
     return f"~ {rel_path}  +{added} {MINUS}{removed}"

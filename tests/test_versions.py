@@ -9,7 +9,7 @@ import pytest
 
 import notes
 import versions
-from notes import ToolError as VersionError, read_note
+from notes import ToolError as VersionError
 from versions import change_summary, save_note
 
 
@@ -27,6 +27,10 @@ def make(kb, rel, data: bytes):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     return path
+
+
+def read_note(path):
+    return notes.decode_note(path.read_bytes())
 
 
 def history_files(kb, rel):
@@ -221,19 +225,21 @@ def fake_versions(kb, rel, ages_days, now):
         make(kb, name + ("-10" if (kb / name).exists() else ""), f"{age} days old".encode())
 
 
-def test_prune_by_count_keeps_the_newest(tmp_path):
+def test_prune_by_count_keeps_the_newest(tmp_path, monkeypatch):
+    monkeypatch.setattr(versions, "HISTORY_KEEP", 2)
     now = datetime.now(timezone.utc).replace(microsecond=0)
     fake_versions(tmp_path, "n.md", [5, 400, 3, 2, 1, 1], now)  # the second 1 clashes: it is the newer
-    versions.prune_versions(tmp_path, "n.md", keep=2)
+    versions.prune_versions(tmp_path, "n.md")
     assert [p.read_text() for p in history_files(tmp_path, "n.md")] == ["1 days old", "1 days old"]
     assert history_files(tmp_path, "n.md")[-1].name.endswith("-10")
 
 
-def test_prune_leaves_other_notes_with_similar_names_alone(tmp_path):
+def test_prune_leaves_other_notes_with_similar_names_alone(tmp_path, monkeypatch):
+    monkeypatch.setattr(versions, "HISTORY_KEEP", 1)
     now = datetime.now(timezone.utc).replace(microsecond=0)
     fake_versions(tmp_path, "n.md", [3, 2, 1], now)
     fake_versions(tmp_path, "n.md.bak.md", [3, 2, 1], now)
-    versions.prune_versions(tmp_path, "n.md", keep=1)
+    versions.prune_versions(tmp_path, "n.md")
     assert len(history_files(tmp_path, "n.md")) == 1
     assert len(history_files(tmp_path, "n.md.bak.md")) == 3
 
@@ -373,7 +379,7 @@ def test_change_summaries():
 def test_summary_of_a_one_line_edit_in_a_long_note_is_fast_and_exact():
     old = "".join(f"line {i}\n" for i in range(200_000))
     new = old.replace("line 100000\n", "line 100000 fixed\n")
-    assert versions.count_changed_lines(old, new) == (1, 1)
+    assert change_summary("edit", "long.md", old, new) == "~ long.md  +1 \u22121"
 
 
 def test_no_change_without_a_place_for_the_old_version(tmp_path):
