@@ -19,10 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
-try:
-    import fcntl
-except ImportError:  # Windows: no lock between processes there
-    fcntl = None
+import fcntl
 
 NOTE_SUFFIXES = (".md", ".txt")
 HISTORY_DIR = ".history"  # versions and the undo log, inside the notes folder, hidden from the tools
@@ -260,7 +257,7 @@ def locked(kb: Path):
         return
     with handle:
         deadline = time.monotonic() + LOCK_WAIT
-        while fcntl:
+        while True:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
