@@ -124,8 +124,6 @@ def _api_error(exc: Exception, settings: Settings, midway: bool = False) -> Agen
     return RequestRejected(message) if status == 400 else AgentError(message)
 
 
-# --- One API call ---
-
 class _Reply:
     """What one API call produced, accumulated from a stream or read from a whole response."""
 
@@ -217,8 +215,6 @@ def query(client, settings: Settings, messages: list[dict], ui: UI, reply: _Repl
                              "/v1).") from None
 
 
-# --- Running the calls ---
-
 def execute(calls: list[dict], arguments: list[str], history: list[dict], settings: Settings, ui: UI) -> None:
     """Run each call with its arguments as the model sent them, appending its result. The one running when
     Ctrl+C comes is answered saying so (it may have done part of its work); run_agent answers the rest."""
@@ -241,8 +237,6 @@ def _answer(call_ids: list[str], history: list[dict], text: str) -> None:
     """Answer each call with the same text (its result, or why it did not run)."""
     history.extend({"role": "tool", "tool_call_id": call_id, "content": text} for call_id in call_ids)
 
-
-# --- The loop ---
 
 def system_message() -> dict:
     return {"role": "system", "content": SYSTEM_PROMPT.format(today=date.today().isoformat())}
@@ -300,27 +294,24 @@ def run_agent(question: str, history: list[dict] | None = None, settings: Settin
             ui.history_changed(history)
             if not reply.calls:  # decided by the calls, not finish_reason: servers differ
                 notice = LENGTH_NOTICE if reply.finish_reason == "length" else "" if reply.content else EMPTY_NOTICE
-                return _with_notice(reply.content, notice, ui)
+                break
+            if round_number == settings.max_rounds:  # the last round's calls are not run
+                _answer([call["id"] for call in message["tool_calls"]], history, ROUND_LIMIT)
+                ui.history_changed(history)
+                notice = ROUND_NOTICE.format(settings.max_rounds)
+                break
             # The history keeps arguments the API accepts; the tool gets them as sent, to explain errors.
-            sent = [call["arguments"] for _, call in sorted(reply.calls.items())]
-            if round_number < settings.max_rounds:
-                execute(message["tool_calls"], sent, history, settings, ui)
-        _answer([call["id"] for call in message["tool_calls"]], history, ROUND_LIMIT)
-        ui.history_changed(history)
+            execute(message["tool_calls"], [call["arguments"] for _, call in sorted(reply.calls.items())],
+                    history, settings, ui)
     except (KeyboardInterrupt, AgentError) as exc:
         # Keep the history sendable: drop a turn the API rejected or that kept nothing (no tool ran, no text was
         # shown); else answer the calls left unanswered, as a reloaded conversation would be.
-        if isinstance(exc, RequestRejected) or all(message.get("tool_calls") for message in history[turn_start + 1:]):
+        if isinstance(exc, RequestRejected) or all(m.get("tool_calls") for m in history[turn_start + 1:]):
             del history[turn_start:]
         else:
             history[turn_start:] = context.repair_history(history[turn_start:])
         ui.history_changed(history)
         raise
-    return _with_notice(message["content"] or "", ROUND_NOTICE.format(settings.max_rounds), ui)
-
-
-def _with_notice(answer: str, notice: str, ui: UI) -> str:
-    """The answer with the notice, if any, after it; the person is shown the notice apart from the answer."""
-    if notice:
+    if notice:  # the answer is incomplete: the person is shown why apart from the answer
         ui.notice(notice)
-    return answer + ("\n\n" if answer and notice else "") + notice
+    return reply.content + ("\n\n" if reply.content and notice else "") + notice
