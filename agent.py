@@ -3,12 +3,11 @@
     run_agent(question, history, settings, client, ui) -> answer
       └ each round: query (one API call, streamed or not) → execute (every tool call it made)
 
-`history` is the state: a plain list of OpenAI-format messages that run_agent extends in place. It is
-always valid to send — every assistant message with tool calls is followed by one tool message per call
-id, also after Ctrl+C or a failed request — and `ui.history_changed(history)` is called after every
-change, so the session store can commit each message as it happens. Each request carries as much of the
-history as fits the context budget (context.fit_to_budget). An API fault leaves as one `AgentError` whose
-message is one readable line; this module never prints: everything the person sees goes to `ui`.
+`history` is the state: a plain list of OpenAI-format messages that run_agent extends in place, always valid
+to send (every tool call answered, also after Ctrl+C or a failed request); `ui.history_changed(history)` is
+called after every change, so the session store can commit each message as it happens. Each request carries
+as much of the history as fits (context.fit_to_budget). An API fault leaves as one `AgentError` whose message
+is one readable line; this module never prints: everything the person sees goes to `ui`.
 """
 
 import json
@@ -51,7 +50,6 @@ EMPTY_NOTICE = "[The model returned an empty answer. Try rephrasing the question
 # other 400s that merely say "too long" or "maximum" must not shrink the history.
 CONTEXT_ERROR = re.compile(r"context.{0,20}(length|window|size)|maximum context|too many tokens|"
                            r"prompt is too long|context_length_exceeded", re.I)
-# Where a key goes, for every "no key" message (the chat's, the page's, make_client's).
 KEY_HINT = ("Set DEEPSEEK_API_KEY for DeepSeek, or OPENAI_API_KEY (with OPENAI_BASE_URL for other servers): a key "
             "only goes to its own provider. Put it in the environment, .env beside main.py or "
             "~/.config/knowledge-agent/config.env")
@@ -70,9 +68,9 @@ class ContextTooLong(RequestRejected):
 
 
 class UI:
-    """What run_agent tells the person; each method does nothing until main.py's terminal, the tests' recorder
-    or a web page overrides it. `confirm` answers True/False, or None when nobody can be asked (tools refuse).
-    With `review_changes`, every change to a note is asked about first, its diff in the question."""
+    """What run_agent tells the person (the terminal, the page and the tests override it). `confirm` answers
+    True/False, or None when nobody can be asked (tools refuse); with `review_changes`, every change to a note
+    is asked about first, its diff in the question."""
 
     review_changes = False
 
@@ -93,7 +91,7 @@ def make_client(settings: Settings) -> openai.OpenAI:
                          timeout=openai.Timeout(REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT))
 
 
-def _api_error(exc: Exception, settings: Settings, midway: bool = False) -> AgentError:
+def _api_error(exc: Exception, settings: Settings, midway: bool) -> AgentError:
     """The error for an API fault (`midway` through a stream): one line saying what happened and what to do."""
     if isinstance(exc, openai.APITimeoutError):
         return AgentError(f"The API did not answer within {REQUEST_TIMEOUT:.0f} s ({API_MAX_RETRIES + 1} tries). "
@@ -189,8 +187,7 @@ def _valid_json(arguments: str) -> str:
 
 
 def query(client, settings: Settings, messages: list[dict], ui: UI, reply: _Reply) -> None:
-    """One API call, filling `reply`. A stream that breaks before anything was shown is asked again;
-    after, it is an error (asking again would show the same text twice)."""
+    """One API call, filling `reply`; a stream that breaks before anything was shown is asked again."""
     params = {"model": settings.model, "messages": messages, "tools": tools.tool_schemas(settings)}
     extra = {"thinking": {"type": settings.thinking}} if settings.thinking else {}
     if settings.reasoning_effort:
