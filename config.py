@@ -102,6 +102,15 @@ def _environment() -> dict[str, str]:
     return found
 
 
+def _host(url: str) -> str:
+    """The host (and port) of an http(s) URL; "" for anything else, as a mistyped setting may be."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # e.g. an unclosed "[" of an IPv6 address
+        return ""
+    return parts.netloc if parts.scheme in ("http", "https") and not any(c.isspace() for c in url) else ""
+
+
 def _notes_folder(value: str | None, required: bool, sample: bool) -> Path | None:
     """The notes folder, resolved; None when it cannot be used and is not required. Unset, it is the sample
     notes beside main.py, unless `sample` is False (a server must be told which notes to serve)."""
@@ -126,8 +135,8 @@ def load_settings(notes_required: bool = True, sample_notes: bool = True, **over
     None or "". With notes_required False a missing or unreadable notes folder is no error (kb is then None)."""
     env = _environment()
     given = {key: value for key, value in overrides.items() if value not in (None, "")}
-    host = urlsplit(str(given.get("base_url", ""))).netloc  # --base-url at a provider's own address takes its key
-    provider = ([p for p, (url, _) in PROVIDERS.items() if urlsplit(url).netloc == host]
+    host = _host(str(given.get("base_url", "")))  # --base-url at a provider's own address takes its key
+    provider = ([p for p, (url, _) in PROVIDERS.items() if _host(url) == host]
                 + [p for p in PROVIDERS if f"{p}_API_KEY" in env or f"{p}_BASE_URL" in env] + ["DEEPSEEK"])[0]
     values = dict(zip(("base_url", "model"), PROVIDERS[provider]))
     for setting in fields(Settings):
@@ -139,11 +148,10 @@ def load_settings(notes_required: bool = True, sample_notes: bool = True, **over
         if value is not None:
             values[setting.name] = _read(name, value, setting.type, setting.metadata["choices"])
     values["kb"] = _notes_folder(values.get("kb"), notes_required, sample_notes)
-    url, parts = values["base_url"], urlsplit(values["base_url"])
-    if parts.scheme not in ("http", "https") or not parts.netloc or any(c.isspace() for c in url):
+    if not _host(values["base_url"]):
         name = "--base-url" if "base_url" in given else f"{provider}_BASE_URL"
-        raise ConfigError(f"{name}={url!r} is not an API address: use a URL such as https://api.deepseek.com "
-                          "or http://localhost:11434/v1.")
+        raise ConfigError(f"{name}={values['base_url']!r} is not an API address: use a URL such as "
+                          "https://api.deepseek.com or http://localhost:11434/v1.")
     return Settings(**values)
 
 
