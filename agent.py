@@ -3,12 +3,11 @@
     run_agent(question, history, settings, client, ui) -> answer
       └ each round: query (one API call, streamed or not) → execute (every tool call it made)
 
-`history` is the state: a plain list of OpenAI-format messages that run_agent extends in place. It is
-always valid to send — every assistant message with tool calls is followed by one tool message per call
-id, also after Ctrl+C or a failed request — and `ui.history_changed(history)` is called after every
-change, so the session store can commit each message as it happens. Each request carries as much of the
-history as fits the context budget (context.fit_to_budget). An API fault leaves as one `AgentError` whose
-message is one readable line; this module never prints: everything the person sees goes to `ui`.
+`history` is the state: a plain list of OpenAI-format messages that run_agent extends in place, always valid
+to send (every tool call answered, also after Ctrl+C or a failed request); `ui.history_changed(history)` is
+called after every change, so the session store can commit each message as it happens. Each request carries
+as much of the history as fits (context.fit_to_budget). An API fault leaves as one `AgentError` whose message
+is one readable line; this module never prints: everything the person sees goes to `ui`.
 """
 
 import json
@@ -51,9 +50,6 @@ EMPTY_NOTICE = "[The model returned an empty answer. Try rephrasing the question
 # other 400s that merely say "too long" or "maximum" must not shrink the history.
 CONTEXT_ERROR = re.compile(r"context.{0,20}(length|window|size)|maximum context|too many tokens|"
                            r"prompt is too long|context_length_exceeded", re.I)
-
-
-# Where a key goes, for every "no key" message (the chat's, the page's, make_client's).
 KEY_HINT = ("Set DEEPSEEK_API_KEY for DeepSeek, or OPENAI_API_KEY (with OPENAI_BASE_URL for other servers): a key "
             "only goes to its own provider. Put it in the environment, .env beside main.py or "
             "~/.config/knowledge-agent/config.env")
@@ -72,9 +68,9 @@ class ContextTooLong(RequestRejected):
 
 
 class UI:
-    """What run_agent tells the person; each method does nothing until main.py's terminal, the tests' recorder
-    or a web page overrides it. `confirm` answers True/False, or None when nobody can be asked (tools refuse).
-    With `review_changes`, every change to a note is asked about first, its diff in the question."""
+    """What run_agent tells the person (the terminal, the page and the tests override it). `confirm` answers
+    True/False, or None when nobody can be asked (tools refuse); with `review_changes`, every change to a note
+    is asked about first, its diff in the question."""
 
     review_changes = False
 
@@ -95,7 +91,7 @@ def make_client(settings: Settings) -> openai.OpenAI:
                          timeout=openai.Timeout(REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT))
 
 
-def _api_error(exc: Exception, settings: Settings, midway: bool = False) -> AgentError:
+def _api_error(exc: Exception, settings: Settings, midway: bool) -> AgentError:
     """The error for an API fault (`midway` through a stream): one line saying what happened and what to do."""
     if isinstance(exc, openai.APITimeoutError):
         return AgentError(f"The API did not answer within {REQUEST_TIMEOUT:.0f} s ({API_MAX_RETRIES + 1} tries). "
@@ -113,8 +109,6 @@ def _api_error(exc: Exception, settings: Settings, midway: bool = False) -> Agen
     if status == 400 and CONTEXT_ERROR.search(detail):
         return ContextTooLong(f"The conversation is too long for the model's context (400): {detail} "
                               "Start a new conversation.")
-    if status >= 500:
-        return AgentError(f"The API server failed (HTTP {status}) even after {API_MAX_RETRIES} retries. Try again later.")
     known = {
         401: "The API rejected the key (401). Check DEEPSEEK_API_KEY (or OPENAI_API_KEY) in the environment or .env.",
         402: f"The API account has insufficient balance (402): {detail}",
@@ -122,12 +116,11 @@ def _api_error(exc: Exception, settings: Settings, midway: bool = False) -> Agen
         404: (f"Model {settings.model!r} or the endpoint was not found (404) at {settings.base_url}. "
               "Check MODEL (--model) and the base URL (--base-url)."),
         429: f"Rate limited (429) even after {API_MAX_RETRIES} retries: {detail} Wait a moment and ask again.",
+        500: f"The API server failed (HTTP {status}) even after {API_MAX_RETRIES} retries. Try again later.",
     }
-    message = known.get(status, f"The API rejected the request (HTTP {status}): {detail}")
+    message = known.get(min(status, 500), f"The API rejected the request (HTTP {status}): {detail}")  # 5xx: 500
     return RequestRejected(message) if status == 400 else AgentError(message)
 
-
-# --- One API call ---
 
 class _Reply:
     """What one API call produced, accumulated from a stream or read from a whole response."""
@@ -138,8 +131,40 @@ class _Reply:
     def reset(self) -> None:
         self.content, self.reasoning, self.finish_reason, self.usage = "", None, None, None
         self.calls: dict[int, dict] = {}  # by stream index
-        self.shown = False  # the person has seen part of it (then it cannot be asked again)
         self.streaming = False  # the stream has started: the SDK does not retry errors raised while reading it
+
+    def receive(self, client, params: dict, stream: bool, ui: UI) -> None:
+        """Make the call, showing its text and reasoning as they come."""
+        if stream:
+            parts = client.chat.completions.create(**params, stream=True, stream_options={"include_usage": True})
+            self.streaming = True
+        else:
+            parts = [client.chat.completions.create(**params)]
+            if not parts[0].choices:
+                raise AgentError("The API returned a response with no answer in it. Try again.")
+        for part in parts:
+            self.usage = getattr(part, "usage", None) or self.usage
+            if not part.choices:  # a stream's usage chunk has none
+                continue
+            delta = part.choices[0].delta if stream else part.choices[0].message
+            self.finish_reason = part.choices[0].finish_reason or self.finish_reason
+            reasoning = getattr(delta, "reasoning_content", None)
+            if reasoning is not None or "reasoning_content" in (delta.model_extra or {}):  # null must go back as ""
+                self.reasoning = (self.reasoning or "") + (reasoning or "")
+            if reasoning:
+                ui.reasoning(reasoning)
+            if delta.content:
+                self.content += delta.content
+                ui.text(delta.content)
+            for position, new in enumerate(delta.tool_calls or []):
+                index = new.index if stream else position  # a stream numbers them, a whole message does not
+                call = self.calls.setdefault(index, {"id": None, "name": None, "arguments": ""})
+                function = getattr(new, "function", None)
+                call["id"] = new.id or call["id"]  # some servers repeat id and name in later chunks: set, never append
+                call["name"] = getattr(function, "name", None) or call["name"]
+                call["arguments"] += getattr(function, "arguments", None) or ""
+        if stream and self.finish_reason is None and not (self.content or self.calls or self.reasoning):
+            raise ValueError("the stream held no answer")  # e.g. an HTML page served as text/event-stream
 
     def message(self, round_number: int) -> dict:
         message = {"role": "assistant", "content": self.content or (None if self.calls else "")}
@@ -161,52 +186,8 @@ def _valid_json(arguments: str) -> str:
         return "{}"
 
 
-def _add(reply: _Reply, ui: UI, finish_reason: str | None, part) -> None:
-    """Add a stream chunk's delta, or a whole response's message, to the reply, showing its text.
-    DeepSeek's reasoning_content becomes "" when the server sends it as null: it must go back with calls."""
-    reasoning, content = getattr(part, "reasoning_content", None), part.content
-    if reasoning is not None or "reasoning_content" in (part.model_extra or {}):
-        reply.reasoning = (reply.reasoning or "") + (reasoning or "")
-    if reasoning:
-        reply.shown = True
-        ui.reasoning(reasoning)
-    if content:
-        reply.content += content
-        reply.shown = True
-        ui.text(content)
-    for position, new in enumerate(part.tool_calls or []):
-        index = new.index if reply.streaming else position  # a stream numbers them, a whole message does not
-        call = reply.calls.setdefault(index, {"id": None, "name": None, "arguments": ""})
-        function = getattr(new, "function", None)
-        call["id"] = new.id or call["id"]  # some servers repeat id and name in later chunks: set, never append
-        call["name"] = getattr(function, "name", None) or call["name"]
-        call["arguments"] += getattr(function, "arguments", None) or ""
-    reply.finish_reason = finish_reason or reply.finish_reason
-
-
-def _stream(client, params: dict, ui: UI, reply: _Reply) -> None:
-    stream = client.chat.completions.create(**params, stream=True, stream_options={"include_usage": True})
-    reply.streaming = True
-    for chunk in stream:
-        reply.usage = getattr(chunk, "usage", None) or reply.usage
-        if not chunk.choices:  # the usage chunk has none
-            continue
-        _add(reply, ui, chunk.choices[0].finish_reason, chunk.choices[0].delta)
-    if reply.finish_reason is None and not (reply.content or reply.calls or reply.reasoning):
-        raise ValueError("the stream held no answer")  # e.g. an HTML page served as text/event-stream
-
-
-def _whole(client, params: dict, ui: UI, reply: _Reply) -> None:
-    response = client.chat.completions.create(**params)
-    reply.usage = getattr(response, "usage", None)
-    if not response.choices:
-        raise AgentError("The API returned a response with no answer in it. Try again.")
-    _add(reply, ui, response.choices[0].finish_reason, response.choices[0].message)
-
-
 def query(client, settings: Settings, messages: list[dict], ui: UI, reply: _Reply) -> None:
-    """One API call, filling `reply`. A stream that breaks before anything was shown is asked again;
-    after, it is an error (asking again would show the same text twice)."""
+    """One API call, filling `reply`; a stream that breaks before anything was shown is asked again."""
     params = {"model": settings.model, "messages": messages, "tools": tools.tool_schemas(settings)}
     extra = {"thinking": {"type": settings.thinking}} if settings.thinking else {}
     if settings.reasoning_effort:
@@ -216,25 +197,24 @@ def query(client, settings: Settings, messages: list[dict], ui: UI, reply: _Repl
     for attempt in range(STREAM_RETRIES + 1):
         reply.reset()
         try:
-            return (_stream if settings.stream else _whole)(client, params, ui, reply)
+            return reply.receive(client, params, settings.stream, ui)
         except AgentError:
             raise
         except openai.APIError as exc:
             error = _api_error(exc, settings, reply.streaming)
-            if reply.shown:
+            if reply.content or reply.reasoning:  # the person saw part of it: asking again would repeat it
                 raise AgentError(f"The answer broke off midway: {error} What was shown above is incomplete.") from None
             if not reply.streaming or attempt == STREAM_RETRIES:  # the SDK already retried the rest
                 raise error from None
         except Exception as exc:  # HTML, malformed JSON or SSE: the base URL is not a chat completions API
             raise AgentError(f"The server at {settings.base_url} sent something that is not an OpenAI-compatible "
-                             f"answer ({type(exc).__name__}). Check the base URL (--base-url; it usually ends in /v1).") from None
+                             f"answer ({type(exc).__name__}). Check the base URL (--base-url; it usually ends in "
+                             "/v1).") from None
 
-
-# --- Running the calls ---
 
 def execute(calls: list[dict], arguments: list[str], history: list[dict], settings: Settings, ui: UI) -> None:
     """Run each call with its arguments as the model sent them, appending its result. The one running when
-    Ctrl+C comes is answered saying so (it may have done part of its work); _rewind answers the rest."""
+    Ctrl+C comes is answered saying so (it may have done part of its work); run_agent answers the rest."""
     for call, sent in zip(calls, arguments):
         name = call["function"]["name"]
         ui.tool_call(name, sent)
@@ -255,24 +235,14 @@ def _answer(call_ids: list[str], history: list[dict], text: str) -> None:
     history.extend({"role": "tool", "tool_call_id": call_id, "content": text} for call_id in call_ids)
 
 
-def _rewind(history: list[dict], turn_start: int, rejected: bool) -> None:
-    """After Ctrl+C or a failure, keep the history sendable: drop a turn the API rejected or that kept nothing
-    (no tool ran, no text was shown); else answer the calls left unanswered, as a reloaded one would be."""
-    if rejected or all(message.get("tool_calls") for message in history[turn_start + 1:]):
-        del history[turn_start:]
-    else:
-        history[turn_start:] = context.repair_history(history[turn_start:])
-
-
-# --- The loop ---
-
 def system_message() -> dict:
     return {"role": "system", "content": SYSTEM_PROMPT.format(today=date.today().isoformat())}
 
 
 def request_budget(settings: Settings) -> int:
     """Estimated tokens a request's messages may take: CONTEXT_TOKENS in the server's count, less the tools."""
-    return int(settings.context_tokens / TOKEN_RATIO["ratio"]) - context.estimate_tokens([], tools.tool_schemas(settings))
+    tool_tokens = context.estimate_tokens([], tools.tool_schemas(settings))
+    return int(settings.context_tokens / TOKEN_RATIO["ratio"]) - tool_tokens
 
 
 def _ask(client, settings: Settings, history: list[dict], ui: UI) -> _Reply:
@@ -321,22 +291,24 @@ def run_agent(question: str, history: list[dict] | None = None, settings: Settin
             ui.history_changed(history)
             if not reply.calls:  # decided by the calls, not finish_reason: servers differ
                 notice = LENGTH_NOTICE if reply.finish_reason == "length" else "" if reply.content else EMPTY_NOTICE
-                return _with_notice(reply.content, notice, ui)
+                break
+            if round_number == settings.max_rounds:  # the last round's calls are not run
+                _answer([call["id"] for call in message["tool_calls"]], history, ROUND_LIMIT)
+                ui.history_changed(history)
+                notice = ROUND_NOTICE.format(settings.max_rounds)
+                break
             # The history keeps arguments the API accepts; the tool gets them as sent, to explain errors.
-            sent = [call["arguments"] for _, call in sorted(reply.calls.items())]
-            if round_number < settings.max_rounds:
-                execute(message["tool_calls"], sent, history, settings, ui)
-        _answer([call["id"] for call in message["tool_calls"]], history, ROUND_LIMIT)
-        ui.history_changed(history)
+            execute(message["tool_calls"], [call["arguments"] for _, call in sorted(reply.calls.items())],
+                    history, settings, ui)
     except (KeyboardInterrupt, AgentError) as exc:
-        _rewind(history, turn_start, isinstance(exc, RequestRejected))
+        # Keep the history sendable: drop a turn the API rejected or that kept nothing (no tool ran, no text was
+        # shown); else answer the calls left unanswered, as a reloaded conversation would be.
+        if isinstance(exc, RequestRejected) or all(m.get("tool_calls") for m in history[turn_start + 1:]):
+            del history[turn_start:]
+        else:
+            history[turn_start:] = context.repair_history(history[turn_start:])
         ui.history_changed(history)
         raise
-    return _with_notice(message["content"] or "", ROUND_NOTICE.format(settings.max_rounds), ui)
-
-
-def _with_notice(answer: str, notice: str, ui: UI) -> str:
-    """The answer with the notice, if any, after it; the person is shown the notice apart from the answer."""
-    if notice:
+    if notice:  # the answer is incomplete: the person is shown why apart from the answer
         ui.notice(notice)
-    return answer + ("\n\n" if answer and notice else "") + notice
+    return reply.content + ("\n\n" if reply.content and notice else "") + notice

@@ -2,12 +2,11 @@
 
 Precedence, lowest to highest: the defaults in `Settings` < the user's config file
 (`$XDG_CONFIG_HOME/knowledge-agent/config.env`) < a `.env` file beside main.py < environment variables <
-command-line flags (keyword overrides to `load_settings`). A key is sent only to its own provider's endpoint:
-DEEPSEEK_API_KEY with DEEPSEEK_BASE_URL, OPENAI_API_KEY with OPENAI_BASE_URL (see PROVIDERS). main.py and
-mcp_server.py call `load_settings` (and run_agent, when given no settings, for `python -c` use); no other module
-reads the environment or `.env`. A bad value raises `ConfigError` with one line saying what to set; `.env` values
-never enter `os.environ`, so commands the agent runs never see them. Limits that only one module uses live
-at the top of that module, not here.
+command-line flags (keyword overrides to `load_settings`). A key is sent only to its own provider's endpoint
+(see PROVIDERS). main.py and mcp_server.py call `load_settings` (run_agent too, given no settings); no other
+module reads the environment or `.env`. A bad value raises `ConfigError` with one line saying what to set; `.env`
+values never enter `os.environ`, so commands the agent runs never see them. Limits that only one module uses
+live at the top of that module, not here.
 """
 
 import os
@@ -36,11 +35,10 @@ PROVIDERS = {"DEEPSEEK": ("https://api.deepseek.com", "deepseek-flash"),
              "OPENAI": ("https://api.openai.com/v1", "gpt-5.4-mini")}
 
 
-def _set_by(default, *variables: str, choices: tuple[str, ...] = (), factory=None):
-    """A field with its default (or a `factory` making it for each Settings), set by the first of `variables`
-    that is set, to one of `choices` when given."""
+def _set_by(default, variable: str, choices: tuple[str, ...] = (), factory=None):
+    """A field set by `variable`, to one of `choices` when given; `factory` makes its default for each Settings."""
     start = {"default_factory": factory} if factory else {"default": default}
-    return field(**start, metadata={"variables": variables, "choices": choices})
+    return field(**start, metadata={"variable": variable, "choices": choices})
 
 
 @dataclass(frozen=True)
@@ -96,26 +94,21 @@ def config_file() -> Path:
     return _user_folder("XDG_CONFIG_HOME", ".config") / "config.env"
 
 
-def _environment():
-    """A lookup of the first non-empty value of some names: the environment's, then .env's, then the user
-    config file's (files are never exported)."""
-    files = [dotenv_values(path) for path in (ENV_FILE, config_file()) if path.is_file()]
-
-    def value(*names: str) -> str | None:
-        for source in (os.environ, *files):
-            for name in names:
-                if text := (source.get(name) or "").strip():
-                    return text
-        return None
-    return value
+def _environment() -> dict[str, str]:
+    """Every variable set to more than spaces: in the environment, else in .env, else in the user config file."""
+    found = {}
+    for source in [dotenv_values(path) for path in (config_file(), ENV_FILE) if path.is_file()] + [os.environ]:
+        found |= {name: value.strip() for name, value in source.items() if value and value.strip()}
+    return found
 
 
-def _endpoint(url: str, name: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc or any(c.isspace() for c in url):
-        raise ConfigError(f"{name}={url!r} is not an API address: use a URL such as https://api.deepseek.com "
-                          "or http://localhost:11434/v1.")
-    return url
+def _host(url: str) -> str:
+    """The host (and port) of an http(s) URL; "" for anything else, as a mistyped setting may be."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # e.g. an unclosed "[" of an IPv6 address
+        return ""
+    return parts.netloc if parts.scheme in ("http", "https") and not any(c.isspace() for c in url) else ""
 
 
 def _notes_folder(value: str | None, required: bool, sample: bool) -> Path | None:
@@ -142,26 +135,28 @@ def load_settings(notes_required: bool = True, sample_notes: bool = True, **over
     None or "". With notes_required False a missing or unreadable notes folder is no error (kb is then None)."""
     env = _environment()
     given = {key: value for key, value in overrides.items() if value not in (None, "")}
-    provider = next((p for p, (url, _) in PROVIDERS.items()  # --base-url at a provider's own address
-                     if urlsplit(url).netloc == urlsplit(str(given.get("base_url", ""))).netloc), None) \
-        or next((p for p in PROVIDERS if env(f"{p}_API_KEY", f"{p}_BASE_URL")), "DEEPSEEK")
+    host = _host(str(given.get("base_url", "")))  # --base-url at a provider's own address takes its key
+    provider = ([p for p, (url, _) in PROVIDERS.items() if _host(url) == host]
+                + [p for p in PROVIDERS if f"{p}_API_KEY" in env or f"{p}_BASE_URL" in env] + ["DEEPSEEK"])[0]
     values = dict(zip(("base_url", "model"), PROVIDERS[provider]))
-    url_name = "--base-url" if "base_url" in given else f"{provider}_BASE_URL"
     for setting in fields(Settings):
-        variables = [name.format(provider=provider) for name in setting.metadata["variables"]]
+        variable = setting.metadata["variable"].format(provider=provider)
         if setting.name in given:  # a command-line flag, named in an error beside its variable
-            name, value = f"{variables[0]} (or --{setting.name.replace('_', '-')})", given[setting.name]
+            name, value = f"{variable} (or --{setting.name.replace('_', '-')})", given[setting.name]
         else:
-            name, value = variables[0], env(*variables)
+            name, value = variable, env.get(variable)
         if value is not None:
             values[setting.name] = _read(name, value, setting.type, setting.metadata["choices"])
-    return Settings(**values | {"kb": _notes_folder(values.get("kb"), notes_required, sample_notes),
-                                "base_url": _endpoint(values["base_url"], url_name)})
+    values["kb"] = _notes_folder(values.get("kb"), notes_required, sample_notes)
+    if not _host(values["base_url"]):
+        name = "--base-url" if "base_url" in given else f"{provider}_BASE_URL"
+        raise ConfigError(f"{name}={values['base_url']!r} is not an API address: use a URL such as "
+                          "https://api.deepseek.com or http://localhost:11434/v1.")
+    return Settings(**values)
 
 
 def mcp_flags(allow_destructive: bool, allow_shell: bool) -> tuple[bool, bool]:
     """The MCP server's two opt-ins: its command-line flag, else MCP_ALLOW_DESTRUCTIVE / MCP_ALLOW_SHELL."""
     env = _environment()
-    destructive = allow_destructive or _read("MCP_ALLOW_DESTRUCTIVE", env("MCP_ALLOW_DESTRUCTIVE") or "0", bool)
-    shell = allow_shell or _read("MCP_ALLOW_SHELL", env("MCP_ALLOW_SHELL") or "0", bool)
-    return destructive, shell
+    return (allow_destructive or _read("MCP_ALLOW_DESTRUCTIVE", env.get("MCP_ALLOW_DESTRUCTIVE", "0"), bool),
+            allow_shell or _read("MCP_ALLOW_SHELL", env.get("MCP_ALLOW_SHELL", "0"), bool))

@@ -25,7 +25,6 @@ INTERRUPTED_RESULT = "not executed: the conversation stopped before this tool ra
 
 
 def text_tokens(text) -> int:
-    """Estimated tokens of one string: ~1 per CJK character, 1 per CHARS_PER_TOKEN other characters."""
     text = str(text or "")
     # CJK takes 3 UTF-8 bytes, accented Latin or Cyrillic 2 (half a wide one); len(encode) is C-fast on megabytes
     wide = (len(text.encode("utf-8", "surrogatepass")) - len(text)) / 2
@@ -49,7 +48,6 @@ def message_tokens(message: dict) -> int:
 
 
 def estimate_tokens(messages: list[dict], tools: list | None = None) -> int:
-    """Estimated prompt tokens of a request carrying these messages (and these tool schemas)."""
     schemas = text_tokens(json.dumps(tools, ensure_ascii=False)) if tools else 0
     return schemas + sum(map(message_tokens, messages))
 

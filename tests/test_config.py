@@ -57,11 +57,13 @@ def test_user_config_file_is_read_last(env_file, monkeypatch, tmp_path):
     assert config.config_file() == user_file
 
 
-@pytest.mark.parametrize("url", ["notaurl", "api.deepseek.com", "ftp://x/v1", "http://"])
+@pytest.mark.parametrize("url", ["notaurl", "api.deepseek.com", "ftp://x/v1", "http://", "http://[::1/v1"])
 def test_a_bad_base_url_is_a_settings_error(env_file, monkeypatch, url):
     monkeypatch.setenv("DEEPSEEK_BASE_URL", url)
     with pytest.raises(ConfigError, match="not an API address"):
         load_settings()
+    with pytest.raises(ConfigError, match="--base-url"):
+        load_settings(base_url=url)
 
 
 def test_env_file_fills_what_the_environment_leaves_empty(env_file, monkeypatch):
