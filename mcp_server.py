@@ -17,6 +17,7 @@ output, goes to stderr with the logs. Exit codes: 0 stdin closed, 2 bad settings
 """
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -207,10 +208,8 @@ def main(argv=None) -> int:
     server = McpServer(settings, allow_destructive, allow_shell)
     protocol_in, protocol_out = claim_stdio()
     log(f"serving {len(server.tools)} tools ({', '.join(server.tools)}) for the notes in {settings.kb}")
-    try:
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client went away: nobody to tell
         serve(server, protocol_in, protocol_out)
-    except (BrokenPipeError, ConnectionResetError):  # the client went away; nobody is left to tell
-        pass
     return 0
 
 

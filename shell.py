@@ -69,11 +69,8 @@ def _call(function: str, *args) -> int:
 
 
 def _abi() -> int:
-    """The Landlock ABI version of this kernel; 0 when there is none."""
-    try:
-        return _call("syscall", SYS_CREATE_RULESET, None, ctypes.c_size_t(0), 1)  # 1: ..._VERSION
-    except OSError:
-        return 0
+    """The Landlock ABI version (create_ruleset's answer to flag 1, VERSION); 0 without Landlock (it answers -1)."""
+    return max(libc().syscall(ctypes.c_long(SYS_CREATE_RULESET), None, ctypes.c_size_t(0), ctypes.c_long(1)), 0)
 
 
 def sandbox_problem() -> str | None:
