@@ -1,10 +1,7 @@
-"""The note tools as an MCP server, so Claude Desktop, Cursor, VS Code or any MCP client can use them.
-
-    python mcp_server.py --kb ~/notes                       search, list, read and write notes
-    python mcp_server.py --kb ~/notes --allow-destructive   also the tools the chat asks before running
-
-The notes folder is --kb (relative to the folder the server starts in) or KNOWLEDGE_BASE; without one it
-refuses to start rather than serve the sample notes to a client that expects the person's own.
+"""The note tools as an MCP server, so Claude Desktop, Cursor, VS Code or any MCP client can use them
+(`python mcp_server.py --kb ~/notes`). The notes folder is --kb (relative to the folder the server starts
+in) or KNOWLEDGE_BASE; without one it refuses to start rather than serve the sample notes to a client that
+expects the person's own.
 
 It speaks the Model Context Protocol over stdio: JSON-RPC 2.0, one message per line, revisions 2024-11-05 to
 2025-11-25. The tools are the chat's own, run by tools.execute_tool with the chat's path guard, checks and
@@ -49,8 +46,7 @@ def log(message: str) -> None:
 
 
 def served_tools(settings: Settings, allow_destructive: bool, allow_shell: bool) -> dict[str, dict]:
-    """The chat's tools as MCP describes them, less those the chat asks a person about (unless allowed)
-    and the opt-in shell (unless both the chat's settings and --allow-shell enable it)."""
+    """The tools the chat offers, as MCP describes them; those it asks a person about and the shell only if allowed."""
     served = {}
     for name, tool in tools.offered(settings).items():
         if (allow_destructive or not tool.confirm) and (allow_shell or tool.opt_in is None):

@@ -84,8 +84,7 @@ def sandbox_problem() -> str | None:
 
 
 def _prepare_child(kb: str, scratch: str, allow_network: bool, sandboxed: bool) -> None:
-    """Run in the child before exec: cap file sizes, then confine it and all it starts to what a notes
-    command needs. Any failure here means the command does not run."""
+    """In the child before exec: cap file sizes, confine it and all it starts. A failure: the command does not run."""
     resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
     if not sandboxed:
         return
