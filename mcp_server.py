@@ -1,10 +1,7 @@
-"""The note tools as an MCP server, so Claude Desktop, Cursor, VS Code or any MCP client can use them.
-
-    python mcp_server.py --kb ~/notes                       search, list, read and write notes
-    python mcp_server.py --kb ~/notes --allow-destructive   also the tools the chat asks before running
-
-The notes folder is --kb (relative to the folder the server starts in) or KNOWLEDGE_BASE; without one it
-refuses to start rather than serve the sample notes to a client that expects the person's own.
+"""The note tools as an MCP server, so Claude Desktop, Cursor, VS Code or any MCP client can use them
+(`python mcp_server.py --kb ~/notes`). The notes folder is --kb (relative to the folder the server starts
+in) or KNOWLEDGE_BASE; without one it refuses to start rather than serve the sample notes to a client that
+expects the person's own.
 
 It speaks the Model Context Protocol over stdio: JSON-RPC 2.0, one message per line, revisions 2024-11-05 to
 2025-11-25. The tools are the chat's own, run by tools.execute_tool with the chat's path guard, checks and
@@ -17,6 +14,7 @@ output, goes to stderr with the logs. Exit codes: 0 stdin closed, 2 bad settings
 """
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -32,20 +30,14 @@ SERVER_NAME = "knowledge-agent"
 SERVER_VERSION = "0.1.0"
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")  # newest first
 BATCH_VERSIONS = {"2025-03-26"}  # JSON-RPC batches came in with 2025-03-26 and left again in 2025-06-18
-INSTRUCTIONS = (
-    "Tools for one person's folder of Markdown notes (.md and .txt). Paths are relative to that folder. "
-    "Search first (search_notes), then read_note the best hits before answering or changing anything."
-)
+INSTRUCTIONS = ("Tools for one person's folder of Markdown notes (.md and .txt). Paths are relative to that folder. "
+                "Search first (search_notes), then read_note the best hits before answering or changing anything.")
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = (
     -32700, -32600, -32601, -32602, -32603)
 
 
 class RpcError(Exception):
-    """A request that gets a JSON-RPC error instead of a result."""
-
-    def __init__(self, code: int, message: str):
-        super().__init__(message)
-        self.code = code
+    """RpcError(code, message): the request gets this JSON-RPC error instead of a result."""
 
 
 def log(message: str) -> None:
@@ -54,8 +46,7 @@ def log(message: str) -> None:
 
 
 def served_tools(settings: Settings, allow_destructive: bool, allow_shell: bool) -> dict[str, dict]:
-    """The chat's tools as MCP describes them, less those the chat asks a person about (unless allowed)
-    and the opt-in shell (unless both the chat's settings and --allow-shell enable it)."""
+    """The tools the chat offers, as MCP describes them; those it asks a person about and the shell only if allowed."""
     served = {}
     for name, tool in tools.offered(settings).items():
         if (allow_destructive or not tool.confirm) and (allow_shell or tool.opt_in is None):
@@ -81,8 +72,8 @@ class McpServer:
         # The client asked the person already (it sees destructiveHint); without the flag, nobody can be asked.
         self.confirm = (lambda question: True) if allow_destructive else None
         self.version: str | None = None
-        self.methods = {"initialize": self.initialize, "ping": lambda params: {},
-                        "tools/list": self.list_tools, "tools/call": self.call_tool}
+        self.methods = {"initialize": self.initialize, "ping": lambda params: {}, "tools/call": self.call_tool,
+                        "tools/list": lambda params: {"tools": list(self.tools.values())}}
 
     def handle_line(self, line: bytes):
         """One line from the client -> the reply to write (a dict, a list for a batch) or None."""
@@ -125,7 +116,7 @@ class McpServer:
                 raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method}")
             return {"jsonrpc": "2.0", "id": request_id, "result": self.methods[method](params)}
         except RpcError as exc:
-            return error_response(request_id, exc.code, str(exc))
+            return error_response(request_id, *exc.args)
         except Exception as exc:  # a bug here must cost one request, never the connection
             log(f"{method} failed: {type(exc).__name__}: {exc}")
             return error_response(request_id, INTERNAL_ERROR, f"Internal error: {type(exc).__name__}")
@@ -141,9 +132,6 @@ class McpServer:
         return {"protocolVersion": self.version, "capabilities": {"tools": {"listChanged": False}},
                 "serverInfo": {"name": SERVER_NAME, "version": SERVER_VERSION}, "instructions": INSTRUCTIONS}
 
-    def list_tools(self, params: dict) -> dict:
-        return {"tools": copy.deepcopy(list(self.tools.values()))}
-
     def call_tool(self, params: dict) -> dict:
         name = params.get("name")
         if not isinstance(name, str):
@@ -158,8 +146,6 @@ class McpServer:
         log(f"{name}: {result.text.splitlines()[0][:100] if result.error else 'ok'}")
         return {"content": [{"type": "text", "text": result.text}], "isError": result.error}
 
-
-# --- stdio ---
 
 def claim_stdio():
     """Keep private copies of stdin/stdout for the protocol; point fds 0 and 1 away from the client."""
@@ -190,17 +176,14 @@ def serve(server: McpServer, protocol_in, protocol_out: int) -> None:
                                    f"{MCP_MAX_MESSAGE_BYTES} bytes was skipped.")
         else:
             reply = server.handle_line(line) if line.strip() else None
-        if reply is not None:
-            write_message(protocol_out, reply)
-
-
-def write_message(fd: int, message) -> None:
-    # ensure_ascii=False keeps Chinese notes readable; "replace" turns a lone surrogate (from an undecodable
-    # file name) into "?" so the line is always valid UTF-8.
-    data = (json.dumps(message, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8", "replace")
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+        if reply is None:
+            continue
+        # ensure_ascii=False keeps Chinese notes readable; "replace" turns a lone surrogate (from an undecodable
+        # file name) into "?" so the line is always valid UTF-8.
+        line = json.dumps(reply, ensure_ascii=False, separators=(",", ":")) + "\n"
+        view = memoryview(line.encode("utf-8", "replace"))
+        while view:
+            view = view[os.write(protocol_out, view):]
 
 
 def main(argv=None) -> int:
@@ -221,10 +204,8 @@ def main(argv=None) -> int:
     server = McpServer(settings, allow_destructive, allow_shell)
     protocol_in, protocol_out = claim_stdio()
     log(f"serving {len(server.tools)} tools ({', '.join(server.tools)}) for the notes in {settings.kb}")
-    try:
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client went away: nobody to tell
         serve(server, protocol_in, protocol_out)
-    except (BrokenPipeError, ConnectionResetError):  # the client went away; nobody is left to tell
-        pass
     return 0
 
 

@@ -10,8 +10,9 @@ import json
 import shlex
 import sqlite3
 import time
+from collections import namedtuple
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable
 
 from context import content_text, repair_history
 
@@ -29,24 +30,14 @@ TITLE_CHARS, TITLE_SHOWN = 200, 60  # of the first question: kept as the title; 
 DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB")  # prefixes of SQLite's result codes: these prove the bytes bad
 BUSY = ("SQLITE_BUSY", "SQLITE_LOCKED")
 NOT_ALLOWED = ("SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_AUTH", "SQLITE_READONLY")
-# One row per conversation with its kept messages counted; add WHERE ... GROUP BY s.id.
+# One row per conversation with its kept messages counted (kb: the notes folder as stored); add WHERE ... GROUP BY s.id.
 INFO = ("SELECT s.id, s.started, coalesce(s.title, ''), count(m.id), s.kb, s.prompt_tokens, s.completion_tokens "
         "FROM sessions s LEFT JOIN messages m ON m.session_id = s.id AND NOT m.dropped ")
-
-
-class SessionInfo(NamedTuple):
-    id: int
-    started: float
-    title: str
-    messages: int
-    kb: str | None  # the notes folder, as stored
-    prompt_tokens: int
-    completion_tokens: int
+SessionInfo = namedtuple("SessionInfo", "id started title messages kb prompt_tokens completion_tokens")
 
 
 class Damaged(sqlite3.DatabaseError):
-    """Damage found without SQLite raising it (quick_check's answer, a folder in the file's place)."""
-    sqlite_errorname = "SQLITE_CORRUPT"
+    sqlite_errorname = "SQLITE_CORRUPT"  # damage found without SQLite raising it: quick_check's, a folder
 
 
 def _is(error: BaseException, codes: tuple[str, ...]) -> bool:
@@ -196,8 +187,7 @@ class Conversation:
         self.start_new()
 
     def start_new(self) -> None:
-        self.session_id: int | None = None
-        self.history: list[dict] = []
+        self.session_id, self.history = None, []
         self.rows: list[int | None] = []  # the store's row id of each message in history (None: not stored)
         self.begin_turn()  # /usage speaks of this conversation only
 

@@ -69,11 +69,8 @@ def _call(function: str, *args) -> int:
 
 
 def _abi() -> int:
-    """The Landlock ABI version of this kernel; 0 when there is none."""
-    try:
-        return _call("syscall", SYS_CREATE_RULESET, None, ctypes.c_size_t(0), 1)  # 1: ..._VERSION
-    except OSError:
-        return 0
+    """The Landlock ABI version (create_ruleset's answer to flag 1, VERSION); 0 without Landlock (it answers -1)."""
+    return max(libc().syscall(ctypes.c_long(SYS_CREATE_RULESET), None, ctypes.c_size_t(0), ctypes.c_long(1)), 0)
 
 
 def sandbox_problem() -> str | None:
@@ -87,41 +84,26 @@ def sandbox_problem() -> str | None:
 
 
 def _prepare_child(kb: str, scratch: str, allow_network: bool, sandboxed: bool) -> None:
-    """Run in the child before exec: cap file sizes, then confine it and all it starts to what a notes
-    command needs. Any failure here means the command does not run."""
+    """In the child before exec: cap file sizes, confine it and all it starts. A failure: the command does not run."""
     resource.setrlimit(resource.RLIMIT_FSIZE, (MAX_FILE_BYTES, MAX_FILE_BYTES))
     if not sandboxed:
         return
-    abi = _abi()
+    abi = _abi()  # at least MIN_ABI: sandboxed means sandbox_problem() found no problem
     fs = (1 << FS_RIGHTS[min(abi, 5)]) - 1  # handle every right the ABI knows: what no rule allows is denied
-    net = NET_TCP if abi >= 4 and not allow_network else 0
-    attr = struct.pack("=QQQ", fs, net, SCOPES if abi >= 6 else 0)  # struct landlock_ruleset_attr
+    attr = struct.pack("=QQQ", fs, 0 if allow_network else NET_TCP, SCOPES if abi >= 6 else 0)  # ruleset_attr
     ruleset = _call("syscall", SYS_CREATE_RULESET, attr, ctypes.c_size_t(len(attr)), 0)
     rules = [(folder, READ_EXEC) for folder in (*SYSTEM_FOLDERS, sys.base_prefix, sys.prefix)]
     for path, access in rules + [(kb, READ), (scratch, fs)] + [(device, DEVICE) for device in DEVICES]:
-        _allow(ruleset, path, access & fs)
+        try:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)  # closes at exec, like the ruleset
+        except OSError:
+            continue  # only paths that exist get a rule
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            access &= FILE_RIGHTS
+        rule = struct.pack("=Qi", access & fs, fd)  # struct landlock_path_beneath_attr, packed
+        _call("syscall", SYS_ADD_RULE, ruleset, 1, rule, 0)  # 1: LANDLOCK_RULE_PATH_BENEATH
     _call("prctl", PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)  # required: no setuid program regains what is dropped
     _call("syscall", SYS_RESTRICT_SELF, ruleset, 0)  # the ruleset's descriptor closes at exec
-
-
-def _allow(ruleset: int, path: str, access: int) -> None:
-    try:
-        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)  # closes at exec, like the ruleset
-    except OSError:
-        return  # only paths that exist get a rule
-    if not stat.S_ISDIR(os.fstat(fd).st_mode):
-        access &= FILE_RIGHTS
-    rule = struct.pack("=Qi", access, fd)  # struct landlock_path_beneath_attr, packed
-    _call("syscall", SYS_ADD_RULE, ruleset, 1, rule, 0)  # 1: LANDLOCK_RULE_PATH_BENEATH
-
-
-def _environment(scratch: str, hide: tuple[str, ...]) -> dict[str, str]:
-    """This process's environment minus anything that looks like a key, token, password or secret."""
-    env = {name: value for name, value in os.environ.items()
-           if not SECRET_VARIABLE.search(name) and not any(secret and secret in value for secret in hide)}
-    # This interpreter's folder first: the sandbox can run it, not version-manager shims in the home folder.
-    path = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", os.defpath)
-    return {**env, "HOME": scratch, "TMPDIR": scratch, "PATH": path}
 
 
 def run_shell(command: str, kb: Path, timeout: float, allow_network: bool = False,
@@ -138,26 +120,37 @@ def run_shell(command: str, kb: Path, timeout: float, allow_network: bool = Fals
         _call("prctl", PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     scratch = tempfile.mkdtemp(prefix="ka-shell-")
     setup = functools.partial(_prepare_child, os.path.abspath(kb), scratch, allow_network, not problem)
+    env = {name: value for name, value in os.environ.items()  # none that looks like a key, token or password
+           if not SECRET_VARIABLE.search(name) and not any(secret and secret in value for secret in hide)}
+    # This interpreter's folder first: the sandbox can run it, not version-manager shims in the home folder.
+    path = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", os.defpath)
     try:
         # In the scratch folder, unnamed: `>/dev/stderr` reopens them, yet the command cannot find them.
         with tempfile.TemporaryFile(dir=scratch) as out, tempfile.TemporaryFile(dir=scratch) as err:
             try:
                 proc = subprocess.Popen([shutil.which("bash") or "/bin/sh", "-c", command], cwd=kb,
-                                        env=_environment(scratch, hide), stdin=subprocess.DEVNULL, stdout=out,
-                                        stderr=err, start_new_session=True, preexec_fn=setup)
+                                        env={**env, "HOME": scratch, "TMPDIR": scratch, "PATH": path},
+                                        stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                        start_new_session=True, preexec_fn=setup)
             except subprocess.SubprocessError:  # what an exception in preexec_fn becomes
                 return "Error: the sandbox could not be applied, so the command did not run"
             except OSError as exc:
                 return f"Error: could not start the shell: {exc}"
-            notes = _wait(proc, timeout)
-            result = _format(proc.returncode, notes, out, err, hide)
+            parts = _wait(proc, timeout)
+            if max(os.fstat(f.fileno()).st_size for f in (out, err)) >= MAX_FILE_BYTES:
+                parts.append(f"note: the output reached {MAX_FILE_BYTES:,} bytes and its writer was stopped")
+            for label, file, chars in (("stdout", out, STDOUT_CHARS), ("stderr", err, STDERR_CHARS)):
+                text = _read(file, chars, hide)
+                parts.append(f"{label}:\n{text.rstrip()}" if text.strip() else f"{label}: (empty)")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    result = "\n".join(parts)
     return f"(not sandboxed: {problem})\n{result}" if problem else result
 
 
 def _wait(proc: subprocess.Popen, timeout: float) -> list[str]:
-    """Wait for the command's shell, then stop its whole group; the notes to add to the result."""
+    """Wait for the command's shell, then stop its whole group: TERM, KILL after KILL_GRACE (at once on a
+    second Ctrl+C), back when none of it is left. The exit code and what happened, as the result's lines."""
     notes = []
     try:
         proc.wait(timeout)
@@ -166,18 +159,14 @@ def _wait(proc: subprocess.Popen, timeout: float) -> list[str]:
                      f"killed. Split the work into shorter steps, or raise SHELL_TIMEOUT.")
     finally:  # after a timeout, Ctrl+C or the shell's end alike, nothing the command started outlives it
         if _signal_group(proc, 0):
-            _stop(proc)
+            try:
+                _signal_group(proc, signal.SIGTERM, KILL_GRACE)
+            finally:
+                _signal_group(proc, signal.SIGKILL, KILL_GRACE)  # KILL too takes effect a moment later
+                proc.wait()
             notes = notes or ["note: processes the command left running in the background were stopped"]
-    return notes
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """TERM the group, KILL it after KILL_GRACE (at once on a second Ctrl+C); back when none of it is left."""
-    try:
-        _signal_group(proc, signal.SIGTERM, KILL_GRACE)
-    finally:
-        _signal_group(proc, signal.SIGKILL, KILL_GRACE)  # KILL too takes effect a moment later
-        proc.wait()
+    code = 128 - proc.returncode if proc.returncode < 0 else proc.returncode  # killed by signal N: 128+N
+    return [f"exit_code={code}", *notes]
 
 
 def _signal_group(proc: subprocess.Popen, sig: int, wait: float = 0.0) -> bool:
@@ -221,15 +210,3 @@ def _mask(text: str, hide: tuple[str, ...]) -> str:
     for secret in filter(None, hide):
         text = text.replace(secret, "[hidden]")
     return text
-
-
-def _format(returncode: int, notes: list[str], out, err, hide: tuple[str, ...]) -> str:
-    """The exit code, the notes and each output file's text, as the model sees them."""
-    code = 128 - returncode if returncode < 0 else returncode  # killed by signal N: 128+N, as bash says
-    if max(os.fstat(f.fileno()).st_size for f in (out, err)) >= MAX_FILE_BYTES:
-        notes.append(f"note: the output reached {MAX_FILE_BYTES:,} bytes and its writer was stopped")
-    parts = [f"exit_code={code}", *notes]
-    for label, file, chars in (("stdout", out, STDOUT_CHARS), ("stderr", err, STDERR_CHARS)):
-        text = _read(file, chars, hide)
-        parts.append(f"{label}:\n{text.rstrip()}" if text.strip() else f"{label}: (empty)")
-    return "\n".join(parts)
