@@ -24,7 +24,7 @@ CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY AUTOINCREMENT, sessi
     created REAL NOT NULL, role TEXT NOT NULL, body TEXT NOT NULL, dropped INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS messages_by_session ON messages(session_id, id);
 """
-BUSY_WAIT = 2.0  # seconds a write waits for another process's write lock before this run stops saving
+BUSY_WAIT = 10.0  # seconds a write waits for another process's write lock before this run stops saving
 LIST_LIMIT = 20  # conversations a listing shows
 TITLE_CHARS, TITLE_SHOWN = 200, 60  # of the first question: kept as the title; of the title: in a listing
 DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB")  # prefixes of SQLite's result codes: these prove the bytes bad
