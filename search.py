@@ -92,7 +92,7 @@ def _folder(kb: Path, folder: str | None) -> tuple:
 # --- Searching ---
 _MATCHING = "FROM fts JOIN notes n ON n.id = fts.rowid WHERE fts MATCH ? AND n.path >= ? AND n.path < ?"
 _RANK_SQL = f"""SELECT n.id, n.path, n.title {_MATCHING} AND n.id NOT IN ({{}})
-ORDER BY (n.title_key = ? OR n.stem_key = ?) DESC, bm25(fts, 3.0, 10.0, 6.0, 1.0) LIMIT ?"""  # path, title, lead, body
+ORDER BY (n.title_key = ? OR n.stem_key = ?) DESC, bm25(fts, 3.0, 10.0, 6.0, 1.0) LIMIT ?"""  # bm25 weights: path, title, lead, body
 
 
 def search_notes(kb: Path, index_dir: Path, query: str, folder: str | None = None, watch: bool = True,
@@ -138,8 +138,8 @@ def _search(idx: Index, query: str, parsed: tuple, lo: str, hi: str, embedder) -
 
 
 def _fuse(by_words: list, by_meaning: list, conn, placed: set) -> list:
-    """Notes with some of the words and notes close in meaning but not `placed`, by reciprocal rank fusion (beat
-    max + 0.3 min in the bench): (path, title, first line of its closest chunk if found by meaning only, else None)."""
+    """Notes with some of the words and notes close in meaning, not `placed`, fused by reciprocal rank (the bench
+    measures it against max + 0.3 min): (path, title, its closest chunk's first line if found by meaning only)."""
     score = {}
     for ranked in ([p for p, _, _ in by_words], [p for p, _ in by_meaning if p not in placed]):
         for rank, path in enumerate(ranked, 1):
