@@ -91,8 +91,9 @@ def _folder(kb: Path, folder: str | None) -> tuple:
 
 # --- Searching ---
 _MATCHING = "FROM fts JOIN notes n ON n.id = fts.rowid WHERE fts MATCH ? AND n.path >= ? AND n.path < ?"
+# A note titled or named as the query first, then bm25 with weights of path, title, lead, body.
 _RANK_SQL = f"""SELECT n.id, n.path, n.title {_MATCHING} AND n.id NOT IN ({{}})
-ORDER BY (n.title_key = ? OR n.stem_key = ?) DESC, bm25(fts, 3.0, 10.0, 6.0, 1.0) LIMIT ?"""  # bm25 weights: path, title, lead, body
+ORDER BY (n.title_key = ? OR n.stem_key = ?) DESC, bm25(fts, 3.0, 10.0, 6.0, 1.0) LIMIT ?"""
 
 
 def search_notes(kb: Path, index_dir: Path, query: str, folder: str | None = None, watch: bool = True,
