@@ -24,7 +24,6 @@ from pathlib import Path, PurePosixPath
 from notes import NOTE_SUFFIXES, ToolError, is_note_path, readable_text
 from shell import libc
 
-INDEX_LEAD_CHARS = 400  # the opening paragraph, weighted as "lead"
 INDEX_MAX_NOTE_BYTES = 2_000_000  # only the first 2 MB of a huge note are indexed
 INDEX_BATCH = 500  # notes read and written together: bounds memory during a big build
 INDEX_PROGRESS_AFTER_S = 1.0  # a build running longer than this tells the person
@@ -39,7 +38,6 @@ def warn(message: str) -> None:
 
 
 # --- Notes on disk ---
-
 def _walk(kb: Path, watch=None) -> dict:
     """Map every note to (size, mtime_ns), skipping hidden names; watch each folder before reading it."""
     found, stack = {}, [""]
@@ -87,16 +85,14 @@ def read_note(path: Path):
 
 
 # --- Text, for the index and the queries alike ---
-
 CJK_RUN = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")  # kana, hanzi, hangul
 HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$", re.M)
 _FRONT_TITLE = re.compile(r"\A---\s*\n(?:.*\n)*?title:\s*['\"]?(.+?)['\"]?\s*\n(?:.*\n)*?---", re.M)
 
 
 def cjk_words(text: str, tails: str = "all") -> str:
-    """Each CJK run as overlapping 2-character words: 归档实用 -> 归档 档实 实用 用 ("all", for the index:
-    the lone last character lets a 1-character query find it). A query ("inner") adds it only inside its
-    text, so 解压zip lines up with 解压 压 zip; "none" splits one word: 解压zip文件 -> 解压 zip 文件."""
+    """CJK runs as overlapping 2-character words, 归档实用 -> 归档 档实 实用 用; the lone last character is for a
+    1-character query, so a query ("inner") keeps it only mid-text and one word ("none") drops it."""
     end = len(text.rstrip())
     def grams(match):
         run = match.group()
@@ -105,11 +101,6 @@ def cjk_words(text: str, tails: str = "all") -> str:
             words.append(run[-1])
         return " " + " ".join(words) + " "
     return CJK_RUN.sub(grams, text)
-
-
-def _title_of(text: str, stem: str) -> str:
-    found = _FRONT_TITLE.match(text[:4000]) or HEADING.search(text, 0, 20000)
-    return found.group(1).strip() if found else stem
 
 
 def _lead_of(text: str) -> str:
@@ -122,7 +113,7 @@ def _lead_of(text: str) -> str:
             paragraph.append(line)
         elif paragraph:
             break
-    return "\n".join(paragraph)[:INDEX_LEAD_CHARS]
+    return "\n".join(paragraph)[:400]
 
 
 def title_key(text: str) -> str:
@@ -141,14 +132,14 @@ def _row(kb: Path, path: str, size_mtime):
         return None
     name = path.rsplit("/", 1)[-1]
     stem = next((name[:-len(s)] for s in NOTE_SUFFIXES if name.lower().endswith(s)), name)
-    title = _title_of(text, stem)
+    found = _FRONT_TITLE.match(text[:4000]) or HEADING.search(text, 0, 20000)
+    title = found.group(1).strip() if found else stem
     words = cjk_words if CJK_RUN.search(text) or CJK_RUN.search(path) else str  # most have no CJK
     return (path, *size_mtime, title, title_key(title), title_key(stem), words(path[:-len(name)] + stem),
             words(title), words(_lead_of(text)), words(text))
 
 
 # --- The one open index, kept in step with the notes on disk ---
-
 # Every statement may run twice: two processes opening a new index at once both try to create it.
 _SCHEMA = [
     "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)",
@@ -314,41 +305,36 @@ def close_index() -> None:
 
 def with_index(kb: Path, index_dir: Path, watch: bool, action) -> str:
     """action(index) on the index brought up to date; a damaged or outdated one is rebuilt."""
-    with _INDEX_LOCK:
-        return _with_index(kb, index_dir, watch, action)
-
-
-def _with_index(kb: Path, index_dir: Path, watch: bool, action) -> str:
     global _INDEX
     path = index_path(kb, index_dir)
-    for attempt in (1, 2):
-        try:
-            if _INDEX is None or (_INDEX.kb, _INDEX.path, _INDEX.watch) != (kb, path, watch):
+    with _INDEX_LOCK:
+        for attempt in (1, 2):
+            try:
+                if _INDEX is None or (_INDEX.kb, _INDEX.path, _INDEX.watch) != (kb, path, watch):
+                    close_index()
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    conn = sqlite3.connect(path, timeout=INDEX_BUSY_TIMEOUT_S, isolation_level=None,
+                                           check_same_thread=False)  # _INDEX_LOCK keeps its use to one thread
+                    _INDEX = Index(kb, path, watch, conn)
+                    _INDEX.set_up()
+                _INDEX.refresh()
+                return action(_INDEX)
+            except (OSError, sqlite3.Error) as exc:
                 close_index()
-                path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(path, timeout=INDEX_BUSY_TIMEOUT_S, isolation_level=None,
-                                       check_same_thread=False)  # _INDEX_LOCK keeps its use to one thread
-                _INDEX = Index(kb, path, watch, conn)
-                _INDEX.set_up()
-            _INDEX.refresh()
-            return action(_INDEX)
-        except (OSError, sqlite3.Error) as exc:
-            close_index()
-            if attempt == 2 or not any(s in str(exc).lower() for s in _DAMAGE):
-                warn(f"search index {path} failed: {exc}")
-                raise ToolError(f"the search index failed ({exc}); the notice on the person's screen says "
-                                "where it is.") from None
-            warn(f"search index {path} cannot be used ({exc}); rebuilding it.")
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{path}{suffix}").unlink(missing_ok=True)
-        except BaseException:
-            close_index()  # whatever failed, the next search starts over with a full comparison
-            raise
+                if attempt == 2 or not any(s in str(exc).lower() for s in _DAMAGE):
+                    warn(f"search index {path} failed: {exc}")
+                    raise ToolError(f"the search index failed ({exc}); the notice on the person's screen says "
+                                    "where it is.") from None
+                warn(f"search index {path} cannot be used ({exc}); rebuilding it.")
+                for suffix in ("", "-wal", "-shm"):
+                    Path(f"{path}{suffix}").unlink(missing_ok=True)
+            except BaseException:
+                close_index()  # whatever failed, the next search starts over with a full comparison
+                raise
 
 
 def note_changed(kb: Path, index_dir: Path, rel_path: str) -> None:
-    """The agent changed, created, deleted or moved this note: the next search here re-reads it, whatever
-    its size and mtime say; a path that is no note (a folder?) makes it compare every note. Never raises."""
+    """The agent changed, made, deleted or moved this note (a folder: all): the next search re-reads it."""
     idx = _INDEX
     if idx is None or (idx.kb, idx.path) != (kb, index_path(kb, index_dir)):
         return  # not open in this process: its first search compares everything anyway

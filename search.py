@@ -23,14 +23,11 @@ SEARCH_OUTPUT_CHARS = 4000
 SEARCH_LINE_CHARS = 160  # a shown line is cut to about this many characters around the match
 SEARCH_QUERY_ECHO_CHARS = 80  # the query is repeated in the answer's first line, cut to this length
 SEARCH_QUERY_MAX_WORDS = 64  # words (Chinese: 2-character words) of a query searched; the rest is ignored
-SEARCH_WEIGHTS = (3.0, 10.0, 6.0, 1.0)  # BM25 weights of path, title, lead, body
-SEARCH_RRF_K = 60  # reciprocal rank fusion: a note's score is the sum of 1 / (K + its rank) in each list
 LIST_MAX_NOTES = 200
 LIST_OUTPUT_CHARS = 6000
 
 
 # --- A query as FTS5 phrases ---
-
 _WORD = re.compile(r"[^\W_]+")
 _STOPWORDS = frozenset("""a an and are as at be by for from how i in is it of on or that the this to was what
 when where which who why with""".split())
@@ -52,9 +49,8 @@ def _forms(word: str) -> str:
 
 
 def _parse_query(query: str) -> tuple:
-    """(as phrases, every word, any word) as FTS5 queries, and the words for picking lines. "a b" quoted is
-    a phrase; so is an unquoted chunk of several words (gnu-tar, 解压zip文件), then its words in any order.
-    A lone stopword is never required; only SEARCH_QUERY_MAX_WORDS words count (a pasted page is no query)."""
+    """(as phrases, every word, any word) as FTS5 queries, and the words for picking lines. "a b" quoted and an
+    unquoted chunk (gnu-tar, 解压zip文件) are phrases; a lone stopword is never required; a pasted page is cut."""
     def split(chunk):  # its lowercased words, and the separate words in them (CJK: the 2-character ones)
         words = [w.casefold() for w in _WORD.findall(chunk)]
         return words, list(dict.fromkeys(u for w in words for u in cjk_words(w, "none").split()))
@@ -94,16 +90,15 @@ def _folder(kb: Path, folder: str | None) -> tuple:
 
 
 # --- Searching ---
-
 _MATCHING = "FROM fts JOIN notes n ON n.id = fts.rowid WHERE fts MATCH ? AND n.path >= ? AND n.path < ?"
+# A note titled or named as the query first, then bm25 with weights of path, title, lead, body.
 _RANK_SQL = f"""SELECT n.id, n.path, n.title {_MATCHING} AND n.id NOT IN ({{}})
-ORDER BY (n.title_key = ? OR n.stem_key = ?) DESC, bm25(fts, {', '.join(map(str, SEARCH_WEIGHTS))}) LIMIT ?"""
+ORDER BY (n.title_key = ? OR n.stem_key = ?) DESC, bm25(fts, 3.0, 10.0, 6.0, 1.0) LIMIT ?"""
 
 
 def search_notes(kb: Path, index_dir: Path, query: str, folder: str | None = None, watch: bool = True,
                  embedder: embeddings.Embedder | None = None) -> str:
-    """Best notes for `query` (all words first, then any word; fused with the notes closest in meaning when
-    an embedder is given), with their best lines; bounded text."""
+    """Best notes for `query` with their best lines, bounded; with an embedder also the notes closest in meaning."""
     query = (query or "").encode("utf-8", "replace").decode("utf-8")  # lone surrogates become "?"
     parsed = _parse_query(query)
     if not parsed[-1]:
@@ -144,13 +139,12 @@ def _search(idx: Index, query: str, parsed: tuple, lo: str, hi: str, embedder) -
 
 
 def _fuse(by_words: list, by_meaning: list, conn, placed: set) -> list:
-    """Notes with only some of the words and notes close in meaning (not already `placed`: those with every
-    word, which keep their places above), fused by reciprocal rank; measured against max + 0.3 min in the
-    bench. (path, title, first line of its closest chunk if found by meaning alone, else None)."""
+    """Notes with some of the words and notes close in meaning, not `placed`, fused by reciprocal rank (the bench
+    measures it against max + 0.3 min): (path, title, its closest chunk's first line if found by meaning only)."""
     score = {}
     for ranked in ([p for p, _, _ in by_words], [p for p, _ in by_meaning if p not in placed]):
         for rank, path in enumerate(ranked, 1):
-            score[path] = score.get(path, 0.0) + 1 / (SEARCH_RRF_K + rank)
+            score[path] = score.get(path, 0.0) + 1 / (60 + rank)
     titles, line_of = {p: t for p, t, _ in by_words}, dict(by_meaning)
     fused = []
     for path in sorted(score, key=lambda p: -score[p]):
@@ -162,8 +156,7 @@ def _fuse(by_words: list, by_meaning: list, conn, placed: set) -> list:
 
 
 def _format_hits(kb: Path, words, hits, total_all: int, some_only: int, where: str, query: str) -> str:
-    """One block per hit: "path — title", then its best lines as "  line-number: text"; bounded. A hit with
-    a line number was found by meaning alone: its lines are those of its closest chunk."""
+    """One block per hit, "path — title" then "  line-number: text" lines (a hit found by meaning alone has a line)."""
     matched, by_meaning = total_all + some_only, sum(line is not None for _, _, line in hits)
     notes = f"{matched} note" + ("" if matched == 1 else "s")
     if not hits:
@@ -213,8 +206,7 @@ def _line_patterns(words: list) -> list:
 
 
 def _best_lines(path: Path, patterns: list, chunk_line: int | None = None) -> list:
-    """(line number, clipped line) of the lines matching the most patterns, in note order; a note found by
-    meaning alone shows the opening lines of its closest chunk."""
+    """(line number, clipped line) of the lines matching most patterns, in note order; else the opening lines."""
     lines = (read_note(path) or "").splitlines()
     if chunk_line is not None:
         patterns = []
@@ -239,7 +231,6 @@ def _clip(line: str, start: int) -> str:
 
 
 # --- Listing ---
-
 def list_notes(kb: Path, index_dir: Path, folder: str | None = None, watch: bool = True) -> str:
     """How many notes there are (per subfolder) and the newest ones first, capped and bounded."""
     lo, hi = _folder(kb, folder)
@@ -248,17 +239,16 @@ def list_notes(kb: Path, index_dir: Path, folder: str | None = None, watch: bool
 
 def _listing(conn: sqlite3.Connection, lo: str, hi: str) -> str:
     where = f"in {lo}" if lo else "in the knowledge base"
-    inside = [p[len(lo):] for (p,) in conn.execute("SELECT path FROM notes WHERE path >= ? AND path < ?", (lo, hi))]
-    total = len(inside)
+    rows = conn.execute("SELECT path, title, mtime_ns FROM notes WHERE path >= ? AND path < ? "
+                        "ORDER BY mtime_ns DESC, path", (lo, hi)).fetchall()
+    inside, total = [p[len(lo):] for p, _, _ in rows], len(rows)
     if not total:
         return f"No notes {where}."
     folders = sorted(Counter(p.split("/", 1)[0] for p in inside if "/" in p).items())
     tail = ["Folders: " + ", ".join(f"{name}/ ({count})" for name, count in folders)] if folders else []
     out = [f"{total} note(s) {where}, newest first:"]
     used = len(out[0]) + len(tail[0] if tail else "") + 100
-    for path, title, mtime_ns in conn.execute("SELECT path, title, mtime_ns FROM notes WHERE path >= ? AND "
-                                              "path < ? ORDER BY mtime_ns DESC, path LIMIT ?",
-                                              (lo, hi, LIST_MAX_NOTES)):
+    for path, title, mtime_ns in rows[:LIST_MAX_NOTES]:
         line = f"{path} — {title}  ({time.strftime('%Y-%m-%d', time.localtime(mtime_ns / 1e9))})"
         if used + len(line) + 1 > LIST_OUTPUT_CHARS:
             break
