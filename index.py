@@ -25,6 +25,7 @@ from notes import NOTE_SUFFIXES, ToolError, is_note_path, readable_text
 from shell import libc
 
 INDEX_MAX_NOTE_BYTES = 2_000_000  # only the first 2 MB of a huge note are indexed
+INDEX_LEAD_CHARS = 400  # the opening paragraph, weighted as "lead"
 INDEX_BATCH = 500  # notes read and written together: bounds memory during a big build
 INDEX_PROGRESS_AFTER_S = 1.0  # a build running longer than this tells the person
 INDEX_BUSY_TIMEOUT_S = 5.0  # SQLite's own wait for another process's write lock
@@ -113,7 +114,7 @@ def _lead_of(text: str) -> str:
             paragraph.append(line)
         elif paragraph:
             break
-    return "\n".join(paragraph)[:400]
+    return "\n".join(paragraph)[:INDEX_LEAD_CHARS]
 
 
 def title_key(text: str) -> str:

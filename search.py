@@ -23,6 +23,8 @@ SEARCH_OUTPUT_CHARS = 4000
 SEARCH_LINE_CHARS = 160  # a shown line is cut to about this many characters around the match
 SEARCH_QUERY_ECHO_CHARS = 80  # the query is repeated in the answer's first line, cut to this length
 SEARCH_QUERY_MAX_WORDS = 64  # words (Chinese: 2-character words) of a query searched; the rest is ignored
+SEARCH_WEIGHTS = (3.0, 10.0, 6.0, 1.0)  # BM25 weights of path, title, lead, body (bench/search_bench.py)
+SEARCH_RRF_K = 60  # reciprocal rank fusion: a note's score is the sum of 1 / (K + its rank) in each list
 LIST_MAX_NOTES = 200
 LIST_OUTPUT_CHARS = 6000
 
@@ -91,9 +93,9 @@ def _folder(kb: Path, folder: str | None) -> tuple:
 
 # --- Searching ---
 _MATCHING = "FROM fts JOIN notes n ON n.id = fts.rowid WHERE fts MATCH ? AND n.path >= ? AND n.path < ?"
-# A note titled or named as the query first, then bm25 with weights of path, title, lead, body.
+# A note titled or named as the query first, then bm25 with SEARCH_WEIGHTS.
 _RANK_SQL = f"""SELECT n.id, n.path, n.title {_MATCHING} AND n.id NOT IN ({{}})
-ORDER BY (n.title_key = ? OR n.stem_key = ?) DESC, bm25(fts, 3.0, 10.0, 6.0, 1.0) LIMIT ?"""
+ORDER BY (n.title_key = ? OR n.stem_key = ?) DESC, bm25(fts, {', '.join(map(str, SEARCH_WEIGHTS))}) LIMIT ?"""
 
 
 def search_notes(kb: Path, index_dir: Path, query: str, folder: str | None = None, watch: bool = True,
@@ -144,7 +146,7 @@ def _fuse(by_words: list, by_meaning: list, conn, placed: set) -> list:
     score = {}
     for ranked in ([p for p, _, _ in by_words], [p for p, _ in by_meaning if p not in placed]):
         for rank, path in enumerate(ranked, 1):
-            score[path] = score.get(path, 0.0) + 1 / (60 + rank)
+            score[path] = score.get(path, 0.0) + 1 / (SEARCH_RRF_K + rank)
     titles, line_of = {p: t for p, t, _ in by_words}, dict(by_meaning)
     fused = []
     for path in sorted(score, key=lambda p: -score[p]):

@@ -25,6 +25,9 @@ from notes import HISTORY_DIR, ToolError, rel, safe_path
 
 MAX_TOOL_OUTPUT = 8000  # characters; no tool result is longer
 MAX_NOTE_BYTES = 5_000_000  # larger files are not read whole, nor changed
+READ_MAX_LINES = 200  # read_note returns at most this many lines per call
+EDIT_CLOSEST_LINES = 3  # lines shown when edit_note's old_text is not found
+HINT_WIDTH = 200  # characters of the passage compared, and of a long line shown
 # The hint for old_text that was not found must come back within about a second on any note
 # (bench/edit_hint_bench.py): only this much of the note is searched, and only this many pieces of lines
 # (those sharing the most three-letter runs with the passage) are compared closely.
@@ -122,7 +125,7 @@ def read_note(settings: Settings, file_path: str, start_line: int = 1) -> str:
         return f"{name} is empty."
     if not 1 <= start_line <= len(lines):
         raise ToolError(f"start_line {start_line} is outside the note, which has {len(lines)} lines.")
-    window = lines[start_line - 1:start_line + 199]  # at most 200 lines, as many as fit one result
+    window = lines[start_line - 1:start_line - 1 + READ_MAX_LINES]  # as many of them as fit one result
     ends = itertools.accumulate(len(line) + 1 for line in window)  # where each line ends in the result
     shown = window[:sum(end <= MAX_TOOL_OUTPUT - 299 for end in ends)]
     if not shown:  # a single enormous line
@@ -160,7 +163,7 @@ def _lf(text: str) -> str:
 def closest_lines(text: str, passage: str) -> str:
     """The note's three lines most like the passage's longest line, to help the model copy it exactly. A long
     line is looked at in overlapping pieces as wide as the passage (a typo fix quotes part of a line)."""
-    wanted = max(passage.strip().splitlines() or [passage], key=len).strip()[:200]
+    wanted = max(passage.strip().splitlines() or [passage], key=len).strip()[:HINT_WIDTH]
     grams = {wanted[i:i + 3] for i in range(len(wanted) - 2)} or {wanted}
     lines, width = text[:HINT_SCAN_CHARS].splitlines(), max(len(wanted), 40)
     pieces = [(number, line[at:at + 2 * width]) for number, line in enumerate(lines, start=1)
@@ -173,9 +176,9 @@ def closest_lines(text: str, passage: str) -> str:
             scored[number] = (ratio, piece.strip())
     if not scored:
         return "No line of the note looks like it; read_note the note again to see its current text."
-    best = sorted(sorted(scored, key=lambda number: -scored[number][0])[:3])
-    # a long line shows only the piece that matched, at most 200 characters with the "…" marks
-    shown = {n: lines[n - 1] if len(lines[n - 1]) <= 200 else f"…{scored[n][1]}"[:199] + "…" for n in best}
+    best = sorted(sorted(scored, key=lambda number: -scored[number][0])[:EDIT_CLOSEST_LINES])
+    # a long line shows only the piece that matched, with the "…" marks
+    shown = {n: lines[n - 1] if len(lines[n - 1]) <= HINT_WIDTH else f"…{scored[n][1]}"[:HINT_WIDTH - 1] + "…" for n in best}
     return "The closest lines are:\n" + "\n".join(f"  line {n}: {shown[n]}" for n in best)
 
 
