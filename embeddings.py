@@ -8,6 +8,7 @@ costs a search one line, never its keyword results. This file never writes to th
 """
 
 import array
+import collections
 import hashlib
 import heapq
 import itertools
@@ -16,7 +17,6 @@ import operator
 import struct
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import index
@@ -57,11 +57,7 @@ class EmbedError(Exception):
     """The embeddings endpoint failed; the message is one line for the person."""
 
 
-@dataclass(frozen=True)
-class Embedder:
-    model: str
-    base_url: str
-    api_key: str
+Embedder = collections.namedtuple("Embedder", "model base_url api_key")
 
 
 def embedder_of(settings) -> Embedder | None:
@@ -86,14 +82,13 @@ def embed_texts(embedder: Embedder, texts: list, timeout: float, retries: int) -
     try:
         reply = _CLIENTS[key].embeddings.create(model=embedder.model, input=texts)
         vectors = [list(item.embedding) for item in sorted(reply.data, key=lambda d: d.index)]
+        if len(vectors) != len(texts) or any(len(v) != len(vectors[0]) or not v for v in vectors):
+            raise ValueError(f"{len(vectors)} vectors for {len(texts)} texts")
     except OpenAIError as exc:
         detail = " ".join(str(exc).split())[:160] or type(exc).__name__
         raise EmbedError(f"the embeddings endpoint {embedder.base_url} failed ({detail})") from None
     except (TypeError, ValueError, AttributeError) as exc:  # a reply of another shape
         raise EmbedError(f"the embeddings endpoint {embedder.base_url} gave an unusable reply ({exc})") from None
-    if len(vectors) != len(texts) or any(len(v) != len(vectors[0]) or not v for v in vectors):
-        raise EmbedError(f"the embeddings endpoint {embedder.base_url} gave {len(vectors)} vectors for "
-                         f"{len(texts)} texts")
     return [_unit(v) for v in vectors]
 
 
@@ -138,8 +133,7 @@ def set_up(conn, embedder: Embedder) -> bool:
 
 
 def sync_chunks(idx: index.Index) -> int:
-    """Chunk again the notes changed since: all on first use in this process, then those the index saw change;
-    how many notes were looked at again."""
+    """Chunk again every note changed since (on first use in this process) or seen changed; how many."""
     conn = idx.conn
     if idx.chunked:
         paths = sorted(idx.touched)
@@ -177,7 +171,7 @@ def sync_chunks(idx: index.Index) -> int:
 
 
 def embed_missing(idx: index.Index, embedder: Embedder, budget_s: float, timeout: float, retries: int,
-                  progress=None) -> int:
+                  progress: bool = False) -> int:
     """Embed chunks without vectors a batch at a time, each kept as it arrives, for budget_s; how many are left."""
     started = time.monotonic()
     todo = idx.conn.execute(_MISSING).fetchall()
@@ -191,8 +185,9 @@ def embed_missing(idx: index.Index, embedder: Embedder, budget_s: float, timeout
                                  [(h, *pack(v)) for (h, _), v in zip(batch, vectors)])
             idx.conn.execute(_CHANGED)
         done += len(batch)
-        if progress:
-            progress(done, len(todo))
+        if progress and (done == len(todo) or done % (EMBED_BATCH * 10) < EMBED_BATCH):
+            print(f"\r  embedded {done} of {len(todo)} chunks", end="\n" if done == len(todo) else "",
+                  file=sys.stderr, flush=True)
     return len(todo) - done
 
 
@@ -220,11 +215,8 @@ def nearest(conn, path: Path, query: list, limit: int) -> list:
     _, ids, signs, sketches = cached
     bits = _signs(query)
     rough = list(map(int.bit_count, map((bits & _SKETCH).__xor__, sketches)))  # C loops: ~10 ms per 100k
-    if len(rough) > EMBED_SKETCH_KEEP:
-        cut = sorted(rough)[EMBED_SKETCH_KEEP]  # small ints: C's sort beats a heap of this size
-        kept = list(itertools.compress(range(len(rough)), map(cut.__ge__, rough)))
-    else:
-        kept = range(len(rough))
+    cut = sorted(rough)[EMBED_SKETCH_KEEP] if len(rough) > EMBED_SKETCH_KEEP else math.inf  # C's sort beats a heap
+    kept = list(itertools.compress(range(len(rough)), map(cut.__ge__, rough)))
     closest = [ids[i] for i in heapq.nsmallest(EMBED_RESCORE, kept, key=lambda i: (bits ^ signs[i]).bit_count())]
     scored = []
     marks = ",".join("?" * len(closest))
@@ -244,8 +236,8 @@ def notes_by_meaning(idx: index.Index, query_vector: list, lo: str, hi: str) -> 
             break
         for path, line in idx.conn.execute("SELECT c.path, c.line FROM chunks c JOIN vectors v ON v.hash = c.hash "
                                            "WHERE v.id = ? AND c.path >= ? AND c.path < ?", (vid, lo, hi)):
-            best.setdefault(path, (score, line))
-    return [(path, line) for path, (score, line) in sorted(best.items(), key=lambda kv: -kv[1][0])]
+            best.setdefault(path, line)  # `closest` is best first: a note's first chunk here is its best
+    return list(best.items())
 
 
 # --- Searching, and the whole index on request ---
@@ -276,8 +268,7 @@ def query_vector(idx: index.Index, embedder: Embedder, query: str) -> tuple:
 
 
 def reindex(settings) -> int:
-    """`python main.py --reindex`: the keyword index, then every missing vector with progress on stderr;
-    0 done, 1 the embedder failed (run it again to resume), 2 it cannot work."""
+    """`python main.py --reindex`: the keyword index, then every missing vector; 0 done, 1 resumable, 2 unusable."""
     try:
         embedder = embedder_of(settings)
     except EmbedError as exc:
@@ -297,7 +288,7 @@ def reindex(settings) -> int:
         todo = len(idx.conn.execute(_MISSING).fetchall())
         index.warn(f"vectors ({embedder.model}): {total - todo} of {total} chunks embedded; embedding {todo}…")
         try:
-            embed_missing(idx, embedder, math.inf, EMBED_INDEX_TIMEOUT_S, EMBED_INDEX_RETRIES, _progress)
+            embed_missing(idx, embedder, math.inf, EMBED_INDEX_TIMEOUT_S, EMBED_INDEX_RETRIES, progress=True)
         except EmbedError as exc:
             left = len(idx.conn.execute(_MISSING).fetchall())
             print(file=sys.stderr)  # end the progress line
@@ -307,8 +298,3 @@ def reindex(settings) -> int:
         index.warn(f"vectors: all {total} chunks embedded ({time.monotonic() - started:.1f} s).")
         return 0
     return index.with_index(settings.kb, settings.index_dir, settings.search_watch, build)
-
-
-def _progress(done: int, of: int) -> None:
-    if done == of or done % (EMBED_BATCH * 10) < EMBED_BATCH:
-        print(f"\r  embedded {done} of {of} chunks", end="\n" if done == of else "", file=sys.stderr, flush=True)
