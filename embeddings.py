@@ -27,13 +27,9 @@ EMBED_BATCH = 32  # chunks per embeddings request
 EMBED_QUERY_TIMEOUT_S = 3.0  # a query's embedding; past this the search answers from keywords
 EMBED_INDEX_TIMEOUT_S = 120.0  # one batch while indexing (a local model may be loading)
 EMBED_INDEX_RETRIES = 2  # the SDK's own retries of a batch while indexing; a search never retries
-EMBED_SEARCH_BUDGET_S = 2.0  # a search embeds changed chunks this long at most; later searches go on
-EMBED_RETRY_AFTER_S = 60.0  # after a failure, searches skip the embedder this long (answering at once)
 EMBED_SKETCH_KEEP = 1000  # closest by the first 256 sign bits, then compared on all sign bits
 EMBED_RESCORE = 100  # closest by all sign bits, rescored exactly from the int8 vectors
 EMBED_NOTES = 30  # notes ranked by meaning, fused with as many ranked by keywords
-EMBED_MIN_SHARE = 0.75  # a note counts as close in meaning when its cosine is this share of the best one's
-EMBED_MIN_COSINE = 0.1  # and above this: a query unlike every note (an unknown word) brings none
 
 _SKETCH = (1 << 256) - 1  # the first 256 sign bits
 _SCHEMA = """
@@ -146,15 +142,15 @@ def sync_chunks(idx: index.Index) -> int:
     idx.chunked = True
     for first in range(0, len(paths), index.INDEX_BATCH):
         batch = paths[first:first + index.INDEX_BATCH]
-        rows, notes = [], []
-        for path in batch:
-            note = conn.execute("SELECT title, size, mtime_ns FROM notes WHERE path=?", (path,)).fetchone()
-            text = index.read_note(idx.kb / path) if note else None
-            if text is not None:
-                notes.append((path, note[1], note[2]))
-                for seq, (line, body) in enumerate(chunks_of(note[0], text)):
-                    rows.append((path, seq, line, hashlib.blake2b(body.encode(), digest_size=16).digest(), body))
         marks = ",".join("?" * len(batch))
+        rows, notes = [], []
+        for path, title, size, mtime_ns in conn.execute(
+                f"SELECT path, title, size, mtime_ns FROM notes WHERE path IN ({marks})", batch).fetchall():
+            text = index.read_note(idx.kb / path)
+            if text is not None:
+                notes.append((path, size, mtime_ns))
+                for seq, (line, body) in enumerate(chunks_of(title, text)):
+                    rows.append((path, seq, line, hashlib.blake2b(body.encode(), digest_size=16).digest(), body))
         index._run_waiting(conn, "BEGIN IMMEDIATE")
         with conn:
             old = {h for (h,) in conn.execute(f"SELECT hash FROM chunks WHERE path IN ({marks})", batch)}
@@ -231,8 +227,8 @@ def notes_by_meaning(idx: index.Index, query_vector: list, lo: str, hi: str) -> 
     """(path, first line of its best chunk) of the EMBED_NOTES notes closest to the query, best first."""
     best = {}
     closest = nearest(idx.conn, idx.path, query_vector, EMBED_RESCORE)
-    for vid, score in closest:
-        if score < max(EMBED_MIN_COSINE, EMBED_MIN_SHARE * closest[0][1]) or len(best) >= EMBED_NOTES:
+    for vid, score in closest:  # close in meaning: 3/4 of the best cosine, and over 0.1 (an unknown word: none)
+        if score < max(0.1, 0.75 * closest[0][1]) or len(best) >= EMBED_NOTES:
             break
         for path, line in idx.conn.execute("SELECT c.path, c.line FROM chunks c JOIN vectors v ON v.hash = c.hash "
                                            "WHERE v.id = ? AND c.path >= ? AND c.path < ?", (vid, lo, hi)):
@@ -245,7 +241,7 @@ def notes_by_meaning(idx: index.Index, query_vector: list, lo: str, hi: str) -> 
 def query_vector(idx: index.Index, embedder: Embedder, query: str) -> tuple:
     """(the query's unit vector or None, a one-line notice or ""); chunks changed since embedded meanwhile."""
     failed = _FAILED.get(embedder)
-    if failed and time.monotonic() - failed[0] < EMBED_RETRY_AFTER_S:
+    if failed and time.monotonic() - failed[0] < 60:  # for a minute after a failure, keywords at once
         return None, failed[1]
     try:
         if set_up(idx.conn, embedder) | bool(sync_chunks(idx)):  # both run
@@ -253,7 +249,7 @@ def query_vector(idx: index.Index, embedder: Embedder, query: str) -> tuple:
         vector = embed_texts(embedder, [query], EMBED_QUERY_TIMEOUT_S, 0)[0]
         left = 0
         if idx.path not in _COMPLETE:  # looking for chunks without vectors reads every chunk: not on each search
-            left = embed_missing(idx, embedder, EMBED_SEARCH_BUDGET_S, EMBED_QUERY_TIMEOUT_S, 0)
+            left = embed_missing(idx, embedder, 2.0, EMBED_QUERY_TIMEOUT_S, 0)  # 2 s at most; later searches go on
             if not left:
                 _COMPLETE.add(idx.path)
     except EmbedError as exc:
