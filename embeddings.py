@@ -191,8 +191,11 @@ def pack(vector: list) -> tuple:
     """(sign bits, int8 vector with its scale): 1,024 dimensions take 128 + 4 + 1,024 bytes."""
     peak = max(abs(x) for x in vector) or 1.0
     quantized = array.array("b", [round(x / peak * 127) for x in vector]).tobytes()
-    signs = int("".join("1" if x > 0 else "0" for x in reversed(vector)), 2)
-    return signs.to_bytes((len(vector) + 7) // 8, "little"), struct.pack("<f", peak / 127) + quantized
+    return _signs(vector).to_bytes((len(vector) + 7) // 8, "little"), struct.pack("<f", peak / 127) + quantized
+
+
+def _signs(vector: list) -> int:
+    return int("".join("1" if x > 0 else "0" for x in reversed(vector)), 2)
 
 
 # --- Vector search ---
@@ -206,7 +209,7 @@ def nearest(conn, path: Path, query: list, limit: int) -> list:
         signs = [int.from_bytes(r[1], "little") for r in rows]
         cached = _CACHE[path] = (version, [r[0] for r in rows], signs, [s & _SKETCH for s in signs])
     _, ids, signs, sketches = cached
-    bits = int.from_bytes(pack(query)[0], "little")  # the query's sign bits, as the stored ones
+    bits = _signs(query)
     rough = list(map(int.bit_count, map((bits & _SKETCH).__xor__, sketches)))  # C loops: ~10 ms per 100k
     cut = sorted(rough)[EMBED_SKETCH_KEEP] if len(rough) > EMBED_SKETCH_KEEP else math.inf  # C's sort beats a heap
     kept = list(itertools.compress(range(len(rough)), map(cut.__ge__, rough)))
