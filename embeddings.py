@@ -1,14 +1,14 @@
 """Find notes by meaning: notes cut into chunks, their embeddings in the search index file, vector search.
 
-Opt-in: nothing here runs unless EMBED_MODEL is set. Chunks start at headings and hold about
-EMBED_CHUNK_CHARS; each is embedded once per content hash through the openai SDK's `embeddings.create`
-(OpenAI, Ollama, LM Studio, vLLM), in batches, and stored beside the keyword index as int8 (plus its sign
-bits for a fast prefilter), so an edited note sends only its changed chunks and an interrupted run keeps
-what it embedded. A search embeds its query once, with a short timeout: an embedder that is down, slow or
-refusing costs one line in the answer, never the keyword results. This file never writes to the notes.
+Opt-in: nothing here runs unless EMBED_MODEL is set. Chunks start at headings; each is embedded once per
+content hash through the openai SDK's `embeddings.create` (OpenAI, Ollama, LM Studio, vLLM), in batches, and
+stored beside the keyword index as int8 plus its sign bits for a fast prefilter, so an edited note sends only
+its changed chunks and an interrupted run keeps what it embedded. An embedder that is down, slow or refusing
+costs a search one line, never its keyword results. This file never writes to the notes.
 """
 
 import array
+import collections
 import hashlib
 import heapq
 import itertools
@@ -17,7 +17,6 @@ import operator
 import struct
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import index
@@ -28,35 +27,33 @@ EMBED_BATCH = 32  # chunks per embeddings request
 EMBED_QUERY_TIMEOUT_S = 3.0  # a query's embedding; past this the search answers from keywords
 EMBED_INDEX_TIMEOUT_S = 120.0  # one batch while indexing (a local model may be loading)
 EMBED_INDEX_RETRIES = 2  # the SDK's own retries of a batch while indexing; a search never retries
-EMBED_SEARCH_BUDGET_S = 2.0  # a search embeds changed chunks this long at most; later searches go on
-EMBED_RETRY_AFTER_S = 60.0  # after a failure, searches skip the embedder this long (answering at once)
-EMBED_SKETCH_BITS = 256  # the first sign bits of every vector, compared with the query's first
-EMBED_SKETCH_KEEP = 1000  # closest by those, then compared on all sign bits
+EMBED_SKETCH_KEEP = 1000  # closest by the first 256 sign bits, then compared on all sign bits
 EMBED_RESCORE = 100  # closest by all sign bits, rescored exactly from the int8 vectors
 EMBED_NOTES = 30  # notes ranked by meaning, fused with as many ranked by keywords
-EMBED_MIN_SHARE = 0.75  # a note counts as close in meaning when its cosine is this share of the best one's
-EMBED_MIN_COSINE = 0.1  # and above this: a query unlike every note (an unknown word) brings none
-DEEPSEEK_HOST = "deepseek.com"  # its API has no embeddings endpoint (404)
 
-_SKETCH = (1 << EMBED_SKETCH_BITS) - 1
-_SCHEMA = [
-    "CREATE TABLE IF NOT EXISTS chunk_notes(path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER)",
-    "CREATE TABLE IF NOT EXISTS chunks(path TEXT, seq INTEGER, line INTEGER, hash BLOB, text TEXT, "
-    "PRIMARY KEY(path, seq))",
-    "CREATE INDEX IF NOT EXISTS chunks_hash ON chunks(hash)",
-    "CREATE TABLE IF NOT EXISTS vectors(id INTEGER PRIMARY KEY, hash BLOB UNIQUE NOT NULL, signs BLOB, vec BLOB)",
-]
+_SKETCH = (1 << 256) - 1  # the first 256 sign bits
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS chunk_notes(path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER);
+CREATE TABLE IF NOT EXISTS chunks(path TEXT, seq INTEGER, line INTEGER, hash BLOB, text TEXT, PRIMARY KEY(path, seq));
+CREATE INDEX IF NOT EXISTS chunks_hash ON chunks(hash);
+CREATE TABLE IF NOT EXISTS vectors(id INTEGER PRIMARY KEY, hash BLOB UNIQUE NOT NULL, signs BLOB, vec BLOB);
+"""
+# counts a change of the vectors, so every process's cached sign bits reload
+_CHANGED = "INSERT INTO meta VALUES ('vectors', '1') ON CONFLICT(key) DO UPDATE SET value = value + 1"
+_MISSING = ("SELECT hash, min(text) FROM chunks WHERE hash NOT IN (SELECT hash FROM vectors) "
+            "GROUP BY hash ORDER BY min(path), min(seq)")  # (hash, text) of chunks without a vector
+
+_CLIENTS: dict = {}  # (embedder, timeout, retries) -> its openai client
+_CACHE: dict = {}  # index file -> (vectors change count, ids, sign bits, their sketches): reloaded on change
+_FAILED: dict = {}  # embedder -> (monotonic time, message) of its last failure
+_COMPLETE: set = set()  # index files whose every chunk had its vector when last looked (no chunk changed since)
 
 
 class EmbedError(Exception):
     """The embeddings endpoint failed; the message is one line for the person."""
 
 
-@dataclass(frozen=True)
-class Embedder:
-    model: str
-    base_url: str
-    api_key: str
+Embedder = collections.namedtuple("Embedder", "model base_url api_key")
 
 
 def embedder_of(settings) -> Embedder | None:
@@ -64,14 +61,11 @@ def embedder_of(settings) -> Embedder | None:
     if not settings.embed_model:
         return None
     base_url = settings.embed_base_url or settings.base_url
-    if not settings.embed_base_url and DEEPSEEK_HOST in base_url:
+    if not settings.embed_base_url and "deepseek.com" in base_url:
         raise EmbedError("EMBED_MODEL is set but DeepSeek serves no embeddings: set EMBED_BASE_URL too "
                          "(e.g. http://localhost:11434/v1 for Ollama)")
     key = settings.embed_api_key or (settings.api_key if not settings.embed_base_url else None)
     return Embedder(settings.embed_model, base_url.rstrip("/"), key or "none")  # local servers take any key
-
-
-_CLIENTS: dict = {}
 
 
 def embed_texts(embedder: Embedder, texts: list, timeout: float, retries: int) -> list:
@@ -84,14 +78,13 @@ def embed_texts(embedder: Embedder, texts: list, timeout: float, retries: int) -
     try:
         reply = _CLIENTS[key].embeddings.create(model=embedder.model, input=texts)
         vectors = [list(item.embedding) for item in sorted(reply.data, key=lambda d: d.index)]
+        if len(vectors) != len(texts) or any(len(v) != len(vectors[0]) or not v for v in vectors):
+            raise ValueError(f"{len(vectors)} vectors for {len(texts)} texts")
     except OpenAIError as exc:
         detail = " ".join(str(exc).split())[:160] or type(exc).__name__
         raise EmbedError(f"the embeddings endpoint {embedder.base_url} failed ({detail})") from None
     except (TypeError, ValueError, AttributeError) as exc:  # a reply of another shape
         raise EmbedError(f"the embeddings endpoint {embedder.base_url} gave an unusable reply ({exc})") from None
-    if len(vectors) != len(texts) or any(len(v) != len(vectors[0]) or not v for v in vectors):
-        raise EmbedError(f"the embeddings endpoint {embedder.base_url} gave {len(vectors)} vectors for "
-                         f"{len(texts)} texts")
     return [_unit(v) for v in vectors]
 
 
@@ -103,51 +96,40 @@ def _unit(vector: list) -> list:
 # --- Chunks and their vectors in the index file ---
 
 def chunks_of(title: str, text: str) -> list:
-    """(first line number, text to embed) of each chunk: headings start one, else a blank line near the size;
-    a short tail joins the chunk before it."""
-    chunks, lines, first, size, starts = [], [], 1, 0, True
+    """(first line number, text to embed) of each chunk; a short tail joins the chunk before it."""
+    chunks, size = [], 0  # [first line number, lines, starts at a heading]
     for number, line in enumerate(text.splitlines(), 1):
-        pieces = [line[i:i + EMBED_CHUNK_CHARS] for i in range(0, len(line), EMBED_CHUNK_CHARS)] or [""]
-        for piece in pieces:
+        for at in range(0, max(len(line), 1), EMBED_CHUNK_CHARS):
+            piece = line[at:at + EMBED_CHUNK_CHARS]
             heading = bool(index.HEADING.match(piece))
             full = size + len(piece) > EMBED_CHUNK_CHARS or (size > EMBED_CHUNK_CHARS * 0.6 and not piece.strip())
-            if lines and (heading or full):
-                chunks.append([first, lines, starts])
-                lines, size = [], 0
-            if not lines:
-                first, starts = number, heading
-            lines.append(piece)
+            if not chunks or heading or full:
+                chunks.append((number, [], heading))
+                size = 0
+            chunks[-1][1].append(piece)
             size += len(piece) + 1
-    chunks.append([first, lines, starts])
     for at in range(len(chunks) - 1, 0, -1):  # a tail with no heading of its own says too little alone
         if not chunks[at][2] and sum(len(l) + 1 for l in chunks[at][1]) < EMBED_CHUNK_CHARS // 4:
-            chunks[at - 1][1] += chunks.pop(at)[1]
+            chunks[at - 1][1].extend(chunks.pop(at)[1])
     kept = [(line, "\n".join(body).strip()) for line, body, _ in chunks if "".join(body).strip()][:EMBED_MAX_CHUNKS]
     return [(line, body if body.startswith(("# ", title)) else f"{title}\n\n{body}") for line, body in kept]
 
 
 def set_up(conn, embedder: Embedder) -> bool:
     """The chunk and vector tables; vectors made by another model are dropped (its chunks stay): True then."""
-    for statement in _SCHEMA:
-        conn.execute(statement)
-    stored = conn.execute("SELECT value FROM meta WHERE key='embed_model'").fetchone()
-    if stored != (embedder.model,):
+    conn.executescript(_SCHEMA)
+    changed = conn.execute("SELECT value FROM meta WHERE key='embed_model'").fetchone() != (embedder.model,)
+    if changed:
         index._run_waiting(conn, "BEGIN IMMEDIATE")
         with conn:
             conn.execute("DELETE FROM vectors")
             conn.execute("INSERT OR REPLACE INTO meta VALUES ('embed_model', ?)", (embedder.model,))
-            _changed(conn)
-    return stored != (embedder.model,)
-
-
-def _changed(conn) -> None:
-    """Count a change of the vectors, so every process's cached sign bits reload."""
-    conn.execute("INSERT INTO meta VALUES ('vectors', '1') ON CONFLICT(key) DO UPDATE SET value = value + 1")
+            conn.execute(_CHANGED)
+    return changed
 
 
 def sync_chunks(idx: index.Index) -> int:
-    """Bring the chunks in step with the notes the index holds: all of them on first use in this process,
-    then only the notes the index saw change; how many notes were looked at again."""
+    """Chunk again every note changed since (on first use in this process) or seen changed; how many."""
     conn = idx.conn
     if idx.chunked:
         paths = sorted(idx.touched)
@@ -159,67 +141,57 @@ def sync_chunks(idx: index.Index) -> int:
     idx.touched.clear()
     idx.chunked = True
     for first in range(0, len(paths), index.INDEX_BATCH):
-        _rechunk(idx, paths[first:first + index.INDEX_BATCH])
+        batch = paths[first:first + index.INDEX_BATCH]
+        marks = ",".join("?" * len(batch))
+        rows, notes = [], []
+        for path, title, size, mtime_ns in conn.execute(
+                f"SELECT path, title, size, mtime_ns FROM notes WHERE path IN ({marks})", batch).fetchall():
+            text = index.read_note(idx.kb / path)
+            if text is not None:
+                notes.append((path, size, mtime_ns))
+                for seq, (line, body) in enumerate(chunks_of(title, text)):
+                    rows.append((path, seq, line, hashlib.blake2b(body.encode(), digest_size=16).digest(), body))
+        index._run_waiting(conn, "BEGIN IMMEDIATE")
+        with conn:
+            old = {h for (h,) in conn.execute(f"SELECT hash FROM chunks WHERE path IN ({marks})", batch)}
+            conn.execute(f"DELETE FROM chunks WHERE path IN ({marks})", batch)
+            conn.execute(f"DELETE FROM chunk_notes WHERE path IN ({marks})", batch)
+            conn.executemany("INSERT INTO chunks VALUES (?,?,?,?,?)", rows)
+            conn.executemany("INSERT INTO chunk_notes VALUES (?,?,?)", notes)
+            gone = [(h, h) for h in old - {r[3] for r in rows}]  # vectors no note holds any more
+            conn.executemany("DELETE FROM vectors WHERE hash=? AND NOT EXISTS (SELECT 1 FROM chunks WHERE hash=?)",
+                             gone)
+            if gone:
+                conn.execute(_CHANGED)
     return len(paths)
 
 
-def _rechunk(idx: index.Index, paths: list) -> None:
-    conn = idx.conn
-    rows, notes = [], []
-    for path in paths:
-        note = conn.execute("SELECT title, size, mtime_ns FROM notes WHERE path=?", (path,)).fetchone()
-        text = index.read_note(idx.kb / path) if note else None
-        if text is not None:
-            notes.append((path, note[1], note[2]))
-            for seq, (line, body) in enumerate(chunks_of(note[0], text)):
-                rows.append((path, seq, line, hashlib.blake2b(body.encode(), digest_size=16).digest(), body))
-    index._run_waiting(conn, "BEGIN IMMEDIATE")
-    with conn:
-        marks = ",".join("?" * len(paths))
-        old = {h for (h,) in conn.execute(f"SELECT hash FROM chunks WHERE path IN ({marks})", paths)}
-        conn.execute(f"DELETE FROM chunks WHERE path IN ({marks})", paths)
-        conn.execute(f"DELETE FROM chunk_notes WHERE path IN ({marks})", paths)
-        conn.executemany("INSERT INTO chunks VALUES (?,?,?,?,?)", rows)
-        conn.executemany("INSERT INTO chunk_notes VALUES (?,?,?)", notes)
-        gone = [(h, h) for h in old - {r[3] for r in rows}]  # vectors no note holds any more
-        conn.executemany("DELETE FROM vectors WHERE hash=? AND NOT EXISTS (SELECT 1 FROM chunks WHERE hash=?)",
-                         gone)
-        if gone:
-            _changed(conn)
-
-
-def missing(conn, limit: int = -1) -> list:
-    """(hash, text) of chunks that have no vector yet, one per hash."""
-    return conn.execute("SELECT hash, min(text) FROM chunks WHERE hash NOT IN (SELECT hash FROM vectors) "
-                        "GROUP BY hash ORDER BY min(path), min(seq) LIMIT ?", (limit,)).fetchall()
-
-
 def embed_missing(idx: index.Index, embedder: Embedder, budget_s: float, timeout: float, retries: int,
-                  progress=None) -> int:
-    """Embed chunks without vectors, a batch at a time, each kept as soon as it arrives, until none is left
-    or budget_s has passed; the number still missing. EmbedError when the endpoint fails."""
+                  progress: bool = False) -> int:
+    """Embed chunks without vectors a batch at a time, each kept as it arrives, for budget_s; how many are left."""
     started = time.monotonic()
-    todo = missing(idx.conn)
+    todo = idx.conn.execute(_MISSING).fetchall()
     done = 0
     while done < len(todo) and time.monotonic() - started < budget_s:
         batch = todo[done:done + EMBED_BATCH]
         vectors = embed_texts(embedder, [text for _, text in batch], timeout, retries)
-        rows = [(h, *pack(v)) for (h, _), v in zip(batch, vectors)]
         index._run_waiting(idx.conn, "BEGIN IMMEDIATE")
         with idx.conn:
-            idx.conn.executemany("INSERT OR REPLACE INTO vectors(hash, signs, vec) VALUES (?,?,?)", rows)
-            _changed(idx.conn)
+            idx.conn.executemany("INSERT OR REPLACE INTO vectors(hash, signs, vec) VALUES (?,?,?)",
+                                 [(h, *pack(v)) for (h, _), v in zip(batch, vectors)])
+            idx.conn.execute(_CHANGED)
         done += len(batch)
-        if progress:
-            progress(done, len(todo))
+        if progress and (done == len(todo) or done % (EMBED_BATCH * 10) < EMBED_BATCH):
+            print(f"\r  embedded {done} of {len(todo)} chunks", end="\n" if done == len(todo) else "",
+                  file=sys.stderr, flush=True)
     return len(todo) - done
 
 
 def pack(vector: list) -> tuple:
     """(sign bits, int8 vector with its scale): 1,024 dimensions take 128 + 4 + 1,024 bytes."""
     peak = max(abs(x) for x in vector) or 1.0
-    quantized = array.array("b", [round(x / peak * 127) for x in vector])
-    return _signs(vector).to_bytes((len(vector) + 7) // 8, "little"), struct.pack("<f", peak / 127) + quantized.tobytes()
+    quantized = array.array("b", [round(x / peak * 127) for x in vector]).tobytes()
+    return _signs(vector).to_bytes((len(vector) + 7) // 8, "little"), struct.pack("<f", peak / 127) + quantized
 
 
 def _signs(vector: list) -> int:
@@ -228,12 +200,8 @@ def _signs(vector: list) -> int:
 
 # --- Vector search ---
 
-_CACHE: dict = {}  # index file -> (vectors change count, ids, sign bits, their sketches): reloaded on change
-
-
 def nearest(conn, path: Path, query: list, limit: int) -> list:
-    """(vector id, cosine) of the `limit` vectors closest to the unit vector `query`, best first: the first
-    EMBED_SKETCH_BITS sign bits pick EMBED_SKETCH_KEEP, all sign bits EMBED_RESCORE of those, int8 rescores."""
+    """(vector id, cosine) of the `limit` vectors closest to the unit vector `query`, best first."""
     version = conn.execute("SELECT value FROM meta WHERE key='vectors'").fetchone()
     cached = _CACHE.get(path)
     if cached is None or cached[0] != version:
@@ -243,11 +211,8 @@ def nearest(conn, path: Path, query: list, limit: int) -> list:
     _, ids, signs, sketches = cached
     bits = _signs(query)
     rough = list(map(int.bit_count, map((bits & _SKETCH).__xor__, sketches)))  # C loops: ~10 ms per 100k
-    if len(rough) > EMBED_SKETCH_KEEP:
-        cut = sorted(rough)[EMBED_SKETCH_KEEP]  # small ints: C's sort beats a heap of this size
-        kept = list(itertools.compress(range(len(rough)), map(cut.__ge__, rough)))
-    else:
-        kept = range(len(rough))
+    cut = sorted(rough)[EMBED_SKETCH_KEEP] if len(rough) > EMBED_SKETCH_KEEP else math.inf  # C's sort beats a heap
+    kept = list(itertools.compress(range(len(rough)), map(cut.__ge__, rough)))
     closest = [ids[i] for i in heapq.nsmallest(EMBED_RESCORE, kept, key=lambda i: (bits ^ signs[i]).bit_count())]
     scored = []
     marks = ",".join("?" * len(closest))
@@ -262,28 +227,21 @@ def notes_by_meaning(idx: index.Index, query_vector: list, lo: str, hi: str) -> 
     """(path, first line of its best chunk) of the EMBED_NOTES notes closest to the query, best first."""
     best = {}
     closest = nearest(idx.conn, idx.path, query_vector, EMBED_RESCORE)
-    for vid, score in closest:
-        if score < max(EMBED_MIN_COSINE, EMBED_MIN_SHARE * closest[0][1]):
+    for vid, score in closest:  # close in meaning: 3/4 of the best cosine, and over 0.1 (an unknown word: none)
+        if score < max(0.1, 0.75 * closest[0][1]) or len(best) >= EMBED_NOTES:
             break
         for path, line in idx.conn.execute("SELECT c.path, c.line FROM chunks c JOIN vectors v ON v.hash = c.hash "
                                            "WHERE v.id = ? AND c.path >= ? AND c.path < ?", (vid, lo, hi)):
-            if path not in best:
-                best[path] = (score, line)
-        if len(best) >= EMBED_NOTES:
-            break
-    return [(path, line) for path, (score, line) in sorted(best.items(), key=lambda kv: -kv[1][0])]
+            best.setdefault(path, line)  # `closest` is best first: a note's first chunk here is its best
+    return list(best.items())
 
 
 # --- Searching, and the whole index on request ---
 
-_FAILED: dict = {}  # embedder -> (monotonic time, message) of its last failure
-_COMPLETE: set = set()  # index files whose every chunk had its vector when last looked (no chunk changed since)
-
-
 def query_vector(idx: index.Index, embedder: Embedder, query: str) -> tuple:
     """(the query's unit vector or None, a one-line notice or ""); chunks changed since embedded meanwhile."""
     failed = _FAILED.get(embedder)
-    if failed and time.monotonic() - failed[0] < EMBED_RETRY_AFTER_S:
+    if failed and time.monotonic() - failed[0] < 60:  # for a minute after a failure, keywords at once
         return None, failed[1]
     try:
         if set_up(idx.conn, embedder) | bool(sync_chunks(idx)):  # both run
@@ -291,14 +249,13 @@ def query_vector(idx: index.Index, embedder: Embedder, query: str) -> tuple:
         vector = embed_texts(embedder, [query], EMBED_QUERY_TIMEOUT_S, 0)[0]
         left = 0
         if idx.path not in _COMPLETE:  # looking for chunks without vectors reads every chunk: not on each search
-            left = embed_missing(idx, embedder, EMBED_SEARCH_BUDGET_S, EMBED_QUERY_TIMEOUT_S, 0)
+            left = embed_missing(idx, embedder, 2.0, EMBED_QUERY_TIMEOUT_S, 0)  # 2 s at most; later searches go on
             if not left:
                 _COMPLETE.add(idx.path)
     except EmbedError as exc:
-        notice = f"(Keyword results only: {exc}.)"
-        _FAILED[embedder] = (time.monotonic(), notice)
+        _FAILED[embedder] = (time.monotonic(), f"(Keyword results only: {exc}.)")
         index.warn(f"search by meaning is unavailable: {exc}; searching by keywords.")
-        return None, notice
+        return None, _FAILED[embedder][1]
     _FAILED.pop(embedder, None)
     if left:
         return vector, (f"({left} chunks are not embedded yet, so notes holding them are found by keywords "
@@ -307,8 +264,7 @@ def query_vector(idx: index.Index, embedder: Embedder, query: str) -> tuple:
 
 
 def reindex(settings) -> int:
-    """`python main.py --reindex`: the keyword index, then (EMBED_MODEL set) every missing vector, with
-    progress on stderr; the exit status (0 done, 1 the embedder failed: run it again to resume)."""
+    """`python main.py --reindex`: the keyword index, then every missing vector; 0 done, 1 resumable, 2 unusable."""
     try:
         embedder = embedder_of(settings)
     except EmbedError as exc:
@@ -325,12 +281,12 @@ def reindex(settings) -> int:
         set_up(idx.conn, embedder)
         sync_chunks(idx)
         total = idx.conn.execute("SELECT count(DISTINCT hash) FROM chunks").fetchone()[0]
-        todo = len(missing(idx.conn))
+        todo = len(idx.conn.execute(_MISSING).fetchall())
         index.warn(f"vectors ({embedder.model}): {total - todo} of {total} chunks embedded; embedding {todo}…")
         try:
-            embed_missing(idx, embedder, math.inf, EMBED_INDEX_TIMEOUT_S, EMBED_INDEX_RETRIES, _progress)
+            embed_missing(idx, embedder, math.inf, EMBED_INDEX_TIMEOUT_S, EMBED_INDEX_RETRIES, progress=True)
         except EmbedError as exc:
-            left = len(missing(idx.conn))
+            left = len(idx.conn.execute(_MISSING).fetchall())
             print(file=sys.stderr)  # end the progress line
             index.warn(f"stopped: {exc}. {total - left} of {total} chunks are embedded and kept; run "
                        "`python main.py --reindex` again to embed the rest.")
@@ -338,8 +294,3 @@ def reindex(settings) -> int:
         index.warn(f"vectors: all {total} chunks embedded ({time.monotonic() - started:.1f} s).")
         return 0
     return index.with_index(settings.kb, settings.index_dir, settings.search_watch, build)
-
-
-def _progress(done: int, of: int) -> None:
-    if done == of or done % (EMBED_BATCH * 10) < EMBED_BATCH:
-        print(f"\r  embedded {done} of {of} chunks", end="\n" if done == of else "", file=sys.stderr, flush=True)
