@@ -27,11 +27,17 @@ EMBED_BATCH = 32  # chunks per embeddings request
 EMBED_QUERY_TIMEOUT_S = 3.0  # a query's embedding; past this the search answers from keywords
 EMBED_INDEX_TIMEOUT_S = 120.0  # one batch while indexing (a local model may be loading)
 EMBED_INDEX_RETRIES = 2  # the SDK's own retries of a batch while indexing; a search never retries
-EMBED_SKETCH_KEEP = 1000  # closest by the first 256 sign bits, then compared on all sign bits
+EMBED_SEARCH_BUDGET_S = 2.0  # a search embeds changed chunks this long at most; later searches go on
+EMBED_RETRY_AFTER_S = 60.0  # after a failure, searches skip the embedder this long (answering at once)
+EMBED_SKETCH_BITS = 256  # the first sign bits of every vector, compared with the query's first
+EMBED_SKETCH_KEEP = 1000  # closest by those, then compared on all sign bits
 EMBED_RESCORE = 100  # closest by all sign bits, rescored exactly from the int8 vectors
 EMBED_NOTES = 30  # notes ranked by meaning, fused with as many ranked by keywords
+EMBED_MIN_SHARE = 0.75  # a note counts as close in meaning when its cosine is this share of the best one's
+EMBED_MIN_COSINE = 0.1  # and above this: a query unlike every note (an unknown word) brings none
+DEEPSEEK_HOST = "deepseek.com"  # its API has no embeddings endpoint (404)
 
-_SKETCH = (1 << 256) - 1  # the first 256 sign bits
+_SKETCH = (1 << EMBED_SKETCH_BITS) - 1
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS chunk_notes(path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER);
 CREATE TABLE IF NOT EXISTS chunks(path TEXT, seq INTEGER, line INTEGER, hash BLOB, text TEXT, PRIMARY KEY(path, seq));
@@ -61,7 +67,7 @@ def embedder_of(settings) -> Embedder | None:
     if not settings.embed_model:
         return None
     base_url = settings.embed_base_url or settings.base_url
-    if not settings.embed_base_url and "deepseek.com" in base_url:
+    if not settings.embed_base_url and DEEPSEEK_HOST in base_url:
         raise EmbedError("EMBED_MODEL is set but DeepSeek serves no embeddings: set EMBED_BASE_URL too "
                          "(e.g. http://localhost:11434/v1 for Ollama)")
     key = settings.embed_api_key or (settings.api_key if not settings.embed_base_url else None)
@@ -227,8 +233,8 @@ def notes_by_meaning(idx: index.Index, query_vector: list, lo: str, hi: str) -> 
     """(path, first line of its best chunk) of the EMBED_NOTES notes closest to the query, best first."""
     best = {}
     closest = nearest(idx.conn, idx.path, query_vector, EMBED_RESCORE)
-    for vid, score in closest:  # close in meaning: 3/4 of the best cosine, and over 0.1 (an unknown word: none)
-        if score < max(0.1, 0.75 * closest[0][1]) or len(best) >= EMBED_NOTES:
+    for vid, score in closest:
+        if score < max(EMBED_MIN_COSINE, EMBED_MIN_SHARE * closest[0][1]) or len(best) >= EMBED_NOTES:
             break
         for path, line in idx.conn.execute("SELECT c.path, c.line FROM chunks c JOIN vectors v ON v.hash = c.hash "
                                            "WHERE v.id = ? AND c.path >= ? AND c.path < ?", (vid, lo, hi)):
@@ -241,7 +247,7 @@ def notes_by_meaning(idx: index.Index, query_vector: list, lo: str, hi: str) -> 
 def query_vector(idx: index.Index, embedder: Embedder, query: str) -> tuple:
     """(the query's unit vector or None, a one-line notice or ""); chunks changed since embedded meanwhile."""
     failed = _FAILED.get(embedder)
-    if failed and time.monotonic() - failed[0] < 60:  # for a minute after a failure, keywords at once
+    if failed and time.monotonic() - failed[0] < EMBED_RETRY_AFTER_S:
         return None, failed[1]
     try:
         if set_up(idx.conn, embedder) | bool(sync_chunks(idx)):  # both run
@@ -249,7 +255,7 @@ def query_vector(idx: index.Index, embedder: Embedder, query: str) -> tuple:
         vector = embed_texts(embedder, [query], EMBED_QUERY_TIMEOUT_S, 0)[0]
         left = 0
         if idx.path not in _COMPLETE:  # looking for chunks without vectors reads every chunk: not on each search
-            left = embed_missing(idx, embedder, 2.0, EMBED_QUERY_TIMEOUT_S, 0)  # 2 s at most; later searches go on
+            left = embed_missing(idx, embedder, EMBED_SEARCH_BUDGET_S, EMBED_QUERY_TIMEOUT_S, 0)
             if not left:
                 _COMPLETE.add(idx.path)
     except EmbedError as exc:
