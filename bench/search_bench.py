@@ -405,7 +405,8 @@ def main():
         rows = []
         for scale in [int(s) for s in args.scales.split(",")]:
             kb = base if scale == 1 else replicate(base, scale, tmp / f"{scale}x")
-            rows.append(measure(kb, index_dir, queries, titles, scale != 1, args.naive, args.fallback) | {"scale": scale})
+            row = measure(kb, index_dir, queries, titles, scale != 1, args.naive, args.fallback)
+            rows.append(row | {"scale": scale})
             print(f"  {scale}x measured", file=sys.stderr, flush=True)
         edit = measure_edit(base, index_dir)
         print_table(rows, edit, broad_words(base))
