@@ -4,7 +4,8 @@ Precedence, lowest to highest: the defaults in `Settings` < the user's config fi
 (`$XDG_CONFIG_HOME/knowledge-agent/config.env`) < a `.env` file beside main.py < environment variables <
 command-line flags (keyword overrides to `load_settings`). A key is sent only to its own provider's endpoint
 (see PROVIDERS). main.py and mcp_server.py call `load_settings` (run_agent too, given no settings); no other
-module reads the environment or `.env`. A bad value raises `ConfigError` with one line saying what to set; `.env`
+module reads settings from the environment or `.env` (terminal.py honours the conventions NO_COLOR and
+XDG_STATE_HOME). A bad value raises `ConfigError` with one line saying what to set; `.env`
 values never enter `os.environ`, so commands the agent runs never see them. Limits that only one module uses
 live at the top of that module, not here.
 """
@@ -16,6 +17,7 @@ from urllib.parse import urlsplit
 
 from dotenv import dotenv_values
 
+VERSION = "0.3.0"  # of knowledge-agent: --version, the chat's banner, the MCP server's serverInfo, the package
 PROJECT_DIR = Path(__file__).resolve().parent
 ENV_FILE = PROJECT_DIR / ".env"
 YES, NO = ("1", "true", "yes", "on"), ("0", "false", "no", "off")

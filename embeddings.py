@@ -24,7 +24,7 @@ import index
 EMBED_CHUNK_CHARS = 1000  # a chunk ends at a heading, or near this size at a blank line
 EMBED_MAX_CHUNKS = 100  # per note: the first ~100 KB of a huge note are searched by meaning
 EMBED_BATCH = 32  # chunks per embeddings request
-EMBED_QUERY_TIMEOUT_S = 3.0  # a query's embedding; past this the search answers from keywords
+EMBED_QUERY_TIMEOUT_S = 3.0  # each embeddings call of a search (the query, each catch-up batch); then keywords
 EMBED_INDEX_TIMEOUT_S = 120.0  # one batch while indexing (a local model may be loading)
 EMBED_INDEX_RETRIES = 2  # the SDK's own retries of a batch while indexing; a search never retries
 EMBED_SEARCH_BUDGET_S = 2.0  # a search embeds changed chunks this long at most; later searches go on
@@ -152,7 +152,7 @@ def sync_chunks(idx: index.Index) -> int:
         rows, notes = [], []
         for path, title, size, mtime_ns in conn.execute(
                 f"SELECT path, title, size, mtime_ns FROM notes WHERE path IN ({marks})", batch).fetchall():
-            text = index.read_note(idx.kb / path)
+            text = index.read_text(idx.kb / path)
             if text is not None:
                 notes.append((path, size, mtime_ns))
                 for seq, (line, body) in enumerate(chunks_of(title, text)):

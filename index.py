@@ -76,13 +76,15 @@ def _note_stat(path: str, kb: Path):
     return (st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
 
 
-def read_note(path: Path):
-    """The text of a note's first 2 MB, or None if it cannot be read or looks binary."""
-    try:
-        with open(path, "rb") as f:
-            return readable_text(f.read(INDEX_MAX_NOTE_BYTES))
+def read_text(path: Path):
+    """The text of a note's first INDEX_MAX_NOTE_BYTES, or None if it cannot be read or looks binary."""
+    try:  # never waits on a FIFO put there since the walk saw a note
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
+            if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return readable_text(f.read(INDEX_MAX_NOTE_BYTES))
     except OSError:
-        return None
+        pass
+    return None
 
 
 # --- Text, for the index and the queries alike ---
@@ -126,7 +128,7 @@ def _row(kb: Path, path: str, size_mtime):
     """The index row of a note (size_mtime None: stat it now), or None if it cannot be read."""
     try:
         size_mtime = size_mtime or _note_stat(str(kb / path), kb)
-        text = read_note(kb / path) if size_mtime else None
+        text = read_text(kb / path) if size_mtime else None
     except (OSError, RuntimeError):
         return None
     if text is None:

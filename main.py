@@ -20,11 +20,10 @@ import sessions
 import shell
 import tools
 from agent import KEY_HINT, AgentError, make_client, request_budget, run_agent, system_message
-from config import ConfigError, Settings, load_settings
+from config import VERSION, ConfigError, Settings, load_settings
 from notes import ToolError, readable_text
 from terminal import Display, compact, read_question, shorten, start_line_editing
 
-VERSION = "0.3.0"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 

@@ -21,13 +21,12 @@ import os
 import sys
 
 import tools
-from config import ConfigError, Settings, load_settings, mcp_flags
+from config import VERSION, ConfigError, Settings, load_settings, mcp_flags
 
 # One JSON-RPC message per line; a longer line is skipped with an error, so memory stays bounded. Big
 # enough for a 5 MB note sent as write_note content with every character \u-escaped.
 MCP_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 SERVER_NAME = "knowledge-agent"
-SERVER_VERSION = "0.1.0"
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")  # newest first
 BATCH_VERSIONS = {"2025-03-26"}  # JSON-RPC batches came in with 2025-03-26 and left again in 2025-06-18
 INSTRUCTIONS = ("Tools for one person's folder of Markdown notes (.md and .txt). Paths are relative to that folder. "
@@ -130,7 +129,7 @@ class McpServer:
         log(f"client {client.get('name', '?')} {client.get('version', '')} asked for protocol {asked}, "
             f"speaking {self.version}")
         return {"protocolVersion": self.version, "capabilities": {"tools": {"listChanged": False}},
-                "serverInfo": {"name": SERVER_NAME, "version": SERVER_VERSION}, "instructions": INSTRUCTIONS}
+                "serverInfo": {"name": SERVER_NAME, "version": VERSION}, "instructions": INSTRUCTIONS}
 
     def call_tool(self, params: dict) -> dict:
         name = params.get("name")

@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import embeddings
-from index import CJK_RUN, HEADING, Index, cjk_words, read_note, title_key, with_index
+from index import CJK_RUN, HEADING, Index, cjk_words, read_text, title_key, with_index
 from index import note_changed  # noqa: F401  (tools.py tells the index through search.note_changed)
 from notes import ToolError, rel, safe_folder
 
@@ -209,7 +209,7 @@ def _line_patterns(words: list) -> list:
 
 def _best_lines(path: Path, patterns: list, chunk_line: int | None = None) -> list:
     """(line number, clipped line) of the lines matching most patterns, in note order; else the opening lines."""
-    lines = (read_note(path) or "").splitlines()
+    lines = (read_text(path) or "").splitlines()
     if chunk_line is not None:
         patterns = []
     scored = []

@@ -34,7 +34,7 @@ HINT_WIDTH = 200  # characters of the passage compared, and of a long line shown
 HINT_SCAN_CHARS = 1_000_000
 HINT_CANDIDATES = 50
 EDIT_MAX_MATCHES_COUNTED = 20
-SHELL_QUESTION = "Run this shell command in the notes folder?"  # main.py offers "always" for these
+SHELL_QUESTION = "Run this shell command in the notes folder?"  # terminal.py and web.py offer "always" for these
 KEPT = "the previous version is kept in .history/ (/undo in the chat restores it)."
 
 
@@ -131,27 +131,28 @@ def read_note(settings: Settings, file_path: str, start_line: int = 1) -> str:
     if not shown:  # a single enormous line
         shown = [lines[start_line - 1][:MAX_TOOL_OUTPUT - 300] + " [… line cut]"]
     end = start_line + len(shown) - 1
+    # main.for_a_person rewords this footer (and the tools' other advice) for a person typing /read
     footer = f"\n[… cut: call read_note with start_line={end + 1} to read on]" if end < len(lines) else ""
     return f"{name} (lines {start_line}-{end} of {len(lines)})\n" + "\n".join(shown) + footer
 
 
 # --- Changing notes: every change goes through versions.py (atomic, format kept, recoverable) ---
 
-def _done(settings: Settings, summary: str, done: str, *names: str) -> str:
+def _after_change(settings: Settings, summary: str, done: str, *names: str) -> str:
     """Tell the index which notes changed; the result is the change summary line, then what was done."""
     for name in names:
         search.note_changed(settings.kb, settings.index_dir, name)
     return f"{summary}\n{done}"
 
 
-def _changeable(settings: Settings, path, text: bool = True) -> str:
-    """The name of an existing note that may be changed (`text`: its text, so not a huge one)."""
+def _changeable(settings: Settings, path, size_limit: bool = True) -> str:
+    """The name of an existing note that may be changed (`size_limit`: its text is to be changed, so not a huge one)."""
     name = rel(settings.kb, path)
     if path.is_dir():
         raise ToolError(f"{name} is a folder, not a note.")
     if not path.is_file():
         raise ToolError(f"{name} does not exist. Use search_notes or list_notes to find the right path.")
-    if text and path.stat().st_size > MAX_NOTE_BYTES:
+    if size_limit and path.stat().st_size > MAX_NOTE_BYTES:
         raise ToolError(f"{name} is larger than {MAX_NOTE_BYTES} bytes; it is too big to change safely here.")
     return name
 
@@ -275,7 +276,7 @@ def _save(settings: Settings, name: str, new_text, op: str, done: str, confirm=N
             diff = versions.diff_text(*shown) or "(only the line endings or the final newline change)"
             confirm(f"Make this change to {name}?\n" + "\n".join(map(notes.visible, diff.split("\n"))))
     summary = versions.save_note(settings.kb, name, new_text, op, unchanged if confirm else None)
-    return _done(settings, summary, done, name)
+    return _after_change(settings, summary, done, name)
 
 
 @tool("Create a new note (.md or .txt); folders are created as needed. It refuses to replace an "
@@ -300,21 +301,22 @@ def write_note(settings: Settings, file_path: str, content: str, overwrite: bool
                                                 "e.g. 'archive/old-ideas.md'. Must not exist yet.")}, confirm=True)
 def move_note(settings: Settings, from_path: str, to_path: str, *, confirm) -> str:
     source, target = safe_path(settings.kb, from_path, "from_path"), safe_path(settings.kb, to_path, "to_path")
-    src, dst = _changeable(settings, source, text=False), rel(settings.kb, target)
+    src, dst = _changeable(settings, source, size_limit=False), rel(settings.kb, target)
     if target.exists() or target.is_symlink():
         raise ToolError(f"{dst} already exists; nothing was moved. Choose another to_path.")
     confirm(f"Move {src} to {dst}?")
-    return _done(settings, versions.move_note(settings.kb, src, dst),
-                 f"Moved {src} to {dst}; /undo in the chat moves it back.", src, dst)
+    return _after_change(settings, versions.move_note(settings.kb, src, dst),
+                         f"Moved {src} to {dst}; /undo in the chat moves it back.", src, dst)
 
 
 @tool("Delete a note (a copy is kept in the history, and /undo brings it back). Only when the person "
       "asked for it; the person is asked to confirm.", {"file_path": PATH}, confirm=True)
 def delete_note(settings: Settings, file_path: str, *, confirm) -> str:
-    name = _changeable(settings, safe_path(settings.kb, file_path), text=False)
+    name = _changeable(settings, safe_path(settings.kb, file_path), size_limit=False)
     confirm(f"Delete {name}? (a copy is kept in {HISTORY_DIR}/)")
-    return _done(settings, versions.delete_note(settings.kb, name),
-                 f"Deleted {name}; a copy is kept in {HISTORY_DIR}/ and /undo in the chat brings it back.", name)
+    return _after_change(settings, versions.delete_note(settings.kb, name),
+                         f"Deleted {name}; a copy is kept in {HISTORY_DIR}/ and /undo in the chat brings it back.",
+                         name)
 
 
 def shell_question(command: str) -> str:
