@@ -116,9 +116,11 @@ def _api_error(exc: Exception, settings: Settings, midway: bool) -> AgentError:
         404: (f"Model {settings.model!r} or the endpoint was not found (404) at {settings.base_url}. "
               "Check MODEL (--model) and the base URL (--base-url)."),
         429: f"Rate limited (429) even after {API_MAX_RETRIES} retries: {detail} Wait a moment and ask again.",
+        501: f"{settings.base_url} does not serve chat completions (HTTP 501). Check the base URL (--base-url).",
         500: f"The API server failed (HTTP {status}) even after {API_MAX_RETRIES} retries. Try again later.",
     }
-    message = known.get(min(status, 500), f"The API rejected the request (HTTP {status}): {detail}")  # 5xx: 500
+    fallback = f"The API rejected the request (HTTP {status}): {detail}"
+    message = known.get(status) or known.get(min(status, 500), fallback)  # any other 5xx: as 500
     return RequestRejected(message) if status == 400 else AgentError(message)
 
 
@@ -203,7 +205,8 @@ def query(client, settings: Settings, messages: list[dict], ui: UI, reply: _Repl
         except openai.APIError as exc:
             error = _api_error(exc, settings, reply.streaming)
             if reply.content or reply.reasoning:  # the person saw part of it: asking again would repeat it
-                raise AgentError(f"The answer broke off midway: {error} What was shown above is incomplete.") from None
+                raise AgentError(f"The answer broke off midway: {str(error).rstrip('.')}. What was shown above is "
+                                 "incomplete.") from None
             if not reply.streaming or attempt == STREAM_RETRIES:  # the SDK already retried the rest
                 raise error from None
         except Exception as exc:  # HTML, malformed JSON or SSE: the base URL is not a chat completions API

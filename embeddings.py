@@ -87,7 +87,7 @@ def embed_texts(embedder: Embedder, texts: list, timeout: float, retries: int) -
         if len(vectors) != len(texts) or any(len(v) != len(vectors[0]) or not v for v in vectors):
             raise ValueError(f"{len(vectors)} vectors for {len(texts)} texts")
     except OpenAIError as exc:
-        detail = " ".join(str(exc).split())[:160] or type(exc).__name__
+        detail = " ".join(str(exc).split())[:160].rstrip(".") or type(exc).__name__
         raise EmbedError(f"the embeddings endpoint {embedder.base_url} failed ({detail})") from None
     except (TypeError, ValueError, AttributeError) as exc:  # a reply of another shape
         raise EmbedError(f"the embeddings endpoint {embedder.base_url} gave an unusable reply ({exc})") from None

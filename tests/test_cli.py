@@ -68,6 +68,7 @@ def test_server_errors_are_retried_then_answered(fake_llm, kb):
 
 @pytest.mark.parametrize("reply, expected", [
     ({"status": 500, "headers": QUICK_RETRY}, "HTTP 500"),
+    ({"status": 501, "headers": QUICK_RETRY}, "does not serve chat completions (HTTP 501). Check the base URL"),
     ({"status": 401, "message": "invalid key"}, "DEEPSEEK_API_KEY"),
     ({"status": 404, "message": "model not found"}, "MODEL"),
     ({"status": 400, "message": "maximum context length exceeded"}, "too long"),
@@ -89,7 +90,7 @@ def test_stream_dropped_after_text_is_not_replayed(fake_llm, kb):
     fake_llm.replies = [{"content": "The first part of a long answer", "break_after": 3}, {"content": "AGAIN"}]
     result = run_main("q", kb=kb, base_url=fake_llm.base_url)
     assert_clean_failure(result, 1)
-    assert "broke off" in result.stderr and "AGAIN" not in result.stdout
+    assert "broke off" in result.stderr and "AGAIN" not in result.stdout and ". What was shown" in result.stderr
     assert result.stdout.startswith("The first part")
 
 
