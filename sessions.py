@@ -47,6 +47,8 @@ def _is(error: BaseException, codes: tuple[str, ...]) -> bool:
 def _why(error: BaseException) -> str:
     if isinstance(error, PermissionError) or _is(error, NOT_ALLOWED):
         return "permission denied"
+    if isinstance(error, (FileExistsError, NotADirectoryError)):  # KA_DATA_DIR names a file, or passes through one
+        return "part of that path is a file, not a folder"
     return "another knowledge-agent is writing" if _is(error, BUSY) else getattr(error, "strerror", None) or str(error)
 
 

@@ -370,6 +370,7 @@ def test_unusable_folder_means_an_unsaved_conversation_not_a_crash(tmp_path):
     warnings = []
     store = SessionStore(blocker / "sub" / "sessions.db", warn=warnings.append)
     assert not store.persistent and warnings[0].endswith("; this conversation will not be saved")
+    assert "(part of that path is a file, not a folder)" in warnings[0]
     conversation = talk(store, TOOL_TURN)  # kept in memory for this run: /sessions and /resume still work
     assert store.list_sessions()[0].id == conversation.session_id
     assert Conversation(store).resume(conversation.session_id)
