@@ -260,8 +260,10 @@ class App(agent.UI):
         try:
             return {"path": rel(self.settings.kb, safe_path(self.settings.kb, path)),
                     "text": tools.note_text(self.settings, path)}
-        except (ToolError, OSError) as exc:
-            raise HTTPError(404, f"Cannot open that note: {getattr(exc, 'strerror', None) or exc}") from None
+        except (ToolError, OSError) as exc:  # the first sentence: the rest is advice to the model about its tools
+            reason = getattr(exc, "strerror", None) or str(exc).split(". ")[0].rstrip(".")
+            reason = reason.replace("file_path", "the path")
+            raise HTTPError(404, f"Cannot open that note: {reason}.") from None
 
     def undo(self) -> str:
         with self.lock:

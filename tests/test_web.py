@@ -368,6 +368,7 @@ def test_search_and_notes_work_from_the_page_beside_the_agent(make_web, kb):
     for path in ("../secret.md", "/etc/passwd", ".history/undo.jsonl", "nope.md"):
         status, _, body = page.request("GET", f"/api/note?path={path}")
         assert status == 404 and b"Cannot open that note" in body and b"TOP-SECRET" not in body
+        assert not re.search(rb"search_notes|list_notes|read_note|file_path", body)  # worded for a person
 
 
 def test_main_web_prints_the_address_and_stops_cleanly_on_ctrl_c(kb, tmp_path, fake_llm):
