@@ -16,8 +16,8 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
-from notes import (HISTORY_DIR, NoteFormat, ToolError, decode_note, encode_note, locked, move_file, read_bytes, rel,
-                   remove_file, write_bytes)
+from notes import (HISTORY_DIR, NoteFormat, ToolError, decode_note, encode_note, in_folder, locked, move_file,
+                   read_bytes, rel, remove_file, write_bytes)
 
 UNDO_LOG = "undo.jsonl"
 HISTORY_KEEP = 20  # versions kept per note (0: no limit)
@@ -111,7 +111,16 @@ def _log_change(kb: Path, op: str, path: str, to=None, snapshot_path=None, after
     copies the note aside first only if it differs."""
     entry = {"time": _stamp(), "op": op, "path": path, "to": to, "snapshot": snapshot_path, "after": after}
     try:
-        _write_log(kb, read_log(kb) + [entry])
+        entries = read_log(kb)
+        if len(entries) >= 2 * UNDO_LOG_KEEP:  # rewrite now and then: a log that could not be read is never
+            _write_log(kb, entries + [entry])  # rewritten from nothing, and appending stays cheap
+            return ""
+        with in_folder(kb, f"{HISTORY_DIR}/{UNDO_LOG}", create=True) as (folder, name):
+            fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666, dir_fd=folder)
+            with os.fdopen(fd, "a", encoding="utf-8") as f:
+                f.write(json.dumps(entry, ensure_ascii=False) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
     except OSError as e:
         return f"  (done, but /undo will not know about it: {e.strerror or e})"
     return ""

@@ -365,6 +365,22 @@ def test_undo_log_survives_garbage_lines_and_stays_bounded(tmp_path, monkeypatch
     assert (tmp_path / "n.md").read_text() == "8\n"
 
 
+def test_a_log_that_cannot_be_read_for_a_moment_is_never_written_over(tmp_path, monkeypatch):
+    for name in ("a.md", "b.md", "c.md"):
+        make(tmp_path, name, b"old\n")
+        save_note(tmp_path, name, "new\n", "edit")
+    real, failed = versions.read_bytes, []
+
+    def busy_once(kb, rel, *args):  # e.g. too many open files, or a sync client holding the file
+        if rel.endswith(versions.UNDO_LOG) and not failed:
+            failed.append(rel)
+            raise OSError(24, "Too many open files")
+        return real(kb, rel, *args)
+    monkeypatch.setattr(versions, "read_bytes", busy_once)
+    save_note(tmp_path, "a.md", "newer\n", "edit")
+    assert failed and [e["path"] for e in versions.read_log(tmp_path)] == ["a.md", "b.md", "c.md", "a.md"]
+
+
 # --- summaries ---
 
 
