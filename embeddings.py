@@ -29,7 +29,7 @@ EMBED_INDEX_TIMEOUT_S = 120.0  # one batch while indexing (a local model may be 
 EMBED_INDEX_RETRIES = 2  # the SDK's own retries of a batch while indexing; a search never retries
 EMBED_SEARCH_BUDGET_S = 2.0  # a search embeds changed chunks this long at most; later searches go on
 EMBED_RETRY_AFTER_S = 60.0  # after a failure, searches skip the embedder this long (answering at once)
-EMBED_SKETCH_BITS = 256  # the first sign bits of every vector, compared with the query's first
+EMBED_SKETCH_BITS = 255  # the first sign bits of every vector, compared with the query's first (a distance: a byte)
 EMBED_SKETCH_KEEP = 1000  # closest by those, then compared on all sign bits
 EMBED_RESCORE = 100  # closest by all sign bits, rescored exactly from the int8 vectors
 EMBED_NOTES = 30  # notes ranked by meaning, fused with as many ranked by keywords
@@ -38,6 +38,7 @@ EMBED_MIN_COSINE = 0.1  # and above this: a query unlike every note (an unknown 
 DEEPSEEK_HOST = "deepseek.com"  # its API has no embeddings endpoint (404)
 
 _SKETCH = (1 << EMBED_SKETCH_BITS) - 1
+_AT_MOST = [bytes(d <= cut for d in range(256)) for cut in range(256)]  # translate tables: 1 where d <= cut
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS chunk_notes(path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER);
 CREATE TABLE IF NOT EXISTS chunks(path TEXT, seq INTEGER, line INTEGER, hash BLOB, text TEXT, PRIMARY KEY(path, seq));
@@ -216,9 +217,11 @@ def nearest(conn, path: Path, query: list, limit: int) -> list:
         cached = _CACHE[path] = (version, [r[0] for r in rows], signs, [s & _SKETCH for s in signs])
     _, ids, signs, sketches = cached
     bits = _signs(query)
-    rough = list(map(int.bit_count, map((bits & _SKETCH).__xor__, sketches)))  # C loops: ~10 ms per 100k
-    cut = sorted(rough)[EMBED_SKETCH_KEEP] if len(rough) > EMBED_SKETCH_KEEP else math.inf  # C's sort beats a heap
-    kept = list(itertools.compress(range(len(rough)), map(cut.__ge__, rough)))
+    rough = bytes(map(int.bit_count, map((bits & _SKETCH).__xor__, sketches)))  # C loops: ~10 ms per 100k
+    # the distance of the EMBED_SKETCH_KEEP-th closest, from counts of each distance: C loops, not a sort
+    at_most = itertools.accumulate(rough.count(d) for d in range(256))
+    cut = next((d for d, count in enumerate(at_most) if count > EMBED_SKETCH_KEEP), 255)
+    kept = list(itertools.compress(range(len(rough)), rough.translate(_AT_MOST[cut])))
     closest = [ids[i] for i in heapq.nsmallest(EMBED_RESCORE, kept, key=lambda i: (bits ^ signs[i]).bit_count())]
     scored = []
     marks = ",".join("?" * len(closest))
