@@ -98,11 +98,11 @@ def list_notes(settings: Settings, folder: str | None = None) -> str:
     return search.list_notes(settings.kb, settings.index_dir, folder, settings.search_watch)
 
 
-def note_text(settings: Settings, file_path: str) -> str:
-    """A note's text to read (the model's, the web page's): through the path guard, any encoding, bounded."""
-    path = safe_path(settings.kb, file_path)
+def note_text(settings: Settings, file_path: str) -> tuple[str, str]:
+    """(name, text) of a note to read (the model's, the web page's): through the path guard, any encoding, bounded."""
+    name = rel(settings.kb, safe_path(settings.kb, file_path))
     try:
-        data = notes.read_bytes(settings.kb, rel(settings.kb, path), MAX_NOTE_BYTES + 1)
+        data = notes.read_bytes(settings.kb, name, MAX_NOTE_BYTES + 1)
     except FileNotFoundError:
         raise ToolError("no such note. Use search_notes or list_notes to find the right path.") from None
     except IsADirectoryError:
@@ -112,15 +112,15 @@ def note_text(settings: Settings, file_path: str) -> str:
         raise ToolError("that file looks binary, not a text note.")
     if len(data) > MAX_NOTE_BYTES:
         text += f"\n[… file is larger than {MAX_NOTE_BYTES} bytes; the rest is not read]"
-    return text
+    return name, text
 
 
 @tool("Read a note's text. Always read a note before quoting, summarising or changing it; never guess "
       "its content. Long notes come in parts: pass start_line to read on.",
       {"file_path": PATH, "start_line": ("integer", "First line to read (1-based). Default 1.")}, read_only=True)
 def read_note(settings: Settings, file_path: str, start_line: int = 1) -> str:
-    path = safe_path(settings.kb, file_path)
-    name, lines = rel(settings.kb, path), note_text(settings, file_path).splitlines()
+    name, text = note_text(settings, file_path)
+    lines = text.splitlines()
     if not lines:
         return f"{name} is empty."
     if not 1 <= start_line <= len(lines):

@@ -33,7 +33,7 @@ import tools
 import versions
 from config import Settings
 from context import content_text
-from notes import ToolError, rel, safe_path
+from notes import ToolError
 from terminal import compact
 
 DEFAULT_PORT = 8731
@@ -190,7 +190,7 @@ class App(agent.UI):
         kind = "shell" if question == tools.SHELL_QUESTION else "diff" if detail else "plain"
         if self.call[0] == "delete_note":  # shown as every line of the note removed
             with contextlib.suppress(ValueError, KeyError, TypeError, ToolError, OSError):
-                note = tools.note_text(self.settings, json.loads(self.call[1])["file_path"])
+                _, note = tools.note_text(self.settings, json.loads(self.call[1])["file_path"])
                 detail, kind = versions.diff_text(note, ""), "diff"
         with self.lock:
             if self.stopping:
@@ -258,8 +258,8 @@ class App(agent.UI):
 
     def note(self, path: str) -> dict:
         try:
-            return {"path": rel(self.settings.kb, safe_path(self.settings.kb, path)),
-                    "text": tools.note_text(self.settings, path)}
+            name, text = tools.note_text(self.settings, path)
+            return {"path": name, "text": text}
         except (ToolError, OSError) as exc:  # the first sentence: the rest is advice to the model about its tools
             reason = getattr(exc, "strerror", None) or str(exc).split(". ")[0].rstrip(".")
             reason = reason.replace("file_path", "the path")
