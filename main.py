@@ -96,7 +96,6 @@ class Chat:
     def __init__(self, settings: Settings, client, display: Display, conversation: sessions.Conversation):
         self.settings, self.client, self.display, self.conversation = settings, client, display, conversation
         display.conversation = conversation
-        self.told: list[str] = []  # what the model should hear with the next question (what /undo restored)
 
     def line(self, line: str) -> str:
         """One line, typed or piped: a /command or a question. Returns "exit", "ok", "incomplete" or "failed"."""
@@ -107,19 +106,17 @@ class Chat:
         if not self.client:
             self.display.error(NO_KEY)
             return "failed"
-        history, before = self.conversation.history, len(self.conversation.history)
-        self.conversation.begin_turn()
+        question = self.conversation.begin_turn(line)
         self.display.begin_answer()
         try:
-            run_agent("\n".join(self.told + [line]), history, self.settings, self.client, self.display)
+            run_agent(question, self.conversation.history, self.settings, self.client, self.display)
             self.display.end_answer()
             return "incomplete" if self.display.incomplete else "ok"
         except AgentError as exc:
             self.display.error(str(exc))
             return "failed"
         finally:
-            if len(history) > before:  # the turn was kept, and with it what the model was told
-                self.told.clear()
+            self.conversation.end_turn()
 
     def command(self, line: str) -> str:
         name, _, argument = line.partition(" ")
@@ -211,10 +208,8 @@ class Chat:
                           f"carrying {len(sent) - 1} of {len(conversation.history)} messages")
 
     def do_undo(self, argument: str) -> str:
-        message, undone = tools.undo(self.settings)
+        message, undone = self.conversation.undo(self.settings)
         (self.display.info if undone else self.display.error)(message)
-        if undone:  # the model must not trust what it read before
-            self.told.append(f"[I ran /undo: {message}]")
         return "ok" if undone else "failed"
 
 

@@ -14,6 +14,7 @@ from collections import namedtuple
 from pathlib import Path
 from typing import Callable
 
+import tools
 from context import content_text, repair_history
 
 SCHEMA_VERSION = 1
@@ -186,6 +187,7 @@ class Conversation:
     def __init__(self, store: SessionStore, kb: Path | str | None = None):
         self.store, self.kb = store, kb
         self.run_usage = (0, 0)
+        self.told: list[str] = []  # what the model must hear with the next question (what /undo restored)
         self.start_new()
 
     def start_new(self) -> None:
@@ -224,8 +226,21 @@ class Conversation:
         return session_id, c.execute("INSERT INTO messages (session_id, created, role, body) VALUES (?, ?, ?, ?)",
                                      (session_id, time.time(), str(message.get("role", "")), body)).lastrowid
 
-    def begin_turn(self) -> None:
-        self.turn_usage, self.turn_calls = (0, 0), 0
+    def begin_turn(self, question: str = "") -> str:
+        """Start a turn; the question as the model gets it, after what it must be told first (see undo)."""
+        self.turn_usage, self.turn_calls, self.turn_start = (0, 0), 0, len(self.history)
+        return "\n".join(self.told + [question])
+
+    def end_turn(self) -> None:
+        if len(self.history) > self.turn_start:  # the turn was kept, and with it what the model was told
+            self.told.clear()
+
+    def undo(self, settings) -> tuple[str, bool]:
+        """tools.undo; after an undo the next question says so, so the model does not trust what it read before."""
+        message, undone = tools.undo(settings)
+        if undone:
+            self.told.append(f"[I ran /undo: {message}]")
+        return message, undone
 
     def add_usage(self, usage) -> None:
         """Count one API call's `usage` (an SDK object or a dict)."""

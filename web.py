@@ -100,11 +100,9 @@ class App(agent.UI):
         self.lock = threading.Condition(threading.RLock())  # guards everything below and the session store
         self.seq, self.events = 0, []  # numbered events of the turn in progress (or the last one)
         self.worker: threading.Thread | None = None
-        self.turn_start = 0  # where the turn in progress begins in the history
         self.call = ("", "")  # the tool call running now: a delete's review shows its note
         self.pending: dict | None = None  # the question the worker waits on: its id and answer
         self.stopping = False
-        self.told: list[str] = []  # what the model should hear with the next question (what Undo restored)
         store = sessions.SessionStore(settings.data_dir / "sessions.db", self.warn)
         self.conversation = sessions.Conversation(store, settings.kb)
 
@@ -121,7 +119,7 @@ class App(agent.UI):
     def state(self) -> dict:
         with self.lock:
             busy = self.worker is not None
-            history = self.conversation.history[:self.turn_start if busy else None]
+            history = self.conversation.history[:self.conversation.turn_start if busy else None]
             return {"session": self.conversation.session_id, "items": history_items(history), "busy": busy,
                     "events": [event for _, event in self.events] if busy else [], "seq": self.seq,
                     "model": self.settings.model, "kb": str(self.settings.kb), "chat": self.client is not None,
@@ -137,16 +135,16 @@ class App(agent.UI):
             raise HTTPError(409, NO_KEY)
         with self.lock:
             self.idle()
-            self.events, self.stopping, self.turn_start = [], False, len(self.conversation.history)
-            self.conversation.begin_turn()
-            self.worker = threading.Thread(target=self._turn, args=(question,), daemon=True)
+            self.events, self.stopping = [], False
+            told = self.conversation.begin_turn(question)
+            self.worker = threading.Thread(target=self._turn, args=(told,), daemon=True)
             self.emit({"type": "user", "text": question})
             self.worker.start()
 
     def _turn(self, question: str) -> None:
         history, status, message = self.conversation.history, "ok", ""
         try:
-            agent.run_agent("\n".join(self.told + [question]), history, self.settings, self.client, self)
+            agent.run_agent(question, history, self.settings, self.client, self)
         except KeyboardInterrupt:
             status, message = "stopped", "Stopped. What was done so far is kept; ask again to go on."
         except agent.AgentError as exc:
@@ -154,8 +152,7 @@ class App(agent.UI):
         except Exception as exc:  # a bug must end this answer, not the server
             status, message = "error", f"Unexpected error: {type(exc).__name__}: {exc}"
         finally:
-            if len(history) > self.turn_start:  # the turn was kept, and with it what the model was told
-                self.told.clear()
+            self.conversation.end_turn()
             with self.lock:
                 self.worker, self.pending = None, None
                 self.emit({"type": "done", "status": status, "message": message,
@@ -268,9 +265,7 @@ class App(agent.UI):
     def undo(self) -> str:
         with self.lock:
             self.idle()
-            message, undone = tools.undo(self.settings)
-            if undone:  # the model must not trust what it read before
-                self.told.append(f"[I ran /undo: {message}]")
+            message, _ = self.conversation.undo(self.settings)
             self.emit({"type": "notice", "text": message})
             return message
 

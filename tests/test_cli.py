@@ -210,14 +210,19 @@ def test_slash_commands_work_piped_and_one_shot_even_without_a_key(fake_llm, kb)
     assert "no API key" in no_key_question.stderr and "Traceback" not in no_key_question.stderr
 
 
-def test_piped_undo_reverts_and_tells_the_model(fake_llm, kb):
+def test_piped_undo_reverts_and_tells_the_model_until_a_turn_is_kept(fake_llm, kb):
     fake_llm.replies = [{"tool_calls": [{"name": "append_note", "arguments": '{"file_path": "vim.md", "content": "x"}'}]},
-                        {"content": "appended"}, {"content": "ok"}]
+                        {"content": "appended"}, {"status": 400, "message": "refused"}, {"content": "ok"},
+                        {"content": "fine"}]
     before = (kb / "vim.md").read_bytes()
-    result = run_main("--yes", kb=kb, base_url=fake_llm.base_url, stdin="add x to vim\n/undo\nwhat now?\n")
-    assert result.returncode == 0, result.stderr
+    result = run_main("--yes", kb=kb, base_url=fake_llm.base_url,
+                      stdin="add x to vim\n/undo\nrefused?\nwhat now?\nand then?\n")
+    assert result.returncode == 1 and "refused" in result.stderr, result.stderr  # the third question failed
     assert (kb / "vim.md").read_bytes() == before and "Undid the append of vim.md" in result.stderr
-    assert fake_llm.requests[-1]["messages"][-1]["content"].startswith("[I ran /undo: Undid the append")
+    asked = [request["messages"][-1]["content"] for request in fake_llm.requests[2:]]
+    assert asked[0].startswith("[I ran /undo: Undid the append") and asked[0].endswith("refused?")
+    assert asked[1].startswith("[I ran /undo: Undid the append") and asked[1].endswith("what now?")  # still untold
+    assert asked[2] == "and then?"  # told once a turn was kept
 
 
 def test_odd_command_arguments_never_crash(fake_llm, kb):
