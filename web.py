@@ -136,15 +136,15 @@ class App(agent.UI):
         with self.lock:
             self.idle()
             self.events, self.stopping = [], False
-            told = self.conversation.begin_turn(question)
-            self.worker = threading.Thread(target=self._turn, args=(told,), daemon=True)
+            sent = self.conversation.begin_turn(question)  # with what Undo restored, if the model is yet to hear it
+            self.worker = threading.Thread(target=self._turn, args=(sent,), daemon=True)
             self.emit({"type": "user", "text": question})
             self.worker.start()
 
     def _turn(self, question: str) -> None:
-        history, status, message = self.conversation.history, "ok", ""
+        status, message = "ok", ""
         try:
-            agent.run_agent(question, history, self.settings, self.client, self)
+            agent.run_agent(question, self.conversation.history, self.settings, self.client, self)
         except KeyboardInterrupt:
             status, message = "stopped", "Stopped. What was done so far is kept; ask again to go on."
         except agent.AgentError as exc:
