@@ -85,6 +85,17 @@ def _inside_notes(path, under: str | None = None) -> bool:
     return ".." not in parts and "" not in parts and (parts[0] == under if under else parts[0] != HISTORY_DIR)
 
 
+def _followable(e) -> bool:
+    """The log may be edited by hand: undo follows only paths inside the notes (a snapshot: inside .history),
+    and removes only folders above the note."""
+    if not isinstance(e, dict) or e.get("op") not in CHANGE_OPS or not isinstance(e.get("time", ""), (str, type(None))):
+        return False
+    made = e.get("made") or []
+    return (_inside_notes(e.get("path")) and (e.get("to") is None or _inside_notes(e["to"]))
+            and (e.get("snapshot") is None or _inside_notes(e["snapshot"], HISTORY_DIR)) and isinstance(made, list)
+            and all(isinstance(f, str) and (e.get("to") or e["path"]).startswith(f + "/") for f in made))
+
+
 def read_log(kb: Path) -> list[dict]:
     """Changes the agent made, oldest first; unreadable lines are skipped rather than fatal."""
     try:
@@ -95,10 +106,7 @@ def read_log(kb: Path) -> list[dict]:
     for line in lines:
         with contextlib.suppress(ValueError):
             entries.append(json.loads(line))
-    return [e for e in entries if isinstance(e, dict) and e.get("op") in CHANGE_OPS and _inside_notes(e.get("path"))
-            and (e.get("to") is None or _inside_notes(e["to"]))
-            and (e.get("snapshot") is None or _inside_notes(e["snapshot"], HISTORY_DIR))
-            and isinstance(e.get("time", ""), (str, type(None)))]
+    return [e for e in entries if _followable(e)]
 
 
 def _write_log(kb: Path, entries: list[dict]) -> None:
@@ -106,10 +114,11 @@ def _write_log(kb: Path, entries: list[dict]) -> None:
     write_bytes(kb, f"{HISTORY_DIR}/{UNDO_LOG}", text.encode("utf-8"))
 
 
-def _log_change(kb: Path, op: str, path: str, to=None, snapshot_path=None, after=None) -> str:
+def _log_change(kb: Path, op: str, path: str, to=None, snapshot_path=None, after=None, made=None) -> str:
     """Record a change; "" or a warning for its summary. `after`: the digest of what the agent wrote, so undo
-    copies the note aside first only if it differs."""
-    entry = {"time": _stamp(), "op": op, "path": path, "to": to, "snapshot": snapshot_path, "after": after}
+    copies the note aside first only if it differs; `made`: the folders it made, which undo removes if empty."""
+    entry = {"time": _stamp(), "op": op, "path": path, "to": to, "snapshot": snapshot_path, "after": after,
+             "made": made or None}
     try:
         entries = read_log(kb)
         if len(entries) >= 2 * UNDO_LOG_KEEP:  # rewrite now and then: a log that could not be read is never
@@ -142,8 +151,9 @@ def save_note(kb: Path, rel_path: str, new_text, op: str, check=None) -> str:
                 text = compute("")
                 if check:
                     check("", text)
-                write_bytes(kb, rel_path, encode_note(text, NoteFormat()), new=True)
-                return change_summary("write", rel_path, new_text=text) + _log_change(kb, "write", rel_path)
+                made = []
+                write_bytes(kb, rel_path, encode_note(text, NoteFormat()), new=True, made=made)
+                return change_summary("write", rel_path, new_text=text) + _log_change(kb, "write", rel_path, made=made)
             if not (kb / rel_path).is_file():
                 raise ToolError(f"{rel_path} does not exist")
             try:
@@ -179,8 +189,10 @@ def move_note(kb: Path, from_path: str, to_path: str) -> str:
         with locked(kb):
             if not (kb / from_path).is_file():
                 raise ToolError(f"{from_path} does not exist")
-            move_file(kb, from_path, to_path)  # refused, race-free, if to_path exists
-            return change_summary("move", from_path, to=to_path) + _log_change(kb, "move", from_path, to=to_path)
+            made = []
+            move_file(kb, from_path, to_path, made=made)  # refused, race-free, if to_path exists
+            warning = _log_change(kb, "move", from_path, to_path, made=made)
+            return change_summary("move", from_path, to=to_path) + warning
     except OSError as e:
         raise ToolError(f"could not move {from_path}: {e.strerror or e}; it is where it was") from None
 
@@ -243,12 +255,14 @@ def _undo(kb: Path, entry: dict) -> tuple[str, list[str]]:
             raise _Gone(f"{rel_path} no longer exists")
         kept = snapshot(kb, rel_path)
         remove_file(kb, rel_path)
+        _remove_made(kb, entry.get("made"))
         return f"Undid {what}: removed {rel_path} (a copy is kept in {kept}).", [rel_path]
     if op == "move":
         if not to or not (kb / to).is_file():
             raise _Gone(f"{to} no longer exists")
         kept = _keep_current(kb, rel_path)
         move_file(kb, to, rel_path, replace=True)
+        _remove_made(kb, entry.get("made"))
         return f"Undid {what}: moved {to} back to {rel_path}.{kept}", [to, rel_path]
     saved = entry.get("snapshot")
     if not saved or not (kb / saved).is_file():
@@ -258,6 +272,13 @@ def _undo(kb: Path, entry: dict) -> tuple[str, list[str]]:
     prune_versions(kb, rel_path)
     back = "is back" if op == "delete" else "is as it was before"
     return f"Undid {what}: {rel_path} {back}.{kept}", [rel_path]
+
+
+def _remove_made(kb: Path, folders: list | None) -> None:
+    """Remove the folders a change made, deepest first, where they are empty now: rmdir refuses any other."""
+    for folder in reversed(folders or []):
+        with contextlib.suppress(OSError), in_folder(kb, folder) as (parent, name):
+            os.rmdir(name, dir_fd=parent)
 
 
 # --- Summaries ---

@@ -428,12 +428,14 @@ def test_undo_ignores_log_lines_that_point_outside_the_notes(tmp_path):
     kb = tmp_path / "kb"
     kb.mkdir()
     (tmp_path / "outside.md").write_text("precious")
+    (tmp_path / "empty").mkdir()
     make(kb, "n.md", b"v1\n")
     save_note(kb, "n.md", "v2\n", "edit")
     log = kb / ".history" / "undo.jsonl"
     with open(log, "a", encoding="utf-8") as f:
         for bad in ({"op": "write", "path": "../outside.md"}, {"op": "write", "path": str(tmp_path / "outside.md")},
-                    {"op": "edit", "path": "n.md", "snapshot": "../outside.md"}):
+                    {"op": "edit", "path": "n.md", "snapshot": "../outside.md"},
+                    {"op": "write", "path": "n.md", "made": ["../empty"]}, {"op": "write", "path": "n.md", "made": [7]}):
             f.write(json.dumps(bad) + "\n")
         f.write(json.dumps({"op": "edit", "path": "n.md", "snapshot": None, "time": None}) + "\n")
     undo_last(kb)  # the null-time line: refused cleanly, not a TypeError
@@ -441,6 +443,7 @@ def test_undo_ignores_log_lines_that_point_outside_the_notes(tmp_path):
     while not undo_last(kb).startswith("Nothing to undo"):
         pass
     assert (tmp_path / "outside.md").read_text() == "precious" and (kb / "n.md").read_text() == "v1\n"
+    assert (tmp_path / "empty").is_dir()
 
 
 def test_a_failed_save_takes_back_only_its_own_undo_entry(tmp_path, monkeypatch):
