@@ -137,6 +137,18 @@ def _log_change(kb: Path, op: str, path: str, to=None, snapshot_path=None, after
 
 # --- Changes the agent makes ---
 
+@contextlib.contextmanager
+def _changing(kb: Path, verb: str, rel_path: str, unchanged: str, new: bool = False):
+    """Under the lock, with rel_path an existing note (unless `new`); a failing disk says what is unchanged."""
+    try:
+        with locked(kb):
+            if not new and not (kb / rel_path).is_file():
+                raise ToolError(f"{rel_path} does not exist")
+            yield
+    except OSError as e:
+        raise ToolError(f"could not {verb} {rel_path}: {e.strerror or e}; {unchanged}") from None
+
+
 def save_note(kb: Path, rel_path: str, new_text, op: str, check=None) -> str:
     """Write the note, keeping the old version; return the change summary line.
 
@@ -145,69 +157,52 @@ def save_note(kb: Path, rel_path: str, new_text, op: str, check=None) -> str:
     "edit" and "append" replace one in its own format. `check(old_text, text)` may raise to write nothing: it
     runs under the lock, so what a person reviews is exactly what is written."""
     compute = new_text if callable(new_text) else lambda old: new_text
-    try:
-        with locked(kb):
-            if op == "write":  # `new`: refused, race-free, if a note of that name exists
-                text = compute("")
-                if check:
-                    check("", text)
-                made = []
-                write_bytes(kb, rel_path, encode_note(text, NoteFormat()), new=True, made=made)
-                return change_summary("write", rel_path, new_text=text) + _log_change(kb, "write", rel_path, made=made)
-            if not (kb / rel_path).is_file():
-                raise ToolError(f"{rel_path} does not exist")
-            try:
-                old_text, fmt = decode_note(read_bytes(kb, rel_path))
-            except ToolError as e:
-                raise ToolError(f"{rel_path} is {e}") from None
-            text = compute(old_text)
-            if old_text == text:
-                return change_summary(op, rel_path, old_text, text)
+    with _changing(kb, "save", rel_path, "the note is as it was", new=op == "write"):
+        if op == "write":  # `new`: refused, race-free, if a note of that name exists
+            text, made = compute(""), []
             if check:
-                check(old_text, text)
-            data = encode_note(text, fmt)
-            kept = snapshot(kb, rel_path)  # and the undo entry before the write: a crash leaves none unknown to /undo
-            warning = _log_change(kb, op, rel_path, snapshot_path=kept, after=hashlib.sha256(data).hexdigest())
-            try:
-                write_bytes(kb, rel_path, data)
-            except BaseException:
-                with contextlib.suppress(OSError):  # the change did not happen: nothing to undo
-                    remove_file(kb, kept)
-                    entries = read_log(kb)
-                    if entries and entries[-1].get("snapshot") == kept:  # ours, not an earlier change's
-                        _write_log(kb, entries[:-1])
-                raise
-            prune_versions(kb, rel_path)
-            return change_summary(op, rel_path, old_text, text) + warning
-    except OSError as e:
-        raise ToolError(f"could not save {rel_path}: {e.strerror or e}; the note is as it was") from None
+                check("", text)
+            write_bytes(kb, rel_path, encode_note(text, NoteFormat()), new=True, made=made)
+            return f"+ {rel_path}  +{len(text.splitlines())}" + _log_change(kb, "write", rel_path, made=made)
+        try:
+            old_text, fmt = decode_note(read_bytes(kb, rel_path))
+        except ToolError as e:
+            raise ToolError(f"{rel_path} is {e}") from None
+        text = compute(old_text)
+        if old_text == text:
+            return change_summary(rel_path, old_text, text)
+        if check:
+            check(old_text, text)
+        data = encode_note(text, fmt)
+        kept = snapshot(kb, rel_path)  # and the undo entry before the write: a crash leaves none unknown to /undo
+        warning = _log_change(kb, op, rel_path, snapshot_path=kept, after=hashlib.sha256(data).hexdigest())
+        try:
+            write_bytes(kb, rel_path, data)
+        except BaseException:
+            with contextlib.suppress(OSError):  # the change did not happen: nothing to undo
+                remove_file(kb, kept)
+                entries = read_log(kb)
+                if entries and entries[-1].get("snapshot") == kept:  # ours, not an earlier change's
+                    _write_log(kb, entries[:-1])
+            raise
+        prune_versions(kb, rel_path)
+        return change_summary(rel_path, old_text, text) + warning
 
 
 def move_note(kb: Path, from_path: str, to_path: str) -> str:
     """Rename a note; never replaces an existing one."""
-    try:
-        with locked(kb):
-            if not (kb / from_path).is_file():
-                raise ToolError(f"{from_path} does not exist")
-            made = []
-            move_file(kb, from_path, to_path, made=made)  # refused, race-free, if to_path exists
-            warning = _log_change(kb, "move", from_path, to_path, made=made)
-            return change_summary("move", from_path, to=to_path) + warning
-    except OSError as e:
-        raise ToolError(f"could not move {from_path}: {e.strerror or e}; it is where it was") from None
+    with _changing(kb, "move", from_path, "it is where it was"):
+        made = []
+        move_file(kb, from_path, to_path, made=made)  # refused, race-free, if to_path exists
+        return f"→ {from_path} → {to_path}" + _log_change(kb, "move", from_path, to_path, made=made)
 
 
 def delete_note(kb: Path, rel_path: str) -> str:
     """Remove a note after copying it into .history, where undo (or a person) can get it back."""
-    try:
-        with locked(kb):
-            if not (kb / rel_path).is_file():
-                raise ToolError(f"{rel_path} does not exist")
-            kept = snapshot(kb, rel_path)
-            remove_file(kb, rel_path)
-            return change_summary("delete", rel_path) + _log_change(kb, "delete", rel_path, snapshot_path=kept)
-    except OSError as e:
-        raise ToolError(f"could not delete {rel_path}: {e.strerror or e}; it is still there") from None
+    with _changing(kb, "delete", rel_path, "it is still there"):
+        kept = snapshot(kb, rel_path)
+        remove_file(kb, rel_path)
+        return f"- {rel_path}" + _log_change(kb, "delete", rel_path, snapshot_path=kept)
 
 
 # --- Undo ---
@@ -303,15 +298,9 @@ def diff_text(old_text: str, new_text: str) -> str:
     return "\n".join(lines)
 
 
-def change_summary(op: str, rel_path: str, old_text: str | None = None, new_text: str | None = None,
-                   to: str | None = None) -> str:
-    """One line per change: `+ new.md  +12`, `~ notes/git.md  +3 −1`, `- old.md`, `→ a.md → b.md`."""
-    if op == "move":
-        return f"→ {rel_path} → {to}"
-    if op == "delete":
-        return f"- {rel_path}"
-    if op == "write":
-        return f"+ {rel_path}  +{len(new_text.splitlines())}"
+def change_summary(rel_path: str, old_text: str, new_text: str) -> str:
+    """`~ notes/git.md  +3 −1`: lines added and removed (a new note says `+ new.md  +12`, a deleted one
+    `- old.md`, a moved one `→ a.md → b.md`)."""
     old, new = old_text.splitlines(), new_text.splitlines()
     head, tail = _common_ends(old, new)
     matcher = difflib.SequenceMatcher(None, old[head:len(old) - tail], new[head:len(new) - tail], autojunk=False)
