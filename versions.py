@@ -78,15 +78,14 @@ def prune_versions(kb: Path, rel_path: str) -> None:
 # --- The undo log ---
 
 def _inside_notes(path, under: str | None = None) -> bool:
-    """The log may be edited by hand: undo follows only paths inside the notes (a snapshot: inside .history)."""
-    if not isinstance(path, str) or not path or "\0" in path or "\\" in path or path.startswith("/"):
+    if not isinstance(path, str) or "\0" in path or "\\" in path:
         return False
-    parts = path.split("/")
+    parts = path.split("/")  # an empty part: "", "/abs.md" or "a//b.md"
     return ".." not in parts and "" not in parts and (parts[0] == under if under else parts[0] != HISTORY_DIR)
 
 
 def _followable(e) -> bool:
-    """The log may be edited by hand: undo follows only paths inside the notes (a snapshot: inside .history),
+    """The log may be edited by hand: undo follows only paths inside the notes (a snapshot: inside .history)
     and removes only folders above the note."""
     if not isinstance(e, dict) or e.get("op") not in CHANGE_OPS or not isinstance(e.get("time", ""), (str, type(None))):
         return False
