@@ -209,15 +209,12 @@ def edit_note(settings: Settings, file_path: str, old_text: str, new_text: str, 
     if old_text == new_text:
         raise ToolError("old_text and new_text are the same; nothing to change.")
 
-    # Every occurrence, overlapping ones included (they are just as ambiguous). A note that mixes CRLF and LF
-    # keeps its "\r\n" in the text; the model copies lines without "\r".
-    pattern = re.compile("\r?\n".join(map(re.escape, old_text.split("\n"))))
+    # Every occurrence, overlapping ones included (they are just as ambiguous): a lookahead matches at each
+    # place one starts. A note that mixes CRLF and LF keeps its "\r\n" in the text; the model copies lines without "\r".
+    pattern = re.compile("(?=(" + "\r?\n".join(map(re.escape, old_text.split("\n"))) + "))")
 
     def replace_once(text: str) -> str:  # run on the note as it is now, under the lock
-        found, match = [], pattern.search(text)
-        while match and len(found) <= EDIT_MAX_MATCHES_COUNTED:
-            found.append(match.span())
-            match = pattern.search(text, match.start() + 1)
+        found = [m.span(1) for m in itertools.islice(pattern.finditer(text), EDIT_MAX_MATCHES_COUNTED + 1)]
         if not found:
             raise ToolError(f"old_text was not found in {name} (0 matches); nothing was changed. "
                             f"{closest_lines(text, old_text)}\n"

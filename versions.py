@@ -78,11 +78,21 @@ def prune_versions(kb: Path, rel_path: str) -> None:
 # --- The undo log ---
 
 def _inside_notes(path, under: str | None = None) -> bool:
-    """The log may be edited by hand: undo follows only paths inside the notes (a snapshot: inside .history)."""
-    if not isinstance(path, str) or not path or "\0" in path or "\\" in path or path.startswith("/"):
+    if not isinstance(path, str) or "\0" in path or "\\" in path:
         return False
-    parts = path.split("/")
+    parts = path.split("/")  # an empty part: "", "/abs.md" or "a//b.md"
     return ".." not in parts and "" not in parts and (parts[0] == under if under else parts[0] != HISTORY_DIR)
+
+
+def _followable(e) -> bool:
+    """The log may be edited by hand: undo follows only paths inside the notes (a snapshot: inside .history)
+    and removes only folders above the note."""
+    if not isinstance(e, dict) or e.get("op") not in CHANGE_OPS or not isinstance(e.get("time", ""), (str, type(None))):
+        return False
+    made = e.get("made") or []
+    return (_inside_notes(e.get("path")) and (e.get("to") is None or _inside_notes(e["to"]))
+            and (e.get("snapshot") is None or _inside_notes(e["snapshot"], HISTORY_DIR)) and isinstance(made, list)
+            and all(isinstance(f, str) and (e.get("to") or e["path"]).startswith(f + "/") for f in made))
 
 
 def read_log(kb: Path) -> list[dict]:
@@ -95,10 +105,7 @@ def read_log(kb: Path) -> list[dict]:
     for line in lines:
         with contextlib.suppress(ValueError):
             entries.append(json.loads(line))
-    return [e for e in entries if isinstance(e, dict) and e.get("op") in CHANGE_OPS and _inside_notes(e.get("path"))
-            and (e.get("to") is None or _inside_notes(e["to"]))
-            and (e.get("snapshot") is None or _inside_notes(e["snapshot"], HISTORY_DIR))
-            and isinstance(e.get("time", ""), (str, type(None)))]
+    return [e for e in entries if _followable(e)]
 
 
 def _write_log(kb: Path, entries: list[dict]) -> None:
@@ -106,10 +113,11 @@ def _write_log(kb: Path, entries: list[dict]) -> None:
     write_bytes(kb, f"{HISTORY_DIR}/{UNDO_LOG}", text.encode("utf-8"))
 
 
-def _log_change(kb: Path, op: str, path: str, to=None, snapshot_path=None, after=None) -> str:
+def _log_change(kb: Path, op: str, path: str, to=None, snapshot_path=None, after=None, made=None) -> str:
     """Record a change; "" or a warning for its summary. `after`: the digest of what the agent wrote, so undo
-    copies the note aside first only if it differs."""
-    entry = {"time": _stamp(), "op": op, "path": path, "to": to, "snapshot": snapshot_path, "after": after}
+    copies the note aside first only if it differs; `made`: the folders it made, which undo removes if empty."""
+    entry = {"time": _stamp(), "op": op, "path": path, "to": to, "snapshot": snapshot_path, "after": after,
+             "made": made or None}
     try:
         entries = read_log(kb)
         if len(entries) >= 2 * UNDO_LOG_KEEP:  # rewrite now and then: a log that could not be read is never
@@ -128,6 +136,18 @@ def _log_change(kb: Path, op: str, path: str, to=None, snapshot_path=None, after
 
 # --- Changes the agent makes ---
 
+@contextlib.contextmanager
+def _changing(kb: Path, verb: str, rel_path: str, unchanged: str, new: bool = False):
+    """Under the lock, with rel_path an existing note (unless `new`); a failing disk says what is unchanged."""
+    try:
+        with locked(kb):
+            if not new and not (kb / rel_path).is_file():
+                raise ToolError(f"{rel_path} does not exist")
+            yield
+    except OSError as e:
+        raise ToolError(f"could not {verb} {rel_path}: {e.strerror or e}; {unchanged}") from None
+
+
 def save_note(kb: Path, rel_path: str, new_text, op: str, check=None) -> str:
     """Write the note, keeping the old version; return the change summary line.
 
@@ -136,66 +156,52 @@ def save_note(kb: Path, rel_path: str, new_text, op: str, check=None) -> str:
     "edit" and "append" replace one in its own format. `check(old_text, text)` may raise to write nothing: it
     runs under the lock, so what a person reviews is exactly what is written."""
     compute = new_text if callable(new_text) else lambda old: new_text
-    try:
-        with locked(kb):
-            if op == "write":  # `new`: refused, race-free, if a note of that name exists
-                text = compute("")
-                if check:
-                    check("", text)
-                write_bytes(kb, rel_path, encode_note(text, NoteFormat()), new=True)
-                return change_summary("write", rel_path, new_text=text) + _log_change(kb, "write", rel_path)
-            if not (kb / rel_path).is_file():
-                raise ToolError(f"{rel_path} does not exist")
-            try:
-                old_text, fmt = decode_note(read_bytes(kb, rel_path))
-            except ToolError as e:
-                raise ToolError(f"{rel_path} is {e}") from None
-            text = compute(old_text)
-            if old_text == text:
-                return change_summary(op, rel_path, old_text, text)
+    with _changing(kb, "save", rel_path, "the note is as it was", new=op == "write"):
+        if op == "write":  # `new`: refused, race-free, if a note of that name exists
+            text, made = compute(""), []
             if check:
-                check(old_text, text)
-            data = encode_note(text, fmt)
-            kept = snapshot(kb, rel_path)  # and the undo entry before the write: a crash leaves none unknown to /undo
-            warning = _log_change(kb, op, rel_path, snapshot_path=kept, after=hashlib.sha256(data).hexdigest())
-            try:
-                write_bytes(kb, rel_path, data)
-            except BaseException:
-                with contextlib.suppress(OSError):  # the change did not happen: nothing to undo
-                    remove_file(kb, kept)
-                    entries = read_log(kb)
-                    if entries and entries[-1].get("snapshot") == kept:  # ours, not an earlier change's
-                        _write_log(kb, entries[:-1])
-                raise
-            prune_versions(kb, rel_path)
-            return change_summary(op, rel_path, old_text, text) + warning
-    except OSError as e:
-        raise ToolError(f"could not save {rel_path}: {e.strerror or e}; the note is as it was") from None
+                check("", text)
+            write_bytes(kb, rel_path, encode_note(text, NoteFormat()), new=True, made=made)
+            return f"+ {rel_path}  +{len(text.splitlines())}" + _log_change(kb, "write", rel_path, made=made)
+        try:
+            old_text, fmt = decode_note(read_bytes(kb, rel_path))
+        except ToolError as e:
+            raise ToolError(f"{rel_path} is {e}") from None
+        text = compute(old_text)
+        if old_text == text:
+            return change_summary(rel_path, old_text, text)
+        if check:
+            check(old_text, text)
+        data = encode_note(text, fmt)
+        kept = snapshot(kb, rel_path)  # and the undo entry before the write: a crash leaves none unknown to /undo
+        warning = _log_change(kb, op, rel_path, snapshot_path=kept, after=hashlib.sha256(data).hexdigest())
+        try:
+            write_bytes(kb, rel_path, data)
+        except BaseException:
+            with contextlib.suppress(OSError):  # the change did not happen: nothing to undo
+                remove_file(kb, kept)
+                entries = read_log(kb)
+                if entries and entries[-1].get("snapshot") == kept:  # ours, not an earlier change's
+                    _write_log(kb, entries[:-1])
+            raise
+        prune_versions(kb, rel_path)
+        return change_summary(rel_path, old_text, text) + warning
 
 
 def move_note(kb: Path, from_path: str, to_path: str) -> str:
     """Rename a note; never replaces an existing one."""
-    try:
-        with locked(kb):
-            if not (kb / from_path).is_file():
-                raise ToolError(f"{from_path} does not exist")
-            move_file(kb, from_path, to_path)  # refused, race-free, if to_path exists
-            return change_summary("move", from_path, to=to_path) + _log_change(kb, "move", from_path, to=to_path)
-    except OSError as e:
-        raise ToolError(f"could not move {from_path}: {e.strerror or e}; it is where it was") from None
+    with _changing(kb, "move", from_path, "it is where it was"):
+        made = []
+        move_file(kb, from_path, to_path, made=made)  # refused, race-free, if to_path exists
+        return f"→ {from_path} → {to_path}" + _log_change(kb, "move", from_path, to_path, made=made)
 
 
 def delete_note(kb: Path, rel_path: str) -> str:
     """Remove a note after copying it into .history, where undo (or a person) can get it back."""
-    try:
-        with locked(kb):
-            if not (kb / rel_path).is_file():
-                raise ToolError(f"{rel_path} does not exist")
-            kept = snapshot(kb, rel_path)
-            remove_file(kb, rel_path)
-            return change_summary("delete", rel_path) + _log_change(kb, "delete", rel_path, snapshot_path=kept)
-    except OSError as e:
-        raise ToolError(f"could not delete {rel_path}: {e.strerror or e}; it is still there") from None
+    with _changing(kb, "delete", rel_path, "it is still there"):
+        kept = snapshot(kb, rel_path)
+        remove_file(kb, rel_path)
+        return f"- {rel_path}" + _log_change(kb, "delete", rel_path, snapshot_path=kept)
 
 
 # --- Undo ---
@@ -243,12 +249,14 @@ def _undo(kb: Path, entry: dict) -> tuple[str, list[str]]:
             raise _Gone(f"{rel_path} no longer exists")
         kept = snapshot(kb, rel_path)
         remove_file(kb, rel_path)
+        _remove_made(kb, entry.get("made"))
         return f"Undid {what}: removed {rel_path} (a copy is kept in {kept}).", [rel_path]
     if op == "move":
         if not to or not (kb / to).is_file():
             raise _Gone(f"{to} no longer exists")
         kept = _keep_current(kb, rel_path)
         move_file(kb, to, rel_path, replace=True)
+        _remove_made(kb, entry.get("made"))
         return f"Undid {what}: moved {to} back to {rel_path}.{kept}", [to, rel_path]
     saved = entry.get("snapshot")
     if not saved or not (kb / saved).is_file():
@@ -258,6 +266,13 @@ def _undo(kb: Path, entry: dict) -> tuple[str, list[str]]:
     prune_versions(kb, rel_path)
     back = "is back" if op == "delete" else "is as it was before"
     return f"Undid {what}: {rel_path} {back}.{kept}", [rel_path]
+
+
+def _remove_made(kb: Path, folders: list | None) -> None:
+    """Remove the folders a change made, deepest first, where they are empty now: rmdir refuses any other."""
+    for folder in reversed(folders or []):
+        with contextlib.suppress(OSError), in_folder(kb, folder) as (parent, name):
+            os.rmdir(name, dir_fd=parent)
 
 
 # --- Summaries ---
@@ -282,15 +297,9 @@ def diff_text(old_text: str, new_text: str) -> str:
     return "\n".join(lines)
 
 
-def change_summary(op: str, rel_path: str, old_text: str | None = None, new_text: str | None = None,
-                   to: str | None = None) -> str:
-    """One line per change: `+ new.md  +12`, `~ notes/git.md  +3 −1`, `- old.md`, `→ a.md → b.md`."""
-    if op == "move":
-        return f"→ {rel_path} → {to}"
-    if op == "delete":
-        return f"- {rel_path}"
-    if op == "write":
-        return f"+ {rel_path}  +{len(new_text.splitlines())}"
+def change_summary(rel_path: str, old_text: str, new_text: str) -> str:
+    """`~ notes/git.md  +3 −1`: lines added and removed (a new note says `+ new.md  +12`, a deleted one
+    `- old.md`, a moved one `→ a.md → b.md`)."""
     old, new = old_text.splitlines(), new_text.splitlines()
     head, tail = _common_ends(old, new)
     matcher = difflib.SequenceMatcher(None, old[head:len(old) - tail], new[head:len(new) - tail], autojunk=False)

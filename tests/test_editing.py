@@ -253,6 +253,28 @@ def test_undo_of_a_created_note_removes_it(settings, kb):
     assert tools.undo(settings)[0].startswith("Nothing to undo")
 
 
+def folders(kb):
+    return sorted(p.relative_to(kb).as_posix() for p in kb.rglob("*") if p.is_dir() and ".history" not in p.parts)
+
+
+@pytest.mark.parametrize("name, args", [
+    ("write_note", {"file_path": "work/new/deeper/ideas.md", "content": "idea\n"}),
+    ("append_note", {"file_path": "work/new/deeper/ideas.md", "content": "idea"}),
+    ("move_note", {"from_path": "vim.md", "to_path": "work/new/deeper/vim.md"}),
+])
+def test_undo_puts_back_the_folders_a_change_made(settings, kb, name, args):
+    (kb / "empty").mkdir()  # a folder the person made, empty, existed before: it stays
+    before = folders(kb)
+    assert not run(settings, name, confirm=yes, **args).startswith("Error:")
+    assert tools.undo(settings)[0].startswith("Undid")
+    assert folders(kb) == before  # work/new/deeper and work/new are gone; work and empty stay
+
+    run(settings, name, confirm=yes, **args)
+    (kb / "work/new/other.txt").write_text("another program's file")  # in a folder the change made
+    assert tools.undo(settings)[0].startswith("Undid")
+    assert folders(kb) == before + ["work/new"] and (kb / "work/new/other.txt").exists()
+
+
 # --- the REPL ---
 
 

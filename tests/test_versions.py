@@ -384,18 +384,18 @@ def test_a_log_that_cannot_be_read_for_a_moment_is_never_written_over(tmp_path, 
 # --- summaries ---
 
 
-def test_change_summaries():
-    assert change_summary("write", "new.md", new_text="a\n" * 12) == "+ new.md  +12"
-    assert change_summary("edit", "notes/git.md", "a\nb\nc\n", "a\nB\nB2\nB3\nc\n") == "~ notes/git.md  +3 \u22121"
-    assert change_summary("append", "j.md", "a\n", "a\nb\n") == "~ j.md  +1 \u22120"
-    assert change_summary("delete", "old.md") == "- old.md"
-    assert change_summary("move", "a.md", to="b.md") == "→ a.md → b.md"
+def test_change_summaries(tmp_path):
+    assert save_note(tmp_path, "new.md", "a\n" * 12, "write") == "+ new.md  +12"
+    assert change_summary("notes/git.md", "a\nb\nc\n", "a\nB\nB2\nB3\nc\n") == "~ notes/git.md  +3 \u22121"
+    assert save_note(tmp_path, "new.md", lambda text: text + "b\n", "append") == "~ new.md  +1 \u22120"
+    assert versions.move_note(tmp_path, "new.md", "old.md") == "→ new.md → old.md"
+    assert versions.delete_note(tmp_path, "old.md") == "- old.md"
 
 
 def test_summary_of_a_one_line_edit_in_a_long_note_is_fast_and_exact():
     old = "".join(f"line {i}\n" for i in range(200_000))
     new = old.replace("line 100000\n", "line 100000 fixed\n")
-    assert change_summary("edit", "long.md", old, new) == "~ long.md  +1 \u22121"
+    assert change_summary("long.md", old, new) == "~ long.md  +1 \u22121"
 
 
 def test_no_change_without_a_place_for_the_old_version(tmp_path):
@@ -428,12 +428,14 @@ def test_undo_ignores_log_lines_that_point_outside_the_notes(tmp_path):
     kb = tmp_path / "kb"
     kb.mkdir()
     (tmp_path / "outside.md").write_text("precious")
+    (tmp_path / "empty").mkdir()
     make(kb, "n.md", b"v1\n")
     save_note(kb, "n.md", "v2\n", "edit")
     log = kb / ".history" / "undo.jsonl"
     with open(log, "a", encoding="utf-8") as f:
         for bad in ({"op": "write", "path": "../outside.md"}, {"op": "write", "path": str(tmp_path / "outside.md")},
-                    {"op": "edit", "path": "n.md", "snapshot": "../outside.md"}):
+                    {"op": "edit", "path": "n.md", "snapshot": "../outside.md"},
+                    {"op": "write", "path": "n.md", "made": ["../empty"]}, {"op": "write", "path": "n.md", "made": [7]}):
             f.write(json.dumps(bad) + "\n")
         f.write(json.dumps({"op": "edit", "path": "n.md", "snapshot": None, "time": None}) + "\n")
     undo_last(kb)  # the null-time line: refused cleanly, not a TypeError
@@ -441,6 +443,7 @@ def test_undo_ignores_log_lines_that_point_outside_the_notes(tmp_path):
     while not undo_last(kb).startswith("Nothing to undo"):
         pass
     assert (tmp_path / "outside.md").read_text() == "precious" and (kb / "n.md").read_text() == "v1\n"
+    assert (tmp_path / "empty").is_dir()
 
 
 def test_a_failed_save_takes_back_only_its_own_undo_entry(tmp_path, monkeypatch):
