@@ -150,9 +150,6 @@ def claim_stdio():
     """Keep private copies of stdin/stdout for the protocol; point fds 0 and 1 away from the client."""
     protocol_in = os.fdopen(os.dup(0), "rb")
     protocol_out = os.dup(1)
-    if sys.platform == "win32":
-        import msvcrt  # no "\r\n" for "\n" on the wire
-        msvcrt.setmode(protocol_out, os.O_BINARY)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)  # nothing else may read the client's messages
     try:
