@@ -69,6 +69,8 @@ class Settings:
     embed_model: str | None = _set_by(None, "EMBED_MODEL")
     embed_base_url: str | None = _set_by(None, "EMBED_BASE_URL")
     embed_api_key: str | None = _set_by(None, "EMBED_API_KEY")
+    mcp_allow_destructive: bool = _set_by(False, "MCP_ALLOW_DESTRUCTIVE")  # the MCP server's two opt-ins
+    mcp_allow_shell: bool = _set_by(False, "MCP_ALLOW_SHELL")
 
 
 def _read(name: str, value, kind: type, choices: tuple[str, ...] = ()):
@@ -156,9 +158,3 @@ def load_settings(notes_required: bool = True, sample_notes: bool = True, **over
                           "https://api.deepseek.com or http://localhost:11434/v1.")
     return Settings(**values)
 
-
-def mcp_flags(allow_destructive: bool, allow_shell: bool) -> tuple[bool, bool]:
-    """The MCP server's two opt-ins: its command-line flag, else MCP_ALLOW_DESTRUCTIVE / MCP_ALLOW_SHELL."""
-    env = _environment()
-    return (allow_destructive or _read("MCP_ALLOW_DESTRUCTIVE", env.get("MCP_ALLOW_DESTRUCTIVE", "0"), bool),
-            allow_shell or _read("MCP_ALLOW_SHELL", env.get("MCP_ALLOW_SHELL", "0"), bool))

@@ -21,7 +21,7 @@ import os
 import sys
 
 import tools
-from config import VERSION, ConfigError, Settings, load_settings, mcp_flags
+from config import VERSION, ConfigError, Settings, load_settings
 
 # One JSON-RPC message per line; a longer line is skipped with an error, so memory stays bounded. Big
 # enough for a 5 MB note sent as write_note content with every character \u-escaped.
@@ -192,12 +192,12 @@ def main(argv=None) -> int:
                         help="also serve the shell tool, if the chat's settings enable it (MCP_ALLOW_SHELL=1)")
     args = parser.parse_args(argv)
     try:
-        settings = load_settings(kb=args.kb, sample_notes=False)
-        allow_destructive, allow_shell = mcp_flags(args.allow_destructive, args.allow_shell)
+        settings = load_settings(kb=args.kb, sample_notes=False, mcp_allow_destructive=args.allow_destructive or None,
+                                 mcp_allow_shell=args.allow_shell or None)  # no flag: the variable decides
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    server = McpServer(settings, allow_destructive, allow_shell)
+    server = McpServer(settings, settings.mcp_allow_destructive, settings.mcp_allow_shell)
     protocol_in, protocol_out = claim_stdio()
     log(f"serving {len(server.tools)} tools ({', '.join(server.tools)}) for the notes in {settings.kb}")
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client went away: nobody to tell
