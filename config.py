@@ -98,14 +98,6 @@ def config_file() -> Path:
     return _user_folder("XDG_CONFIG_HOME", ".config") / "config.env"
 
 
-def _environment() -> dict[str, str]:
-    """Every variable set to more than spaces: in the environment, else in .env, else in the user config file."""
-    found = {}
-    for source in [dotenv_values(path) for path in (config_file(), ENV_FILE) if path.is_file()] + [os.environ]:
-        found |= {name: value.strip() for name, value in source.items() if value and value.strip()}
-    return found
-
-
 def _host(url: str) -> str:
     """The host (and port) of an http(s) URL; "" for anything else, as a mistyped setting may be."""
     try:
@@ -137,7 +129,9 @@ def _notes_folder(value: str | None, required: bool, sample: bool) -> Path | Non
 def load_settings(notes_required: bool = True, sample_notes: bool = True, **overrides) -> Settings:
     """Settings from defaults, the config files, the environment and the keyword overrides (CLI flags) not
     None or "". With notes_required False a missing or unreadable notes folder is no error (kb is then None)."""
-    env = _environment()
+    env = {}  # every variable set to more than spaces: in the environment, else in .env, else in the config file
+    for source in [dotenv_values(path) for path in (config_file(), ENV_FILE) if path.is_file()] + [os.environ]:
+        env |= {name: value.strip() for name, value in source.items() if value and value.strip()}
     given = {key: value for key, value in overrides.items() if value not in (None, "")}
     host = _host(str(given.get("base_url", "")))  # --base-url at a provider's own address takes its key
     provider = ([p for p, (url, _) in PROVIDERS.items() if _host(url) == host]

@@ -44,11 +44,11 @@ def log(message: str) -> None:
     sys.stderr.flush()
 
 
-def served_tools(settings: Settings, allow_destructive: bool, allow_shell: bool) -> dict[str, dict]:
+def served_tools(settings: Settings) -> dict[str, dict]:
     """The tools the chat offers, as MCP describes them; those it asks a person about and the shell only if allowed."""
     served = {}
     for name, tool in tools.offered(settings).items():
-        if (allow_destructive or not tool.confirm) and (allow_shell or tool.opt_in is None):
+        if (settings.mcp_allow_destructive or not tool.confirm) and (settings.mcp_allow_shell or tool.opt_in is None):
             function = tool.schema["function"]
             hints = {"readOnlyHint": tool.read_only}
             if not tool.read_only:  # destructiveHint means something only for a tool that writes
@@ -65,11 +65,11 @@ def error_response(request_id, code: int, message: str) -> dict:
 class McpServer:
     """The state of one connection: the settings, the tools served and the negotiated protocol version."""
 
-    def __init__(self, settings: Settings, allow_destructive: bool = False, allow_shell: bool = False):
+    def __init__(self, settings: Settings):
         self.settings = settings
-        self.tools = served_tools(settings, allow_destructive, allow_shell)
+        self.tools = served_tools(settings)
         # The client asked the person already (it sees destructiveHint); without the flag, nobody can be asked.
-        self.confirm = (lambda question: True) if allow_destructive else None
+        self.confirm = (lambda question: True) if settings.mcp_allow_destructive else None
         self.version: str | None = None
         self.methods = {"initialize": self.initialize, "ping": lambda params: {}, "tools/call": self.call_tool,
                         "tools/list": lambda params: {"tools": list(self.tools.values())}}
@@ -138,8 +138,8 @@ class McpServer:
         if name not in self.tools:
             hint = " (not served: see mcp_server.py --help)" if name in tools.TOOLS else ""
             raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}{hint}. Call tools/list for the tools served.")
-        arguments = {} if params.get("arguments") is None else params["arguments"]
-        if not isinstance(arguments, dict):
+        arguments = params.get("arguments")  # None: no arguments, as execute_tool takes it
+        if arguments is not None and not isinstance(arguments, dict):
             raise RpcError(INVALID_PARAMS, "Invalid params: arguments must be a JSON object.")
         result = tools.execute_tool(name, arguments, self.settings, self.confirm)
         log(f"{name}: {result.text.splitlines()[0][:100] if result.error else 'ok'}")
@@ -197,7 +197,7 @@ def main(argv=None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    server = McpServer(settings, settings.mcp_allow_destructive, settings.mcp_allow_shell)
+    server = McpServer(settings)
     protocol_in, protocol_out = claim_stdio()
     log(f"serving {len(server.tools)} tools ({', '.join(server.tools)}) for the notes in {settings.kb}")
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client went away: nobody to tell
