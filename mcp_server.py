@@ -31,8 +31,7 @@ PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")  # 
 BATCH_VERSIONS = {"2025-03-26"}  # JSON-RPC batches came in with 2025-03-26 and left again in 2025-06-18
 INSTRUCTIONS = ("Tools for one person's folder of Markdown notes (.md and .txt). Paths are relative to that folder. "
                 "Search first (search_notes), then read_note the best hits before answering or changing anything.")
-PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = (
-    -32700, -32600, -32601, -32602, -32603)
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
 
 
 class RpcError(Exception):
@@ -40,8 +39,7 @@ class RpcError(Exception):
 
 
 def log(message: str) -> None:
-    sys.stderr.write(f"{SERVER_NAME} mcp: {message}\n")
-    sys.stderr.flush()
+    print(f"{SERVER_NAME} mcp: {message}", file=sys.stderr, flush=True)
 
 
 def served_tools(settings: Settings) -> dict[str, dict]:
@@ -77,7 +75,7 @@ class McpServer:
     def handle_line(self, line: bytes):
         """One line from the client -> the reply to write (a dict, a list for a batch) or None."""
         try:
-            message = json.loads(line.decode("utf-8-sig"))  # a BOM: Windows tools put one before the first line
+            message = json.loads(line.decode("utf-8-sig"))  # some editors and tools start with a BOM
         except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             return error_response(None, PARSE_ERROR, f"Parse error: not UTF-8 JSON text ({str(exc)[:200]}).")
         if not isinstance(message, list):
