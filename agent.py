@@ -19,7 +19,7 @@ import openai
 
 import context
 import tools
-from config import Settings, load_settings
+from config import Settings, config_file, load_settings
 
 REQUEST_TIMEOUT = 120.0  # seconds per API request; the SDK's 600 s is too long for a chat
 CONNECT_TIMEOUT = 10.0
@@ -51,8 +51,7 @@ EMPTY_NOTICE = "[The model returned an empty answer. Try rephrasing the question
 CONTEXT_ERROR = re.compile(r"context.{0,20}(length|window|size)|maximum context|too many tokens|"
                            r"prompt is too long|context_length_exceeded", re.I)
 KEY_HINT = ("Set DEEPSEEK_API_KEY for DeepSeek, or OPENAI_API_KEY (with OPENAI_BASE_URL for other servers): a key "
-            "only goes to its own provider. Put it in the environment, .env beside main.py or "
-            "~/.config/knowledge-agent/config.env")
+            f"only goes to its own provider. Put it in the environment, .env beside main.py or {config_file()}")
 
 
 class AgentError(Exception):

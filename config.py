@@ -69,6 +69,8 @@ class Settings:
     embed_model: str | None = _set_by(None, "EMBED_MODEL")
     embed_base_url: str | None = _set_by(None, "EMBED_BASE_URL")
     embed_api_key: str | None = _set_by(None, "EMBED_API_KEY")
+    mcp_allow_destructive: bool = _set_by(False, "MCP_ALLOW_DESTRUCTIVE")  # the MCP server's two opt-ins
+    mcp_allow_shell: bool = _set_by(False, "MCP_ALLOW_SHELL")
 
 
 def _read(name: str, value, kind: type, choices: tuple[str, ...] = ()):
@@ -94,14 +96,6 @@ def _read(name: str, value, kind: type, choices: tuple[str, ...] = ()):
 def config_file() -> Path:
     """The user's own settings, so that the installed command works from any folder."""
     return _user_folder("XDG_CONFIG_HOME", ".config") / "config.env"
-
-
-def _environment() -> dict[str, str]:
-    """Every variable set to more than spaces: in the environment, else in .env, else in the user config file."""
-    found = {}
-    for source in [dotenv_values(path) for path in (config_file(), ENV_FILE) if path.is_file()] + [os.environ]:
-        found |= {name: value.strip() for name, value in source.items() if value and value.strip()}
-    return found
 
 
 def _host(url: str) -> str:
@@ -135,7 +129,9 @@ def _notes_folder(value: str | None, required: bool, sample: bool) -> Path | Non
 def load_settings(notes_required: bool = True, sample_notes: bool = True, **overrides) -> Settings:
     """Settings from defaults, the config files, the environment and the keyword overrides (CLI flags) not
     None or "". With notes_required False a missing or unreadable notes folder is no error (kb is then None)."""
-    env = _environment()
+    env = {}  # every variable set to more than spaces: in the environment, else in .env, else in the config file
+    for source in [dotenv_values(path) for path in (config_file(), ENV_FILE) if path.is_file()] + [os.environ]:
+        env |= {name: value.strip() for name, value in source.items() if value and value.strip()}
     given = {key: value for key, value in overrides.items() if value not in (None, "")}
     host = _host(str(given.get("base_url", "")))  # --base-url at a provider's own address takes its key
     provider = ([p for p, (url, _) in PROVIDERS.items() if _host(url) == host]
@@ -156,9 +152,3 @@ def load_settings(notes_required: bool = True, sample_notes: bool = True, **over
                           "https://api.deepseek.com or http://localhost:11434/v1.")
     return Settings(**values)
 
-
-def mcp_flags(allow_destructive: bool, allow_shell: bool) -> tuple[bool, bool]:
-    """The MCP server's two opt-ins: its command-line flag, else MCP_ALLOW_DESTRUCTIVE / MCP_ALLOW_SHELL."""
-    env = _environment()
-    return (allow_destructive or _read("MCP_ALLOW_DESTRUCTIVE", env.get("MCP_ALLOW_DESTRUCTIVE", "0"), bool),
-            allow_shell or _read("MCP_ALLOW_SHELL", env.get("MCP_ALLOW_SHELL", "0"), bool))

@@ -21,7 +21,7 @@ import os
 import sys
 
 import tools
-from config import VERSION, ConfigError, Settings, load_settings, mcp_flags
+from config import VERSION, ConfigError, Settings, load_settings
 
 # One JSON-RPC message per line; a longer line is skipped with an error, so memory stays bounded. Big
 # enough for a 5 MB note sent as write_note content with every character \u-escaped.
@@ -31,8 +31,7 @@ PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")  # 
 BATCH_VERSIONS = {"2025-03-26"}  # JSON-RPC batches came in with 2025-03-26 and left again in 2025-06-18
 INSTRUCTIONS = ("Tools for one person's folder of Markdown notes (.md and .txt). Paths are relative to that folder. "
                 "Search first (search_notes), then read_note the best hits before answering or changing anything.")
-PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = (
-    -32700, -32600, -32601, -32602, -32603)
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
 
 
 class RpcError(Exception):
@@ -40,15 +39,14 @@ class RpcError(Exception):
 
 
 def log(message: str) -> None:
-    sys.stderr.write(f"{SERVER_NAME} mcp: {message}\n")
-    sys.stderr.flush()
+    print(f"{SERVER_NAME} mcp: {message}", file=sys.stderr, flush=True)
 
 
-def served_tools(settings: Settings, allow_destructive: bool, allow_shell: bool) -> dict[str, dict]:
+def served_tools(settings: Settings) -> dict[str, dict]:
     """The tools the chat offers, as MCP describes them; those it asks a person about and the shell only if allowed."""
     served = {}
     for name, tool in tools.offered(settings).items():
-        if (allow_destructive or not tool.confirm) and (allow_shell or tool.opt_in is None):
+        if (settings.mcp_allow_destructive or not tool.confirm) and (settings.mcp_allow_shell or tool.opt_in is None):
             function = tool.schema["function"]
             hints = {"readOnlyHint": tool.read_only}
             if not tool.read_only:  # destructiveHint means something only for a tool that writes
@@ -65,11 +63,11 @@ def error_response(request_id, code: int, message: str) -> dict:
 class McpServer:
     """The state of one connection: the settings, the tools served and the negotiated protocol version."""
 
-    def __init__(self, settings: Settings, allow_destructive: bool = False, allow_shell: bool = False):
+    def __init__(self, settings: Settings):
         self.settings = settings
-        self.tools = served_tools(settings, allow_destructive, allow_shell)
+        self.tools = served_tools(settings)
         # The client asked the person already (it sees destructiveHint); without the flag, nobody can be asked.
-        self.confirm = (lambda question: True) if allow_destructive else None
+        self.confirm = (lambda question: True) if settings.mcp_allow_destructive else None
         self.version: str | None = None
         self.methods = {"initialize": self.initialize, "ping": lambda params: {}, "tools/call": self.call_tool,
                         "tools/list": lambda params: {"tools": list(self.tools.values())}}
@@ -77,7 +75,7 @@ class McpServer:
     def handle_line(self, line: bytes):
         """One line from the client -> the reply to write (a dict, a list for a batch) or None."""
         try:
-            message = json.loads(line.decode("utf-8-sig"))  # a BOM: Windows tools put one before the first line
+            message = json.loads(line.decode("utf-8-sig"))  # some editors and tools start with a BOM
         except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             return error_response(None, PARSE_ERROR, f"Parse error: not UTF-8 JSON text ({str(exc)[:200]}).")
         if not isinstance(message, list):
@@ -138,8 +136,8 @@ class McpServer:
         if name not in self.tools:
             hint = " (not served: see mcp_server.py --help)" if name in tools.TOOLS else ""
             raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}{hint}. Call tools/list for the tools served.")
-        arguments = {} if params.get("arguments") is None else params["arguments"]
-        if not isinstance(arguments, dict):
+        arguments = params.get("arguments")  # None: no arguments, as execute_tool takes it
+        if arguments is not None and not isinstance(arguments, dict):
             raise RpcError(INVALID_PARAMS, "Invalid params: arguments must be a JSON object.")
         result = tools.execute_tool(name, arguments, self.settings, self.confirm)
         log(f"{name}: {result.text.splitlines()[0][:100] if result.error else 'ok'}")
@@ -150,9 +148,6 @@ def claim_stdio():
     """Keep private copies of stdin/stdout for the protocol; point fds 0 and 1 away from the client."""
     protocol_in = os.fdopen(os.dup(0), "rb")
     protocol_out = os.dup(1)
-    if sys.platform == "win32":
-        import msvcrt  # no "\r\n" for "\n" on the wire
-        msvcrt.setmode(protocol_out, os.O_BINARY)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)  # nothing else may read the client's messages
     try:
@@ -195,12 +190,12 @@ def main(argv=None) -> int:
                         help="also serve the shell tool, if the chat's settings enable it (MCP_ALLOW_SHELL=1)")
     args = parser.parse_args(argv)
     try:
-        settings = load_settings(kb=args.kb, sample_notes=False)
-        allow_destructive, allow_shell = mcp_flags(args.allow_destructive, args.allow_shell)
+        settings = load_settings(kb=args.kb, sample_notes=False, mcp_allow_destructive=args.allow_destructive or None,
+                                 mcp_allow_shell=args.allow_shell or None)  # no flag: the variable decides
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    server = McpServer(settings, allow_destructive, allow_shell)
+    server = McpServer(settings)
     protocol_in, protocol_out = claim_stdio()
     log(f"serving {len(server.tools)} tools ({', '.join(server.tools)}) for the notes in {settings.kb}")
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client went away: nobody to tell

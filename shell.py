@@ -16,6 +16,7 @@ import ctypes
 import functools
 import os
 import re
+import resource  # caps the size of the files a command writes
 import shutil
 import signal
 import stat
@@ -25,11 +26,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-try:
-    import resource  # caps the size of the files a command writes
-except ImportError:  # Windows, where run_shell runs no command
-    resource = None
 
 STDOUT_CHARS = 4000  # the model sees the head and tail of each stream, the middle is cut
 STDERR_CHARS = 2000
@@ -111,8 +107,6 @@ def run_shell(command: str, kb: Path, timeout: float, allow_network: bool = Fals
     """Run one command in the notes folder, sandboxed unless sandbox_problem() says it cannot be, and
     describe what happened. Raises only KeyboardInterrupt, after killing the command's process group.
     `hide`: secret values (the API key) no variable passed on may hold, shown as [hidden] in the output."""
-    if os.name == "nt":
-        return "Error: the shell tool runs on Linux and macOS only"
     problem = sandbox_problem()
     # Adopt the commands' orphans so they are reaped here: where init is slow to reap them (containers),
     # their zombies would keep a stopped group looking alive. Not Linux: init adopts them.

@@ -352,8 +352,11 @@ def test_ctrl_c_in_one_shot_stops_the_command_and_exits_130(fake_llm, kb, tmp_pa
 
 
 def test_mcp_serves_bash_only_when_the_chat_and_the_server_both_allow_it(kb):
-    on, off = make_settings(kb, allow_shell=True), make_settings(kb)
-    assert "bash" in mcp_server.served_tools(on, True, True)
-    assert "bash" not in mcp_server.served_tools(off, True, True)  # ALLOW_SHELL is not set
-    assert "bash" not in mcp_server.served_tools(on, True, False)  # the server was not started with --allow-shell
-    assert "bash" not in mcp_server.served_tools(on, False, True)  # nobody would approve the commands
+    def served(allow_shell, destructive, shell):
+        return mcp_server.served_tools(make_settings(kb, allow_shell=allow_shell, mcp_allow_destructive=destructive,
+                                                     mcp_allow_shell=shell))
+
+    assert "bash" in served(True, True, True)
+    assert "bash" not in served(False, True, True)  # ALLOW_SHELL is not set
+    assert "bash" not in served(True, True, False)  # the server was not started with --allow-shell
+    assert "bash" not in served(True, False, True)  # nobody would approve the commands
