@@ -39,12 +39,13 @@ DEEPSEEK_HOST = "deepseek.com"  # its API has no embeddings endpoint (404)
 
 _SKETCH = (1 << EMBED_SKETCH_BITS) - 1
 _AT_MOST = [bytes(d <= cut for d in range(256)) for cut in range(256)]  # translate tables: 1 where d <= cut
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS chunk_notes(path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER);
-CREATE TABLE IF NOT EXISTS chunks(path TEXT, seq INTEGER, line INTEGER, hash BLOB, text TEXT, PRIMARY KEY(path, seq));
-CREATE INDEX IF NOT EXISTS chunks_hash ON chunks(hash);
-CREATE TABLE IF NOT EXISTS vectors(id INTEGER PRIMARY KEY, hash BLOB UNIQUE NOT NULL, signs BLOB, vec BLOB);
-"""
+_SCHEMA = [
+    "CREATE TABLE IF NOT EXISTS chunk_notes(path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER)",
+    "CREATE TABLE IF NOT EXISTS chunks(path TEXT, seq INTEGER, line INTEGER, hash BLOB, text TEXT, "
+    "PRIMARY KEY(path, seq))",
+    "CREATE INDEX IF NOT EXISTS chunks_hash ON chunks(hash)",
+    "CREATE TABLE IF NOT EXISTS vectors(id INTEGER PRIMARY KEY, hash BLOB UNIQUE NOT NULL, signs BLOB, vec BLOB)",
+]
 # counts a change of the vectors, so every process's cached sign bits reload
 _CHANGED = "INSERT INTO meta VALUES ('vectors', '1') ON CONFLICT(key) DO UPDATE SET value = value + 1"
 _MISSING = ("SELECT hash, min(text) FROM chunks WHERE hash NOT IN (SELECT hash FROM vectors) "
@@ -123,12 +124,13 @@ def chunks_of(title: str, text: str) -> list:
 
 
 def set_up(conn, embedder: Embedder) -> bool:
-    """The chunk and vector tables; vectors made by another model are dropped (its chunks stay): True then."""
-    conn.executescript(_SCHEMA)
+    """The chunk and vector tables, made with the first model; another model's vectors are dropped (the chunks
+    stay): True then."""
     changed = conn.execute("SELECT value FROM meta WHERE key='embed_model'").fetchone() != (embedder.model,)
     if changed:
-        index._run_waiting(conn, "BEGIN IMMEDIATE")
-        with conn:
+        with index.writing(conn):
+            for statement in _SCHEMA:
+                conn.execute(statement)
             conn.execute("DELETE FROM vectors")
             conn.execute("INSERT OR REPLACE INTO meta VALUES ('embed_model', ?)", (embedder.model,))
             conn.execute(_CHANGED)
@@ -158,8 +160,7 @@ def sync_chunks(idx: index.Index) -> int:
                 notes.append((path, size, mtime_ns))
                 for seq, (line, body) in enumerate(chunks_of(title, text)):
                     rows.append((path, seq, line, hashlib.blake2b(body.encode(), digest_size=16).digest(), body))
-        index._run_waiting(conn, "BEGIN IMMEDIATE")
-        with conn:
+        with index.writing(conn):
             old = {h for (h,) in conn.execute(f"SELECT hash FROM chunks WHERE path IN ({marks})", batch)}
             conn.execute(f"DELETE FROM chunks WHERE path IN ({marks})", batch)
             conn.execute(f"DELETE FROM chunk_notes WHERE path IN ({marks})", batch)
@@ -182,8 +183,7 @@ def embed_missing(idx: index.Index, embedder: Embedder, budget_s: float, timeout
     while done < len(todo) and time.monotonic() - started < budget_s:
         batch = todo[done:done + EMBED_BATCH]
         vectors = embed_texts(embedder, [text for _, text in batch], timeout, retries)
-        index._run_waiting(idx.conn, "BEGIN IMMEDIATE")
-        with idx.conn:
+        with index.writing(idx.conn):
             idx.conn.executemany("INSERT OR REPLACE INTO vectors(hash, signs, vec) VALUES (?,?,?)",
                                  [(h, *pack(v)) for (h, _), v in zip(batch, vectors)])
             idx.conn.execute(_CHANGED)
@@ -262,8 +262,7 @@ def query_vector(idx: index.Index, embedder: Embedder, query: str) -> tuple:
             if not left:
                 _COMPLETE.add(idx.path)
     except EmbedError as exc:
-        _FAILED[embedder] = (time.monotonic(), f"(Keyword results only: {exc}.)")
-        index.warn(f"search by meaning is unavailable: {exc}; searching by keywords.")
+        _FAILED[embedder] = (time.monotonic(), f"(Keyword results only: {exc}.)")  # the result's first line
         return None, _FAILED[embedder][1]
     _FAILED.pop(embedder, None)
     if left:

@@ -7,7 +7,6 @@ can fix raises ToolError.
 """
 
 import re
-import sqlite3
 import time
 from collections import Counter
 from pathlib import Path
@@ -236,20 +235,24 @@ def _clip(line: str, start: int) -> str:
 def list_notes(kb: Path, index_dir: Path, folder: str | None = None, watch: bool = True) -> str:
     """How many notes there are (per subfolder) and the newest ones first, capped and bounded."""
     lo, hi = _folder(kb, folder)
-    return with_index(kb, index_dir, watch, lambda idx: _listing(idx.conn, lo, hi))
+    return with_index(kb, index_dir, watch, lambda idx: _listing(idx, lo, hi))
 
 
-def _listing(conn: sqlite3.Connection, lo: str, hi: str) -> str:
+def _listing(idx: Index, lo: str, hi: str) -> str:
     where = f"in {lo}" if lo else "in the knowledge base"
-    rows = conn.execute("SELECT path, title, mtime_ns FROM notes WHERE path >= ? AND path < ? "
-                        "ORDER BY mtime_ns DESC, path", (lo, hi)).fetchall()
+    unnamed = sum(lo <= path < hi for path in idx.unnamed)  # paths that are not UTF-8 sort below hi too
+    unlisted = [f"{unnamed} note file(s) not listed: their names are not UTF-8; rename them to see them here."
+                ] if unnamed else []
+    rows = idx.conn.execute("SELECT path, title, mtime_ns FROM notes WHERE path >= ? AND path < ? "
+                            "ORDER BY mtime_ns DESC, path", (lo, hi)).fetchall()
     inside, total = [p[len(lo):] for p, _, _ in rows], len(rows)
     if not total:
-        return f"No notes {where}."
+        return "\n".join([f"No notes {where}.", *unlisted])
     folders = sorted(Counter(p.split("/", 1)[0] for p in inside if "/" in p).items())
     tail = ["Folders: " + ", ".join(f"{name}/ ({count})" for name, count in folders)] if folders else []
+    tail += unlisted
     out = [f"{total} note(s) {where}, newest first:"]
-    used = len(out[0]) + len(tail[0] if tail else "") + 100
+    used = len(out[0]) + sum(len(line) + 1 for line in tail) + 100
     for path, title, mtime_ns in rows[:LIST_MAX_NOTES]:
         line = f"{path} — {title}  ({time.strftime('%Y-%m-%d', time.localtime(mtime_ns / 1e9))})"
         if used + len(line) + 1 > LIST_OUTPUT_CHARS:
