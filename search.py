@@ -133,27 +133,21 @@ def _search(idx: Index, query: str, parsed: tuple, lo: str, hi: str, embedder) -
         some_only = count(any_word) - total
     hits = [(path, title, None) for _id, path, title in hits]
     if vector:
-        hits = hits[:every] + _fuse(hits[every:], embeddings.notes_by_meaning(idx, vector, lo, hi), idx.conn,
+        hits = hits[:every] + _fuse(hits[every:], embeddings.notes_by_meaning(idx, vector, lo, hi),
                                     {path for path, _, _ in hits[:every]})
     text = _format_hits(idx.kb, words, hits[:SEARCH_MAX_HITS], total, some_only, f" in {lo}" if lo else "", query)
     return f"{notice}\n{text}" if notice else text
 
 
-def _fuse(by_words: list, by_meaning: list, conn, placed: set) -> list:
+def _fuse(by_words: list, by_meaning: list, placed: set) -> list:
     """Notes with some of the words and notes close in meaning, not `placed`, fused by reciprocal rank (the bench
     measures it against max + 0.3 min): (path, title, its closest chunk's first line if found by meaning only)."""
     score = {}
-    for ranked in ([p for p, _, _ in by_words], [p for p, _ in by_meaning if p not in placed]):
-        for rank, path in enumerate(ranked, 1):
+    for ranked in (by_words, [hit for hit in by_meaning if hit[0] not in placed]):
+        for rank, (path, _, _) in enumerate(ranked, 1):
             score[path] = score.get(path, 0.0) + 1 / (SEARCH_RRF_K + rank)
-    titles, line_of = {p: t for p, t, _ in by_words}, dict(by_meaning)
-    fused = []
-    for path in sorted(score, key=lambda p: -score[p]):
-        if path in titles:
-            fused.append((path, titles[path], None))
-        elif (row := conn.execute("SELECT title FROM notes WHERE path=?", (path,)).fetchone()):
-            fused.append((path, row[0], line_of[path]))
-    return fused
+    hit_of = {hit[0]: hit for hit in by_meaning} | {hit[0]: hit for hit in by_words}  # by words: no line shown
+    return sorted((hit_of[path] for path in score), key=lambda hit: -score[hit[0]])
 
 
 def _format_hits(kb: Path, words, hits, total_all: int, some_only: int, where: str, query: str) -> str:
