@@ -41,8 +41,7 @@ def warn(message: str) -> None:
 
 # --- Notes on disk ---
 def _walk(kb: Path, watch=None) -> tuple:
-    """(every note -> (size, mtime_ns), the notes whose paths are not UTF-8), skipping hidden names; watch each
-    folder before reading it."""
+    """(notes -> (size, mtime_ns), notes whose paths are not UTF-8), hidden names skipped; each folder watched first."""
     found, unnamed, stack = {}, [], [""]
     while stack:
         rel_dir = stack.pop()
@@ -61,7 +60,7 @@ def _walk(kb: Path, watch=None) -> tuple:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(path)  # linked folders are not followed: no loops, no escapes
                 elif name.lower().endswith(NOTE_SUFFIXES) and (st := _note_stat(entry.path, kb)):
-                    path.encode("utf-8")  # a name that is not valid Unicode cannot be stored or shown
+                    path.encode("utf-8")  # raises for a name that is not UTF-8: it cannot be stored or shown
                     found[path] = st
             except UnicodeEncodeError:
                 unnamed.append(path)  # list_notes says how many
