@@ -83,11 +83,10 @@ def read_text(path: Path):
     """The text of a note's first INDEX_MAX_NOTE_BYTES, or None if it cannot be read or looks binary."""
     try:  # never waits on a FIFO put there since the walk saw a note
         with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
-            if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                return readable_text(f.read(INDEX_MAX_NOTE_BYTES))
+            regular = stat.S_ISREG(os.fstat(f.fileno()).st_mode)
+            return readable_text(f.read(INDEX_MAX_NOTE_BYTES)) if regular else None
     except OSError:
-        pass
-    return None
+        return None
 
 
 # --- Text, for the index and the queries alike ---
