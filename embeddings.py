@@ -39,12 +39,13 @@ DEEPSEEK_HOST = "deepseek.com"  # its API has no embeddings endpoint (404)
 
 _SKETCH = (1 << EMBED_SKETCH_BITS) - 1
 _AT_MOST = [bytes(d <= cut for d in range(256)) for cut in range(256)]  # translate tables: 1 where d <= cut
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS chunk_notes(path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER);
-CREATE TABLE IF NOT EXISTS chunks(path TEXT, seq INTEGER, line INTEGER, hash BLOB, text TEXT, PRIMARY KEY(path, seq));
-CREATE INDEX IF NOT EXISTS chunks_hash ON chunks(hash);
-CREATE TABLE IF NOT EXISTS vectors(id INTEGER PRIMARY KEY, hash BLOB UNIQUE NOT NULL, signs BLOB, vec BLOB);
-"""
+_SCHEMA = [
+    "CREATE TABLE IF NOT EXISTS chunk_notes(path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER)",
+    "CREATE TABLE IF NOT EXISTS chunks(path TEXT, seq INTEGER, line INTEGER, hash BLOB, text TEXT, "
+    "PRIMARY KEY(path, seq))",
+    "CREATE INDEX IF NOT EXISTS chunks_hash ON chunks(hash)",
+    "CREATE TABLE IF NOT EXISTS vectors(id INTEGER PRIMARY KEY, hash BLOB UNIQUE NOT NULL, signs BLOB, vec BLOB)",
+]
 # counts a change of the vectors, so every process's cached sign bits reload
 _CHANGED = "INSERT INTO meta VALUES ('vectors', '1') ON CONFLICT(key) DO UPDATE SET value = value + 1"
 _MISSING = ("SELECT hash, min(text) FROM chunks WHERE hash NOT IN (SELECT hash FROM vectors) "
@@ -122,22 +123,18 @@ def chunks_of(title: str, text: str) -> list:
     return [(line, body if body.startswith(("# ", title)) else f"{title}\n\n{body}") for line, body in kept]
 
 
-def set_up(conn, embedder: Embedder) -> bool:
-    """The chunk and vector tables; vectors made by another model are dropped (its chunks stay): True then."""
-    conn.executescript(_SCHEMA)
-    changed = conn.execute("SELECT value FROM meta WHERE key='embed_model'").fetchone() != (embedder.model,)
-    if changed:
-        index._run_waiting(conn, "BEGIN IMMEDIATE")
-        with conn:
+def sync_chunks(idx: index.Index, embedder: Embedder) -> None:
+    """The chunk and vector tables made (another model's vectors dropped, its chunks kept), and every note changed
+    since (on first use in this process) or seen changed chunked again."""
+    conn = idx.conn
+    if conn.execute("SELECT value FROM meta WHERE key='embed_model'").fetchone() != (embedder.model,):
+        _COMPLETE.discard(idx.path)
+        with index.writing(conn):
+            for statement in _SCHEMA:
+                conn.execute(statement)
             conn.execute("DELETE FROM vectors")
             conn.execute("INSERT OR REPLACE INTO meta VALUES ('embed_model', ?)", (embedder.model,))
             conn.execute(_CHANGED)
-    return changed
-
-
-def sync_chunks(idx: index.Index) -> int:
-    """Chunk again every note changed since (on first use in this process) or seen changed; how many."""
-    conn = idx.conn
     if idx.chunked:
         paths = sorted(idx.touched)
     else:
@@ -145,6 +142,8 @@ def sync_chunks(idx: index.Index) -> int:
             "SELECT n.path FROM notes n LEFT JOIN chunk_notes c USING(path) WHERE c.path IS NULL "
             "OR c.size IS NOT n.size OR c.mtime_ns IS NOT n.mtime_ns "
             "UNION SELECT path FROM chunk_notes WHERE path NOT IN (SELECT path FROM notes)")]
+    if paths:
+        _COMPLETE.discard(idx.path)
     idx.touched.clear()
     idx.chunked = True
     for first in range(0, len(paths), index.INDEX_BATCH):
@@ -158,8 +157,7 @@ def sync_chunks(idx: index.Index) -> int:
                 notes.append((path, size, mtime_ns))
                 for seq, (line, body) in enumerate(chunks_of(title, text)):
                     rows.append((path, seq, line, hashlib.blake2b(body.encode(), digest_size=16).digest(), body))
-        index._run_waiting(conn, "BEGIN IMMEDIATE")
-        with conn:
+        with index.writing(conn):
             old = {h for (h,) in conn.execute(f"SELECT hash FROM chunks WHERE path IN ({marks})", batch)}
             conn.execute(f"DELETE FROM chunks WHERE path IN ({marks})", batch)
             conn.execute(f"DELETE FROM chunk_notes WHERE path IN ({marks})", batch)
@@ -170,7 +168,6 @@ def sync_chunks(idx: index.Index) -> int:
                              gone)
             if gone:
                 conn.execute(_CHANGED)
-    return len(paths)
 
 
 def embed_missing(idx: index.Index, embedder: Embedder, budget_s: float, timeout: float, retries: int,
@@ -182,8 +179,7 @@ def embed_missing(idx: index.Index, embedder: Embedder, budget_s: float, timeout
     while done < len(todo) and time.monotonic() - started < budget_s:
         batch = todo[done:done + EMBED_BATCH]
         vectors = embed_texts(embedder, [text for _, text in batch], timeout, retries)
-        index._run_waiting(idx.conn, "BEGIN IMMEDIATE")
-        with idx.conn:
+        with index.writing(idx.conn):
             idx.conn.executemany("INSERT OR REPLACE INTO vectors(hash, signs, vec) VALUES (?,?,?)",
                                  [(h, *pack(v)) for (h, _), v in zip(batch, vectors)])
             idx.conn.execute(_CHANGED)
@@ -233,16 +229,17 @@ def nearest(conn, path: Path, query: list, limit: int) -> list:
 
 
 def notes_by_meaning(idx: index.Index, query_vector: list, lo: str, hi: str) -> list:
-    """(path, first line of its best chunk) of the EMBED_NOTES notes closest to the query, best first."""
+    """(path, title, first line of its best chunk) of the EMBED_NOTES notes closest to the query, best first."""
     best = {}
     closest = nearest(idx.conn, idx.path, query_vector, EMBED_RESCORE)
     for vid, score in closest:
         if score < max(EMBED_MIN_COSINE, EMBED_MIN_SHARE * closest[0][1]) or len(best) >= EMBED_NOTES:
             break
-        for path, line in idx.conn.execute("SELECT c.path, c.line FROM chunks c JOIN vectors v ON v.hash = c.hash "
-                                           "WHERE v.id = ? AND c.path >= ? AND c.path < ?", (vid, lo, hi)):
-            best.setdefault(path, line)  # `closest` is best first: a note's first chunk here is its best
-    return list(best.items())
+        for hit in idx.conn.execute("SELECT c.path, n.title, c.line FROM chunks c JOIN vectors v ON v.hash = c.hash "
+                                    "JOIN notes n ON n.path = c.path WHERE v.id = ? AND c.path >= ? AND c.path < ?",
+                                    (vid, lo, hi)):
+            best.setdefault(hit[0], hit)  # `closest` is best first: a note's first chunk here is its best
+    return list(best.values())
 
 
 # --- Searching, and the whole index on request ---
@@ -253,8 +250,7 @@ def query_vector(idx: index.Index, embedder: Embedder, query: str) -> tuple:
     if failed and time.monotonic() - failed[0] < EMBED_RETRY_AFTER_S:
         return None, failed[1]
     try:
-        if set_up(idx.conn, embedder) | bool(sync_chunks(idx)):  # both run
-            _COMPLETE.discard(idx.path)
+        sync_chunks(idx, embedder)
         vector = embed_texts(embedder, [query], EMBED_QUERY_TIMEOUT_S, 0)[0]
         left = 0
         if idx.path not in _COMPLETE:  # looking for chunks without vectors reads every chunk: not on each search
@@ -262,8 +258,7 @@ def query_vector(idx: index.Index, embedder: Embedder, query: str) -> tuple:
             if not left:
                 _COMPLETE.add(idx.path)
     except EmbedError as exc:
-        _FAILED[embedder] = (time.monotonic(), f"(Keyword results only: {exc}.)")
-        index.warn(f"search by meaning is unavailable: {exc}; searching by keywords.")
+        _FAILED[embedder] = (time.monotonic(), f"(Keyword results only: {exc}.)")  # the result's first line
         return None, _FAILED[embedder][1]
     _FAILED.pop(embedder, None)
     if left:
@@ -287,8 +282,7 @@ def reindex(settings) -> int:
         index.warn(f"keyword index: {count} notes up to date ({time.monotonic() - started:.1f} s).")
         if embedder is None:
             return 0
-        set_up(idx.conn, embedder)
-        sync_chunks(idx)
+        sync_chunks(idx, embedder)
         total = idx.conn.execute("SELECT count(DISTINCT hash) FROM chunks").fetchone()[0]
         todo = len(idx.conn.execute(_MISSING).fetchall())
         index.warn(f"vectors ({embedder.model}): {total - todo} of {total} chunks embedded; embedding {todo}…")

@@ -8,6 +8,7 @@ note_changed hears of the agent's own changes. search.py asks the questions, thi
 current. It never writes inside the notes folder nor reads outside it; what the model can fix raises ToolError.
 """
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -39,9 +40,9 @@ def warn(message: str) -> None:
 
 
 # --- Notes on disk ---
-def _walk(kb: Path, watch=None) -> dict:
-    """Map every note to (size, mtime_ns), skipping hidden names; watch each folder before reading it."""
-    found, stack = {}, [""]
+def _walk(kb: Path, watch=None) -> tuple:
+    """(notes -> (size, mtime_ns), notes whose paths are not UTF-8), hidden names skipped; each folder watched first."""
+    found, unnamed, stack = {}, [], [""]
     while stack:
         rel_dir = stack.pop()
         if watch is not None:
@@ -59,11 +60,13 @@ def _walk(kb: Path, watch=None) -> dict:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(path)  # linked folders are not followed: no loops, no escapes
                 elif name.lower().endswith(NOTE_SUFFIXES) and (st := _note_stat(entry.path, kb)):
-                    path.encode("utf-8")  # a name that is not valid Unicode cannot be stored or shown
+                    path.encode("utf-8")  # raises for a name that is not UTF-8: it cannot be stored or shown
                     found[path] = st
-            except (OSError, RuntimeError, UnicodeEncodeError):  # RuntimeError: a symlink loop
+            except UnicodeEncodeError:
+                unnamed.append(path)  # list_notes says how many
+            except (OSError, RuntimeError):  # RuntimeError: a symlink loop
                 continue
-    return found
+    return found, unnamed
 
 
 def _note_stat(path: str, kb: Path):
@@ -80,11 +83,10 @@ def read_text(path: Path):
     """The text of a note's first INDEX_MAX_NOTE_BYTES, or None if it cannot be read or looks binary."""
     try:  # never waits on a FIFO put there since the walk saw a note
         with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
-            if stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                return readable_text(f.read(INDEX_MAX_NOTE_BYTES))
+            regular = stat.S_ISREG(os.fstat(f.fileno()).st_mode)
+            return readable_text(f.read(INDEX_MAX_NOTE_BYTES)) if regular else None
     except OSError:
-        pass
-    return None
+        return None
 
 
 # --- Text, for the index and the queries alike ---
@@ -180,6 +182,14 @@ def _run_waiting(conn: sqlite3.Connection, sql: str) -> None:
         conn.execute(f"PRAGMA busy_timeout = {int(INDEX_BUSY_TIMEOUT_S * 1000)}")
 
 
+@contextlib.contextmanager
+def writing(conn: sqlite3.Connection):
+    """One write transaction, committed or (on an error) rolled back, after waiting for another process's."""
+    _run_waiting(conn, "BEGIN IMMEDIATE")
+    with conn:
+        yield
+
+
 @dataclass
 class Index:
     kb: Path
@@ -192,14 +202,14 @@ class Index:
     pending: set = field(default_factory=set)  # notes the agent changed: read whatever their stat says
     touched: set = field(default_factory=set)  # notes seen changed since embeddings.py last looked
     chunked: bool = False  # embeddings.py has compared every note's chunks in this process
+    unnamed: list = field(default_factory=list)  # notes the last walk found with a path that is not UTF-8
 
     def set_up(self) -> None:
         """Create the tables of a new index; raise sqlite3.DatabaseError if it is damaged or outdated."""
         _run_waiting(self.conn, "PRAGMA journal_mode=WAL")  # a new file: the process creating it may hold it
         self.conn.execute("PRAGMA synchronous=NORMAL")  # safe with WAL; at worst the last change is re-read
         if not self.conn.execute("SELECT 1 FROM sqlite_master WHERE name='meta'").fetchone():
-            _run_waiting(self.conn, "BEGIN IMMEDIATE")
-            with self.conn:  # commits, or rolls back on an error
+            with writing(self.conn):
                 for statement in _SCHEMA:
                     self.conn.execute(statement)
         if self.conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone() != (SCHEMA_VERSION,):
@@ -208,15 +218,15 @@ class Index:
     def refresh(self) -> None:
         changed, gone = self.changes() if self.inotify >= 0 else None, []
         if changed is None:
-            on_disk = self.walk()
+            on_disk, self.unnamed = self.walk()
             known = {p: (s, m) for p, s, m in self.conn.execute("SELECT path, size, mtime_ns FROM notes")}
             changed = {p: st for p, st in on_disk.items() if known.get(p) != st}
             gone = [p for p in known if p not in on_disk]
         self.apply(changed | dict.fromkeys(self.pending), gone)
         self.pending.clear()
 
-    def walk(self) -> dict:
-        """Every note on disk; with inotify, a new instance watches exactly the folders found."""
+    def walk(self) -> tuple:
+        """_walk's notes on disk; with inotify, a new instance watches exactly the folders found."""
         self.stop_watching()
         if self.watch and self.can_watch:
             try:
@@ -242,7 +252,8 @@ class Index:
         self.inotify, self.folder_of = -1, {}
 
     def changes(self) -> dict | None:
-        """The notes inotify saw change since the last call, or None when a folder changed."""
+        """The notes inotify saw change since the last call, or None for a full walk: a folder changed, or a name
+        that is not UTF-8 did (the walk counts those)."""
         notes = {}
         while True:
             try:
@@ -252,9 +263,9 @@ class Index:
             at = 0
             while at < len(data):
                 wd, mask, _cookie, length = _EVENT.unpack_from(data, at)
-                name = os.fsdecode(data[at + _EVENT.size:at + _EVENT.size + length].rstrip(b"\0"))
+                name = data[at + _EVENT.size:at + _EVENT.size + length].rstrip(b"\0").decode("utf-8", "replace")
                 at += _EVENT.size + length
-                if mask & _IN_FOLDER:
+                if mask & _IN_FOLDER or "\ufffd" in name:
                     return None
                 if is_note_path(name):
                     notes[f"{self.folder_of[wd]}/{name}".lstrip("/")] = None
@@ -265,8 +276,7 @@ class Index:
             return
         self.touched.update(changed, gone)
         started, told = time.monotonic(), False
-        _run_waiting(self.conn, "BEGIN IMMEDIATE")
-        with self.conn:  # commits, or rolls back on an error (and then the index is closed)
+        with writing(self.conn):  # on an error the index is closed
             stored = "SELECT size, mtime_ns FROM notes WHERE path=?"  # another process may have indexed it
             items = [(p, st) for p, st in changed.items()
                      if st is None or self.conn.execute(stored, (p,)).fetchone() != st]

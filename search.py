@@ -7,7 +7,6 @@ can fix raises ToolError.
 """
 
 import re
-import sqlite3
 import time
 from collections import Counter
 from pathlib import Path
@@ -134,27 +133,21 @@ def _search(idx: Index, query: str, parsed: tuple, lo: str, hi: str, embedder) -
         some_only = count(any_word) - total
     hits = [(path, title, None) for _id, path, title in hits]
     if vector:
-        hits = hits[:every] + _fuse(hits[every:], embeddings.notes_by_meaning(idx, vector, lo, hi), idx.conn,
+        hits = hits[:every] + _fuse(hits[every:], embeddings.notes_by_meaning(idx, vector, lo, hi),
                                     {path for path, _, _ in hits[:every]})
     text = _format_hits(idx.kb, words, hits[:SEARCH_MAX_HITS], total, some_only, f" in {lo}" if lo else "", query)
     return f"{notice}\n{text}" if notice else text
 
 
-def _fuse(by_words: list, by_meaning: list, conn, placed: set) -> list:
+def _fuse(by_words: list, by_meaning: list, placed: set) -> list:
     """Notes with some of the words and notes close in meaning, not `placed`, fused by reciprocal rank (the bench
     measures it against max + 0.3 min): (path, title, its closest chunk's first line if found by meaning only)."""
     score = {}
-    for ranked in ([p for p, _, _ in by_words], [p for p, _ in by_meaning if p not in placed]):
-        for rank, path in enumerate(ranked, 1):
+    for ranked in (by_words, [hit for hit in by_meaning if hit[0] not in placed]):
+        for rank, (path, _, _) in enumerate(ranked, 1):
             score[path] = score.get(path, 0.0) + 1 / (SEARCH_RRF_K + rank)
-    titles, line_of = {p: t for p, t, _ in by_words}, dict(by_meaning)
-    fused = []
-    for path in sorted(score, key=lambda p: -score[p]):
-        if path in titles:
-            fused.append((path, titles[path], None))
-        elif (row := conn.execute("SELECT title FROM notes WHERE path=?", (path,)).fetchone()):
-            fused.append((path, row[0], line_of[path]))
-    return fused
+    hit_of = {hit[0]: hit for hit in by_meaning} | {hit[0]: hit for hit in by_words}  # by words: no line shown
+    return sorted((hit_of[path] for path in score), key=lambda hit: -score[hit[0]])
 
 
 def _format_hits(kb: Path, words, hits, total_all: int, some_only: int, where: str, query: str) -> str:
@@ -236,20 +229,24 @@ def _clip(line: str, start: int) -> str:
 def list_notes(kb: Path, index_dir: Path, folder: str | None = None, watch: bool = True) -> str:
     """How many notes there are (per subfolder) and the newest ones first, capped and bounded."""
     lo, hi = _folder(kb, folder)
-    return with_index(kb, index_dir, watch, lambda idx: _listing(idx.conn, lo, hi))
+    return with_index(kb, index_dir, watch, lambda idx: _listing(idx, lo, hi))
 
 
-def _listing(conn: sqlite3.Connection, lo: str, hi: str) -> str:
+def _listing(idx: Index, lo: str, hi: str) -> str:
     where = f"in {lo}" if lo else "in the knowledge base"
-    rows = conn.execute("SELECT path, title, mtime_ns FROM notes WHERE path >= ? AND path < ? "
-                        "ORDER BY mtime_ns DESC, path", (lo, hi)).fetchall()
+    unnamed = sum(lo <= path < hi for path in idx.unnamed)  # paths that are not UTF-8 sort below hi too
+    unlisted = [f"{unnamed} note file(s) not listed: their names are not UTF-8; rename them to see them here."
+                ] if unnamed else []
+    rows = idx.conn.execute("SELECT path, title, mtime_ns FROM notes WHERE path >= ? AND path < ? "
+                            "ORDER BY mtime_ns DESC, path", (lo, hi)).fetchall()
     inside, total = [p[len(lo):] for p, _, _ in rows], len(rows)
     if not total:
-        return f"No notes {where}."
+        return "\n".join([f"No notes {where}.", *unlisted])
     folders = sorted(Counter(p.split("/", 1)[0] for p in inside if "/" in p).items())
     tail = ["Folders: " + ", ".join(f"{name}/ ({count})" for name, count in folders)] if folders else []
+    tail += unlisted
     out = [f"{total} note(s) {where}, newest first:"]
-    used = len(out[0]) + len(tail[0] if tail else "") + 100
+    used = len(out[0]) + sum(len(line) + 1 for line in tail) + 100
     for path, title, mtime_ns in rows[:LIST_MAX_NOTES]:
         line = f"{path} — {title}  ({time.strftime('%Y-%m-%d', time.localtime(mtime_ns / 1e9))})"
         if used + len(line) + 1 > LIST_OUTPUT_CHARS:

@@ -68,14 +68,14 @@ def meaning_queries(kb: Path, per_set: int, seed: int) -> tuple:
     return paraphrases, crossed
 
 
-def fuse_max_min(by_words: list, by_meaning: list, conn, placed: set) -> list:
+def fuse_max_min(by_words: list, by_meaning: list, placed: set) -> list:
     """basic-memory's fusion, max + 0.3 min of the two scores, each rank-normalised to (0, 1], in place of
     search._fuse's reciprocal ranks (same hits, another order)."""
     def scores(paths):
         return {p: 1 - i / len(paths) for i, p in enumerate(paths)}
-    kw, vec = scores([p for p, _, _ in by_words]), scores([p for p, _ in by_meaning if p not in placed])
+    kw, vec = scores([p for p, _, _ in by_words]), scores([p for p, _, _ in by_meaning if p not in placed])
     fused = {p: max(kw.get(p, 0), vec.get(p, 0)) + 0.3 * min(kw.get(p, 0), vec.get(p, 0)) for p in kw | vec}
-    return sorted(RRF(by_words, by_meaning, conn, placed), key=lambda hit: -fused[hit[0]])
+    return sorted(RRF(by_words, by_meaning, placed), key=lambda hit: -fused[hit[0]])
 
 
 RRF = search._fuse
@@ -95,8 +95,7 @@ def build(kb: Path, index_dir: Path, embedder) -> tuple:
     started = time.perf_counter()
 
     def everything(idx):
-        embeddings.set_up(idx.conn, embedder)
-        embeddings.sync_chunks(idx)
+        embeddings.sync_chunks(idx, embedder)
         embeddings.embed_missing(idx, embedder, float("inf"), embeddings.EMBED_INDEX_TIMEOUT_S, 2,
                                  lambda done, of: print(f"\r  embedded {done}/{of}", end="", file=sys.stderr))
         return idx.conn.execute("SELECT count(*) FROM vectors").fetchone()[0]

@@ -6,6 +6,7 @@ the pipeline (chunks, vectors kept and resumed, fusion, failures), not the quali
 """
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -100,9 +101,48 @@ def test_embedder_down_answers_from_keywords_at_once_with_one_line(kb, tmp_path,
         assert first_hit(text) == "bread.md"
         asked = len(down.requests)
         assert asked == 1  # a search never retries
-        assert first_hit(search(settings, "sourdough")) == "bread.md"
+        text = search(settings, "sourdough")
+        assert text.startswith("(Keyword results only: the embeddings endpoint") and first_hit(text) == "bread.md"
         assert len(down.requests) == asked  # later searches do not wait on it again for a while
-    assert sum("search by meaning is unavailable" in n for n in cold) == 1
+    assert cold == []  # the result says it, and every interface shows a result's first line
+
+
+def test_embedder_down_is_told_once_by_hand_and_in_the_chat(kb, tmp_path, fake_llm):
+    with FakeEmbedder(down=True) as down:
+        env = dict(os.environ, KNOWLEDGE_BASE=str(kb), KA_INDEX_DIR=str(tmp_path / "index"), EMBED_MODEL="fake",
+                   EMBED_BASE_URL=down.base_url, DEEPSEEK_API_KEY="test-key", DEEPSEEK_BASE_URL=fake_llm.base_url,
+                   PYTHONIOENCODING="utf-8")
+        main = [sys.executable, str(HERE / "main.py")]
+        by_hand = subprocess.run(main, input="/search sourdough\n", env=env, capture_output=True, text=True,
+                                 encoding="utf-8", timeout=60)
+        fake_llm.replies = [{"tool_calls": [{"name": "search_notes", "arguments": '{"query": "sourdough"}'}]},
+                            {"content": "Bake it."}]
+        chat = subprocess.run([*main, "how do I bake bread?"], env=env, capture_output=True, text=True,
+                              encoding="utf-8", timeout=60)
+    assert by_hand.stdout.startswith("(Keyword results only: the embeddings endpoint"), by_hand.stderr
+    assert "bread.md" in by_hand.stdout and "embeddings endpoint" not in by_hand.stderr
+    assert chat.stdout == "Bake it.\n" and chat.stderr.count("embeddings endpoint") == 1, chat.stderr
+    assert "← (Keyword results only: the embeddings endpoint" in chat.stderr  # the trace of the model's search
+    told = [m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"]
+    assert told[0].startswith("(Keyword results only: the embeddings endpoint")
+
+
+def test_first_search_by_meaning_waits_for_another_process_writing_the_index(kb, tmp_path, fake, monkeypatch,
+                                                                             cold):
+    monkeypatch.setattr(index, "INDEX_BUSY_TIMEOUT_S", 0.01)
+    settings = settings_for(kb, tmp_path, fake.base_url)
+    search(make_settings(kb, index_dir=tmp_path / "index"), "sourdough")  # keywords only, the index stays open
+    other = sqlite3.connect(index.index_path(kb, tmp_path / "index"), isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")  # another process's long build
+
+    def told(message):  # the other process finishes once this one says that it waits
+        cold.append(message)
+        if other.in_transaction:
+            other.execute("ROLLBACK")
+    monkeypatch.setattr(index, "warn", told)
+    assert first_hit(search(settings, "shrink photo")) == "images.md"
+    other.close()
+    assert len(cold) == 1 and "waiting for it" in cold[0]
 
 
 def test_slow_embedder_is_cut_short(kb, tmp_path, monkeypatch):

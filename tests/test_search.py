@@ -506,6 +506,22 @@ def test_odd_names_are_notes_and_hidden_or_foreign_files_are_skipped(kb, find):
     assert sorted(hits(out)) == sorted(["odd/..md", "odd/!.md", "odd/((.md", "odd/[.md", "broken.md"])
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="names are bytes on Linux only")
+def test_notes_whose_names_are_not_utf8_are_counted_by_list_notes(kb, index_dir, find, watch):
+    def unzipped(folder, name):  # a zip made on Chinese Windows keeps its GBK names on Linux
+        with open(os.path.join(os.fsencode(kb / folder), name.encode("gbk") + b".md"), "wb") as note:
+            note.write(b"quasar")
+    unzipped("cooking", "笔记")
+    told = "note file(s) not listed: their names are not UTF-8; rename them to see them here."
+    assert search.list_notes(kb, index_dir, watch=watch).endswith("\n1 " + told)
+    unzipped("travel", "旧")  # and one more later: inotify hears of it
+    assert "No notes" in find(kb, "quasar")
+    assert search.list_notes(kb, index_dir, watch=watch).endswith("\nFolders: cooking/ (2), travel/ (1), zh/ (2)\n2 "
+                                                                   + told)
+    assert search.list_notes(kb, index_dir, "cooking", watch=watch).endswith("\n1 " + told)
+    assert told not in search.list_notes(kb, index_dir, "zh", watch=watch)
+
+
 def test_hidden_folders_made_later_are_never_searched(kb, find, watch):
     find(kb, "bread")
     write(kb, ".history/cooking/bread.md.2026", "quasar")
