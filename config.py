@@ -79,7 +79,7 @@ def _read(name: str, value, kind: type, choices: tuple[str, ...] = ()):
         raise ConfigError(f"{name}={value!r} is not valid: use one of {', '.join(choices)}.")
     if kind is bool:  # a command-line flag arrives as True or False
         if str(value).lower() not in YES + NO:
-            raise ConfigError(f"{name}={value!r} is not valid: use 1 or 0 (in the environment or {ENV_FILE.name}).")
+            raise ConfigError(f"{name}={value!r} is not valid: use 1 or 0.")
         return str(value).lower() in YES
     if kind in (int, float):
         try:
@@ -126,11 +126,20 @@ def _notes_folder(value: str | None, required: bool, sample: bool) -> Path | Non
     raise ConfigError(f"Notes folder {kb} cannot be read (permission denied). Check its permissions.")
 
 
+def _settings_file(path: Path) -> dict:
+    try:
+        return dotenv_values(path)
+    except UnicodeDecodeError:  # e.g. a comment saved in GBK
+        raise ConfigError(f"{path} is not UTF-8 text: save it as UTF-8 in your editor.") from None
+    except OSError as exc:
+        raise ConfigError(f"Cannot read {path} ({exc.strerror or exc}).") from None
+
+
 def load_settings(notes_required: bool = True, sample_notes: bool = True, **overrides) -> Settings:
     """Settings from defaults, the config files, the environment and the keyword overrides (CLI flags) not
     None or "". With notes_required False a missing or unreadable notes folder is no error (kb is then None)."""
     env = {}  # every variable set to more than spaces: in the environment, else in .env, else in the config file
-    for source in [dotenv_values(path) for path in (config_file(), ENV_FILE) if path.is_file()] + [os.environ]:
+    for source in [_settings_file(path) for path in (config_file(), ENV_FILE) if path.is_file()] + [os.environ]:
         env |= {name: value.strip() for name, value in source.items() if value and value.strip()}
     given = {key: value for key, value in overrides.items() if value not in (None, "")}
     host = _host(str(given.get("base_url", "")))  # --base-url at a provider's own address takes its key

@@ -115,3 +115,20 @@ def test_a_base_url_flag_at_a_providers_address_takes_that_providers_key(env_fil
     settings = load_settings(base_url="https://api.openai.com/v1")
     assert (settings.api_key, settings.model) == ("sk-openai", "gpt-5.4-mini")  # never DeepSeek's key to OpenAI
     assert load_settings(base_url="http://localhost:8000/v1").api_key == "sk-deepseek"  # another server: as set
+
+
+@pytest.mark.parametrize("script", ["main.py", "mcp_server.py"])
+def test_a_settings_file_that_is_not_utf8_is_one_line_naming_it(tmp_path, kb, script):
+    """A Chinese comment saved as GBK in config.env: exit 2 with the file named, never a traceback."""
+    import subprocess
+    import sys
+    user_file = tmp_path / "config" / "knowledge-agent" / "config.env"
+    user_file.parent.mkdir(parents=True)
+    user_file.write_bytes("# 我的密钥\nDEEPSEEK_API_KEY=k\n".encode("gbk"))
+    project = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, os.path.join(project, script), "--kb", str(kb), "hello"][:4 if
+                            script == "mcp_server.py" else 5], capture_output=True, text=True, timeout=60,
+                            stdin=subprocess.DEVNULL)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.strip().count("\n") == 0
+    assert f"{user_file} is not UTF-8 text" in result.stderr
