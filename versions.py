@@ -81,18 +81,17 @@ def _inside_notes(path, under: str | None = None) -> bool:
     if not isinstance(path, str) or "\0" in path or "\\" in path:
         return False
     parts = path.split("/")  # an empty part: "", "/abs.md" or "a//b.md"
-    return ".." not in parts and "" not in parts and (parts[0] == under if under else parts[0] != HISTORY_DIR)
+    if {"..", ".", ""} & set(parts):
+        return False
+    return parts[0] == under if under else parts[0] != HISTORY_DIR
 
 
 def _followable(e) -> bool:
-    """The log may be edited by hand: undo follows only paths inside the notes (a snapshot: inside .history)
-    and removes only folders above the note."""
+    """The log may be edited by hand: undo follows only paths inside the notes (a snapshot: inside .history)."""
     if not isinstance(e, dict) or e.get("op") not in CHANGE_OPS or not isinstance(e.get("time", ""), (str, type(None))):
         return False
-    made = e.get("made") or []
     return (_inside_notes(e.get("path")) and (e.get("to") is None or _inside_notes(e["to"]))
-            and (e.get("snapshot") is None or _inside_notes(e["snapshot"], HISTORY_DIR)) and isinstance(made, list)
-            and all(isinstance(f, str) and (e.get("to") or e["path"]).startswith(f + "/") for f in made))
+            and (e.get("snapshot") is None or _inside_notes(e["snapshot"], HISTORY_DIR)))
 
 
 def read_log(kb: Path) -> list[dict]:
@@ -161,7 +160,11 @@ def save_note(kb: Path, rel_path: str, new_text, op: str, check=None) -> str:
             text, made = compute(""), []
             if check:
                 check("", text)
-            write_bytes(kb, rel_path, encode_note(text, NoteFormat()), new=True, made=made)
+            try:
+                write_bytes(kb, rel_path, encode_note(text, NoteFormat()), new=True, made=made)
+            except BaseException:  # nothing was created: neither are the folders made for it
+                _remove_made(kb, rel_path, made)
+                raise
             return f"+ {rel_path}  +{len(text.splitlines())}" + _log_change(kb, "write", rel_path, made=made)
         try:
             old_text, fmt = decode_note(read_bytes(kb, rel_path))
@@ -249,14 +252,14 @@ def _undo(kb: Path, entry: dict) -> tuple[str, list[str]]:
             raise _Gone(f"{rel_path} no longer exists")
         kept = snapshot(kb, rel_path)
         remove_file(kb, rel_path)
-        _remove_made(kb, entry.get("made"))
+        _remove_made(kb, rel_path, entry.get("made"))
         return f"Undid {what}: removed {rel_path} (a copy is kept in {kept}).", [rel_path]
     if op == "move":
         if not to or not (kb / to).is_file():
             raise _Gone(f"{to} no longer exists")
         kept = _keep_current(kb, rel_path)
         move_file(kb, to, rel_path, replace=True)
-        _remove_made(kb, entry.get("made"))
+        _remove_made(kb, to, entry.get("made"))
         return f"Undid {what}: moved {to} back to {rel_path}.{kept}", [to, rel_path]
     saved = entry.get("snapshot")
     if not saved or not (kb / saved).is_file():
@@ -268,11 +271,13 @@ def _undo(kb: Path, entry: dict) -> tuple[str, list[str]]:
     return f"Undid {what}: {rel_path} {back}.{kept}", [rel_path]
 
 
-def _remove_made(kb: Path, folders: list | None) -> None:
-    """Remove the folders a change made, deepest first, where they are empty now: rmdir refuses any other."""
-    for folder in reversed(folders or []):
-        with contextlib.suppress(OSError), in_folder(kb, folder) as (parent, name):
-            os.rmdir(name, dir_fd=parent)
+def _remove_made(kb: Path, note: str, folders) -> None:
+    """Remove the folders a change made for `note`, deepest first, where they are empty now (rmdir refuses any
+    other). The log may be edited by hand: only folders above the note count."""
+    for folder in reversed(folders if isinstance(folders, list) else []):
+        if isinstance(folder, str) and note.startswith(folder + "/"):
+            with contextlib.suppress(OSError), in_folder(kb, folder) as (parent, name):
+                os.rmdir(name, dir_fd=parent)
 
 
 # --- Summaries ---

@@ -446,6 +446,32 @@ def test_undo_ignores_log_lines_that_point_outside_the_notes(tmp_path):
     assert (tmp_path / "empty").is_dir()
 
 
+def test_undo_removes_only_empty_folders_above_the_note_it_undoes(tmp_path):
+    """The log may be edited by hand: "made" names folders undo may remove, so only those above the note undone
+    count, and a "made" undo cannot read leaves the change undoable rather than hiding it."""
+    kb = tmp_path / "kb"
+    (kb / "Person/keep").mkdir(parents=True)
+    make(kb, "old.md", b"v1\n")
+    save_note(kb, "old.md", "v2\n", "edit")
+    log = kb / ".history" / "undo.jsonl"
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(json.dumps({"op": "write", "path": "./.history/undo.jsonl"}) + "\n")  # never followed
+        f.write(json.dumps({"op": "write", "path": "a.md", "to": "Person/keep/x.md", "made": ["Person/keep"]}) + "\n")
+        f.write(json.dumps({"op": "write", "path": "b.md", "made": "nope"}) + "\n")
+    make(kb, "a.md", b"a\n")
+    make(kb, "b.md", b"b\n")
+    assert undo_last(kb).startswith("Undid the write of b.md")  # the newest change, not an older one
+    assert undo_last(kb).startswith("Undid the write of a.md")
+    assert (kb / "Person/keep").is_dir() and log.is_file()
+    assert undo_last(kb).startswith("Undid the edit of old.md")
+
+
+def test_a_note_that_could_not_be_created_leaves_no_folders_behind(tmp_path):
+    with pytest.raises(VersionError, match="could not save"):
+        save_note(tmp_path, "new/deeper/" + "x" * 300 + ".md", "text\n", "write")  # a name too long for the disk
+    assert [p.name for p in tmp_path.iterdir()] == [".history"]  # its lock; no new/ nor new/deeper/
+
+
 def test_a_failed_save_takes_back_only_its_own_undo_entry(tmp_path, monkeypatch):
     make(tmp_path, "a.md", b"a1\n")
     make(tmp_path, "b.md", b"b1\n")
