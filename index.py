@@ -60,13 +60,22 @@ def _walk(kb: Path, watch=None) -> tuple:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(path)  # linked folders are not followed: no loops, no escapes
                 elif name.lower().endswith(NOTE_SUFFIXES) and (st := _note_stat(entry.path, kb)):
-                    path.encode("utf-8")  # raises for a name that is not UTF-8: it cannot be stored or shown
-                    found[path] = st
-            except UnicodeEncodeError:
-                unnamed.append(path)  # list_notes says how many
+                    if _is_utf8(path):  # else it cannot be stored or shown: list_notes says how many
+                        found[path] = st
+                    else:
+                        unnamed.append(path)
             except (OSError, RuntimeError):  # RuntimeError: a symlink loop
                 continue
     return found, unnamed
+
+
+def _is_utf8(path: str) -> bool:
+    """False for a path holding a name that is not UTF-8 (os gives its bytes as lone surrogates)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _note_stat(path: str, kb: Path):
@@ -265,10 +274,11 @@ class Index:
                 wd, mask, _cookie, length = _EVENT.unpack_from(data, at)
                 name = data[at + _EVENT.size:at + _EVENT.size + length].rstrip(b"\0").decode("utf-8", "replace")
                 at += _EVENT.size + length
-                if mask & _IN_FOLDER or "\ufffd" in name:
+                folder = self.folder_of[wd]
+                if mask & _IN_FOLDER or "\ufffd" in name or not _is_utf8(folder):
                     return None
                 if is_note_path(name):
-                    notes[f"{self.folder_of[wd]}/{name}".lstrip("/")] = None
+                    notes[f"{folder}/{name}".lstrip("/")] = None
 
     def apply(self, changed: dict, gone: list) -> None:
         """Write changes in one transaction; a path changed to None is read whatever its stat says."""

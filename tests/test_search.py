@@ -520,6 +520,13 @@ def test_notes_whose_names_are_not_utf8_are_counted_by_list_notes(kb, index_dir,
                                                                    + told)
     assert search.list_notes(kb, index_dir, "cooking", watch=watch).endswith("\n1 " + told)
     assert told not in search.list_notes(kb, index_dir, "zh", watch=watch)
+    odd_folder = os.path.join(os.fsencode(kb), "旧的".encode("gbk"))  # a folder named so, a UTF-8 note in it later
+    os.mkdir(odd_folder)
+    assert "No notes" in find(kb, "quasar")
+    with open(os.path.join(odd_folder, b"new.md"), "wb") as note:
+        note.write(b"quasar")
+    assert "No notes" in find(kb, "quasar")  # not a crash
+    assert search.list_notes(kb, index_dir, watch=watch).endswith("\n3 " + told)
 
 
 def test_hidden_folders_made_later_are_never_searched(kb, find, watch):
