@@ -135,9 +135,10 @@ def _settings_file(path: Path) -> dict:
         raise ConfigError(f"Cannot read {path} ({exc.strerror or exc}).") from None
 
 
-def load_settings(notes_required: bool = True, sample_notes: bool = True, **overrides) -> Settings:
+def load_settings(notes_required: bool = True, sample_notes: bool = True, mcp: bool = False, **overrides) -> Settings:
     """Settings from defaults, the config files, the environment and the keyword overrides (CLI flags) not
-    None or "". With notes_required False a missing or unreadable notes folder is no error (kb is then None)."""
+    None or "". With notes_required False a missing or unreadable notes folder is no error (kb is then None);
+    the MCP server's own settings (mcp_*) are read only with `mcp`, so a bad one never stops the chat."""
     env = {}  # every variable set to more than spaces: in the environment, else in .env, else in the config file
     for source in [_settings_file(path) for path in (config_file(), ENV_FILE) if path.is_file()] + [os.environ]:
         env |= {name: value.strip() for name, value in source.items() if value and value.strip()}
@@ -146,7 +147,7 @@ def load_settings(notes_required: bool = True, sample_notes: bool = True, **over
     provider = ([p for p, (url, _) in PROVIDERS.items() if _host(url) == host]
                 + [p for p in PROVIDERS if f"{p}_API_KEY" in env or f"{p}_BASE_URL" in env] + ["DEEPSEEK"])[0]
     values = dict(zip(("base_url", "model"), PROVIDERS[provider]))
-    for setting in fields(Settings):
+    for setting in [s for s in fields(Settings) if mcp or not s.name.startswith("mcp_")]:
         variable = setting.metadata["variable"].format(provider=provider)
         if setting.name in given:  # a command-line flag, named in an error beside its variable
             name, value = f"{variable} (or --{setting.name.replace('_', '-')})", given[setting.name]

@@ -190,8 +190,9 @@ def main(argv=None) -> int:
                         help="also serve the shell tool, if the chat's settings enable it (MCP_ALLOW_SHELL=1)")
     args = parser.parse_args(argv)
     try:
-        settings = load_settings(kb=args.kb, sample_notes=False, mcp_allow_destructive=args.allow_destructive or None,
-                                 mcp_allow_shell=args.allow_shell or None)  # no flag: the variable decides
+        settings = load_settings(kb=args.kb, sample_notes=False, mcp=True,  # no flag: the variable decides
+                                 mcp_allow_destructive=args.allow_destructive or None,
+                                 mcp_allow_shell=args.allow_shell or None)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -132,3 +132,12 @@ def test_a_settings_file_that_is_not_utf8_is_one_line_naming_it(tmp_path, kb, sc
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and result.stderr.strip().count("\n") == 0
     assert f"{user_file} is not UTF-8 text" in result.stderr
+
+
+def test_the_mcp_servers_own_settings_never_stop_the_chat(env_file, monkeypatch):
+    env_file.write_text("MCP_ALLOW_SHELL=maybe\n")
+    assert load_settings().kb is not None  # the chat (and the page) start as if it were not there
+    with pytest.raises(ConfigError, match="MCP_ALLOW_SHELL='maybe' is not valid"):
+        load_settings(mcp=True)
+    env_file.write_text("MCP_ALLOW_SHELL=1\n")
+    assert load_settings(mcp=True).mcp_allow_shell and not load_settings().mcp_allow_shell
