@@ -72,7 +72,7 @@ def _abi() -> int:
 def sandbox_problem() -> str | None:
     """None when commands can run in the Landlock sandbox here, else why not, in one line for the person."""
     if not sys.platform.startswith("linux"):
-        return "Landlock is not available on this system (macOS/Windows): commands would run unsandboxed"
+        return "the sandbox (Landlock) exists only on Linux: commands would run unsandboxed here"
     abi = _abi()
     found = f"has Landlock ABI {abi}" if abi else "has no Landlock (too old, or turned off)"
     return None if abi >= MIN_ABI else \
