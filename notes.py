@@ -168,21 +168,32 @@ def encode_note(text: str, fmt: NoteFormat) -> bytes:
 @contextlib.contextmanager
 def in_folder(kb: Path, rel_path: str, create: bool = False, made: list | None = None):
     """(descriptor of rel_path's folder, its file name), the folder opened race-free; closed afterwards.
-    `create`: missing folders are made, and `made` gets the path of each one this call made."""
+    `create`: missing folders are made, and `made` gets the path of each one this call made; if what is done
+    there fails, they are removed again."""
+    made = [] if made is None else made
     fd = os.open(kb, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for folder in reversed(PurePosixPath(rel_path).parents[:-1]):  # "a", then "a/b" for "a/b/c.md"
             if create:
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(folder.name, dir_fd=fd)
-                    if made is not None:
-                        made.append(folder.as_posix())
+                    made.append(folder.as_posix())
             inner = os.open(folder.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             os.close(fd)
             fd = inner
         yield fd, PurePosixPath(rel_path).name
+    except BaseException:
+        remove_folders(kb, made)
+        raise
     finally:
         os.close(fd)
+
+
+def remove_folders(kb: Path, folders: list[str]) -> None:
+    """Remove these folders, deepest first, where they are empty now: rmdir refuses any other, and a link."""
+    for folder in reversed(folders):
+        with contextlib.suppress(OSError), in_folder(kb, folder) as (parent, name):
+            os.rmdir(name, dir_fd=parent)
 
 
 def read_bytes(kb: Path, rel_path: str, limit: int = -1) -> bytes:

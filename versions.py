@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from notes import (HISTORY_DIR, NoteFormat, ToolError, decode_note, encode_note, in_folder, locked, move_file,
-                   read_bytes, rel, remove_file, write_bytes)
+                   read_bytes, rel, remove_file, remove_folders, write_bytes)
 
 UNDO_LOG = "undo.jsonl"
 HISTORY_KEEP = 20  # versions kept per note (0: no limit)
@@ -160,11 +160,7 @@ def save_note(kb: Path, rel_path: str, new_text, op: str, check=None) -> str:
             text, made = compute(""), []
             if check:
                 check("", text)
-            try:
-                write_bytes(kb, rel_path, encode_note(text, NoteFormat()), new=True, made=made)
-            except BaseException:  # nothing was created: neither are the folders made for it
-                _remove_made(kb, rel_path, made)
-                raise
+            write_bytes(kb, rel_path, encode_note(text, NoteFormat()), new=True, made=made)
             return f"+ {rel_path}  +{len(text.splitlines())}" + _log_change(kb, "write", rel_path, made=made)
         try:
             old_text, fmt = decode_note(read_bytes(kb, rel_path))
@@ -272,12 +268,10 @@ def _undo(kb: Path, entry: dict) -> tuple[str, list[str]]:
 
 
 def _remove_made(kb: Path, note: str, folders) -> None:
-    """Remove the folders a change made for `note`, deepest first, where they are empty now (rmdir refuses any
-    other). The log may be edited by hand: only folders above the note count."""
-    for folder in reversed(folders if isinstance(folders, list) else []):
-        if isinstance(folder, str) and note.startswith(folder + "/"):
-            with contextlib.suppress(OSError), in_folder(kb, folder) as (parent, name):
-                os.rmdir(name, dir_fd=parent)
+    """Remove the folders a change made for `note` where they are empty now. The log may be edited by hand:
+    only folders above the note count."""
+    if isinstance(folders, list):
+        remove_folders(kb, [f for f in folders if isinstance(f, str) and note.startswith(f + "/")])
 
 
 # --- Summaries ---

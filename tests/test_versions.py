@@ -467,9 +467,14 @@ def test_undo_removes_only_empty_folders_above_the_note_it_undoes(tmp_path):
 
 
 def test_a_note_that_could_not_be_created_leaves_no_folders_behind(tmp_path):
+    too_long = "new/deeper/" + "x" * 300 + ".md"  # a name too long for the disk
     with pytest.raises(VersionError, match="could not save"):
-        save_note(tmp_path, "new/deeper/" + "x" * 300 + ".md", "text\n", "write")  # a name too long for the disk
+        save_note(tmp_path, too_long, "text\n", "write")
     assert [p.name for p in tmp_path.iterdir()] == [".history"]  # its lock; no new/ nor new/deeper/
+    make(tmp_path, "a.md", b"a\n")
+    with pytest.raises(VersionError, match="could not move"):
+        versions.move_note(tmp_path, "a.md", too_long)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".history", "a.md"]
 
 
 def test_a_failed_save_takes_back_only_its_own_undo_entry(tmp_path, monkeypatch):
