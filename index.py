@@ -272,13 +272,13 @@ class Index:
             at = 0
             while at < len(data):
                 wd, mask, _cookie, length = _EVENT.unpack_from(data, at)
-                name = data[at + _EVENT.size:at + _EVENT.size + length].rstrip(b"\0").decode("utf-8", "replace")
+                name = os.fsdecode(data[at + _EVENT.size:at + _EVENT.size + length].rstrip(b"\0"))  # as _walk's
                 at += _EVENT.size + length
-                folder = self.folder_of[wd]
-                if mask & _IN_FOLDER or "\ufffd" in name or not _is_utf8(folder):
+                path = f"{self.folder_of[wd]}/{name}".lstrip("/")
+                if mask & _IN_FOLDER or not _is_utf8(path):
                     return None
                 if is_note_path(name):
-                    notes[f"{folder}/{name}".lstrip("/")] = None
+                    notes[path] = None
 
     def apply(self, changed: dict, gone: list) -> None:
         """Write changes in one transaction; a path changed to None is read whatever its stat says."""
