@@ -1,21 +1,21 @@
 """The tool loop: ask the model, run the tools it calls, repeat until it answers.
 
-    run_agent(question, history, settings, client, ui) -> answer
-      └ each round: query (one API call, streamed or not) → execute (every tool call it made)
+    run_agent(question, history, settings, client, ui) -> Answer
+      └ each round: Model.ask (one API call, streamed or not, its retries all here) → execute (every tool call)
 
 `history` is the state: a plain list of OpenAI-format messages that run_agent extends in place, always valid
-to send (every tool call answered, also after Ctrl+C or a failed request); `ui.history_changed(history)` is
-called after every change, so the session store can commit each message as it happens. Each request carries
-as much of the history as fits (context.fit_to_budget). An API fault leaves as one `AgentError` whose message
-is one readable line; this module never prints: everything the person sees goes to `ui`.
+to send (every tool call answered, also after Ctrl+C or a failed request). A history that keeps itself
+(sessions.Conversation's, which has `save(usage)`) is saved after every change, so a crash loses at most the
+message in flight. `Model` is the one client of the chat endpoint: it imports the SDK only when it first asks,
+sends as much of the history as fits (context.fit_to_budget) and learns the server's token counts. An API fault
+leaves as one `AgentError` whose message is one readable line; this module never prints: everything the person
+sees goes to `ui`, which only displays and answers approvals.
 """
 
 import json
 import re
 import time
 from datetime import date
-
-import openai
 
 import context
 import tools
@@ -24,12 +24,8 @@ from config import Settings, config_file, load_settings
 REQUEST_TIMEOUT = 120.0  # seconds per API request; the SDK's 600 s is too long for a chat
 CONNECT_TIMEOUT = 10.0
 API_MAX_RETRIES = 2  # the SDK retries connection errors, 429 and 5xx with backoff and Retry-After
-STREAM_RETRIES = 1  # a stream that breaks before anything was shown is asked again once
 CONTEXT_SHRINK = 0.7  # after "context too long", requests aim at this share of what was refused
 MAX_TOKEN_RATIO = 3.0  # a server counting more than this per estimated token is not believed
-# Server-counted tokens per estimated token, learnt from usage and "context too long" answers. It only rises
-# (trimming early is cheap, a refused request is not) and outlives one question: it belongs to the server.
-TOKEN_RATIO = {"ratio": 1.0}
 SYSTEM_PROMPT = """You are knowledge-agent, an assistant for the person's own notes (a folder of Markdown files).
 Today is {today}.
 - Answer from what the notes say. Search first (search_notes), then read_note the relevant hits before
@@ -51,7 +47,7 @@ EMPTY_NOTICE = "[The model returned an empty answer. Try rephrasing the question
 CONTEXT_ERROR = re.compile(r"context.{0,20}(length|window|size)|maximum context|too many tokens|"
                            r"prompt is too long|context_length_exceeded", re.I)
 KEY_HINT = ("Set DEEPSEEK_API_KEY for DeepSeek, or OPENAI_API_KEY (with OPENAI_BASE_URL for other servers): a key "
-            f"only goes to its own provider. Put it in the environment, .env beside main.py or {config_file()}")
+            "only goes to its own provider. Put it in the environment, .env beside main.py or {}")
 
 
 class AgentError(Exception):
@@ -66,32 +62,40 @@ class ContextTooLong(RequestRejected):
     """The server said the request exceeds the model's window (its message quotes the server's)."""
 
 
-class UI:
-    """What run_agent tells the person (the terminal, the page and the tests override it). `confirm` answers
-    True/False, or None when nobody can be asked (tools refuse); with `review_changes`, every change to a note
-    is asked about first, its diff in the question."""
+class Answer(str):
+    """The answer's text (a notice after it when it is incomplete); `complete` is False when the round limit, the
+    model's length limit or an empty reply cut it short, and `notice` says which."""
+    complete, notice = True, ""
 
-    review_changes = False
+
+class UI:
+    """What run_agent shows the person (the terminal, the page and the tests override it). `approve` answers a
+    tools.Approval True/False, or None when nobody can be asked (the tool refuses); `reviews_changes`: every
+    change to a note is asked about, its diffs shown."""
+
+    reviews_changes = False
 
     def text(self, text: str) -> None: ...
     def reasoning(self, text: str) -> None: ...
     def tool_call(self, name: str, arguments: str) -> None: ...
     def tool_result(self, name: str, result: tools.Result) -> None: ...
     def notice(self, text: str) -> None: ...  # the answer is incomplete: round limit, cut off, or empty
-    def confirm(self, question: str) -> bool | None: return None
-    def history_changed(self, history: list[dict]) -> None: ...
-    def usage(self, usage) -> None: ...
+    def approve(self, approval: tools.Approval) -> bool | None: return None
 
 
-def make_client(settings: Settings) -> openai.OpenAI:
+def key_hint() -> str:
+    return KEY_HINT.format(config_file())
+
+
+def make_client(settings: Settings) -> "Model":
     if not settings.api_key:
-        raise AgentError(f"No API key for {settings.base_url}. {KEY_HINT}.")
-    return openai.OpenAI(api_key=settings.api_key, base_url=settings.base_url, max_retries=API_MAX_RETRIES,
-                         timeout=openai.Timeout(REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT))
+        raise AgentError(f"No API key for {settings.base_url}. {key_hint()}.")
+    return Model(settings)
 
 
 def _api_error(exc: Exception, settings: Settings, midway: bool) -> AgentError:
     """The error for an API fault (`midway` through a stream): one line saying what happened and what to do."""
+    import openai
     if isinstance(exc, openai.APITimeoutError):
         return AgentError(f"The API did not answer within {REQUEST_TIMEOUT:.0f} s ({API_MAX_RETRIES + 1} tries). "
                           f"Try again, or check {settings.base_url}.")
@@ -123,26 +127,16 @@ def _api_error(exc: Exception, settings: Settings, midway: bool) -> AgentError:
     return RequestRejected(message) if status == 400 else AgentError(message)
 
 
-class _Reply:
+class Reply:
     """What one API call produced, accumulated from a stream or read from a whole response."""
 
     def __init__(self):
-        self.reset()
-
-    def reset(self) -> None:
         self.content, self.reasoning, self.finish_reason, self.usage = "", None, None, None
-        self.calls: dict[int, dict] = {}  # by stream index
+        self.calls: dict[int, dict] = {}  # by stream index; "arguments" as a list of pieces, joined once
         self.streaming = False  # the stream has started: the SDK does not retry errors raised while reading it
 
-    def receive(self, client, params: dict, stream: bool, ui: UI) -> None:
-        """Make the call, showing its text and reasoning as they come."""
-        if stream:
-            parts = client.chat.completions.create(**params, stream=True, stream_options={"include_usage": True})
-            self.streaming = True
-        else:
-            parts = [client.chat.completions.create(**params)]
-            if not parts[0].choices:
-                raise AgentError("The API returned a response with no answer in it. Try again.")
+    def receive(self, parts, stream: bool, ui: UI) -> None:
+        """Read the response (a stream's chunks, or one whole completion), showing text and reasoning as they come."""
         for part in parts:
             self.usage = getattr(part, "usage", None) or self.usage
             if not part.choices:  # a stream's usage chunk has none
@@ -159,21 +153,25 @@ class _Reply:
                 ui.text(delta.content)
             for position, new in enumerate(delta.tool_calls or []):
                 index = new.index if stream else position  # a stream numbers them, a whole message does not
-                call = self.calls.setdefault(index, {"id": None, "name": None, "arguments": ""})
+                call = self.calls.setdefault(index, {"id": None, "name": None, "arguments": []})
                 function = getattr(new, "function", None)
                 call["id"] = new.id or call["id"]  # some servers repeat id and name in later chunks: set, never append
                 call["name"] = getattr(function, "name", None) or call["name"]
-                call["arguments"] += getattr(function, "arguments", None) or ""
+                call["arguments"].append(getattr(function, "arguments", None) or "")
         if stream and self.finish_reason is None and not (self.content or self.calls or self.reasoning):
             raise ValueError("the stream held no answer")  # e.g. an HTML page served as text/event-stream
+
+    def arguments(self) -> list[str]:
+        """Each call's arguments as the model sent them (the tool explains what is wrong with them)."""
+        return ["".join(call["arguments"]) for _, call in sorted(self.calls.items())]
 
     def message(self, round_number: int) -> dict:
         message = {"role": "assistant", "content": self.content or (None if self.calls else "")}
         if self.calls:
             message["tool_calls"] = [
                 {"id": call["id"] or f"call_{round_number}_{index}", "type": "function",
-                 "function": {"name": call["name"] or "", "arguments": _valid_json(call["arguments"])}}
-                for index, call in sorted(self.calls.items())]
+                 "function": {"name": call["name"] or "", "arguments": _valid_json(sent)}}
+                for (index, call), sent in zip(sorted(self.calls.items()), self.arguments())]
             if self.reasoning is not None:  # DeepSeek answers 400 unless this comes back with the calls
                 message["reasoning_content"] = self.reasoning
         return message
@@ -187,31 +185,88 @@ def _valid_json(arguments: str) -> str:
         return "{}"
 
 
-def query(client, settings: Settings, messages: list[dict], ui: UI, reply: _Reply) -> None:
-    """One API call, filling `reply`; a stream that breaks before anything was shown is asked again."""
-    params = {"model": settings.model, "messages": messages, "tools": tools.tool_schemas(settings)}
-    extra = {"thinking": {"type": settings.thinking}} if settings.thinking else {}
-    if settings.reasoning_effort:
-        extra["reasoning_effort"] = settings.reasoning_effort
-    if extra:  # other providers reject fields they do not know, so send them only when set
-        params["extra_body"] = extra
-    for attempt in range(STREAM_RETRIES + 1):
-        reply.reset()
-        try:
-            return reply.receive(client, params, settings.stream, ui)
-        except AgentError:
-            raise
-        except openai.APIError as exc:
-            error = _api_error(exc, settings, reply.streaming)
-            if reply.content or reply.reasoning:  # the person saw part of it: asking again would repeat it
-                raise AgentError(f"The answer broke off midway: {str(error).rstrip('.')}. What was shown above is "
-                                 "incomplete.") from None
-            if not reply.streaming or attempt == STREAM_RETRIES:  # the SDK already retried the rest
-                raise error from None
-        except Exception as exc:  # HTML, malformed JSON or SSE: the base URL is not a chat completions API
-            raise AgentError(f"The server at {settings.base_url} sent something that is not an OpenAI-compatible "
-                             f"answer ({type(exc).__name__}). Check the base URL (--base-url; it usually ends in "
-                             "/v1).") from None
+def system_message() -> dict:
+    return {"role": "system", "content": SYSTEM_PROMPT.format(today=date.today().isoformat())}
+
+
+class Model:
+    """The chat endpoint: its client (the openai SDK, imported on the first request), the one request loop and
+    its retries, and the server's tokens per estimated token, learnt from usage and "context too long" answers.
+    The ratio only rises (trimming early is cheap, a refused request is not) and outlives one question."""
+
+    def __init__(self, settings: Settings, client=None):
+        self.settings, self._client, self.token_ratio = settings, client, 1.0
+
+    @property
+    def client(self):
+        if self._client is None:
+            import openai  # here, not at the top: commands that never ask a model start without it
+            self._client = openai.OpenAI(api_key=self.settings.api_key, base_url=self.settings.base_url,
+                                         max_retries=API_MAX_RETRIES,
+                                         timeout=openai.Timeout(REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT))
+        return self._client
+
+    def budget(self) -> int:
+        """Estimated tokens a request's messages may take: CONTEXT_TOKENS in the server's count, less the tools."""
+        tool_tokens = context.estimate_tokens([], tools.tool_schemas(self.settings))
+        return int(self.settings.context_tokens / self.token_ratio) - tool_tokens
+
+    def _params(self, messages: list[dict]) -> dict:
+        settings = self.settings
+        params = {"model": settings.model, "messages": messages, "tools": tools.tool_schemas(settings)}
+        extra = {"thinking": {"type": settings.thinking}} if settings.thinking else {}
+        if settings.reasoning_effort:
+            extra["reasoning_effort"] = settings.reasoning_effort
+        if extra:  # other providers reject fields they do not know, so send them only when set
+            params["extra_body"] = extra
+        if settings.stream:
+            params |= {"stream": True, "stream_options": {"include_usage": True}}
+        return params
+
+    def ask(self, history: list[dict], ui: UI, reply: Reply) -> None:
+        """One answer to as much of the conversation as fits, into `reply`. The SDK retries what failed before an
+        answer began; here, once each: a stream that broke before anything was shown, and a "context too long"
+        answer, with less. Text shown before a failure stays in `reply` for the caller to keep."""
+        import openai
+        retried = set()
+        while True:
+            messages = context.fit_to_budget([system_message()] + history, self.budget())
+            estimate = context.estimate_tokens(messages, tools.tool_schemas(self.settings))
+            reply.__init__()
+            try:
+                response = self.client.chat.completions.create(**self._params(messages))
+                reply.streaming = self.settings.stream
+                reply.receive(response if self.settings.stream else [response], self.settings.stream, ui)
+            except openai.APIError as exc:
+                error = _api_error(exc, self.settings, reply.streaming)
+                if reply.content or reply.reasoning:  # the person saw part of it: asking again would repeat it
+                    raise AgentError(f"The answer broke off midway: {str(error).rstrip('.')}. What was shown above "
+                                     "is incomplete.") from None
+                retry = "context" if isinstance(error, ContextTooLong) else "stream" if reply.streaming else None
+                if retry is None or retry in retried:  # the SDK already retried the rest
+                    raise error from None
+                retried.add(retry)
+                if retry == "context":
+                    self._learn_window(str(error), estimate)
+                continue
+            except (AgentError, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # HTML, malformed JSON or SSE: the base URL is not a chat completions API
+                raise AgentError(f"The server at {self.settings.base_url} sent something that is not an "
+                                 f"OpenAI-compatible answer ({type(exc).__name__}). Check the base URL (--base-url; "
+                                 "it usually ends in /v1).") from None
+            if not self.settings.stream and not reply.finish_reason and not reply.content and not reply.calls:
+                raise AgentError("The API returned a response with no answer in it. Try again.")
+            counted = getattr(reply.usage, "prompt_tokens", None) or 0
+            if estimate >= 500 and counted:  # tiny requests teach nothing: the template's overhead swamps them
+                self.token_ratio = max(self.token_ratio, min(counted / estimate, MAX_TOKEN_RATIO))
+            return
+
+    def _learn_window(self, error: str, estimate: int) -> None:
+        """After "context too long", aim below what was refused (below the window, when the server named it)."""
+        window = re.search(r"context (?:length|window)\D{0,20}(\d{3,})", error)
+        fits = CONTEXT_SHRINK * min(estimate, (int(window[1]) if window else estimate) / self.token_ratio)
+        self.token_ratio = max(self.token_ratio, self.settings.context_tokens / fits)
 
 
 def execute(calls: list[dict], arguments: list[str], history: list[dict], settings: Settings, ui: UI) -> None:
@@ -222,13 +277,13 @@ def execute(calls: list[dict], arguments: list[str], history: list[dict], settin
         ui.tool_call(name, sent)
         started = time.monotonic()
         try:
-            result = tools.execute_tool(name, sent, settings, ui.confirm, ui.review_changes)
+            result = tools.execute_tool(name, sent, settings, ui.approve, ui.reviews_changes)
         except KeyboardInterrupt:
             stopped = f"stopped: the user pressed Ctrl+C after {time.monotonic() - started:.1f} s; it may be half done"
             _answer([call["id"]], history, stopped)
             raise
         _answer([call["id"]], history, result.text)
-        ui.history_changed(history)  # a note may have changed: keep the result even if we crash next
+        _save(history)  # a note may have changed: keep the result even if we crash next
         ui.tool_result(name, result)
 
 
@@ -237,71 +292,45 @@ def _answer(call_ids: list[str], history: list[dict], text: str) -> None:
     history.extend({"role": "tool", "tool_call_id": call_id, "content": text} for call_id in call_ids)
 
 
-def system_message() -> dict:
-    return {"role": "system", "content": SYSTEM_PROMPT.format(today=date.today().isoformat())}
-
-
-def request_budget(settings: Settings) -> int:
-    """Estimated tokens a request's messages may take: CONTEXT_TOKENS in the server's count, less the tools."""
-    tool_tokens = context.estimate_tokens([], tools.tool_schemas(settings))
-    return int(settings.context_tokens / TOKEN_RATIO["ratio"]) - tool_tokens
-
-
-def _ask(client, settings: Settings, history: list[dict], ui: UI) -> _Reply:
-    """One call with as much of the conversation as fits; once more with less if the server still says "too
-    long" (a model smaller than CONTEXT_TOKENS). Text shown before a Ctrl+C or failure is kept, marked."""
-    reply = _Reply()
-    for attempt in (1, 2):
-        messages = context.fit_to_budget([system_message()] + history, request_budget(settings))
-        estimate = context.estimate_tokens(messages, tools.tool_schemas(settings))
-        try:
-            query(client, settings, messages, ui, reply)
-        except ContextTooLong as exc:
-            if attempt == 2:
-                raise
-            window = re.search(r"context (?:length|window)\D{0,20}(\d{3,})", str(exc))  # when the server said
-            fits = CONTEXT_SHRINK * min(estimate, (int(window[1]) if window else estimate) / TOKEN_RATIO["ratio"])
-            TOKEN_RATIO["ratio"] = max(TOKEN_RATIO["ratio"], settings.context_tokens / fits)
-            continue
-        except (KeyboardInterrupt, AgentError):
-            if reply.content.strip():  # the person saw it: "summarise it" must still work
-                history.append({"role": "assistant", "content": reply.content + "\n[cut off before the end]"})
-            raise
-        counted = getattr(reply.usage, "prompt_tokens", None) or 0
-        if estimate >= 500 and counted:  # tiny requests teach nothing: the template's overhead swamps them
-            TOKEN_RATIO["ratio"] = max(TOKEN_RATIO["ratio"], min(counted / estimate, MAX_TOKEN_RATIO))
-        if reply.usage:
-            ui.usage(reply.usage)
-        return reply
+def _save(history: list[dict], usage=None) -> None:
+    """Let a history that keeps itself (sessions.Conversation's) commit what changed, and count `usage`."""
+    if hasattr(history, "save"):
+        history.save(usage)
 
 
 def run_agent(question: str, history: list[dict] | None = None, settings: Settings | None = None,
-              client=None, ui: UI | None = None) -> str:
-    """Answer one question, using the tools as needed. Extends `history` in place with the whole turn."""
+              client=None, ui: UI | None = None) -> Answer:
+    """Answer one question, using the tools as needed. Extends `history` in place with the whole turn. `client`:
+    a Model, or an OpenAI-compatible client to wrap in one (a test's stub)."""
     settings = settings or load_settings()
-    client = client or make_client(settings)
+    model = client if isinstance(client, Model) else Model(settings, client) if client else make_client(settings)
     history = [] if history is None else history
     ui = ui or UI()
     turn_start = len(history)
     history.append({"role": "user", "content": tools.clean_text(question)})
-    ui.history_changed(history)
+    _save(history)
     try:
         for round_number in range(1, settings.max_rounds + 1):
-            reply = _ask(client, settings, history, ui)
+            reply = Reply()
+            try:
+                model.ask(history, ui, reply)
+            except (KeyboardInterrupt, AgentError):
+                if reply.content.strip():  # the person saw it: "summarise it" must still work
+                    history.append({"role": "assistant", "content": reply.content + "\n[cut off before the end]"})
+                raise
             message = reply.message(round_number)
             history.append(message)
-            ui.history_changed(history)
+            _save(history, reply.usage)
             if not reply.calls:  # decided by the calls, not finish_reason: servers differ
                 notice = LENGTH_NOTICE if reply.finish_reason == "length" else "" if reply.content else EMPTY_NOTICE
                 break
             if round_number == settings.max_rounds:  # the last round's calls are not run
                 _answer([call["id"] for call in message["tool_calls"]], history, ROUND_LIMIT)
-                ui.history_changed(history)
+                _save(history)
                 notice = ROUND_NOTICE.format(settings.max_rounds)
                 break
             # The history keeps arguments the API accepts; the tool gets them as sent, to explain errors.
-            execute(message["tool_calls"], [call["arguments"] for _, call in sorted(reply.calls.items())],
-                    history, settings, ui)
+            execute(message["tool_calls"], reply.arguments(), history, settings, ui)
     except (KeyboardInterrupt, AgentError) as exc:
         # Keep the history sendable: drop a turn the API rejected or that kept nothing (no tool ran, no text was
         # shown); else answer the calls left unanswered, as a reloaded conversation would be.
@@ -309,8 +338,10 @@ def run_agent(question: str, history: list[dict] | None = None, settings: Settin
             del history[turn_start:]
         else:
             history[turn_start:] = context.repair_history(history[turn_start:])
-        ui.history_changed(history)
+        _save(history)
         raise
     if notice:  # the answer is incomplete: the person is shown why apart from the answer
         ui.notice(notice)
-    return reply.content + ("\n\n" if reply.content and notice else "") + notice
+    answer = Answer(reply.content + ("\n\n" if reply.content and notice else "") + notice)
+    answer.complete, answer.notice = not notice, notice
+    return answer

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import index
+from db import notice
 
 EMBED_CHUNK_CHARS = 1000  # a chunk ends at a heading, or near this size at a blank line
 EMBED_MAX_CHUNKS = 100  # per note: the first ~100 KB of a huge note are searched by meaning
@@ -152,7 +153,7 @@ def sync_chunks(idx: index.Index, embedder: Embedder) -> None:
         rows, notes = [], []
         for path, title, size, mtime_ns in conn.execute(
                 f"SELECT path, title, size, mtime_ns FROM notes WHERE path IN ({marks})", batch).fetchall():
-            text = index.read_text(idx.kb / path)
+            text = index.read_text(idx.kb, path)
             if text is not None:
                 notes.append((path, size, mtime_ns))
                 for seq, (line, body) in enumerate(chunks_of(title, text)):
@@ -272,28 +273,28 @@ def reindex(settings) -> int:
     try:
         embedder = embedder_of(settings)
     except EmbedError as exc:
-        index.warn(f"{exc}.")
+        notice(f"{exc}.")
         return 2
     index.close_index()  # a full comparison of every note with the index
     started = time.monotonic()
 
     def build(idx):
         count = idx.conn.execute("SELECT count(*) FROM notes").fetchone()[0]
-        index.warn(f"keyword index: {count} notes up to date ({time.monotonic() - started:.1f} s).")
+        notice(f"keyword index: {count} notes up to date ({time.monotonic() - started:.1f} s).")
         if embedder is None:
             return 0
         sync_chunks(idx, embedder)
         total = idx.conn.execute("SELECT count(DISTINCT hash) FROM chunks").fetchone()[0]
         todo = len(idx.conn.execute(_MISSING).fetchall())
-        index.warn(f"vectors ({embedder.model}): {total - todo} of {total} chunks embedded; embedding {todo}…")
+        notice(f"vectors ({embedder.model}): {total - todo} of {total} chunks embedded; embedding {todo}…")
         try:
             embed_missing(idx, embedder, math.inf, EMBED_INDEX_TIMEOUT_S, EMBED_INDEX_RETRIES, progress=True)
         except EmbedError as exc:
             left = len(idx.conn.execute(_MISSING).fetchall())
             print(file=sys.stderr)  # end the progress line
-            index.warn(f"stopped: {exc}. {total - left} of {total} chunks are embedded and kept; run "
+            notice(f"stopped: {exc}. {total - left} of {total} chunks are embedded and kept; run "
                        "`python main.py --reindex` again to embed the rest.")
             return 1
-        index.warn(f"vectors: all {total} chunks embedded ({time.monotonic() - started:.1f} s).")
+        notice(f"vectors: all {total} chunks embedded ({time.monotonic() - started:.1f} s).")
         return 0
     return index.with_index(settings.kb, settings.index_dir, settings.search_watch, build)

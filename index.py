@@ -3,50 +3,44 @@
 `kb` is the resolved notes folder. Indexed per note: path, title, opening paragraph ("lead"), body (first
 2 MB), CJK runs as 2-character words (SQLite's unicode61 would see a sentence as one word). One index file per
 notes folder, in WAL mode so processes share it; a damaged or outdated one is rebuilt. A process's first
-search compares every note's size and mtime with the index, later ones ask Linux inotify what changed;
-note_changed hears of the agent's own changes. search.py asks the questions, this file only keeps the answers
-current. It never writes inside the notes folder nor reads outside it; what the model can fix raises ToolError.
+search compares every note's size and mtime with the index, later ones ask watch.py (Linux inotify) what
+changed; note_changed hears of the agent's own changes. search.py asks the questions, this file only keeps the
+answers current. It never writes inside the notes folder nor reads outside it (notes are read from the folder's
+own descriptor, as the tools read them); what the model can fix raises ToolError.
 """
 
 import contextlib
-import ctypes
 import hashlib
 import os
 import re
 import sqlite3
 import stat
-import struct
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+import db
+import notes
+import watch
+from db import notice
 from notes import NOTE_SUFFIXES, ToolError, is_note_path, readable_text
-from shell import libc
 
 INDEX_MAX_NOTE_BYTES = 2_000_000  # only the first 2 MB of a huge note are indexed
 INDEX_LEAD_CHARS = 400  # the opening paragraph, weighted as "lead"
 INDEX_BATCH = 500  # notes read and written together: bounds memory during a big build
 INDEX_PROGRESS_AFTER_S = 1.0  # a build running longer than this tells the person
-INDEX_BUSY_TIMEOUT_S = 5.0  # SQLite's own wait for another process's write lock
-INDEX_WAIT_S = 120  # then a search says so and waits this long for another process's build
-SCHEMA_VERSION = "3"  # bump when the tables or the text preparation change: old indexes get rebuilt
-
-
-def warn(message: str) -> None:
-    """A one-line notice for the person; the caller may replace it (index.warn = ...)."""
-    print(f"knowledge-agent: {message}", file=sys.stderr, flush=True)
+SCHEMA_VERSION = 4  # bump when the tables or the text preparation change: old indexes get rebuilt
 
 
 # --- Notes on disk ---
-def _walk(kb: Path, watch=None) -> tuple:
+def _walk(kb: Path, watcher=None) -> tuple:
     """(notes -> (size, mtime_ns), notes whose paths are not UTF-8), hidden names skipped; each folder watched first."""
     found, unnamed, stack = {}, [], [""]
     while stack:
         rel_dir = stack.pop()
-        if watch is not None:
-            watch(kb / rel_dir, rel_dir)
+        if watcher is not None:
+            watcher.watch(kb / rel_dir, rel_dir)
         try:
             entries = list(os.scandir(kb / rel_dir))
         except OSError:
@@ -60,22 +54,13 @@ def _walk(kb: Path, watch=None) -> tuple:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(path)  # linked folders are not followed: no loops, no escapes
                 elif name.lower().endswith(NOTE_SUFFIXES) and (st := _note_stat(entry.path, kb)):
-                    if _is_utf8(path):  # else it cannot be stored or shown: list_notes says how many
+                    if watch.is_utf8(path):  # else it cannot be stored or shown: list_notes says how many
                         found[path] = st
                     else:
                         unnamed.append(path)
             except (OSError, RuntimeError):  # RuntimeError: a symlink loop
                 continue
     return found, unnamed
-
-
-def _is_utf8(path: str) -> bool:
-    """False for a path holding a name that is not UTF-8 (os gives its bytes as lone surrogates)."""
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _note_stat(path: str, kb: Path):
@@ -88,14 +73,18 @@ def _note_stat(path: str, kb: Path):
     return (st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
 
 
-def read_text(path: Path):
-    """The text of a note's first INDEX_MAX_NOTE_BYTES, or None if it cannot be read or looks binary."""
-    try:  # never waits on a FIFO put there since the walk saw a note
-        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as f:
-            regular = stat.S_ISREG(os.fstat(f.fileno()).st_mode)
-            return readable_text(f.read(INDEX_MAX_NOTE_BYTES)) if regular else None
-    except OSError:
+def read_text(kb: Path, rel_path: str):
+    """The text of a note's first INDEX_MAX_NOTE_BYTES, or None if it cannot be read or looks binary. Read as the
+    tools read: from the notes folder's descriptor, no link followed, so a folder swapped for a link to elsewhere
+    mid-search reads nothing outside; a note that is itself a link inside the notes is read where it leads."""
+    try:
+        try:
+            data = notes.read_bytes(kb, rel_path, INDEX_MAX_NOTE_BYTES)
+        except OSError:  # ELOOP: a link on the way; followed only to where the path guard lets a tool go
+            data = notes.read_bytes(kb, notes.rel(kb, notes.safe_path(kb, rel_path)), INDEX_MAX_NOTE_BYTES)
+    except (OSError, ToolError, ValueError):
         return None
+    return readable_text(data)
 
 
 # --- Text, for the index and the queries alike ---
@@ -139,7 +128,7 @@ def _row(kb: Path, path: str, size_mtime):
     """The index row of a note (size_mtime None: stat it now), or None if it cannot be read."""
     try:
         size_mtime = size_mtime or _note_stat(str(kb / path), kb)
-        text = read_text(kb / path) if size_mtime else None
+        text = read_text(kb, path) if size_mtime else None
     except (OSError, RuntimeError):
         return None
     if text is None:
@@ -154,21 +143,14 @@ def _row(kb: Path, path: str, size_mtime):
 
 
 # --- The one open index, kept in step with the notes on disk ---
-# Every statement may run twice: two processes opening a new index at once both try to create it.
 _SCHEMA = [
-    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)",
+    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)",  # embeddings.py keeps its state here
     "CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, path TEXT UNIQUE NOT NULL, size INTEGER, "
     "mtime_ns INTEGER, title TEXT, title_key TEXT, stem_key TEXT)",
     "CREATE INDEX IF NOT EXISTS notes_mtime ON notes(mtime_ns)",
     "CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(path, title, lead, body, "
     "tokenize='unicode61 remove_diacritics 2')",
-    f"INSERT OR IGNORE INTO meta VALUES ('schema', '{SCHEMA_VERSION}')",
 ]
-_DAMAGE = ("malformed", "not a database", "no such table", "corrupt", "another version")  # in error texts
-# Linux inotify: any event on a folder (or lost events) means a full comparison, a note's event that note.
-_IN_FOLDER = 0x40000000 | 0x400 | 0x800 | 0x4000  # IN_ISDIR, IN_DELETE_SELF, IN_MOVE_SELF, IN_Q_OVERFLOW
-_WATCH_MASK = 0x03000FCE  # MODIFY ATTRIB CLOSE_WRITE MOVED_* CREATE DELETE *_SELF, ONLYDIR DONT_FOLLOW
-_EVENT = struct.Struct("iIII")  # watch descriptor, mask, cookie, length of the name that follows
 
 
 def index_path(kb: Path, index_dir: Path) -> Path:
@@ -177,26 +159,19 @@ def index_path(kb: Path, index_dir: Path) -> Path:
     return Path(index_dir) / f"{kb.name or 'root'}-{digest}.sqlite"
 
 
-def _run_waiting(conn: sqlite3.Connection, sql: str) -> None:
-    """Run sql; if another process holds the index longer (a big first build), say so and wait for it."""
-    try:
-        conn.execute(sql)
-    except sqlite3.OperationalError as exc:
-        if "locked" not in str(exc):
-            raise
-        warn("another knowledge-agent is updating the search index of these notes; "
-             f"waiting for it (at most {INDEX_WAIT_S:.0f} s)…")
-        conn.execute(f"PRAGMA busy_timeout = {int(INDEX_WAIT_S * 1000)}")
-        conn.execute(sql)  # on failure the caller closes this connection, long wait and all
-        conn.execute(f"PRAGMA busy_timeout = {int(INDEX_BUSY_TIMEOUT_S * 1000)}")
+def _open(path: Path) -> sqlite3.Connection:
+    """The index file, made if new (synchronous=NORMAL is safe with WAL: at worst a change is read again)."""
+    conn = db.connect(path, _SCHEMA, SCHEMA_VERSION, upgrade=False)
+    tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE name IN ('meta', 'notes', 'fts')").fetchone()[0]
+    if tables < 3:  # dropped by hand: SQLite would call each use a plain error, not damage
+        conn.close()
+        raise db.Damaged("a table is missing")
+    return conn
 
 
-@contextlib.contextmanager
 def writing(conn: sqlite3.Connection):
-    """One write transaction, committed or (on an error) rolled back, after waiting for another process's."""
-    _run_waiting(conn, "BEGIN IMMEDIATE")
-    with conn:
-        yield
+    """One write transaction on the index, after waiting (and saying so) for another process's."""
+    return db.writing(conn, "the search index of these notes")
 
 
 @dataclass
@@ -205,27 +180,15 @@ class Index:
     path: Path
     watch: bool  # inotify wanted; `can_watch` turns False where it is missing or at its watch limit
     conn: sqlite3.Connection
-    can_watch: bool = sys.platform.startswith("linux")
-    inotify: int = -1  # its descriptor, watching the folders of the last walk; -1: the next search walks
-    folder_of: dict = field(default_factory=dict)  # inotify watch descriptor -> folder relative to the notes
+    can_watch: bool = watch.AVAILABLE
+    watcher: watch.Watcher | None = None  # watching the folders of the last walk; None: the next search walks
     pending: set = field(default_factory=set)  # notes the agent changed: read whatever their stat says
     touched: set = field(default_factory=set)  # notes seen changed since embeddings.py last looked
     chunked: bool = False  # embeddings.py has compared every note's chunks in this process
     unnamed: list = field(default_factory=list)  # notes the last walk found with a path that is not UTF-8
 
-    def set_up(self) -> None:
-        """Create the tables of a new index; raise sqlite3.DatabaseError if it is damaged or outdated."""
-        _run_waiting(self.conn, "PRAGMA journal_mode=WAL")  # a new file: the process creating it may hold it
-        self.conn.execute("PRAGMA synchronous=NORMAL")  # safe with WAL; at worst the last change is re-read
-        if not self.conn.execute("SELECT 1 FROM sqlite_master WHERE name='meta'").fetchone():
-            with writing(self.conn):
-                for statement in _SCHEMA:
-                    self.conn.execute(statement)
-        if self.conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone() != (SCHEMA_VERSION,):
-            raise sqlite3.DatabaseError("it was made by another version of knowledge-agent")
-
     def refresh(self) -> None:
-        changed, gone = self.changes() if self.inotify >= 0 else None, []
+        changed, gone = self.watcher.changes() if self.watcher else None, []
         if changed is None:
             on_disk, self.unnamed = self.walk()
             known = {p: (s, m) for p, s, m in self.conn.execute("SELECT path, size, mtime_ns FROM notes")}
@@ -235,50 +198,21 @@ class Index:
         self.pending.clear()
 
     def walk(self) -> tuple:
-        """_walk's notes on disk; with inotify, a new instance watches exactly the folders found."""
+        """_walk's notes on disk; with inotify, a new watcher watches exactly the folders found."""
         self.stop_watching()
         if self.watch and self.can_watch:
             try:
-                self.inotify = libc().inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-                if self.inotify < 0:
-                    raise OSError(ctypes.get_errno(), "inotify_init1 failed")
-                return _walk(self.kb, self.watch_folder)
+                self.watcher = watch.Watcher()
+                return _walk(self.kb, self.watcher)
             except (OSError, AttributeError):  # no inotify here, or its watch limit: compare every time
                 self.stop_watching()
                 self.can_watch = False
         return _walk(self.kb)
 
-    def watch_folder(self, abs_dir: Path, rel_dir: str) -> None:
-        wd = libc().inotify_add_watch(self.inotify, os.fsencode(abs_dir), _WATCH_MASK)
-        if wd >= 0:
-            self.folder_of[wd] = rel_dir
-        elif ctypes.get_errno() not in (2, 20):  # ENOENT, ENOTDIR: gone meanwhile, the walk skips it too
-            raise OSError(ctypes.get_errno(), "inotify_add_watch failed")  # the watch limit, most likely
-
     def stop_watching(self) -> None:
-        if self.inotify >= 0:
-            os.close(self.inotify)
-        self.inotify, self.folder_of = -1, {}
-
-    def changes(self) -> dict | None:
-        """The notes inotify saw change since the last call, or None for a full walk: a folder changed, or a name
-        that is not UTF-8 did (the walk counts those)."""
-        notes = {}
-        while True:
-            try:
-                data = os.read(self.inotify, 65536)
-            except BlockingIOError:
-                return notes
-            at = 0
-            while at < len(data):
-                wd, mask, _cookie, length = _EVENT.unpack_from(data, at)
-                name = os.fsdecode(data[at + _EVENT.size:at + _EVENT.size + length].rstrip(b"\0"))  # as _walk's
-                at += _EVENT.size + length
-                path = f"{self.folder_of[wd]}/{name}".lstrip("/")
-                if mask & _IN_FOLDER or not _is_utf8(path):
-                    return None
-                if is_note_path(name):
-                    notes[path] = None
+        if self.watcher:
+            self.watcher.close()
+        self.watcher = None
 
     def apply(self, changed: dict, gone: list) -> None:
         """Write changes in one transaction; a path changed to None is read whatever its stat says."""
@@ -299,13 +233,13 @@ class Index:
                 self.conn.executemany("INSERT INTO fts(rowid, path, title, lead, body) "
                                       "SELECT id, ?, ?, ?, ? FROM notes WHERE path=?", [r[6:] + r[:1] for r in rows])
                 if not told and time.monotonic() - started > INDEX_PROGRESS_AFTER_S:
-                    warn(f"indexing {len(items)} notes, this takes a moment…")
+                    notice(f"indexing {len(items)} notes, this takes a moment…")
                     told = True
             self.remove(gone)
         if len(items) > 1000:  # fold a big build into the main file now instead of leaving a huge WAL
             self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         if told:
-            warn(f"indexed {len(items)} notes in {time.monotonic() - started:.1f} s.")
+            notice(f"indexed {len(items)} notes in {time.monotonic() - started:.1f} s.")
 
     def remove(self, paths: list) -> None:
         rows = [(p,) for p in paths]
@@ -331,26 +265,24 @@ def with_index(kb: Path, index_dir: Path, watch: bool, action) -> str:
     global _INDEX
     path = index_path(kb, index_dir)
     with _INDEX_LOCK:
-        for attempt in (1, 2):
+        for attempt in (1, 2, 3):
             try:
                 if _INDEX is None or (_INDEX.kb, _INDEX.path, _INDEX.watch) != (kb, path, watch):
                     close_index()
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    conn = sqlite3.connect(path, timeout=INDEX_BUSY_TIMEOUT_S, isolation_level=None,
-                                           check_same_thread=False)  # _INDEX_LOCK keeps its use to one thread
-                    _INDEX = Index(kb, path, watch, conn)
-                    _INDEX.set_up()
+                    _INDEX = Index(kb, path, watch, _open(path))
                 _INDEX.refresh()
                 return action(_INDEX)
             except (OSError, sqlite3.Error) as exc:
                 close_index()
-                if attempt == 2 or not any(s in str(exc).lower() for s in _DAMAGE):
-                    warn(f"search index {path} failed: {exc}")
-                    raise ToolError(f"the search index failed ({exc}); the notice on the person's screen says "
-                                    "where it is.") from None
-                warn(f"search index {path} cannot be used ({exc}); rebuilding it.")
-                for suffix in ("", "-wal", "-shm"):
-                    Path(f"{path}{suffix}").unlink(missing_ok=True)
+                if attempt == 3 or isinstance(exc, OSError) or db.problem(exc) in ("busy", "denied"):
+                    notice(f"search index {path} failed: {db.why(exc)}")
+                    raise ToolError(f"the search index failed ({db.why(exc)}); the notice on the person's screen "
+                                    "says where it is.") from None
+                if db.problem(exc) == "damaged":
+                    notice(f"search index {path} cannot be used ({exc}); rebuilding it.")
+                    for suffix in ("", "-wal", "-shm"):
+                        Path(f"{path}{suffix}").unlink(missing_ok=True)
+                # else a plain error (a table gone while the index was open): opened again, damage shows
             except BaseException:
                 close_index()  # whatever failed, the next search starts over with a full comparison
                 raise

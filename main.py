@@ -10,7 +10,6 @@ is incomplete (round limit, cut off by the length limit, or empty; the notice is
 import argparse
 import difflib
 import itertools
-import re
 import sys
 from pathlib import Path
 
@@ -19,9 +18,9 @@ import embeddings
 import sessions
 import shell
 import tools
-from agent import KEY_HINT, AgentError, make_client, request_budget, run_agent, system_message
+from agent import AgentError, Model, key_hint, make_client, run_agent, system_message
 from config import VERSION, ConfigError, Settings, load_settings
-from notes import ToolError, readable_text
+from notes import ToolError, readable_text, visible
 from terminal import Display, compact, read_question, shorten, start_line_editing
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -82,8 +81,10 @@ COMMANDS = {
     "/undo": "revert the agent's last change to a note",
     "/exit": "leave (Ctrl+D too)",
 }
-NO_KEY = (f"Chat is off: no API key. {KEY_HINT}, then start again. "
-          "Meanwhile /search, /list and /read work; /help lists all.")
+NO_KEY = ("Chat is off: no API key. {}, then start again. Meanwhile /search, /list and /read work; /help lists all.")
+# What a person typing the note commands is told to do next, by the kind of failure (notes.ToolError.kind).
+PERSON_ADVICE = {"missing": "Use /search or /list to find the right path.",
+                 "folder": "Use /list FOLDER to see inside it.", "lines": ""}
 MULTILINE_HELP = ("  A question can span lines: end a line with \\ to go on, or paste a block (it stays one "
                   "question).\n  Ctrl+C clears the line typed; on an empty line, or Ctrl+D, it leaves.")
 NOTE_COMMANDS = {"/search": ("search_notes", "query"), "/list": ("list_notes", "folder"),
@@ -95,7 +96,6 @@ class Chat:
 
     def __init__(self, settings: Settings, client, display: Display, conversation: sessions.Conversation):
         self.settings, self.client, self.display, self.conversation = settings, client, display, conversation
-        display.conversation = conversation
 
     def line(self, line: str) -> str:
         """One line, typed or piped: a /command or a question. Returns "exit", "ok", "incomplete" or "failed"."""
@@ -104,14 +104,14 @@ class Chat:
         if line.startswith("/"):
             return self.command(line)
         if not self.client:
-            self.display.error(NO_KEY)
+            self.display.error(NO_KEY.format(key_hint()))
             return "failed"
         question = self.conversation.begin_turn(line)
         self.display.begin_answer()
         try:
-            run_agent(question, self.conversation.history, self.settings, self.client, self.display)
+            answer = run_agent(question, self.conversation.history, self.settings, self.client, self.display)
             self.display.end_answer()
-            return "incomplete" if self.display.incomplete else "ok"
+            return "ok" if answer.complete else "incomplete"
         except AgentError as exc:
             self.display.error(str(exc))
             return "failed"
@@ -135,21 +135,34 @@ class Chat:
         return getattr(self, "do_" + name[1:])(argument) or "ok"
 
     def note_command(self, name: str, argument: str) -> str:
+        """/search, /list and /read: the agent's own tools, run by hand, their text on stdout; a failure is not
+        output (`python main.py "/read x.md" > x.txt` must not keep it) and is worded for a person."""
         tool, parameter = NOTE_COMMANDS[name]
         if not argument and name != "/list":
             self.display.error(f"Usage: {name} {'PATH [LINE]' if name == '/read' else parameter.upper()}")
             return "failed"
-        arguments = {parameter: argument} if argument else {}
-        path, _, line = argument.rpartition(" ")
-        if name == "/read" and path.strip() and line.isascii() and line.isdigit():  # "/read my note.md 200"
-            arguments = {parameter: path.strip(), "start_line": int(line)}
-        result = tools.execute_tool(tool, arguments, self.settings)
-        text = for_a_person(result.text, arguments.get("file_path"))
-        if result.error:  # a failure is not output: `python main.py "/read x.md" > x.txt` must not keep it
-            self.display.error(text.removeprefix("Error: "))
+        try:
+            text = self.read(argument) if name == "/read" else getattr(tools, tool)(
+                self.settings, **({parameter: argument} if argument else {}))
+        except ToolError as exc:
+            self.display.error(" ".join(filter(None, (exc.message, PERSON_ADVICE.get(exc.kind, "")))))
             return "failed"
-        print(text, flush=True)
+        except Exception as exc:  # a disk error, or a bug: one line, never a traceback
+            self.display.error(f"{name} failed: {getattr(exc, 'strerror', None) or exc}.")
+            return "failed"
+        print(visible(tools.clean_text(text), lines=True), flush=True)
         return "ok"
+
+    def read(self, argument: str) -> str:
+        """/read PATH [LINE]: a screenful of the note from that line, and the command that shows the next."""
+        path, _, line = argument.rpartition(" ")
+        path, start = (path.strip(), int(line)) if path.strip() and line.isascii() and line.isdigit() else (argument, 1)
+        name, text = tools.note_text(self.settings, path, "")
+        if not text.splitlines():
+            return f"{name} is empty."
+        shown, end, total = tools.read_lines(text, start)
+        more = f"\n[… more: /read {name} {end + 1}]" if end < total else ""
+        return f"{name} (lines {start}-{end} of {total})\n" + "\n".join(shown) + more
 
     def do_help(self, argument: str) -> None:
         needs = "" if self.client else " (needs an API key)"
@@ -200,7 +213,8 @@ class Chat:
     def do_usage(self, argument: str) -> None:
         conversation, settings = self.conversation, self.settings
         (tp, tc), (sp, sc) = conversation.turn_usage, conversation.session_usage()
-        sent = context.fit_to_budget([system_message()] + conversation.history, request_budget(settings))
+        budget = (self.client or Model(settings)).budget()
+        sent = context.fit_to_budget([system_message()] + conversation.history, budget)
         tokens = context.estimate_tokens(sent, tools.tool_schemas(settings))
         self.display.info(f"last answer : {tp:,} prompt + {tc:,} completion tokens ({conversation.turn_calls} API "
                           f"calls)\nconversation: {sp:,} prompt + {sc:,} completion tokens in all\n"
@@ -211,16 +225,6 @@ class Chat:
         message, undone = self.conversation.undo(self.settings)
         (self.display.info if undone else self.display.error)(message)
         return "ok" if undone else "failed"
-
-
-def for_a_person(text: str, path: str | None) -> str:
-    """The tools' advice is worded for the model; a person running them by hand is told the commands."""
-    text = re.sub(r"\[… cut: call read_note with start_line=(\d+) to read on\]",
-                  lambda m: f"[… more: /read {path} {m[1]}]", text)
-    text = re.sub(r"\blist_notes with folder\b", "/list FOLDER", text)
-    text = re.sub(r"\bstart_line\b", "line", re.sub(r"\bfile_path ", "", text))
-    return re.sub(r"\b([Cc])?(?:all )?(search_notes|list_notes|read_note)\b",
-                  lambda m: {"C": "Run ", "c": "run "}.get(m[1], "") + "/" + m[2].split("_")[0], text)
 
 
 def show_sessions(store: sessions.SessionStore, write, current: int | None = None, kb: Path | None = None) -> None:
@@ -251,7 +255,7 @@ def repl(settings: Settings, client, display: Display, conversation: sessions.Co
     display.info(f"knowledge-agent {VERSION} · model {settings.model} at {settings.base_url} · notes {settings.kb}\n"
                  f"tools: {', '.join(tools.offered(settings))}")
     display.info("Ask about your notes. /help lists commands; /undo reverts the agent's last change. "
-                 "Ctrl+C cancels an answer; Ctrl+D or /exit leaves." if client else NO_KEY)
+                 "Ctrl+C cancels an answer; Ctrl+D or /exit leaves." if client else NO_KEY.format(key_hint()))
     if settings.allow_shell:
         display.info(shell_banner(settings))
     try:
@@ -281,8 +285,7 @@ def shell_banner(settings: Settings) -> str:
 
 def open_conversation(settings: Settings, display: Display, resume=None, latest=False) -> sessions.Conversation:
     """The conversation to carry on: a new one, this folder's latest (`latest`) or conversation number `resume`."""
-    conversation = sessions.Conversation(sessions.SessionStore(settings.data_dir / "sessions.db", display.info),
-                                         settings.kb)
+    conversation = sessions.Conversation(sessions.SessionStore(settings.data_dir / "sessions.db"), settings.kb)
     wanted = conversation.store.latest_session_id(settings.kb) if latest else resume
     if latest and wanted is None:
         display.info(f"No earlier conversation about {settings.kb} to continue; starting a new one.")
@@ -315,7 +318,7 @@ def run(args, display: Display) -> int:
         return embeddings.reindex(load_settings(kb=args.kb))
     if args.list_sessions:
         data_dir = load_settings(kb=args.kb, notes_required=False).data_dir  # a bad notes folder does not matter
-        show_sessions(sessions.SessionStore(data_dir / "sessions.db", warn=display.info), print)
+        show_sessions(sessions.SessionStore(data_dir / "sessions.db"), print)
         return EXIT_OK
     thinking = {"on": "enabled", "off": "disabled"}.get(args.thinking)
     settings = load_settings(kb=args.kb, model=args.model, base_url=args.base_url, api_key=args.api_key,
@@ -357,6 +360,7 @@ def main(argv=None) -> int:
             stream.reconfigure(errors="replace")
     args = parse_args(argv)
     display = Display()
+    display.show_notices()
     try:
         return run(args, display)
     except (ConfigError, AgentError, ToolError) as exc:

@@ -6,7 +6,7 @@ expects the person's own.
 It speaks the Model Context Protocol over stdio: JSON-RPC 2.0, one message per line, revisions 2024-11-05 to
 2025-11-25. The tools are the chat's own, run by tools.execute_tool with the chat's path guard, checks and
 limits; a tool's "Error: …" comes back as a result with isError. Tools the chat asks a person about first
-(confirm=True) are served only with --allow-destructive (or MCP_ALLOW_DESTRUCTIVE=1), and then the client
+(asks=True) are served only with --allow-destructive (or MCP_ALLOW_DESTRUCTIVE=1), and then the client
 asks; the opt-in shell only with --allow-shell (or MCP_ALLOW_SHELL=1) and ALLOW_SHELL=1. No API key needed.
 
 stdout must carry protocol messages and nothing else: a stray print in any imported code, or a child's
@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import copy
 import json
+import logging
 import os
 import sys
 
@@ -46,7 +47,7 @@ def served_tools(settings: Settings) -> dict[str, dict]:
     """The tools the chat offers, as MCP describes them; those it asks a person about and the shell only if allowed."""
     served = {}
     for name, tool in tools.offered(settings).items():
-        if (settings.mcp_allow_destructive or not tool.confirm) and (settings.mcp_allow_shell or tool.opt_in is None):
+        if (settings.mcp_allow_destructive or not tool.asks) and (settings.mcp_allow_shell or tool.opt_in is None):
             function = tool.schema["function"]
             hints = {"readOnlyHint": tool.read_only}
             if not tool.read_only:  # destructiveHint means something only for a tool that writes
@@ -67,7 +68,7 @@ class McpServer:
         self.settings = settings
         self.tools = served_tools(settings)
         # The client asked the person already (it sees destructiveHint); without the flag, nobody can be asked.
-        self.confirm = (lambda question: True) if settings.mcp_allow_destructive else None
+        self.ask = (lambda approval: True) if settings.mcp_allow_destructive else None
         self.version: str | None = None
         self.methods = {"initialize": self.initialize, "ping": lambda params: {}, "tools/call": self.call_tool,
                         "tools/list": lambda params: {"tools": list(self.tools.values())}}
@@ -139,7 +140,7 @@ class McpServer:
         arguments = params.get("arguments")  # None: no arguments, as execute_tool takes it
         if arguments is not None and not isinstance(arguments, dict):
             raise RpcError(INVALID_PARAMS, "Invalid params: arguments must be a JSON object.")
-        result = tools.execute_tool(name, arguments, self.settings, self.confirm)
+        result = tools.execute_tool(name, arguments, self.settings, self.ask)
         log(f"{name}: {result.text.splitlines()[0][:100] if result.error else 'ok'}")
         return {"content": [{"type": "text", "text": result.text}], "isError": result.error}
 
@@ -198,6 +199,9 @@ def main(argv=None) -> int:
         return 2
     server = McpServer(settings)
     protocol_in, protocol_out = claim_stdio()
+    handler = logging.Handler()  # every module's notices, as this server's log lines
+    handler.emit = lambda record: log(record.getMessage())
+    logging.getLogger("knowledge-agent").handlers[:] = [handler]
     log(f"serving {len(server.tools)} tools ({', '.join(server.tools)}) for the notes in {settings.kb}")
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client went away: nobody to tell
         serve(server, protocol_in, protocol_out)

@@ -36,12 +36,21 @@ MAX_CONTROL_SHARE = 0.01  # more control characters than this in a note not in U
 
 
 class ToolError(Exception):
-    """A tool call that cannot be done; the message goes back to the model, the notes are as they were."""
+    """A tool call that cannot be done; the notes are as they were. `message` says what went wrong, for anyone;
+    `advice` what to do next in the model's words (its tools and their arguments); `str()` is both, as the
+    model reads them. `kind` names the failure for code that words it for a person ("missing", "folder")."""
+
+    def __init__(self, message: str, advice: str = "", kind: str = ""):
+        super().__init__(f"{message} {advice}".strip())
+        self.message, self.advice, self.kind = message, advice, kind
 
 
-def visible(text: str) -> str:
-    """Text from the model or a note with control characters shown as escapes, for a person to read."""
-    return HIDING_CHARACTERS.sub(lambda m: repr(m.group())[1:-1], text)
+def visible(text: str, lines: bool = False) -> str:
+    """Text from the model or a note with control characters shown as escapes, for a person to read: no escape
+    sequence, carriage return or direction mark of theirs reaches the terminal. `lines`: newlines and tabs stay."""
+    if lines:
+        text = text.replace("\r\n", "\n")
+    return HIDING_CHARACTERS.sub(lambda m: m[0] if lines and m[0] in "\n\t" else repr(m[0])[1:-1], text)
 
 
 # --- The path guard ---

@@ -168,7 +168,8 @@ def _format_hits(kb: Path, words, hits, total_all: int, some_only: int, where: s
     patterns = _line_patterns(words)
     blocks, used = [], len(head) + 80  # room for the head and the closing "more" line
     for path, title, line in hits:
-        block = f"{path} — {title}" + "".join(f"\n  {n}: {text}" for n, text in _best_lines(kb / path, patterns, line))
+        lines = _best_lines(kb, path, patterns, line)
+        block = f"{path} — {title}" + "".join(f"\n  {n}: {text}" for n, text in lines)
         if used + len(block) + 2 > SEARCH_OUTPUT_CHARS:
             if blocks:
                 break
@@ -200,9 +201,9 @@ def _line_patterns(words: list) -> list:
     return [re.compile(p) for p in patterns]
 
 
-def _best_lines(path: Path, patterns: list, chunk_line: int | None = None) -> list:
+def _best_lines(kb: Path, path: str, patterns: list, chunk_line: int | None = None) -> list:
     """(line number, clipped line) of the lines matching most patterns, in note order; else the opening lines."""
-    lines = (read_text(path) or "").splitlines()
+    lines = (read_text(kb, path) or "").splitlines()
     if chunk_line is not None:
         patterns = []
     scored = []

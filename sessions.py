@@ -1,102 +1,63 @@
 """Session store: every conversation with the agent, kept in one SQLite file so it survives the program.
 
 Each message is committed the moment it exists (a kill loses at most the one in flight), stored exactly as
-the OpenAI chat API takes it; a turn the agent abandons is marked `dropped`, kept but never loaded. Nothing
-here raises at the caller or reads the environment: each problem is one line through `warn`. Only damage
-SQLite can prove moves the file aside; a file that cannot be opened is left alone, the run kept in memory.
+the OpenAI chat API takes it; a turn the agent abandons is marked `dropped`, kept but never loaded. A
+`Conversation`'s history saves itself: run_agent extends it and calls its `save`, no UI writes it. Nothing here
+raises at the caller or reads the environment: each problem is one notice (db.notice). Only damage SQLite can
+prove moves the file aside; a file that cannot be opened is left alone, the run kept in memory.
 """
 
 import json
 import shlex
 import sqlite3
+import threading
 import time
 from collections import namedtuple
 from pathlib import Path
-from typing import Callable
 
+import db
 import tools
 from context import content_text, repair_history
+from db import notice
 
 SCHEMA_VERSION = 1
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (id INTEGER PRIMARY KEY, started REAL NOT NULL, kb TEXT, title TEXT,
-    prompt_tokens INTEGER NOT NULL DEFAULT 0, completion_tokens INTEGER NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id INTEGER NOT NULL,
-    created REAL NOT NULL, role TEXT NOT NULL, body TEXT NOT NULL, dropped INTEGER NOT NULL DEFAULT 0);
-CREATE INDEX IF NOT EXISTS messages_by_session ON messages(session_id, id);
-"""
-BUSY_WAIT = 10.0  # seconds a write waits for another process's write lock before this run stops saving
+SCHEMA = [
+    "CREATE TABLE IF NOT EXISTS sessions (id INTEGER PRIMARY KEY, started REAL NOT NULL, kb TEXT, title TEXT, "
+    "prompt_tokens INTEGER NOT NULL DEFAULT 0, completion_tokens INTEGER NOT NULL DEFAULT 0)",
+    "CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id INTEGER NOT NULL, "
+    "created REAL NOT NULL, role TEXT NOT NULL, body TEXT NOT NULL, dropped INTEGER NOT NULL DEFAULT 0)",
+    "CREATE INDEX IF NOT EXISTS messages_by_session ON messages(session_id, id)",
+]
 LIST_LIMIT = 20  # conversations a listing shows
 TITLE_CHARS, TITLE_SHOWN = 200, 60  # of the first question: kept as the title; of the title: in a listing
-DAMAGED = ("SQLITE_CORRUPT", "SQLITE_NOTADB")  # prefixes of SQLite's result codes: these prove the bytes bad
-BUSY = ("SQLITE_BUSY", "SQLITE_LOCKED")
-NOT_ALLOWED = ("SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_AUTH", "SQLITE_READONLY")
 # One row per conversation with its kept messages counted (kb: the notes folder as stored); add WHERE ... GROUP BY s.id.
 INFO = ("SELECT s.id, s.started, coalesce(s.title, ''), count(m.id), s.kb, s.prompt_tokens, s.completion_tokens "
         "FROM sessions s LEFT JOIN messages m ON m.session_id = s.id AND NOT m.dropped ")
 SessionInfo = namedtuple("SessionInfo", "id started title messages kb prompt_tokens completion_tokens")
 
 
-class Damaged(sqlite3.DatabaseError):
-    sqlite_errorname = "SQLITE_CORRUPT"  # damage found without SQLite raising it: quick_check's, a folder
-
-
-def _is(error: BaseException, codes: tuple[str, ...]) -> bool:
-    return getattr(error, "sqlite_errorname", "").startswith(codes)
-
-
-def _why(error: BaseException) -> str:
-    if isinstance(error, PermissionError) or _is(error, NOT_ALLOWED):
-        return "permission denied"
-    if isinstance(error, (FileExistsError, NotADirectoryError)):  # KA_DATA_DIR names a file, or passes through one
-        return "part of that path is a file, not a folder"
-    return "another knowledge-agent is writing" if _is(error, BUSY) else getattr(error, "strerror", None) or str(error)
-
-
 def _open(path: Path) -> sqlite3.Connection:
-    if path.is_dir():
-        raise Damaged("a folder, not a file")
-    # autocommit unless we BEGIN; the web UI uses a store from several threads, one at a time (web.py's lock)
-    conn = sqlite3.connect(str(path), timeout=BUSY_WAIT, isolation_level=None, check_same_thread=False)
-    conn.text_factory = lambda raw: raw.decode("utf-8", "replace")  # one bad title must not hide the list
-    try:
-        deadline = time.monotonic() + BUSY_WAIT
-        while True:  # WAL: a reader never waits for another REPL's writes. The switch answers "locked" at
-            try:  # once, with no busy wait, while another process makes it too: try again
-                conn.execute("PRAGMA journal_mode=WAL")
-                break
-            except sqlite3.OperationalError as e:
-                if not _is(e, BUSY) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.01)
-        conn.execute("PRAGMA synchronous=FULL")  # a commit survives a power cut too: one fsync per message
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise sqlite3.DatabaseError(f"made by a newer version of knowledge-agent (schema {version})")
-        conn.executescript(SCHEMA + (f"PRAGMA user_version={SCHEMA_VERSION};" if version < SCHEMA_VERSION else ""))
-        if (problem := conn.execute("PRAGMA quick_check(1)").fetchone()[0]) != "ok":  # ~0.5 ms per MB (bench/)
-            raise Damaged(" ".join(problem.split()))  # found now, not as a bad page mid-conversation
-    except BaseException:
-        conn.close()
-        raise
-    return conn
+    """synchronous=FULL: a commit survives a power cut too, one fsync per message; quick_check costs ~0.5 ms per
+    MB (bench/) and finds damage now, not as a bad page mid-conversation."""
+    return db.connect(path, SCHEMA, SCHEMA_VERSION, synchronous="FULL", check=True)
 
 
 class SessionStore:
-    def __init__(self, path: Path, warn: Callable[[str], None]):
-        self.path, self.warn = Path(path), warn
+    """The file of conversations; one thread at a time uses it (the page's worker and requests share one)."""
+
+    def __init__(self, path: Path):
+        self.path, self.lock = Path(path), threading.RLock()
         self.persistent = self.saving = True  # persistent: False once nothing more can reach the file
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             # A file another process is creating this instant is empty too, for a moment: not worth a word.
             empty = self.path.is_file() and (st := self.path.stat()).st_size == 0 and st.st_mtime < time.time() - 1
             self.conn = _open(self.path)
         except (OSError, sqlite3.Error) as e:  # only proven damage moves the file: one that may be good never
-            self.conn = (self._recover(str(e)) if _is(e, DAMAGED)
-                         else self._in_memory(f"cannot open {self.path} ({_why(e)})"))
+            self.conn = (self._recover(str(e)) if db.problem(e) == "damaged"
+                         else self._in_memory(f"cannot open {self.path} ({db.why(e)})"))
         else:
             if empty:  # SQLite takes a 0-byte file for a new database: say that the history was emptied
-                warn(f"{self.path} was empty (0 bytes); starting a fresh history")
+                notice(f"{self.path} was empty (0 bytes); starting a fresh history")
 
     def _recover(self, reason: str) -> sqlite3.Connection:
         """Move the damaged file aside with its WAL (else replayed into the fresh file), say how to put it back."""
@@ -109,36 +70,36 @@ class SessionStore:
                 Path(f"{self.path}{suffix}").rename(f"{aside}{suffix}")
             conn = _open(self.path)
         except (OSError, sqlite3.Error) as e:
-            return self._in_memory(f"{self.path} is damaged ({reason}) and could not be replaced ({_why(e)})")
+            return self._in_memory(f"{self.path} is damaged ({reason}) and could not be replaced ({db.why(e)})")
         back = " && ".join(f"mv {shlex.quote(f'{aside}{s}')} {shlex.quote(f'{self.path}{s}')}" for s in moved)
-        self.warn(f"{self.path} is damaged ({reason}); moved it to {aside.name} and started a fresh one. "
+        notice(f"{self.path} is damaged ({reason}); moved it to {aside.name} and started a fresh one. "
                   f"To put it back, quit and run: {back}")
         return conn
 
     def _in_memory(self, problem: str) -> sqlite3.Connection:
         self.persistent = False
-        self.warn(f"{problem}; this conversation will not be saved")
+        notice(f"{problem}; this conversation will not be saved")
         return _open(Path(":memory:"))  # the same tables, gone when the program ends
 
     def write(self, fn):
-        """fn(conn) in one IMMEDIATE transaction; its result. On failure: warn once, save nothing more, None."""
+        """fn(conn) in one transaction; its result. On failure: one notice, save nothing more, None."""
         if not self.saving:
             return None
         try:
-            with self.conn:  # commits at the end, or rolls back on any exception (Ctrl+C too)
-                self.conn.execute("BEGIN IMMEDIATE")  # the lock first: a second writer waits here, not half-way
+            with self.lock, db.writing(self.conn, str(self.path), long_wait=0):
                 return fn(self.conn)
         except sqlite3.Error as e:
             self.saving = self.persistent = False  # saving on after a gap would leave holes, and wait at each write
-            self.warn(f"{self.path} could not be written ({_why(e)}); this conversation is not being saved")
+            notice(f"{self.path} could not be written ({db.why(e)}); this conversation is not being saved")
 
     def _read(self, sql: str, args=()) -> list:
         try:
-            return self.conn.execute(sql, args).fetchall()
+            with self.lock:
+                return self.conn.execute(sql, args).fetchall()
         except OverflowError:  # an id too big for SQLite matches nothing
             return []
         except sqlite3.Error as e:
-            self.warn(f"could not read {self.path} ({_why(e)})")
+            notice(f"could not read {self.path} ({db.why(e)})")
             return []
 
     def load_messages(self, session_id: int) -> list[dict]:
@@ -154,7 +115,7 @@ class SessionStore:
             if isinstance(message, dict):
                 messages.append(message)
         if lost := len(bodies) - len(messages):
-            self.warn(f"{lost} damaged message(s) in conversation {session_id} could not be read and were left out")
+            notice(f"{lost} damaged message(s) in conversation {session_id} could not be read and were left out")
         return messages
 
     def list_sessions(self, kb: Path | None = None) -> list[SessionInfo]:
@@ -181,8 +142,22 @@ def format_session_line(info: SessionInfo, show_kb: bool = False) -> str:
     return line + (f"  (notes: {info.kb})" if show_kb and info.kb else "")
 
 
+class History(list):
+    """A conversation's messages, a plain list to run_agent, which calls `save` after each change it makes."""
+
+    def __init__(self, conversation: "Conversation", messages=()):
+        super().__init__(messages)
+        self.conversation = conversation
+
+    def save(self, usage=None) -> None:
+        """Commit what changed (new messages, or a dropped turn's) and count one API call's `usage`."""
+        self.conversation.sync(self)
+        if usage is not None:
+            self.conversation.add_usage(usage)
+
+
 class Conversation:
-    """The conversation in progress: its messages in memory, each also committed to the store by sync()."""
+    """The conversation in progress: its messages in memory (`history`), each also committed to the store."""
 
     def __init__(self, store: SessionStore, kb: Path | str | None = None):
         self.store, self.kb = store, kb
@@ -191,7 +166,7 @@ class Conversation:
         self.start_new()
 
     def start_new(self) -> None:
-        self.session_id, self.history = None, []
+        self.session_id, self.history = None, History(self)
         self.rows: list[int | None] = []  # the store's row id of each message in history (None: not stored)
         self.begin_turn()  # /usage speaks of this conversation only
 
@@ -200,7 +175,8 @@ class Conversation:
         if self.store.session_info(session_id) is None:
             return False
         # A kill may have left unanswered tool calls, damage a hole: repair as every request is repaired.
-        self.session_id, self.history = session_id, repair_history(self.store.load_messages(session_id))
+        self.session_id = session_id
+        self.history = History(self, repair_history(self.store.load_messages(session_id)))
         self.rows = [None] * len(self.history)  # only messages of later turns are ever dropped
         return True
 

@@ -2,18 +2,20 @@
 question is read (line editing, pasted blocks, Ctrl+C, input history).
 
 The answer goes to stdout and nothing else does: tool calls, reasoning, notices and errors go to stderr.
-This module shows and asks; it never decides what a line of input means (main.py's Chat does).
+Every character from the model or a note is shown, never obeyed: control characters and escape sequences are
+made visible, so only this module's own colours reach the terminal. This module shows and asks; it never
+decides what a line of input means (main.py's Chat does), nor writes the conversation.
 """
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import sys
 import time
 from pathlib import Path
 
-import sessions
 import tools
 from agent import UI
 from notes import visible
@@ -44,8 +46,14 @@ class Display(UI):
         self.live = sys.stderr.isatty()
         self.colour = self.live and not os.environ.get("NO_COLOR")
         self.status, self.thought, self.thinking_since, self.thought_seconds = "", "", None, 0.0
-        self.text_open = self.shell_always = self.incomplete = False
-        self.conversation: sessions.Conversation | None = None  # set by Chat before any answer
+        self.text_open = self.shell_always = False
+        self.held_cr = ""  # a stream piece's last "\r", until the next shows whether "\n" follows
+
+    def show_notices(self) -> None:
+        """Let every module's notices (db.notice) reach the person here, on stderr between the other lines."""
+        handler = logging.Handler()
+        handler.emit = lambda record: self.info(f"knowledge-agent: {visible(record.getMessage())}")
+        logging.getLogger("knowledge-agent").handlers[:] = [handler]
 
     def _style(self, code: str, text: str) -> str:
         return f"\033[{code}m{text}\033[0m" if self.colour else text
@@ -61,7 +69,7 @@ class Display(UI):
             print("\r\033[K", end="", file=sys.stderr, flush=True)
 
     def begin_answer(self) -> None:
-        self.thought, self.thought_seconds, self.incomplete = "", 0.0, False
+        self.thought, self.thought_seconds = "", 0.0
         self.waiting()
 
     def waiting(self) -> None:
@@ -77,11 +85,15 @@ class Display(UI):
         if self.live and not self.verbose:
             self._show_status("thinking: " + " ".join(self.thought.split("\n\n")[-1].split()))
         else:
+            text = visible(text, lines=True)
             print(self._style("2", "thinking: " + text if first else text), end="", file=sys.stderr, flush=True)
 
     def text(self, text: str) -> None:
         self.end_answer(more_text=True)
-        print(text, end="", flush=True)
+        text, self.held_cr = self.held_cr + text, ""
+        if text.endswith("\r"):
+            text, self.held_cr = text[:-1], "\r"
+        print(visible(text, lines=True), end="", flush=True)
         self.text_open = not text.endswith("\n")
 
     def end_answer(self, more_text: bool = False, announce: bool = True) -> None:
@@ -115,24 +127,21 @@ class Display(UI):
 
     def notice(self, text: str) -> None:
         self.end_answer()
-        self.incomplete = True
         self.info(self._style("33", text))
 
-    def confirm(self, question: str) -> bool | None:
+    def approve(self, approval: tools.Approval) -> bool | None:
+        """Ask at the terminal: a command shown whole, indented; `a` approves every command this session."""
         self._clear_status()
         if not self.interactive:
             return None
-        if not question.startswith(tools.SHELL_QUESTION):
-            return ask(question, "y/N") == "y"
-        reply = "a" if self.shell_always else ask(question, "y/N/a=always this session")
+        if approval.kind != "shell":
+            return ask(visible(approval.title), "y/N") == "y"
+        if self.shell_always:
+            return True
+        command = "\n    ".join(visible(line) for line in approval.detail.split("\n"))
+        reply = ask(f"{visible(approval.title)}\n    {command}", "y/N/a=always this session")
         self.shell_always = reply == "a"
         return reply in ("y", "a")
-
-    def history_changed(self, history: list[dict]) -> None:
-        self.conversation.sync(history)
-
-    def usage(self, usage) -> None:
-        self.conversation.add_usage(usage)
 
     def info(self, message: str) -> None:
         self._clear_status()
@@ -140,7 +149,7 @@ class Display(UI):
 
     def error(self, message: str) -> None:
         self.end_answer()
-        self.info(self._style("31", "error: ") + message)
+        self.info(self._style("31", "error: ") + visible(message, lines=True))
 
 
 def ask(question: str, choices: str) -> str:

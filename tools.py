@@ -1,10 +1,12 @@
 """The tools the model may call: each one function, registered with its schema and flags by `@tool`.
 
 `TOOLS` is the registry every other part reads: the schemas the model is offered (`tool_schemas`), the
-MCP server's hints, who must confirm, how main.py shows a result. Adding a tool is one decorated function
-(plus its test). `execute_tool(name, arguments, settings, confirm)` is the one error boundary: below it
-code raises `ToolError` with a message for the model; it returns a `Result` and never raises (except
-KeyboardInterrupt, which ends the turn). Every path the model gives goes through notes.py's guard.
+MCP server's hints, which tools always ask the person first. Adding a tool is one decorated function (plus its
+test). `execute_tool(name, arguments, settings, ask, review)` is the one error boundary: below it code raises
+`ToolError` with a message for the model; it returns a `Result` and never raises (except KeyboardInterrupt,
+which ends the turn). It also holds the one approval policy: a tool that needs the person's yes describes it as
+an `Approval`, and `ask` (the UI's) answers it. Every path the model gives goes through notes.py's guard, and
+every change to a note is a versions.Change, planned, approved when the policy says so, then applied.
 """
 
 import difflib
@@ -17,9 +19,9 @@ from typing import Callable, NamedTuple
 
 import embeddings
 import notes
-import versions
 import search
 import shell
+import versions
 from config import Settings
 from notes import HISTORY_DIR, ToolError, rel, safe_path
 
@@ -34,8 +36,8 @@ HINT_WIDTH = 200  # characters of the passage compared, and of a long line shown
 HINT_SCAN_CHARS = 1_000_000
 HINT_CANDIDATES = 50
 EDIT_MAX_MATCHES_COUNTED = 20
-SHELL_QUESTION = "Run this shell command in the notes folder?"  # terminal.py and web.py offer "always" for these
 KEPT = "the previous version is kept in .history/ (/undo in the chat restores it)."
+ERROR = "Error: "  # how a failed call's result begins, for the model and for each UI (and MCP's isError)
 
 
 @dataclass(frozen=True)
@@ -44,9 +46,13 @@ class Tool:
     schema: dict
     read_only: bool  # changes nothing
     destructive: bool  # may overwrite, move or delete words (MCP's destructiveHint)
-    confirm: bool  # the person is asked first; the function takes `confirm`
+    asks: bool  # always asks the person first (where every change is reviewed, every change asks)
     opt_in: str | None  # the Settings flag that offers it to the model
-    changes_notes: bool  # its results start with a change summary line (`~ notes/git.md  +3 −1`)
+
+    @property
+    def changes_notes(self) -> bool:
+        """Its results start with a change summary line (`~ notes/git.md  +3 −1`)."""
+        return not self.read_only and self.opt_in is None
 
 
 class Result(NamedTuple):
@@ -54,11 +60,21 @@ class Result(NamedTuple):
     error: bool
 
 
+@dataclass(frozen=True)
+class Approval:
+    """What a tool asks the person before it acts; each UI shows it by its kind."""
+    kind: str  # "change": a change to the notes, shown from `change`; "shell": a command, `detail`
+    title: str  # one line, e.g. "Move a.md to b.md?"
+    detail: str = ""
+    change: versions.Change | None = None
+    skippable: bool = True  # --yes may approve it (never a command that would run without the sandbox)
+
+
 TOOLS: dict[str, Tool] = {}
 _JSON_TYPES = {"string": str, "integer": int, "boolean": bool}
 
 
-def tool(description: str, params: dict, *, read_only=False, destructive=True, confirm=False, opt_in=None):
+def tool(description: str, params: dict, *, read_only=False, destructive=True, asks=False, opt_in=None):
     """Register a tool; `params` maps each argument to (JSON type, description), required if it has no default."""
     def register(function):
         signature = inspect.signature(function).parameters
@@ -66,8 +82,7 @@ def tool(description: str, params: dict, *, read_only=False, destructive=True, c
         properties = {name: {"type": kind, "description": text} for name, (kind, text) in params.items()}
         schema = {"type": "function", "function": {"name": function.__name__, "description": description,
                   "parameters": {"type": "object", "properties": properties, "required": required}}}
-        TOOLS[function.__name__] = Tool(function, schema, read_only, destructive and not read_only, confirm, opt_in,
-                                        changes_notes=not read_only and opt_in is None)
+        TOOLS[function.__name__] = Tool(function, schema, read_only, destructive and not read_only, asks, opt_in)
         return function
     return register
 
@@ -98,15 +113,17 @@ def list_notes(settings: Settings, folder: str | None = None) -> str:
     return search.list_notes(settings.kb, settings.index_dir, folder, settings.search_watch)
 
 
-def note_text(settings: Settings, file_path: str) -> tuple[str, str]:
-    """(name, text) of a note to read (the model's, the web page's): through the path guard, any encoding, bounded."""
-    name = rel(settings.kb, safe_path(settings.kb, file_path))
+def note_text(settings: Settings, file_path: str, what: str = "file_path") -> tuple[str, str]:
+    """(name, text) of a note to read (the model's, the page's, /read's): through the path guard, any encoding,
+    bounded. `what` names the path in an error ("" for a person, who typed no argument name)."""
+    name = rel(settings.kb, safe_path(settings.kb, file_path, what))
     try:
         data = notes.read_bytes(settings.kb, name, MAX_NOTE_BYTES + 1)
     except FileNotFoundError:
-        raise ToolError("no such note. Use search_notes or list_notes to find the right path.") from None
+        raise ToolError("no such note.", "Use search_notes or list_notes to find the right path.", "missing") from None
     except IsADirectoryError:
-        raise ToolError("that is a folder, not a note. Use list_notes with folder to see inside it.") from None
+        raise ToolError("that is a folder, not a note.", "Use list_notes with folder to see inside it.",
+                        "folder") from None
     text = notes.readable_text(data[:MAX_NOTE_BYTES])
     if text is None:
         raise ToolError("that file looks binary, not a text note.")
@@ -115,35 +132,33 @@ def note_text(settings: Settings, file_path: str) -> tuple[str, str]:
     return name, text
 
 
+def read_lines(text: str, start_line: int) -> tuple[list[str], int, int]:
+    """(the lines shown from start_line on, as many as fit one result; the last one's number; all lines)."""
+    lines = text.splitlines()
+    if not 1 <= start_line <= len(lines):
+        raise ToolError(f"line {start_line} is outside the note, which has {len(lines)} lines.",
+                        f"Pass start_line from 1 to {len(lines)}.", "lines")
+    window = lines[start_line - 1:start_line - 1 + READ_MAX_LINES]
+    ends = itertools.accumulate(len(line) + 1 for line in window)  # where each line ends in the result
+    shown = window[:sum(end <= MAX_TOOL_OUTPUT - 299 for end in ends)]
+    if not shown:  # a single enormous line
+        shown = [lines[start_line - 1][:MAX_TOOL_OUTPUT - 300] + " [… line cut]"]
+    return shown, start_line + len(shown) - 1, len(lines)
+
+
 @tool("Read a note's text. Always read a note before quoting, summarising or changing it; never guess "
       "its content. Long notes come in parts: pass start_line to read on.",
       {"file_path": PATH, "start_line": ("integer", "First line to read (1-based). Default 1.")}, read_only=True)
 def read_note(settings: Settings, file_path: str, start_line: int = 1) -> str:
     name, text = note_text(settings, file_path)
-    lines = text.splitlines()
-    if not lines:
+    if not text.splitlines():
         return f"{name} is empty."
-    if not 1 <= start_line <= len(lines):
-        raise ToolError(f"start_line {start_line} is outside the note, which has {len(lines)} lines.")
-    window = lines[start_line - 1:start_line - 1 + READ_MAX_LINES]  # as many of them as fit one result
-    ends = itertools.accumulate(len(line) + 1 for line in window)  # where each line ends in the result
-    shown = window[:sum(end <= MAX_TOOL_OUTPUT - 299 for end in ends)]
-    if not shown:  # a single enormous line
-        shown = [lines[start_line - 1][:MAX_TOOL_OUTPUT - 300] + " [… line cut]"]
-    end = start_line + len(shown) - 1
-    # main.for_a_person rewords this footer (and the tools' other advice) for a person typing /read
-    footer = f"\n[… cut: call read_note with start_line={end + 1} to read on]" if end < len(lines) else ""
-    return f"{name} (lines {start_line}-{end} of {len(lines)})\n" + "\n".join(shown) + footer
+    shown, end, total = read_lines(text, start_line)
+    footer = f"\n[… cut: call read_note with start_line={end + 1} to read on]" if end < total else ""
+    return f"{name} (lines {start_line}-{end} of {total})\n" + "\n".join(shown) + footer
 
 
-# --- Changing notes: every change goes through versions.py (atomic, format kept, recoverable) ---
-
-def _after_change(settings: Settings, summary: str, done: str, *names: str) -> str:
-    """Tell the index which notes changed; the result is the change summary line, then what was done."""
-    for name in names:
-        search.note_changed(settings.kb, settings.index_dir, name)
-    return f"{summary}\n{done}"
-
+# --- Changing notes: each change a versions.Change (atomic, format kept, recoverable) ---
 
 def _changeable(settings: Settings, path, size_limit: bool = True) -> str:
     """The name of an existing note that may be changed (`size_limit`: its text is to be changed, so not a huge one)."""
@@ -151,10 +166,34 @@ def _changeable(settings: Settings, path, size_limit: bool = True) -> str:
     if path.is_dir():
         raise ToolError(f"{name} is a folder, not a note.")
     if not path.is_file():
-        raise ToolError(f"{name} does not exist. Use search_notes or list_notes to find the right path.")
+        raise ToolError(f"{name} does not exist.", "Use search_notes or list_notes to find the right path.")
     if size_limit and path.stat().st_size > MAX_NOTE_BYTES:
         raise ToolError(f"{name} is larger than {MAX_NOTE_BYTES} bytes; it is too big to change safely here.")
     return name
+
+
+def _change(settings: Settings, approve, plan: Callable[[], versions.Change], title: str, done: str) -> str:
+    """Plan a change, have it approved where the policy asks, apply it and tell the index: the result's text,
+    its first line the change summary (`~ notes/git.md  +3 −1`). A change a person approved is written only if
+    every file is still as they saw it; one nobody saw is planned again on the notes as they are then."""
+    change = plan()
+    if change.is_noop():
+        return f"{versions.summary(change)}\n{done}"
+    asked = approve(Approval("change", title, change=change))
+    try:
+        change, warning = versions.apply(settings.kb, change, replan=None if asked else plan)
+    except versions.Stale as exc:
+        raise ToolError(f"{', '.join(exc.paths)} changed while the person was reviewing the change, so nothing "
+                        "was written.", "read_note it again.") from None
+    for path in {f.path for f in change.files} | set(change.move or ()):
+        search.note_changed(settings.kb, settings.index_dir, change.final_path(path))
+        search.note_changed(settings.kb, settings.index_dir, path)
+    return f"{versions.summary(change)}{warning}\n{done}"
+
+
+def _text_change(settings: Settings, approve, name: str, new_text, op: str, done: str) -> str:
+    return _change(settings, approve, lambda: versions.plan_text(settings.kb, name, new_text, op),
+                   f"Make this change to {name}?", done)
 
 
 def _lf(text: str) -> str:
@@ -200,11 +239,11 @@ def _likeness(piece: str, wanted: str) -> float:
       "changes instead of rewriting the note.",
       {"file_path": PATH, "old_text": ("string", "The exact current text to replace; must occur once."),
        "new_text": ("string", "The text to put in its place (empty to delete it).")})
-def edit_note(settings: Settings, file_path: str, old_text: str, new_text: str, *, confirm=None) -> str:
+def edit_note(settings: Settings, file_path: str, old_text: str, new_text: str, *, approve) -> str:
     name = _changeable(settings, safe_path(settings.kb, file_path))
     if not old_text:
-        raise ToolError("old_text is empty. Copy the exact passage to replace from read_note; "
-                        "to add text at the end of a note use append_note.")
+        raise ToolError("old_text is empty.", "Copy the exact passage to replace from read_note; to add text at the "
+                        "end of a note use append_note.")
     old_text, new_text = _lf(old_text), _lf(new_text)
     if old_text == new_text:
         raise ToolError("old_text and new_text are the same; nothing to change.")
@@ -213,67 +252,40 @@ def edit_note(settings: Settings, file_path: str, old_text: str, new_text: str, 
     # place one starts. A note that mixes CRLF and LF keeps its "\r\n" in the text; the model copies lines without "\r".
     pattern = re.compile("(?=(" + "\r?\n".join(map(re.escape, old_text.split("\n"))) + "))")
 
-    def replace_once(text: str) -> str:  # run on the note as it is now, under the lock
+    def replace_once(text: str) -> str:  # run on the note as it is when the change is planned
         found = [m.span(1) for m in itertools.islice(pattern.finditer(text), EDIT_MAX_MATCHES_COUNTED + 1)]
         if not found:
             raise ToolError(f"old_text was not found in {name} (0 matches); nothing was changed. "
-                            f"{closest_lines(text, old_text)}\n"
-                            "Copy the passage exactly, spaces and punctuation included.")
+                            f"{closest_lines(text, old_text)}", "Copy the passage exactly, spaces and punctuation "
+                            "included.")
         if len(found) > 1:
             many = len(found) > EDIT_MAX_MATCHES_COUNTED
             count = f"more than {EDIT_MAX_MATCHES_COUNTED}" if many else str(len(found))
-            raise ToolError(f"old_text occurs {count} times in {name}; nothing was changed. "
+            raise ToolError(f"old_text occurs {count} times in {name}; nothing was changed.",
                             "Include more of the surrounding text so it matches exactly once.")
         start, end = found[0]
         replacement = new_text.replace("\n", "\r\n") if "\r\n" in text[start:end] else new_text
         return text[:start] + replacement + text[end:]
 
-    return _save(settings, name, replace_once, "edit", f"Edited {name}; {KEPT}", confirm)
+    return _text_change(settings, approve, name, replace_once, "edit", f"Edited {name}; {KEPT}")
 
 
 @tool("Add text at the end of a note (journals, to-do lists, meeting logs), on a new line. Creates "
       "the note if it does not exist.",
       {"file_path": PATH, "content": ("string", "The Markdown text to add at the end.")}, destructive=False)
-def append_note(settings: Settings, file_path: str, content: str, *, confirm=None) -> str:
+def append_note(settings: Settings, file_path: str, content: str, *, approve) -> str:
     path = safe_path(settings.kb, file_path)
     name = rel(settings.kb, path)
     if not content.strip():
         raise ToolError("content is empty; nothing to append.")
     content = _lf(content) if content.endswith("\n") else _lf(content) + "\n"
     if not path.exists() and not path.is_symlink():
-        return _save(settings, name, content, "write", f"Created {name} with the content (it did not exist).",
-                     confirm)
+        return _text_change(settings, approve, name, content, "write",
+                            f"Created {name} with the content (it did not exist).")
     _changeable(settings, path)
-    return _save(settings, name, lambda text: text + ("" if not text or text.endswith("\n") else "\n") + content,
-                 "append", f"Appended to the end of {name}.", confirm)
-
-
-class _Seen(Exception):
-    """Carries (old text, new text) of a change computed for review out of save_note, before any write."""
-
-
-def _save(settings: Settings, name: str, new_text, op: str, done: str, confirm=None) -> str:
-    """Save through versions.py (new_text: the text, or a function of the note's text then). With `confirm`, a
-    review: the person sees the change's diff first, and it is written only if it is still exactly that change."""
-    shown = None  # the (old text, new text) the person was asked about; None: a no-op, never written
-
-    def look(old: str, new: str) -> None:
-        raise _Seen(old, new)
-
-    def unchanged(old: str, new: str) -> None:
-        if (old, new) != shown:
-            raise ToolError(f"{name} changed while the person was reviewing the change, so nothing was written. "
-                            "read_note it again.")
-
-    if confirm:
-        try:
-            versions.save_note(settings.kb, name, new_text, op, look)
-        except _Seen as seen:
-            shown = seen.args
-            diff = versions.diff_text(*shown) or "(only the line endings or the final newline change)"
-            confirm(f"Make this change to {name}?\n" + "\n".join(map(notes.visible, diff.split("\n"))))
-    summary = versions.save_note(settings.kb, name, new_text, op, unchanged if confirm else None)
-    return _after_change(settings, summary, done, name)
+    return _text_change(settings, approve, name,
+                        lambda text: text + ("" if not text or text.endswith("\n") else "\n") + content,
+                        "append", f"Appended to the end of {name}.")
 
 
 @tool("Create a new note (.md or .txt); folders are created as needed. It refuses to replace an "
@@ -281,44 +293,37 @@ def _save(settings: Settings, name: str, new_text, op: str, done: str, confirm=N
       "to change part of a note use edit_note, to add to its end use append_note.",
       {"file_path": PATH, "content": ("string", "The whole Markdown text of the note."),
        "overwrite": ("boolean", "Replace an existing note (its old text is kept in the history). Default false.")})
-def write_note(settings: Settings, file_path: str, content: str, overwrite: bool = False, *, confirm=None) -> str:
+def write_note(settings: Settings, file_path: str, content: str, overwrite: bool = False, *, approve) -> str:
     path = safe_path(settings.kb, file_path)
     name = rel(settings.kb, path)
     if not path.exists() and not path.is_symlink():
-        return _save(settings, name, _lf(content), "write", f"Created {name}.", confirm)
+        return _text_change(settings, approve, name, _lf(content), "write", f"Created {name}.")
     _changeable(settings, path)
     if not overwrite:
-        raise ToolError(f"{name} already exists; nothing was written. To change part of it use edit_note, to add "
+        raise ToolError(f"{name} already exists; nothing was written.", "To change part of it use edit_note, to add "
                         "to its end use append_note; pass overwrite: true only if the person asked for a full rewrite.")
-    return _save(settings, name, _lf(content), "overwrite", f"Replaced {name}; {KEPT}", confirm)
+    return _text_change(settings, approve, name, _lf(content), "overwrite", f"Replaced {name}; {KEPT}")
 
 
 @tool("Move or rename a note. Never replaces an existing note; the person is asked to confirm.",
       {"from_path": PATH, "to_path": ("string", "The new path relative to the notes folder, "
-                                                "e.g. 'archive/old-ideas.md'. Must not exist yet.")}, confirm=True)
-def move_note(settings: Settings, from_path: str, to_path: str, *, confirm) -> str:
+                                                "e.g. 'archive/old-ideas.md'. Must not exist yet.")}, asks=True)
+def move_note(settings: Settings, from_path: str, to_path: str, *, approve) -> str:
     source, target = safe_path(settings.kb, from_path, "from_path"), safe_path(settings.kb, to_path, "to_path")
     src, dst = _changeable(settings, source, size_limit=False), rel(settings.kb, target)
     if target.exists() or target.is_symlink():
-        raise ToolError(f"{dst} already exists; nothing was moved. Choose another to_path.")
-    confirm(f"Move {src} to {dst}?")
-    return _after_change(settings, versions.move_note(settings.kb, src, dst),
-                         f"Moved {src} to {dst}; /undo in the chat moves it back.", src, dst)
+        raise ToolError(f"{dst} already exists; nothing was moved.", "Choose another to_path.")
+    return _change(settings, approve, lambda: versions.plan_move(settings.kb, src, dst), f"Move {src} to {dst}?",
+                   f"Moved {src} to {dst}; /undo in the chat moves it back.")
 
 
 @tool("Delete a note (a copy is kept in the history, and /undo brings it back). Only when the person "
-      "asked for it; the person is asked to confirm.", {"file_path": PATH}, confirm=True)
-def delete_note(settings: Settings, file_path: str, *, confirm) -> str:
+      "asked for it; the person is asked to confirm.", {"file_path": PATH}, asks=True)
+def delete_note(settings: Settings, file_path: str, *, approve) -> str:
     name = _changeable(settings, safe_path(settings.kb, file_path), size_limit=False)
-    confirm(f"Delete {name}? (a copy is kept in {HISTORY_DIR}/)")
-    return _after_change(settings, versions.delete_note(settings.kb, name),
-                         f"Deleted {name}; a copy is kept in {HISTORY_DIR}/ and /undo in the chat brings it back.",
-                         name)
-
-
-def shell_question(command: str) -> str:
-    """What the person is asked: SHELL_QUESTION, then the command, indented, control characters visible."""
-    return SHELL_QUESTION + "\n    " + "\n    ".join(notes.visible(line) for line in command.split("\n"))
+    return _change(settings, approve, lambda: versions.plan_delete(settings.kb, name),
+                   f"Delete {name}? (a copy is kept in {HISTORY_DIR}/)",
+                   f"Deleted {name}; a copy is kept in {HISTORY_DIR}/ and /undo in the chat brings it back.")
 
 
 @tool("Run one bash command in the notes folder and get exit_code, stdout and stderr (long output keeps "
@@ -327,12 +332,13 @@ def shell_question(command: str) -> str:
       "it can read the notes but not change them (use the note tools, which can be undone), and it can "
       "write only to $TMPDIR. The person approves every command; stdin is closed, so nothing "
       "interactive works; commands that run too long are stopped.",
-      {"command": ("string", "The command, e.g. \"find . -name '*.md' | wc -l\".")}, confirm=True,
+      {"command": ("string", "The command, e.g. \"find . -name '*.md' | wc -l\".")}, asks=True,
       opt_in="allow_shell")
-def bash(settings: Settings, command: str, *, confirm) -> str:
+def bash(settings: Settings, command: str, *, approve) -> str:
     if not command.strip():
         raise ToolError("command is empty.")
-    confirm(shell_question(command), always_ask=shell.sandbox_problem() is not None)
+    approve(Approval("shell", "Run this shell command in the notes folder?", command,
+                     skippable=shell.sandbox_problem() is None))
     return shell.run_shell(command, settings.kb, settings.shell_timeout, settings.shell_network,
                            hide=(settings.api_key or "",))
 
@@ -362,7 +368,7 @@ def _arguments(schema: dict, arguments) -> dict:
         try:
             arguments = json.loads(arguments.strip() or "{}")
         except ValueError as exc:
-            raise ToolError(f"the arguments are not valid JSON ({exc}). Send one JSON object.") from None
+            raise ToolError(f"the arguments are not valid JSON ({exc}).", "Send one JSON object.") from None
     if not isinstance(arguments, dict):
         raise ToolError("the arguments must be a JSON object, like {\"query\": \"python\"}.")
     params = schema["function"]["parameters"]
@@ -381,38 +387,47 @@ def _arguments(schema: dict, arguments) -> dict:
     return checked
 
 
-def execute_tool(name: str, arguments, settings: Settings, confirm=None, review: bool = False) -> Result:
-    """Run one tool call. Never raises: a failure is a Result with error=True and text for the model.
-    With `review`, a change to a note is asked about too (its diff, through `confirm`) before it is written."""
-    def approve(question: str, always_ask: bool = False) -> None:  # what a tool calls: returns only if approved
-        if settings.auto_approve and not always_ask:
-            return
-        answer = confirm(question) if confirm else None  # None: nobody can be asked
-        if answer is None and always_ask:  # short: the person reads these on one trace line
+def _approver(settings: Settings, chosen: Tool, ask, review: bool):
+    """The approval policy, in one place: what a tool's `approve(Approval)` does. It returns True when a person
+    approved, False when nobody needed to be asked, or raises ToolError: not done. A tool that always asks is asked
+    about unless --yes covers it; with `review` (the page) every change is asked about and --yes covers nothing."""
+    def approve(approval: Approval) -> bool:
+        if not (chosen.asks or review):
+            return False
+        if approval.skippable and settings.auto_approve and not review:
+            return False
+        answer = ask(approval) if ask else None  # None: nobody can be asked
+        if answer is None and not approval.skippable:  # short: the person reads these on one trace line
             raise ToolError("not done: this needs the person's approval, and nobody can be asked here.")
         if answer is None:
             raise ToolError("not done: nobody can confirm here (one-shot/piped); rerun with --yes or AUTO_APPROVE=1.")
         if not answer:
-            raise ToolError("not done: the person declined. Do not retry unless they ask again.")
+            raise ToolError("not done: the person declined.", "Do not retry unless they ask again.")
+        return True
+    return approve
 
+
+def execute_tool(name: str, arguments, settings: Settings, ask=None, review: bool = False) -> Result:
+    """Run one tool call. Never raises: a failure is a Result with error=True and text for the model. `ask(Approval)`
+    answers True, False or None (nobody can be asked); `review`: every change is asked about (the page)."""
     try:
         known = offered(settings)
         if name not in known:
             if name in TOOLS:
-                raise ToolError("the shell tool is disabled. The person can enable it by starting with "
+                raise ToolError("the shell tool is disabled.", "The person can enable it by starting with "
                                 "--allow-shell (or ALLOW_SHELL=1); until then use the note tools.")
-            raise ToolError(f"unknown tool {name!r}. Available tools: {', '.join(known)}.")
+            raise ToolError(f"unknown tool {name!r}.", f"Available tools: {', '.join(known)}.")
         chosen = known[name]
         args = _arguments(chosen.schema, arguments)
-        if chosen.confirm or (review and chosen.changes_notes):
-            args["confirm"] = approve
+        if "approve" in inspect.signature(chosen.function).parameters:
+            args["approve"] = _approver(settings, chosen, ask, review)
         text, error = chosen.function(settings, **args), False
     except ToolError as exc:
-        text, error = f"Error: {exc}", True
+        text, error = f"{ERROR}{exc}", True
     except OSError as exc:
-        text, error = f"Error: {name} failed: {exc.strerror or exc}.", True
+        text, error = f"{ERROR}{name} failed: {exc.strerror or exc}.", True
     except Exception as exc:  # a tool bug must not end the conversation
-        text, error = f"Error: {name} failed unexpectedly: {type(exc).__name__}: {exc}", True
+        text, error = f"{ERROR}{name} failed unexpectedly: {type(exc).__name__}: {exc}", True
     text = clean_text(text)  # file names may not be UTF-8
     if len(text) > MAX_TOOL_OUTPUT:
         text = text[:MAX_TOOL_OUTPUT - 60] + f"\n[… cut: {len(text) - MAX_TOOL_OUTPUT + 60} more characters]"
@@ -424,9 +439,9 @@ def undo(settings: Settings) -> tuple[str, bool]:
     try:
         message, touched = versions.undo_last(settings.kb)
     except ToolError as exc:
-        return f"Error: {exc}", False
+        return f"{ERROR}{exc}", False
     except Exception as exc:  # undo must never end the chat
-        return f"Error: undo failed: {type(exc).__name__}: {exc}. Your notes and .history/ are as they were.", False
+        return f"{ERROR}undo failed: {type(exc).__name__}: {exc}. Your notes and .history/ are as they were.", False
     for name in touched:
         search.note_changed(settings.kb, settings.index_dir, name)
     return message, bool(touched)

@@ -1,10 +1,14 @@
-"""Keeping every word recoverable: versions in .history, the undo log, the changes the agent makes, undo.
+"""Every change to the notes: planned as a value, shown, applied as one, recorded so /undo can take it back.
 
-Every change goes through save_note, move_note or delete_note, under notes.locked: the old file is copied
-to `.history/<path>.<stamp>` (a plain file a person can open with any tool) and the change is recorded in
-`.history/undo.jsonl` before the note is replaced, so `undo_last` can always revert the latest one; undo
-itself keeps a copy of anything it would replace. It must never lose a word: a failure leaves the note as
-it was and raises notes.ToolError.
+A `Change` is what a tool wants to do: one file or several, each with the bytes it had when the change was
+planned and the bytes it gets (None: the file does not exist, or no longer will), and for a move the rename.
+`plan_text`, `plan_move` and `plan_delete` make one from the disk, `diffs` shows it, and `apply` writes it under
+notes.locked, only if every file still has the bytes the plan saw; a change nobody was shown is planned again on
+the notes as they are then, so what another process wrote meanwhile is built on, never written over. Before a
+byte is written, every file it replaces or removes is copied to `.history/<path>.<stamp>` (a plain file a person
+can open) and the whole change is one line of `.history/undo.jsonl`, so `undo_last` can put every file back,
+even after a kill midway. It must never lose a word: a failure leaves the notes as they were and raises
+notes.ToolError.
 """
 
 import contextlib
@@ -13,14 +17,20 @@ import hashlib
 import json
 import os
 import re
+import time
+from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from notes import (HISTORY_DIR, NoteFormat, ToolError, decode_note, encode_note, in_folder, locked, move_file,
-                   read_bytes, rel, remove_file, remove_folders, write_bytes)
+                   read_bytes, readable_text, remove_file, remove_folders, visible, write_bytes)
 
 UNDO_LOG = "undo.jsonl"
-HISTORY_KEEP = 20  # versions kept per note (0: no limit)
+HISTORY_KEEP = 20  # versions of a note always kept; older ones go only when old or too big (see prune_versions)
+HISTORY_PROTECT_S = 3600  # a version younger than this is never pruned: no burst of changes flushes a note
+HISTORY_MAX_AGE_S = 30 * 86400  # beyond HISTORY_KEEP, versions older than this are pruned
+HISTORY_MAX_BYTES = 200_000_000  # beyond HISTORY_KEEP, a note's oldest versions go while they take more than this
 UNDO_LOG_KEEP = 200  # changes /undo remembers
 CHANGE_OPS = ("write", "overwrite", "edit", "append", "move", "delete")  # what an undo log line may record
 STAMP_FORMAT = "%Y-%m-%dT%H-%M-%S.%fZ"  # UTC, so versions sort by name across DST changes
@@ -28,10 +38,188 @@ STAMP_RE = re.compile(r"\.(\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{6}Z)(?:-(\d+))?$")
 MINUS = "\u2212"
 DIFF_CONTEXT = 3  # unchanged lines shown around a change under review
 DIFF_MAX_LINES = 400  # lines of a diff shown for review; a longer one says how many more
+# difflib takes time that grows with the product of the changed parts' lengths (far more on repetitive notes):
+# past this product a change is counted and shown as a whole replacement, so no summary takes a second.
+DIFF_MAX_WORK = 4_000_000
 
 
 class _Gone(ToolError):
     """What a recorded change touched is no longer there, so it can never be undone."""
+
+
+class Stale(ToolError):
+    """Files changed on disk after the change was planned (`paths`), so nothing was written."""
+
+    def __init__(self, paths: list[str]):
+        super().__init__(f"{', '.join(paths)} changed on disk after the change was planned, so nothing was written",
+                         "read_note it again and redo the change.")
+        self.paths = paths
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str  # relative to the notes folder; for a move's own note, its path before the move
+    old: bytes | None  # what it held when planned; None: it did not exist
+    new: bytes | None  # what it gets; None: it is removed
+
+
+@dataclass(frozen=True)
+class Change:
+    op: str  # one of CHANGE_OPS
+    files: tuple[FileChange, ...]
+    move: tuple[str, str] | None = None  # (from, to): renamed first; a file of `from` is then written at `to`
+
+    @property
+    def note(self) -> str:
+        """The note the change is about (a move's: where it was)."""
+        return self.move[0] if self.move else self.files[0].path
+
+    def final_path(self, path: str) -> str:
+        return self.move[1] if self.move and path == self.move[0] else path
+
+    def is_noop(self) -> bool:
+        return not self.move and all(f.old == f.new for f in self.files)
+
+
+# --- Planning a change ---
+
+def _current(kb: Path, rel_path: str) -> bytes | None:
+    try:
+        return read_bytes(kb, rel_path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def plan_text(kb: Path, rel_path: str, new_text, op: str) -> Change:
+    """A text change: "write" creates a note (refused if one exists), "overwrite", "edit" and "append" replace one
+    in its own format. `new_text`: the text, or a function of the note's text now (it may raise ToolError)."""
+    compute = new_text if callable(new_text) else lambda old: new_text
+    data = _current(kb, rel_path)
+    if op == "write":
+        if data is not None or os.path.lexists(kb / rel_path):
+            raise ToolError(f"{rel_path} already exists; nothing was replaced")
+        return Change(op, (FileChange(rel_path, None, encode_note(compute(""), NoteFormat())),))
+    if data is None:
+        raise ToolError(f"{rel_path} does not exist")
+    try:
+        old_text, fmt = decode_note(data)
+    except ToolError as e:
+        raise ToolError(f"{rel_path} is {e}") from None
+    return Change(op, (FileChange(rel_path, data, encode_note(compute(old_text), fmt)),))
+
+
+def plan_move(kb: Path, from_path: str, to_path: str, rewritten: dict | None = None) -> Change:
+    """Rename a note (never over an existing one); `rewritten`: new bytes of notes whose links change with it
+    (the moved note's own under its old path), as planned from the bytes they have now."""
+    if _current(kb, from_path) is None:
+        raise ToolError(f"{from_path} does not exist")
+    files = tuple(FileChange(path, _current(kb, path), new) for path, new in (rewritten or {}).items())
+    return Change("move", files, (from_path, to_path))
+
+
+def plan_delete(kb: Path, rel_path: str) -> Change:
+    data = _current(kb, rel_path)
+    if data is None:
+        raise ToolError(f"{rel_path} does not exist")
+    return Change("delete", (FileChange(rel_path, data, None),))
+
+
+# --- Applying one ---
+
+@contextlib.contextmanager
+def _changing(kb: Path, change: Change):
+    """Under the lock; a failing disk says what is unchanged."""
+    verb, unchanged = {"move": ("move", "it is where it was"), "delete": ("delete", "it is still there")}.get(
+        change.op, ("save", "the note is as it was"))
+    try:
+        with locked(kb):
+            yield
+    except OSError as e:
+        raise ToolError(f"could not {verb} {change.note}: {e.strerror or e}; {unchanged}") from None
+
+
+def _stale(kb: Path, change: Change) -> list[str]:
+    """The files that no longer hold what the plan saw (a move: its note gone, or its new place taken)."""
+    stale = [f.path for f in change.files if _current(kb, f.path) != f.old]
+    if change.move:
+        if _current(kb, change.move[0]) is None:
+            raise ToolError(f"{change.move[0]} does not exist")
+        if os.path.lexists(kb / change.move[1]):
+            raise ToolError(f"{change.move[1]} already exists; nothing was moved")
+    return stale
+
+
+def apply(kb: Path, change: Change, replan=None) -> tuple[Change, str]:
+    """Write the change (each file atomically, the whole recorded as one undo entry first): (the change as
+    written, "" or a warning that /undo will not know it). If a file changed since the plan, `replan()` plans it
+    again under the lock; without one (a person approved exactly that change) nothing is written and ToolError
+    says which."""
+    with _changing(kb, change):
+        if stale := _stale(kb, change):
+            if replan is None:
+                raise Stale(stale)
+            change = replan()
+            if stale := _stale(kb, change):  # only a program that ignores the lock writes this fast
+                raise ToolError(f"{', '.join(stale)} keeps changing on disk; nothing was written")
+        if change.is_noop():
+            return change, ""
+        entry, warning = _record(kb, change)
+        try:
+            _write(kb, change)
+        except BaseException:
+            _take_back(kb, entry)
+            raise
+        for f in change.files:
+            prune_versions(kb, f.path)  # its versions are kept under the name it had
+    return change, warning
+
+
+def _missing_folders(kb: Path, rel_path: str) -> list[str]:
+    """The folders above rel_path that do not exist yet, outermost first: the ones a write there will make."""
+    parents = [p.as_posix() for p in reversed(PurePosixPath(rel_path).parents[:-1])]
+    return [p for p in parents if not (kb / p).is_dir()]
+
+
+def _record(kb: Path, change: Change) -> tuple[dict, str]:
+    """Copy every file the change replaces or removes into .history, then log the change: before any write, so a
+    kill midway leaves nothing /undo cannot put back."""
+    files, made = [], []
+    for f in change.files:
+        final = change.final_path(f.path)
+        kept = snapshot(kb, f.path, f.old) if f.old is not None else None
+        after = hashlib.sha256(f.new).hexdigest() if f.new is not None else None
+        files.append({"path": final, "snapshot": kept, "after": after})
+        if f.old is None:
+            made += _missing_folders(kb, final)
+    if change.move:
+        made += _missing_folders(kb, change.move[1])
+    entry = {"time": _stamp(), "op": change.op, "path": change.note, "to": change.move and change.move[1],
+             "files": files, "made": list(dict.fromkeys(made)) or None}
+    return entry, _log_change(kb, entry)
+
+
+def _write(kb: Path, change: Change) -> None:
+    if change.move:
+        move_file(kb, *change.move)  # refused, race-free, if the new place is taken
+    for f in change.files:
+        path = change.final_path(f.path)
+        if f.new is None:
+            remove_file(kb, path)
+        else:
+            write_bytes(kb, path, f.new, new=f.old is None)  # `new`: refused if a note of that name appeared
+
+
+def _take_back(kb: Path, entry: dict) -> None:
+    """A change that failed midway: put back what it did, and forget its entry (it never happened)."""
+    with contextlib.suppress(ToolError, OSError):
+        _undo(kb, entry, only_ours=True)
+    with contextlib.suppress(OSError):
+        for f in entry["files"]:
+            if f["snapshot"]:
+                remove_file(kb, f["snapshot"])
+        entries = read_log(kb)
+        if entries and entries[-1].get("time") == entry["time"] and entries[-1]["path"] == entry["path"]:
+            _write_log(kb, entries[:-1])
 
 
 # --- Versions in .history ---
@@ -40,12 +228,12 @@ def _stamp() -> str:
     return datetime.now(timezone.utc).strftime(STAMP_FORMAT)
 
 
-def snapshot(kb: Path, rel_path: str) -> str:
-    """Copy the note to .history/<rel_path>.<stamp>; return that copy's path relative to kb."""
-    data = read_bytes(kb, rel_path)
+def snapshot(kb: Path, rel_path: str, data: bytes | None = None) -> str:
+    """Copy the note (or `data`, its bytes read under the lock) to .history/<rel_path>.<stamp>; that copy's path."""
     base = f"{HISTORY_DIR}/{rel_path}.{_stamp()}"
     copy, n = base, 0
     try:
+        data = read_bytes(kb, rel_path) if data is None else data
         while os.path.lexists(kb / copy):  # two changes within one microsecond
             n += 1
             copy = f"{base}-{n}"
@@ -53,7 +241,11 @@ def snapshot(kb: Path, rel_path: str) -> str:
     except OSError as e:
         raise ToolError(f"could not keep a copy of {rel_path} in {HISTORY_DIR}/ ({e.strerror or e}), "
                         "so nothing was changed") from None
+    _FIRST_KEPT.setdefault((str(kb), rel_path), copy)
     return copy
+
+
+_FIRST_KEPT: dict = {}  # (notes folder, note) -> the first version this process kept: the note before this run
 
 
 def list_versions(kb: Path, rel_path: str) -> list[Path]:
@@ -68,11 +260,31 @@ def list_versions(kb: Path, rel_path: str) -> list[Path]:
     return [base.parent / name for _, _, name in sorted(found)]
 
 
+def _age_s(version: Path) -> float:
+    stamp = STAMP_RE.search(version.name)[1]
+    return time.time() - datetime.strptime(stamp, STAMP_FORMAT).replace(tzinfo=timezone.utc).timestamp()
+
+
 def prune_versions(kb: Path, rel_path: str) -> None:
-    """Delete the oldest versions of one note beyond HISTORY_KEEP (0: keep all, as [:-0] is empty)."""
-    for path in list_versions(kb, rel_path)[:-HISTORY_KEEP]:
+    """Delete a note's old versions, by age and size, never by count alone: the newest HISTORY_KEEP stay, as do
+    every version of the last HISTORY_PROTECT_S, the newest one older than that and the first this process kept,
+    so no sequence of changes can flush the text a note had before this conversation or before the last hour."""
+    kept = list_versions(kb, rel_path)
+    ages = [_age_s(v) for v in kept]
+    older = [i for i, age in enumerate(ages) if age >= HISTORY_PROTECT_S]
+    first = _FIRST_KEPT.get((str(kb), rel_path))
+    protected = set(range(len(kept) - HISTORY_KEEP, len(kept))) | {i for i, a in enumerate(ages)
+                                                                   if a < HISTORY_PROTECT_S}
+    protected |= {older[-1]} if older else set()
+    protected |= {i for i, v in enumerate(kept) if first and v == kb / first}
+    sizes = [v.stat().st_size if v.exists() else 0 for v in kept]
+    total = sum(sizes)
+    for i, version in enumerate(kept):  # oldest first
+        if i in protected or (ages[i] < HISTORY_MAX_AGE_S and total <= HISTORY_MAX_BYTES):
+            continue
         with contextlib.suppress(OSError):
-            remove_file(kb, rel(kb, path))
+            remove_file(kb, version.relative_to(kb).as_posix())
+            total -= sizes[i]
 
 
 # --- The undo log ---
@@ -86,12 +298,33 @@ def _inside_notes(path, under: str | None = None) -> bool:
     return parts[0] == under if under else parts[0] != HISTORY_DIR
 
 
+def _files_of(e: dict) -> list | None:
+    """The entry's files as this version records them; a line an older version wrote is read the same way."""
+    if "files" in e:
+        files = e["files"]
+    elif e["op"] == "move":
+        files = []
+    elif e["op"] == "write" or e.get("snapshot"):
+        files = [{"path": e.get("path"), "snapshot": None if e["op"] == "write" else e.get("snapshot"),
+                  "after": e.get("after")}]
+    else:  # an older version's line with no saved version: nothing to put back
+        return None
+    good = isinstance(files, list) and all(
+        isinstance(f, dict) and _inside_notes(f.get("path")) and isinstance(f.get("after"), (str, type(None)))
+        and (f.get("snapshot") is None or _inside_notes(f["snapshot"], HISTORY_DIR)) for f in files)
+    return files if good else None
+
+
 def _followable(e) -> bool:
     """The log may be edited by hand: undo follows only paths inside the notes (a snapshot: inside .history)."""
     if not isinstance(e, dict) or e.get("op") not in CHANGE_OPS or not isinstance(e.get("time", ""), (str, type(None))):
         return False
-    return (_inside_notes(e.get("path")) and (e.get("to") is None or _inside_notes(e["to"]))
-            and (e.get("snapshot") is None or _inside_notes(e["snapshot"], HISTORY_DIR)))
+    if not _inside_notes(e.get("path")) or not (e.get("to") is None or _inside_notes(e["to"])):
+        return False
+    if e["op"] == "move" and not e.get("to"):
+        return False
+    e["files"] = _files_of(e)
+    return e["files"] is not None
 
 
 def read_log(kb: Path) -> list[dict]:
@@ -112,11 +345,8 @@ def _write_log(kb: Path, entries: list[dict]) -> None:
     write_bytes(kb, f"{HISTORY_DIR}/{UNDO_LOG}", text.encode("utf-8"))
 
 
-def _log_change(kb: Path, op: str, path: str, to=None, snapshot_path=None, after=None, made=None) -> str:
-    """Record a change; "" or a warning for its summary. `after`: the digest of what the agent wrote, so undo
-    copies the note aside first only if it differs; `made`: the folders it made, which undo removes if empty."""
-    entry = {"time": _stamp(), "op": op, "path": path, "to": to, "snapshot": snapshot_path, "after": after,
-             "made": made or None}
+def _log_change(kb: Path, entry: dict) -> str:
+    """Record a change; "" or a warning for its summary."""
     try:
         entries = read_log(kb)
         if len(entries) >= 2 * UNDO_LOG_KEEP:  # rewrite now and then: a log that could not be read is never
@@ -133,76 +363,6 @@ def _log_change(kb: Path, op: str, path: str, to=None, snapshot_path=None, after
     return ""
 
 
-# --- Changes the agent makes ---
-
-@contextlib.contextmanager
-def _changing(kb: Path, verb: str, rel_path: str, unchanged: str, new: bool = False):
-    """Under the lock, with rel_path an existing note (unless `new`); a failing disk says what is unchanged."""
-    try:
-        with locked(kb):
-            if not new and not (kb / rel_path).is_file():
-                raise ToolError(f"{rel_path} does not exist")
-            yield
-    except OSError as e:
-        raise ToolError(f"could not {verb} {rel_path}: {e.strerror or e}; {unchanged}") from None
-
-
-def save_note(kb: Path, rel_path: str, new_text, op: str, check=None) -> str:
-    """Write the note, keeping the old version; return the change summary line.
-
-    `new_text`: the text, or a function of the note's text now, run under the lock so a change another process
-    made meanwhile is built on, never written over. "write" creates a note (refused if one exists); "overwrite",
-    "edit" and "append" replace one in its own format. `check(old_text, text)` may raise to write nothing: it
-    runs under the lock, so what a person reviews is exactly what is written."""
-    compute = new_text if callable(new_text) else lambda old: new_text
-    with _changing(kb, "save", rel_path, "the note is as it was", new=op == "write"):
-        if op == "write":  # `new`: refused, race-free, if a note of that name exists
-            text, made = compute(""), []
-            if check:
-                check("", text)
-            write_bytes(kb, rel_path, encode_note(text, NoteFormat()), new=True, made=made)
-            return f"+ {rel_path}  +{len(text.splitlines())}" + _log_change(kb, "write", rel_path, made=made)
-        try:
-            old_text, fmt = decode_note(read_bytes(kb, rel_path))
-        except ToolError as e:
-            raise ToolError(f"{rel_path} is {e}") from None
-        text = compute(old_text)
-        if old_text == text:
-            return change_summary(rel_path, old_text, text)
-        if check:
-            check(old_text, text)
-        data = encode_note(text, fmt)
-        kept = snapshot(kb, rel_path)  # and the undo entry before the write: a crash leaves none unknown to /undo
-        warning = _log_change(kb, op, rel_path, snapshot_path=kept, after=hashlib.sha256(data).hexdigest())
-        try:
-            write_bytes(kb, rel_path, data)
-        except BaseException:
-            with contextlib.suppress(OSError):  # the change did not happen: nothing to undo
-                remove_file(kb, kept)
-                entries = read_log(kb)
-                if entries and entries[-1].get("snapshot") == kept:  # ours, not an earlier change's
-                    _write_log(kb, entries[:-1])
-            raise
-        prune_versions(kb, rel_path)
-        return change_summary(rel_path, old_text, text) + warning
-
-
-def move_note(kb: Path, from_path: str, to_path: str) -> str:
-    """Rename a note; never replaces an existing one."""
-    with _changing(kb, "move", from_path, "it is where it was"):
-        made = []
-        move_file(kb, from_path, to_path, made=made)  # refused, race-free, if to_path exists
-        return f"→ {from_path} → {to_path}" + _log_change(kb, "move", from_path, to_path, made=made)
-
-
-def delete_note(kb: Path, rel_path: str) -> str:
-    """Remove a note after copying it into .history, where undo (or a person) can get it back."""
-    with _changing(kb, "delete", rel_path, "it is still there"):
-        kept = snapshot(kb, rel_path)
-        remove_file(kb, rel_path)
-        return f"- {rel_path}" + _log_change(kb, "delete", rel_path, snapshot_path=kept)
-
-
 # --- Undo ---
 
 def undo_last(kb: Path) -> tuple[str, list[str]]:
@@ -215,6 +375,8 @@ def undo_last(kb: Path) -> tuple[str, list[str]]:
         entry = entries[-1]
         try:
             message, touched = _undo(kb, entry)
+            for path in touched:
+                prune_versions(kb, path)
         except _Gone as e:
             message, touched = f"Could not undo {_describe(entry)}: {e}. Dropped it from the undo list.", []
         except (ToolError, OSError) as e:
@@ -241,40 +403,61 @@ def _keep_current(kb: Path, rel_path: str, after: str | None = None) -> str:
     return f" The text it had before this undo is kept in {snapshot(kb, rel_path)}."
 
 
-def _undo(kb: Path, entry: dict) -> tuple[str, list[str]]:
-    op, rel_path, to, what = entry["op"], entry["path"], entry.get("to"), _describe(entry)
+def _undo(kb: Path, entry: dict, only_ours: bool = False) -> tuple[str, list[str]]:
+    """Put back every file of the entry (a part a kill left undone needs nothing), then the move; what it says.
+    `only_ours`: a file that does not hold what the change wrote is left as it is (a failed change taken back)."""
+    files, move, what = entry["files"], (entry["path"], entry["to"]) if entry["op"] == "move" else None, \
+        _describe(entry)
+    for f in files:
+        if f["snapshot"] and not (kb / f["snapshot"]).is_file():
+            raise _Gone(f"its saved version {f['snapshot']} is gone")
+    moved = move and (kb / move[1]).is_file() and not (only_ours and os.path.lexists(kb / move[0]))
+    if move and not moved and not (kb / move[0]).is_file():
+        raise _Gone(f"{move[1]} no longer exists")
+    if not move and all(not f["snapshot"] and not (kb / f["path"]).is_file() for f in files):
+        raise _Gone(f"{entry['path']} no longer exists")
+    told = []
+    for f in reversed(files):
+        path = f["path"] if moved or not move or f["path"] != move[1] else move[0]  # a kill before the rename
+        current = _current(kb, path)
+        if only_ours and (current is None or hashlib.sha256(current).hexdigest() != f["after"]):
+            continue
+        if f["snapshot"]:
+            if current != (saved := read_bytes(kb, f["snapshot"])):
+                told.append(_keep_current(kb, path, f["after"]))
+                write_bytes(kb, path, saved)
+        elif current is not None:  # the change made it: remove it, keeping a copy
+            told.append(f" (a copy is kept in {snapshot(kb, path)})")
+            remove_file(kb, path)
+    if moved:
+        told.append(_keep_current(kb, move[0]))
+        move_file(kb, move[1], move[0], replace=True)
+    if isinstance(entry.get("made"), list):  # only folders above a note the change made count
+        notes = [move[1]] if move else [f["path"] for f in files if not f["snapshot"]]
+        remove_folders(kb, [d for d in entry["made"] if isinstance(d, str)
+                            and any(n.startswith(d + "/") for n in notes)])
+    touched = list(dict.fromkeys(([*move] if move else []) + [f["path"] for f in files]))
+    return _undone_message(entry, what, told), touched
+
+
+def _undone_message(entry: dict, what: str, told: list[str]) -> str:
+    op, path, files = entry["op"], entry["path"], entry["files"]
+    others = [f for f in files if f["path"] not in (path, entry.get("to"))]
+    also = f" {len(others)} other note{'s' if len(others) != 1 else ''} as they were." if others else ""
+    kept = "".join(told)
     if op == "write":
-        if not (kb / rel_path).is_file():
-            raise _Gone(f"{rel_path} no longer exists")
-        kept = snapshot(kb, rel_path)
-        remove_file(kb, rel_path)
-        _remove_made(kb, rel_path, entry.get("made"))
-        return f"Undid {what}: removed {rel_path} (a copy is kept in {kept}).", [rel_path]
+        return f"Undid {what}: removed {path}{kept}.{also}"
     if op == "move":
-        if not to or not (kb / to).is_file():
-            raise _Gone(f"{to} no longer exists")
-        kept = _keep_current(kb, rel_path)
-        move_file(kb, to, rel_path, replace=True)
-        _remove_made(kb, to, entry.get("made"))
-        return f"Undid {what}: moved {to} back to {rel_path}.{kept}", [to, rel_path]
-    saved = entry.get("snapshot")
-    if not saved or not (kb / saved).is_file():
-        raise _Gone(f"its saved version {saved or '(none)'} is gone")
-    kept = _keep_current(kb, rel_path, entry.get("after"))
-    write_bytes(kb, rel_path, read_bytes(kb, saved))
-    prune_versions(kb, rel_path)
+        return f"Undid {what}: moved {entry['to']} back to {path}.{also}{kept}"
     back = "is back" if op == "delete" else "is as it was before"
-    return f"Undid {what}: {rel_path} {back}.{kept}", [rel_path]
+    return f"Undid {what}: {path} {back}.{kept}{also}"
 
 
-def _remove_made(kb: Path, note: str, folders) -> None:
-    """Remove the folders a change made for `note` where they are empty now. The log may be edited by hand:
-    only folders above the note count."""
-    if isinstance(folders, list):
-        remove_folders(kb, [f for f in folders if isinstance(f, str) and note.startswith(f + "/")])
+# --- Showing a change ---
 
+def _text(data: bytes | None) -> str:
+    return "" if data is None else readable_text(data) or ""
 
-# --- Summaries ---
 
 def _common_ends(old: list[str], new: list[str]) -> tuple[int, int]:
     """Lines the two share at head and tail: trimmed first, as difflib is slow on long notes with small edits."""
@@ -282,26 +465,85 @@ def _common_ends(old: list[str], new: list[str]) -> tuple[int, int]:
     return head, len(os.path.commonprefix([old[head:][::-1], new[head:][::-1]]))
 
 
+def _opcodes(old: list[str], new: list[str]) -> list[tuple]:
+    """difflib's opcodes of the changed middle, or one replacement when comparing it closely would be slow."""
+    if len(old) * len(new) > DIFF_MAX_WORK:
+        return [("replace", 0, len(old), 0, len(new))]
+    return difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
+
+
 def diff_text(old_text: str, new_text: str) -> str:
     """A unified diff (hunks only, 3 lines of context) of a change, at most DIFF_MAX_LINES lines long."""
     old, new = old_text.splitlines(), new_text.splitlines()
     head, tail = _common_ends(old, new)
     start, cut = max(0, head - DIFF_CONTEXT), max(0, tail - DIFF_CONTEXT)
-    lines = list(difflib.unified_diff(old[start:len(old) - cut], new[start:len(new) - cut], lineterm="",
-                                      n=DIFF_CONTEXT))[2:]  # the ---/+++ header: the question names the note
-    lines = [re.sub(r"(?<=[-+])\d+", lambda m: str(int(m[0]) + start), line) if line.startswith("@@") else line
-             for line in lines]  # hunk line numbers count from the note's first line, not from `start`
+    a, b = old[start:len(old) - cut], new[start:len(new) - cut]
+    if len(a) * len(b) <= DIFF_MAX_WORK:
+        lines = list(difflib.unified_diff(a, b, lineterm="", n=DIFF_CONTEXT))[2:]  # the ---/+++ header: named apart
+    else:  # too big to compare closely: one hunk replacing the changed middle
+        lines = [f"@@ -{start + 1},{len(a)} +{start + 1},{len(b)} @@", *("-" + x for x in a), *("+" + x for x in b)]
+    lines = [re.sub(r"(?<=[-+])\d+", lambda m: str(int(m[0]) + start), line) if line.startswith("@@") and
+             len(a) * len(b) <= DIFF_MAX_WORK else line for line in lines]  # hunks count from the note's first line
     if len(lines) > DIFF_MAX_LINES:
         lines = lines[:DIFF_MAX_LINES] + [f"[… {len(lines) - DIFF_MAX_LINES} more lines of the diff]"]
     return "\n".join(lines)
 
 
+def diffs(change: Change) -> list[tuple[str, str]]:
+    """(title, unified diff) of each file the change touches, for a person to review: control characters and
+    direction marks shown as escapes, so a note cannot hide what changes."""
+    shown = [(f"{change.move[0]} → {change.move[1]}", "")] if change.move else []
+    for f in change.files:
+        title = change.final_path(f.path) if f.path != (change.move or ("",))[0] else shown.pop()[0]
+        diff = diff_text(_text(f.old), _text(f.new)) or "(only the line endings or the final newline change)"
+        shown.append((visible(title), visible(diff, lines=True)))
+    return shown
+
+
 def change_summary(rel_path: str, old_text: str, new_text: str) -> str:
-    """`~ notes/git.md  +3 −1`: lines added and removed (a new note says `+ new.md  +12`, a deleted one
-    `- old.md`, a moved one `→ a.md → b.md`)."""
+    """`~ notes/git.md  +3 −1`: lines added and removed."""
     old, new = old_text.splitlines(), new_text.splitlines()
     head, tail = _common_ends(old, new)
-    matcher = difflib.SequenceMatcher(None, old[head:len(old) - tail], new[head:len(new) - tail], autojunk=False)
-    changes = [c for c in matcher.get_opcodes() if c[0] != "equal"]
-    added, removed = sum(j2 - j1 for _, _, _, j1, j2 in changes), sum(i2 - i1 for _, i1, i2, _, _ in changes)
+    a, b = old[head:len(old) - tail], new[head:len(new) - tail]
+    if len(a) * len(b) > DIFF_MAX_WORK:  # counted as two bags of lines: linear, a close estimate
+        removed, added = sum((Counter(a) - Counter(b)).values()), sum((Counter(b) - Counter(a)).values())
+    else:
+        changes = [c for c in _opcodes(a, b) if c[0] != "equal"]
+        added, removed = sum(j2 - j1 for _, _, _, j1, j2 in changes), sum(i2 - i1 for _, i1, i2, _, _ in changes)
     return f"~ {rel_path}  +{added} {MINUS}{removed}"
+
+
+def summary(change: Change) -> str:
+    """One line per file: `+ new.md  +12`, `~ git.md  +3 −1`, `- old.md`, `→ a.md → b.md`."""
+    lines = [f"→ {change.move[0]} → {change.move[1]}"] if change.move else []
+    for f in change.files:
+        path = change.final_path(f.path)
+        if f.old is None:
+            lines.append(f"+ {path}  +{len(_text(f.new).splitlines())}")
+        elif f.new is None:
+            lines.append(f"- {path}")
+        else:
+            lines.append(change_summary(path, _text(f.old), _text(f.new)))
+    return "\n".join(lines)
+
+
+# --- A whole change at once (what a tool does when nobody is asked) ---
+
+def save_note(kb: Path, rel_path: str, new_text, op: str) -> str:
+    """Plan a text change and apply it (planned again under the lock if the note changed); its summary."""
+    def plan():
+        return plan_text(kb, rel_path, new_text, op)
+    return _summary_of(apply(kb, plan(), replan=plan))
+
+
+def move_note(kb: Path, from_path: str, to_path: str) -> str:
+    return _summary_of(apply(kb, plan_move(kb, from_path, to_path)))
+
+
+def delete_note(kb: Path, rel_path: str) -> str:
+    return _summary_of(apply(kb, plan_delete(kb, rel_path)))
+
+
+def _summary_of(applied: tuple[Change, str]) -> str:
+    change, warning = applied
+    return summary(change) + warning

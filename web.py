@@ -4,7 +4,7 @@
 
 A standard-library HTTP server on 127.0.0.1 serves the page in static/ and a small JSON API. Each question runs
 run_agent in a worker thread; App, its UI, sends the agent's hooks to the page as Server-Sent Events and blocks in
-`confirm` until the page answers Accept or Reject. Stop makes the next hook raise KeyboardInterrupt (a silent model
+`approve` until the page answers Accept or Reject. Stop makes the next hook raise KeyboardInterrupt (a silent model
 or a running shell command when it next speaks or ends), so the history is kept as after Ctrl+C in the terminal.
 Conversations live in the CLI's session store: `python main.py --continue` picks up a page's, and back.
 
@@ -13,11 +13,10 @@ headers (DNS rebinding), state-changing requests from other origins (CSRF) and a
 token's cookie, sends no CORS headers, takes only small JSON bodies, and sets a CSP that runs only its own
 scripts. It never approves anything by itself, and offers the shell only with --allow-shell.
 """
-import contextlib
-import dataclasses
 import hmac
 import http.cookies
 import json
+import logging
 import secrets
 import sys
 import sysconfig
@@ -51,7 +50,8 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self';
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
            "X-Frame-Options": "DENY", "Cache-Control": "no-store"}
-NO_KEY = f"Chat is off: no API key. {agent.KEY_HINT}, then start again. Meanwhile search and notes work."
+def no_key() -> str:
+    return f"Chat is off: no API key. {agent.key_hint()}, then start again. Meanwhile search and notes work."
 NO_TOKEN = ("Open the address knowledge-agent printed when it started (it carries a one-time token). "
             "A used or old address does not work: start python main.py --web again for a new one.")
 BUSY = "The agent is answering: wait for it, or press Stop."
@@ -86,25 +86,27 @@ def history_items(history: list[dict]) -> list[dict]:
                 items.append({"type": "tool_call", "name": name, "arguments": compact(function.get("arguments"), 1)})
         elif role == "tool":
             items.append({"type": "tool_result", "name": names.get(message.get("tool_call_id"), ""),
-                          "text": text, "error": text.startswith("Error:")})
+                          "text": text, "error": text.startswith(tools.ERROR)})
     return items
 
 
 class App(agent.UI):
     """The state behind the page, and run_agent's UI: each hook an event. Stop's KeyboardInterrupt is raised by a
-    hook, never thrown in (no lock leaks), and never by history_changed or usage (that would lose words)."""
-    review_changes = True
+    hook, never thrown in (no lock leaks), and never while the conversation saves itself (that would lose words)."""
+    reviews_changes = True
 
     def __init__(self, settings: Settings, client):
         self.settings, self.client = settings, client
-        self.lock = threading.Condition(threading.RLock())  # guards everything below and the session store
+        self.lock = threading.Condition(threading.RLock())  # guards everything below
         self.seq, self.events = 0, []  # numbered events of the turn in progress (or the last one)
         self.worker: threading.Thread | None = None
-        self.call = ("", "")  # the tool call running now: a delete's review shows its note
         self.pending: dict | None = None  # the question the worker waits on: its id and answer
         self.stopping = False
-        store = sessions.SessionStore(settings.data_dir / "sessions.db", self.warn)
-        self.conversation = sessions.Conversation(store, settings.kb)
+        handler = logging.Handler()  # every module's notices: on the terminal, and in the page
+        handler.emit = lambda record: self.warn(record.getMessage())
+        logging.getLogger("knowledge-agent").handlers[:] = [handler]
+        self.conversation = sessions.Conversation(sessions.SessionStore(settings.data_dir / "sessions.db"),
+                                                  settings.kb)
 
     def warn(self, line: str) -> None:
         print(f"knowledge-agent: {line}", file=sys.stderr, flush=True)
@@ -132,7 +134,7 @@ class App(agent.UI):
         if not question:
             raise HTTPError(400, "The question is empty.")
         if self.client is None:
-            raise HTTPError(409, NO_KEY)
+            raise HTTPError(409, no_key())
         with self.lock:
             self.idle()
             self.events, self.stopping = [], False
@@ -175,39 +177,26 @@ class App(agent.UI):
     def tool_call(self, name: str, arguments: str) -> None:
         if self.stopping:  # before its card: it will not run
             raise KeyboardInterrupt
-        self.call = (name, arguments)
         self._show({"type": "tool_call", "name": name, "arguments": compact(arguments, 1)})
 
     def tool_result(self, name: str, result: tools.Result) -> None:
         self._show({"type": "tool_result", "name": name, "text": result.text, "error": result.error})
 
-    def confirm(self, question: str) -> bool:
+    def approve(self, approval: tools.Approval) -> bool:
         """Wait for the page's Accept or Reject; Stop answers by raising KeyboardInterrupt, as Ctrl+C would."""
-        question, _, detail = question.partition("\n")
-        kind = "shell" if question == tools.SHELL_QUESTION else "diff" if detail else "plain"
-        if self.call[0] == "delete_note":  # shown as every line of the note removed
-            with contextlib.suppress(ValueError, KeyError, TypeError, ToolError, OSError):
-                _, note = tools.note_text(self.settings, json.loads(self.call[1])["file_path"])
-                detail, kind = versions.diff_text(note, ""), "diff"
+        event = {"type": "confirm", "kind": approval.kind, "title": approval.title, "detail": approval.detail,
+                 "diffs": versions.diffs(approval.change) if approval.change else []}
         with self.lock:
             if self.stopping:
                 raise KeyboardInterrupt
             pending = self.pending = {"id": self.seq + 1, "answer": None}
-            self.emit({"type": "confirm", "id": pending["id"], "question": question, "detail": detail, "kind": kind})
+            self.emit({**event, "id": pending["id"]})
             self.lock.wait_for(lambda: pending["answer"] is not None or self.stopping)
             self.pending = None
             if pending["answer"] is None:
                 raise KeyboardInterrupt
             self.emit({"type": "answered", "id": pending["id"], "accepted": pending["answer"]})
             return pending["answer"]
-
-    def history_changed(self, history: list[dict]) -> None:
-        with self.lock:
-            self.conversation.sync(history)
-
-    def usage(self, usage) -> None:
-        with self.lock:
-            self.conversation.add_usage(usage)
 
     # --- What the page does ---
 
@@ -255,12 +244,11 @@ class App(agent.UI):
 
     def note(self, path: str) -> dict:
         try:
-            name, text = tools.note_text(self.settings, path)
+            name, text = tools.note_text(self.settings, path, "")
             return {"path": name, "text": text}
-        except (ToolError, OSError) as exc:  # the first sentence: the rest is advice to the model about its tools
-            reason = getattr(exc, "strerror", None) or str(exc).split(". ")[0].rstrip(".")
-            reason = reason.replace("file_path", "the path")
-            raise HTTPError(404, f"Cannot open that note: {reason}.") from None
+        except (ToolError, OSError) as exc:  # the message, not the advice to the model about its tools
+            reason = getattr(exc, "strerror", None) or getattr(exc, "message", None) or str(exc)
+            raise HTTPError(404, f"Cannot open that note: {reason.rstrip('.')}.") from None
 
     def undo(self) -> str:
         with self.lock:
@@ -283,7 +271,6 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, settings: Settings, port: int = DEFAULT_PORT):
-        settings = dataclasses.replace(settings, auto_approve=False)
         self.app = App(settings, agent.make_client(settings) if settings.api_key else None)
         super().__init__(("127.0.0.1", port), Handler)
         self.port = self.server_address[1]
@@ -438,7 +425,7 @@ def serve(settings: Settings, port: int | None = None, open_browser: bool = True
           + "). Open this address; Ctrl+C stops:", file=sys.stderr)
     print(server.url, flush=True)
     if not settings.api_key:
-        print(f"knowledge-agent: {NO_KEY}", file=sys.stderr)
+        print(f"knowledge-agent: {no_key()}", file=sys.stderr)
     if settings.auto_approve:
         print("knowledge-agent: --yes / AUTO_APPROVE is ignored here: the page asks about every change.",
               file=sys.stderr)

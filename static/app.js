@@ -173,9 +173,12 @@ function showReview(event) {
   closeAnswer();
   const box = add(el("div", "review"));
   box.dataset.id = event.id;
-  box.append(el("p", "", event.question));
-  if (event.kind === "diff" && event.detail) box.append(diffView(event.detail));
-  else if (event.detail) box.append(el("pre", "", event.detail));
+  box.append(el("p", "", event.title));
+  for (const [title, diff] of event.diffs) {  // a change: each file it touches, as a diff
+    box.append(el("p", "file", title));
+    if (diff) box.append(diffView(diff));
+  }
+  if (event.detail) box.append(el("pre", "", event.detail));  // a shell command, whole
   const buttons = el("div", "buttons");
   const accept = el("button", "primary", "Accept");
   const reject = el("button", "", "Reject");

@@ -1,5 +1,7 @@
 """Shared test fixtures: a notes folder in tmp_path, Settings for it, and a stub OpenAI client."""
 
+import dataclasses
+import logging
 import sys
 from pathlib import Path
 
@@ -12,24 +14,35 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import agent  # noqa: E402
 import fake_server  # noqa: E402
 from agent import UI  # noqa: E402
+import config  # noqa: E402
 from config import Settings  # noqa: E402
+
+# Every variable a setting is read from (each provider's too): a test sees none of the developer's.
+SETTINGS_VARIABLES = tuple(dict.fromkeys(field.metadata["variable"].format(provider=provider)
+                                         for field in dataclasses.fields(Settings) for provider in config.PROVIDERS))
 
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch, tmp_path):
     """No test sees the developer's keys, .env-loaded settings or real cache and data folders."""
-    for name in ("DEEPSEEK_API_KEY", "OPENAI_API_KEY", "DEEPSEEK_BASE_URL", "OPENAI_BASE_URL", "MODEL",
-                 "KNOWLEDGE_BASE", "MAX_TOOL_ROUNDS", "STREAM", "THINKING", "REASONING_EFFORT",
-                 "SHOW_REASONING", "AUTO_APPROVE", "NO_COLOR", "ALLOW_SHELL", "SHELL_TIMEOUT", "KA_DATA_DIR",
-                 "CONTEXT_TOKENS", "KA_INDEX_DIR", "KA_SEARCH_WATCH", "SHELL_NETWORK", "MCP_ALLOW_DESTRUCTIVE",
-                 "MCP_ALLOW_SHELL"):
+    for name in SETTINGS_VARIABLES + ("NO_COLOR",):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    # What one test teaches the agent about a server's token counts must not shrink the next test's requests.
-    monkeypatch.setattr(agent, "TOKEN_RATIO", {"ratio": 1.0})
+    logging.getLogger("knowledge-agent").handlers[:] = []  # a test's UI set up before must not hear this one's
+
+
+@pytest.fixture
+def notices():
+    """The notices meant for the person (db.notice), as a list of their texts."""
+    told = []
+    handler = logging.Handler()
+    handler.emit = lambda record: told.append(record.getMessage())
+    logging.getLogger("knowledge-agent").handlers[:] = [handler]
+    yield told
+    logging.getLogger("knowledge-agent").handlers[:] = []
 
 
 @pytest.fixture
@@ -85,11 +98,11 @@ def fake_llm():
 
 
 class Recorder(UI):
-    """A ui for run_agent that keeps everything it is told; `answers` are the replies to confirm()."""
+    """A ui for run_agent that keeps everything it is told; `answers` are the replies to approve()."""
 
-    def __init__(self, answers=None, conversation=None):
+    def __init__(self, answers=None):
         self.texts, self.reasonings, self.calls, self.results, self.asked = [], [], [], [], []
-        self.answers, self.conversation = answers, conversation
+        self.answers = answers
 
     def text(self, text):
         self.texts.append(text)
@@ -103,14 +116,6 @@ class Recorder(UI):
     def tool_result(self, name, result):
         self.results.append(result)
 
-    def confirm(self, question):
-        self.asked.append(question)
+    def approve(self, approval):
+        self.asked.append(approval.title)
         return None if self.answers is None else self.answers.pop(0)
-
-    def history_changed(self, history):
-        if self.conversation:
-            self.conversation.sync(history)
-
-    def usage(self, usage):
-        if self.conversation:
-            self.conversation.add_usage(usage)

@@ -283,6 +283,6 @@ def test_the_no_key_hint_names_the_config_file_really_read(tmp_path, kb):
     chat = subprocess.run([sys.executable, str(project / "main.py")], input="what is in my notes?\n", env=env,
                           capture_output=True, text=True, encoding="utf-8", timeout=60)
     assert "no API key" in chat.stderr and expected in chat.stderr, chat.stderr
-    page = subprocess.run([sys.executable, "-c", "import web; print(web.NO_KEY)"], cwd=project, env=env,
+    page = subprocess.run([sys.executable, "-c", "import web; print(web.no_key())"], cwd=project, env=env,
                           capture_output=True, text=True, encoding="utf-8", timeout=60)
     assert expected in page.stdout and "~/.config" not in page.stdout, page.stderr

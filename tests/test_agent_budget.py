@@ -14,7 +14,7 @@ from sessions import Conversation, SessionStore
 
 
 def store(tmp_path):
-    return SessionStore(tmp_path / "s.db", warn=print)
+    return SessionStore(tmp_path / "s.db")
 
 
 def big_history(turns: int, chars: int = 6000, letter: str = "x") -> list[dict]:
@@ -46,7 +46,7 @@ def test_every_message_reaches_the_store_as_it_happens(kb, tmp_path):
         client = StubClient([{"tool_calls": [call("read_note", file_path="vim.md")], "reasoning": "hm"},
                              {"content": "done"}])
         run_agent("read vim", conversation.history, settings=make_settings(kb), client=client,
-                  ui=Recorder(conversation=conversation))
+                  ui=Recorder())
     finally:
         tools.TOOLS["read_note"] = original
     assert seen_in_store == [2]
@@ -60,10 +60,10 @@ def test_a_failed_turn_is_left_out_when_the_conversation_resumes(kb, tmp_path):
     conversation = Conversation(store(tmp_path), kb)
     with pytest.raises(AgentError):
         run_agent("lost question", conversation.history, settings=make_settings(kb),
-                  client=StubClient([_status_error(500, "boom")]), ui=Recorder(conversation=conversation))
+                  client=StubClient([_status_error(500, "boom")]), ui=Recorder())
     assert conversation.history == []  # the turn died before any tool ran: dropped whole
     run_agent("second", conversation.history, settings=make_settings(kb),
-              client=StubClient([{"content": "ok"}]), ui=Recorder(conversation=conversation))
+              client=StubClient([{"content": "ok"}]), ui=Recorder())
 
     again = Conversation(store(tmp_path), kb)
     assert again.resume(conversation.session_id)
@@ -73,10 +73,10 @@ def test_a_failed_turn_is_left_out_when_the_conversation_resumes(kb, tmp_path):
 def test_a_refused_turn_is_kept_in_the_file_but_not_resumed(kb, tmp_path):
     conversation = Conversation(store(tmp_path), kb)
     run_agent("first", conversation.history, settings=make_settings(kb),
-              client=StubClient([{"content": "one"}]), ui=Recorder(conversation=conversation))
+              client=StubClient([{"content": "one"}]), ui=Recorder())
     refused = StubClient([{"tool_calls": [call("list_notes")]}, _status_error(400, "invalid message")])
     with pytest.raises(AgentError):
-        run_agent("second", conversation.history, settings=make_settings(kb), client=refused, ui=Recorder(conversation=conversation))
+        run_agent("second", conversation.history, settings=make_settings(kb), client=refused, ui=Recorder())
     assert [m["content"] for m in conversation.history] == ["first", "one"]
 
     again = Conversation(store(tmp_path), kb)
@@ -103,24 +103,27 @@ def test_context_too_long_is_retried_shorter_and_remembered(kb):
     too_long = _status_error(400, "This model's maximum context length is 4000 tokens")
     client = StubClient([too_long, {"content": "fine"}, {"content": "again"}])
     settings = make_settings(kb, context_tokens=20_000)
-    assert run_agent("latest", history, settings=settings, client=client) == "fine"
+    model = agent.Model(settings, client)  # what it learns of the server outlives one question
+    assert run_agent("latest", history, settings=settings, client=model) == "fine"
     first, second = (json.dumps(r["messages"]) for r in client.requests[:2])
     assert len(second) < len(first) * 0.5
     # the error named the window: requests now aim at 70% of it, leaving room for the answer
     fixed = context.estimate_tokens([], client.requests[1]["tools"])
     assert context.estimate_tokens(client.requests[1]["messages"]) + fixed <= 2800
-    run_agent("next", history, settings=settings, client=client)  # later requests start short
+    run_agent("next", history, settings=settings, client=model)  # later requests start short
     assert len(json.dumps(client.requests[2]["messages"])) < len(first) * 0.5
 
 
 def test_the_factor_is_learnt_from_usage(kb):
     history = big_history(5, chars=4000, letter='"')
     client = StubClient([{"content": "fine"}])
-    run_agent("q", history, settings=make_settings(kb), client=client)
+    model = agent.Model(make_settings(kb), client)
+    run_agent("q", history, settings=make_settings(kb), client=model)
     # the stub reports prompt tokens as JSON characters / 3; JSON doubles every quote, so that is far above
     # the estimate
-    assert agent.TOKEN_RATIO["ratio"] > 1.1
+    assert model.token_ratio > 1.1
     before = context.estimate_tokens(client.requests[0]["messages"])
     client.replies.append({"content": "again"})
-    run_agent("q2", history, settings=make_settings(kb, context_tokens=before + 2000), client=client)
+    model.settings = make_settings(kb, context_tokens=before + 2000)
+    run_agent("q2", history, settings=model.settings, client=model)
     assert context.estimate_tokens(client.requests[1]["messages"]) < before  # later requests aim lower

@@ -14,11 +14,11 @@ import tools
 from tools import execute_tool
 
 
-def run(settings, name, confirm=None, **args):
-    return execute_tool(name, json.dumps(args, ensure_ascii=False), settings, confirm).text
+def run(settings, name, ask=None, **args):
+    return execute_tool(name, json.dumps(args, ensure_ascii=False), settings, ask).text
 
 
-def yes(question):
+def yes(approval):
     return True
 
 
@@ -154,21 +154,21 @@ def test_move_and_delete_are_refused_when_nobody_can_confirm(settings, kb):
 def test_declined_confirmation_changes_nothing(settings, kb):
     asked = []
 
-    def no(question):
-        asked.append(question)
+    def no(approval):
+        asked.append(approval.title)
         return False
 
-    result = run(settings, "delete_note", confirm=no, file_path="vim.md")
+    result = run(settings, "delete_note", ask=no, file_path="vim.md")
     assert result.startswith("Error:") and "declined" in result
     assert asked == ["Delete vim.md? (a copy is kept in .history/)"]
     assert (kb / "vim.md").exists()
 
 
 def test_move_renames_and_never_replaces(settings, kb):
-    result = run(settings, "move_note", confirm=yes, from_path="vim.md", to_path="editors/vim.md")
+    result = run(settings, "move_note", ask=yes, from_path="vim.md", to_path="editors/vim.md")
     assert result.startswith("→ vim.md → editors/vim.md")
     assert (kb / "editors/vim.md").read_text(encoding="utf-8").startswith("# Vim")
-    refused = run(settings, "move_note", confirm=yes, from_path="python.md", to_path="work/meeting.md")
+    refused = run(settings, "move_note", ask=yes, from_path="python.md", to_path="work/meeting.md")
     assert refused.startswith("Error:") and "already exists" in refused
     assert (kb / "work/meeting.md").read_text(encoding="utf-8").startswith("# Meeting")
     assert (kb / "python.md").exists()
@@ -176,13 +176,13 @@ def test_move_renames_and_never_replaces(settings, kb):
 
 def test_delete_keeps_a_copy(settings, kb):
     before = (kb / "vim.md").read_text(encoding="utf-8")
-    assert run(settings, "delete_note", confirm=yes, file_path="vim.md").startswith("- vim.md")
+    assert run(settings, "delete_note", ask=yes, file_path="vim.md").startswith("- vim.md")
     assert not (kb / "vim.md").exists()
     assert history_texts(kb, "vim.md") == [before]
 
 
 def test_auto_approve_in_one_shot_mode_lets_delete_through(settings, kb):
-    assert terminal.Display(interactive=False).confirm("Delete vim.md?") is None
+    assert terminal.Display(interactive=False).approve(tools.Approval("change", "Delete vim.md?")) is None
     assert run(make_settings(kb, auto_approve=True), "delete_note", file_path="vim.md").startswith("- vim.md")
 
 
@@ -199,7 +199,7 @@ def test_every_path_argument_is_guarded(settings, kb, bad):
         ("delete_note", {"file_path": bad}),
     ]
     for name, args in calls:
-        result = run(settings, name, confirm=yes, **args)
+        result = run(settings, name, ask=yes, **args)
         assert result.startswith("Error:"), (name, args, result)
     assert (kb / "vim.md").exists() and not (kb.parent / "outside.md").exists()
 
@@ -211,13 +211,13 @@ def test_a_folder_named_like_a_note_is_refused_as_a_folder(settings, kb):
                        ("append_note", {"file_path": "d.md", "content": "x"}),
                        ("move_note", {"from_path": "d.md", "to_path": "e.md"}),
                        ("delete_note", {"file_path": "d.md"})):
-        assert "d.md is a folder, not a note." in run(settings, name, confirm=yes, **args), name
+        assert "d.md is a folder, not a note." in run(settings, name, ask=yes, **args), name
     assert (kb / "d.md").is_dir() and not (kb / "e.md").exists()
 
 
 def test_history_is_hidden_from_search_list_and_read(settings, kb):
     run(settings, "write_note", file_path="python.md", content="rewritten\n", overwrite=True)
-    run(settings, "delete_note", confirm=yes, file_path="vim.md")
+    run(settings, "delete_note", ask=yes, file_path="vim.md")
     assert ".history" not in run(settings, "list_notes")
     assert "python.md" not in run(settings, "search_notes", query="装饰器")  # only the old version has it
     assert "vim" not in run(settings, "search_notes", query="deletes")
@@ -239,7 +239,7 @@ def test_history_is_hidden_from_search_list_and_read(settings, kb):
 ])
 def test_undo_after_each_change(settings, kb, name, args, check):
     before = (kb / "vim.md").read_bytes()
-    assert not run(settings, name, confirm=yes, **args).startswith("Error:")
+    assert not run(settings, name, ask=yes, **args).startswith("Error:")
     message = tools.undo(settings)[0]
     assert message.startswith("Undid"), message
     assert (kb / "vim.md").read_bytes() == before
@@ -265,11 +265,11 @@ def folders(kb):
 def test_undo_puts_back_the_folders_a_change_made(settings, kb, name, args):
     (kb / "empty").mkdir()  # a folder the person made, empty, existed before: it stays
     before = folders(kb)
-    assert not run(settings, name, confirm=yes, **args).startswith("Error:")
+    assert not run(settings, name, ask=yes, **args).startswith("Error:")
     assert tools.undo(settings)[0].startswith("Undid")
     assert folders(kb) == before  # work/new/deeper and work/new are gone; work and empty stay
 
-    run(settings, name, confirm=yes, **args)
+    run(settings, name, ask=yes, **args)
     (kb / "work/new/other.txt").write_text("another program's file")  # in a folder the change made
     assert tools.undo(settings)[0].startswith("Undid")
     assert folders(kb) == before + ["work/new"] and (kb / "work/new/other.txt").exists()

@@ -6,6 +6,7 @@ the pipeline (chunks, vectors kept and resumed, fusion, failures), not the quali
 """
 
 import os
+import logging
 import sqlite3
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import embeddings  # noqa: E402
+import db  # noqa: E402
 import index  # noqa: E402
 import tools  # noqa: E402
 from conftest import make_settings  # noqa: E402
@@ -24,9 +26,7 @@ HERE = Path(tools.__file__).parent
 
 
 @pytest.fixture(autouse=True)
-def cold(monkeypatch):
-    notices = []
-    monkeypatch.setattr(index, "warn", notices.append)
+def cold(monkeypatch, notices):
     monkeypatch.setattr(embeddings, "_FAILED", {})
     monkeypatch.setattr(embeddings, "EMBED_INDEX_RETRIES", 0)
     index.close_index()
@@ -129,17 +129,20 @@ def test_embedder_down_is_told_once_by_hand_and_in_the_chat(kb, tmp_path, fake_l
 
 def test_first_search_by_meaning_waits_for_another_process_writing_the_index(kb, tmp_path, fake, monkeypatch,
                                                                              cold):
-    monkeypatch.setattr(index, "INDEX_BUSY_TIMEOUT_S", 0.01)
+    monkeypatch.setattr(db, "BUSY_TIMEOUT_S", 0.01)
     settings = settings_for(kb, tmp_path, fake.base_url)
     search(make_settings(kb, index_dir=tmp_path / "index"), "sourdough")  # keywords only, the index stays open
     other = sqlite3.connect(index.index_path(kb, tmp_path / "index"), isolation_level=None)
     other.execute("BEGIN IMMEDIATE")  # another process's long build
 
-    def told(message):  # the other process finishes once this one says that it waits
-        cold.append(message)
+    handler = logging.getLogger("knowledge-agent").handlers[0]
+    collect = handler.emit
+
+    def told(record):  # the other process finishes once this one says that it waits
+        collect(record)
         if other.in_transaction:
             other.execute("ROLLBACK")
-    monkeypatch.setattr(index, "warn", told)
+    monkeypatch.setattr(handler, "emit", told)
     assert first_hit(search(settings, "shrink photo")) == "images.md"
     other.close()
     assert len(cold) == 1 and "waiting for it" in cold[0]

@@ -32,11 +32,12 @@ VERSIONS = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"]
 PATCHED_SERVER = """
 import os, subprocess, sys
 sys.path.insert(0, {root!r})
+import tools
 from tools import tool
 
-@tool("Test tool forget_note", {{"file_path": ("string", "a note")}}, confirm=True)
-def forget_note(settings, file_path="", *, confirm):
-    confirm("Forget it?")
+@tool("Test tool forget_note", {{"file_path": ("string", "a note")}}, asks=True)
+def forget_note(settings, file_path="", *, approve):
+    approve(tools.Approval("change", "Forget it?"))
     return "confirm answered True"
 
 @tool("Test tool fake_shell", {{"command": ("string", "a command")}}, opt_in="allow_shell")
@@ -146,7 +147,7 @@ def server(notes):
 
 def served_by_default() -> list[dict]:
     """The functions of the registered tools a server started without flags should list, in order."""
-    return [t.schema["function"] for t in tools.TOOLS.values() if not t.confirm and t.opt_in is None]
+    return [t.schema["function"] for t in tools.TOOLS.values() if not t.asks and t.opt_in is None]
 
 
 def assert_alive(server: McpProcess) -> None:

@@ -94,7 +94,7 @@ def test_a_writer_killed_mid_change_leaves_an_undoable_note_and_no_temp_files(tm
         words = set(data.split())
         assert data == b"original\n" or len(words) == 1  # a whole version, never half of two
         if data != b"original\n":
-            recorded = [entry.get("after") for entry in versions.read_log(kb)]
+            recorded = [f["after"] for entry in versions.read_log(kb) for f in entry["files"]]
             assert hashlib.sha256(data).hexdigest() in recorded  # /undo knows of the version on disk
         assert tools.execute_tool("append_note", {"file_path": "big.md", "content": "x"}, settings).error is False
         left = [p for p in kb.rglob(".~*.tmp")]

@@ -1,6 +1,7 @@
 """The session store: conversations survive restarts, kills, a second process and a damaged file."""
 
 import json
+import logging
 import os
 import shutil
 import sqlite3
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+import db
 import sessions
 from sessions import Conversation, SessionStore
 
@@ -26,8 +28,17 @@ TOOL_TURN = [
 ]
 
 
+def hear(warnings: list) -> None:
+    """Collect the notices meant for the person (db.notice) in `warnings`."""
+    handler = logging.Handler()
+    handler.emit = lambda record: warnings.append(record.getMessage())
+    logging.getLogger("knowledge-agent").handlers[:] = [handler]
+
+
 def store_in(folder: Path, warnings: list | None = None) -> SessionStore:
-    return SessionStore(folder / "sessions.db", warn=(warnings.append if warnings is not None else print))
+    if warnings is not None:
+        hear(warnings)
+    return SessionStore(folder / "sessions.db")
 
 
 def talk(store: SessionStore, messages: list[dict], kb: Path | None = None) -> Conversation:
@@ -162,10 +173,11 @@ def test_after_an_undo_each_question_tells_the_model_until_a_turn_is_kept(tmp_pa
 
 # -- kills and other processes ---------------------------------------------------------------------------
 WRITER = """
-import sys
+import logging, sys
 from pathlib import Path
 import sessions
-conversation = sessions.Conversation(sessions.SessionStore(Path(sys.argv[1]), print))
+logging.basicConfig(stream=sys.stdout, format="%(message)s")  # notices on stdout, for the test to read
+conversation = sessions.Conversation(sessions.SessionStore(Path(sys.argv[1])))
 def say(message):
     conversation.history.append(message)
     conversation.sync(conversation.history)
@@ -218,7 +230,7 @@ def test_two_processes_writing_at_once_both_keep_everything(tmp_path):
 
 
 def test_a_writer_blocked_by_another_process_gives_up_once_and_the_chat_goes_on(tmp_path, monkeypatch):
-    monkeypatch.setattr(sessions, "BUSY_WAIT", 0.2)  # the wait is bounded; a short one keeps the test quick
+    monkeypatch.setattr(db, "BUSY_TIMEOUT_S", 0.2)  # the wait is bounded; a short one keeps the test quick
     warnings = []
     store = store_in(tmp_path, warnings)
     holder = child("import sqlite3, sys\n"
@@ -353,13 +365,14 @@ def reachable_dir():
 
 
 UNPRIVILEGED = """
-import os, sys
+import logging, os, sys
 from pathlib import Path
 import sessions
 if os.geteuid() == 0:  # root reads any file: become nobody, as a person without the rights would be
     os.setgid(65534)
     os.setuid(65534)
-store = sessions.SessionStore(Path(sys.argv[1]), print)
+logging.basicConfig(stream=sys.stdout, format="%(message)s")  # notices on stdout, for the test to read
+store = sessions.SessionStore(Path(sys.argv[1]))
 print("persistent" if store.persistent else "in memory")
 """
 
@@ -384,7 +397,8 @@ def test_unusable_folder_means_an_unsaved_conversation_not_a_crash(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("a file where the data folder should be")
     warnings = []
-    store = SessionStore(blocker / "sub" / "sessions.db", warn=warnings.append)
+    hear(warnings)
+    store = SessionStore(blocker / "sub" / "sessions.db")
     assert not store.persistent and warnings[0].endswith("; this conversation will not be saved")
     assert "(part of that path is a file, not a folder)" in warnings[0]
     conversation = talk(store, TOOL_TURN)  # kept in memory for this run: /sessions and /resume still work

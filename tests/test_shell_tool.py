@@ -87,7 +87,7 @@ def test_allow_shell_env_and_flag_offer_the_tool(kb, monkeypatch):
 def test_called_while_disabled_it_runs_nothing(settings, kb, unsandboxed):
     asked = []
     result = tools.execute_tool("bash", {"command": "touch made.txt"}, settings,
-                                confirm=lambda q: asked.append(q) or True)
+                                ask=lambda a: asked.append(a.detail) or True)
     assert result.error and result.text.startswith("Error: the shell tool is disabled")
     assert "--allow-shell" in result.text
     assert not (kb / "made.txt").exists() and asked == []
@@ -99,7 +99,7 @@ def test_approved_command_runs_in_the_notes_folder(kb):
     settings = make_settings(kb, allow_shell=True)
     asked = []
     result = tools.execute_tool("bash", {"command": "pwd; ls"}, settings,
-                                confirm=lambda q: asked.append(q) or True)
+                                ask=lambda a: asked.append(a.detail) or True)
     assert not result.error and "exit_code=0" in result.text
     assert str(kb) in result.text and "python.md" in result.text and "work" in result.text
     assert "pwd; ls" in asked[0]
@@ -107,7 +107,7 @@ def test_approved_command_runs_in_the_notes_folder(kb):
 
 def test_declined_command_does_not_run(kb, unsandboxed):
     settings = make_settings(kb, allow_shell=True)
-    result = tools.execute_tool("bash", {"command": "touch made.txt"}, settings, confirm=lambda q: False)
+    result = tools.execute_tool("bash", {"command": "touch made.txt"}, settings, ask=lambda a: False)
     assert result.error and result.text.startswith("Error: not done: the person declined")
     assert not (kb / "made.txt").exists()
 
@@ -115,7 +115,7 @@ def test_declined_command_does_not_run(kb, unsandboxed):
 @sandboxed  # without a sandbox --yes would not help, so it is not offered (see below)
 def test_nobody_to_ask_means_refused_with_how_to_allow(kb):
     settings = make_settings(kb, allow_shell=True)
-    result = tools.execute_tool("bash", {"command": "echo ran"}, settings, confirm=None)
+    result = tools.execute_tool("bash", {"command": "echo ran"}, settings, ask=None)
     assert result.error and result.text.startswith("Error: not done")
     assert "--yes" in result.text and "AUTO_APPROVE=1" in result.text and "ran" not in result.text
 
@@ -125,7 +125,7 @@ def test_auto_approved_rm_in_the_sandbox_leaves_the_notes_unchanged(kb):
     settings = make_settings(kb, allow_shell=True, auto_approve=True)
     before, asked = snapshot(kb), []
     result = tools.execute_tool("bash", {"command": "rm -f *.md"}, settings,
-                                confirm=lambda q: asked.append(q) or True)
+                                ask=lambda a: asked.append(a.detail) or True)
     assert snapshot(kb) == before
     assert re.search(r"Permission denied|Operation not permitted", result.text), result.text
     assert "exit_code=0" not in result.text
@@ -136,17 +136,17 @@ def test_without_a_sandbox_auto_approve_still_asks(kb, unsandboxed):
     settings = make_settings(kb, allow_shell=True, auto_approve=True)
     asked = []
     result = tools.execute_tool("bash", {"command": "touch made.txt"}, settings,
-                                confirm=lambda q: asked.append(q) or False)
+                                ask=lambda a: asked.append(a.detail) or False)
     assert len(asked) == 1 and "touch made.txt" in asked[0]
     assert result.text.startswith("Error: not done: the person declined") and not (kb / "made.txt").exists()
-    result = tools.execute_tool("bash", {"command": "touch made.txt"}, settings, confirm=lambda q: True)
+    result = tools.execute_tool("bash", {"command": "touch made.txt"}, settings, ask=lambda a: True)
     assert result.text.startswith(f"(not sandboxed: {NO_SANDBOX})") and (kb / "made.txt").exists()
 
 
 @pytest.mark.parametrize("auto_approve", [False, True], ids=["asking", "auto-approved"])
 def test_without_a_sandbox_nobody_to_ask_means_refused(kb, unsandboxed, auto_approve):
     settings = make_settings(kb, allow_shell=True, auto_approve=auto_approve)
-    result = tools.execute_tool("bash", {"command": "touch made.txt"}, settings, confirm=None)
+    result = tools.execute_tool("bash", {"command": "touch made.txt"}, settings, ask=None)
     assert result.error and result.text.startswith("Error: not done") and "approval" in result.text
     assert "--yes" not in result.text  # it would not help
     assert not (kb / "made.txt").exists()
@@ -167,50 +167,60 @@ def test_api_key_is_not_in_the_commands_environment(kb, monkeypatch):
     monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-live-1")
     monkeypatch.setenv("SOME_ODD_NAME", "sk-settings-key")  # the key under a name no pattern catches
     settings = make_settings(kb, allow_shell=True, api_key="sk-settings-key")
-    result = tools.execute_tool("bash", {"command": "env"}, settings, confirm=lambda q: True)
+    result = tools.execute_tool("bash", {"command": "env"}, settings, ask=lambda a: True)
     assert "KA_PROBE=visible" in result.text
     assert "sk-live-1" not in result.text and "sk-settings-key" not in result.text
 
 
-def test_the_question_cannot_hide_the_real_command():
+def test_the_question_cannot_hide_the_real_command(monkeypatch):
     sneaky = "rm -r notes\r\x1b[2Kecho hello \u202e"
-    question = tools.shell_question(sneaky)
-    assert question.startswith(tools.SHELL_QUESTION)
+    approve, prompts = terminal_approve(monkeypatch, [""])
+    approve(shell_command(sneaky))
+    question = prompts[0][0]
+    assert question.startswith("Run this shell command in the notes folder?")
     assert "\x1b" not in question and "\r" not in question and "\u202e" not in question
     assert "rm -r notes" in question and "\\x1b[2K" in question
 
 
-def terminal_confirm(monkeypatch, replies: list[str]) -> tuple:
-    """The REPL's confirm, answered with `replies` typed in turn; and the choices each prompt offered."""
+def shell_command(command: str) -> tools.Approval:
+    return tools.Approval("shell", "Run this shell command in the notes folder?", command)
+
+
+DELETE = tools.Approval("change", "Delete vim.md?")
+
+
+def terminal_approve(monkeypatch, replies: list[str]) -> tuple:
+    """The REPL's approve, answered with `replies` typed in turn; and (question, choices) of each prompt."""
     typed, prompts = iter(replies), []
     monkeypatch.setattr("builtins.input", lambda: next(typed))
-    monkeypatch.setattr(terminal, "ask", lambda q, choices, real=terminal.ask: prompts.append(choices) or real(q, choices))
-    return terminal.Display(interactive=True).confirm, prompts
+    monkeypatch.setattr(terminal, "ask", lambda q, choices, real=terminal.ask: prompts.append((q, choices))
+                        or real(q, choices))
+    return terminal.Display(interactive=True).approve, prompts
 
 
 def test_always_approves_the_rest_of_the_session(monkeypatch):
-    confirm, prompts = terminal_confirm(monkeypatch, ["a"])
-    assert confirm(tools.shell_question("ls")) is True
-    assert confirm(tools.shell_question("wc -l *.md")) is True  # not asked again
-    assert prompts == ["y/N/a=always this session"]
+    approve, prompts = terminal_approve(monkeypatch, ["a"])
+    assert approve(shell_command("ls")) is True
+    assert approve(shell_command("wc -l *.md")) is True  # not asked again
+    assert [choices for _, choices in prompts] == ["y/N/a=always this session"]
 
 
 def test_always_is_only_for_shell_commands(monkeypatch):
-    confirm, prompts = terminal_confirm(monkeypatch, ["a", "a", "y"])
-    assert confirm("Delete vim.md?") is False  # "a" is not an answer offered here
-    assert confirm("Delete vim.md?") is False
-    assert confirm("Delete vim.md?") is True
-    assert prompts == ["y/N"] * 3
+    approve, prompts = terminal_approve(monkeypatch, ["a", "a", "y"])
+    assert approve(DELETE) is False  # "a" is not an answer offered here
+    assert approve(DELETE) is False
+    assert approve(DELETE) is True
+    assert [choices for _, choices in prompts] == ["y/N"] * 3
 
 
 def test_plain_enter_declines(monkeypatch):
-    confirm, _ = terminal_confirm(monkeypatch, [""])
-    assert confirm(tools.shell_question("ls")) is False
+    approve, _ = terminal_approve(monkeypatch, [""])
+    assert approve(shell_command("ls")) is False
 
 
 def test_not_at_a_terminal_nobody_is_asked(monkeypatch):
     monkeypatch.setattr("builtins.input", lambda: pytest.fail("asked where nobody can answer"))
-    assert terminal.Display().confirm(tools.shell_question("ls")) is None
+    assert terminal.Display().approve(shell_command("ls")) is None
 
 
 ASK_IN_A_TERMINAL = """

@@ -201,11 +201,14 @@ def test_lone_surrogates_in_arguments_never_crash_a_tool(settings):
 
 def test_a_reviewed_change_shows_hidden_characters_and_even_a_newline_only_change(settings, kb):
     asked = []
+
+    def shown(answer):  # what the person reviews: every file's diff
+        return lambda approval: asked.append("\n".join(d for _, d in versions.diffs(approval.change))) or answer
     result = execute_tool("append_note", {"file_path": "vim.md", "content": "evil\u202eexe.md"}, settings,
-                          lambda question: asked.append(question) or True, review=True)
+                          shown(True), review=True)
     assert not result.error and "\\u202e" in asked[0] and "\u202e" not in asked[0]  # the page cannot be fooled
     (kb / "bare.md").write_bytes(b"no newline at the end")
     execute_tool("write_note", {"file_path": "bare.md", "content": "no newline at the end\n", "overwrite": True},
-                 settings, lambda question: asked.append(question) or False, review=True)
+                 settings, shown(False), review=True)
     assert "only the line endings or the final newline change" in asked[1]
     assert (kb / "bare.md").read_bytes() == b"no newline at the end"  # rejected: untouched

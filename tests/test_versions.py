@@ -225,17 +225,28 @@ def fake_versions(kb, rel, ages_days, now):
         make(kb, name + ("-10" if (kb / name).exists() else ""), f"{age} days old".encode())
 
 
-def test_prune_by_count_keeps_the_newest(tmp_path, monkeypatch):
+def test_prune_by_age_beyond_the_newest(tmp_path, monkeypatch):
     monkeypatch.setattr(versions, "HISTORY_KEEP", 2)
     now = datetime.now(timezone.utc).replace(microsecond=0)
     fake_versions(tmp_path, "n.md", [5, 400, 3, 2, 1, 1], now)  # the second 1 clashes: it is the newer
     versions.prune_versions(tmp_path, "n.md")
-    assert [p.read_text() for p in history_files(tmp_path, "n.md")] == ["1 days old", "1 days old"]
+    kept = [p.read_text() for p in history_files(tmp_path, "n.md")]
+    assert kept == ["5 days old", "3 days old", "2 days old", "1 days old", "1 days old"]  # 400 days: too old
     assert history_files(tmp_path, "n.md")[-1].name.endswith("-10")
+
+
+def test_prune_by_size_takes_the_oldest_first_and_never_the_newest(tmp_path, monkeypatch):
+    monkeypatch.setattr(versions, "HISTORY_KEEP", 1)
+    monkeypatch.setattr(versions, "HISTORY_MAX_BYTES", 25)  # each fake version is 10 or 11 bytes
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    fake_versions(tmp_path, "n.md", [5, 4, 3, 2], now)
+    versions.prune_versions(tmp_path, "n.md")
+    assert [p.read_text() for p in history_files(tmp_path, "n.md")] == ["3 days old", "2 days old"]
 
 
 def test_prune_leaves_other_notes_with_similar_names_alone(tmp_path, monkeypatch):
     monkeypatch.setattr(versions, "HISTORY_KEEP", 1)
+    monkeypatch.setattr(versions, "HISTORY_MAX_AGE_S", 1.5 * 86400)
     now = datetime.now(timezone.utc).replace(microsecond=0)
     fake_versions(tmp_path, "n.md", [3, 2, 1], now)
     fake_versions(tmp_path, "n.md.bak.md", [3, 2, 1], now)
@@ -244,13 +255,25 @@ def test_prune_leaves_other_notes_with_similar_names_alone(tmp_path, monkeypatch
     assert len(history_files(tmp_path, "n.md.bak.md")) == 3
 
 
-def test_saving_prunes_to_the_configured_limit(tmp_path, monkeypatch):
+def test_the_newest_version_older_than_an_hour_is_never_pruned(tmp_path, monkeypatch):
+    monkeypatch.setattr(versions, "HISTORY_KEEP", 1)
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    fake_versions(tmp_path, "n.md", [100, 90, 0.01, 0.005], now)  # 14 and 7 minutes old: an hour protects both
+    versions.prune_versions(tmp_path, "n.md")
+    kept = [p.read_text() for p in history_files(tmp_path, "n.md")]
+    assert kept == ["90 days old", "0.01 days old", "0.005 days old"]  # what the note was before the last hour
+
+
+def test_no_burst_of_changes_flushes_what_the_note_held_before(tmp_path, monkeypatch):
     monkeypatch.setattr(versions, "HISTORY_KEEP", 3)
     make(tmp_path, "n.md", b"v0\n")
-    for i in range(1, 7):
+    for i in range(1, 8):
         save_note(tmp_path, "n.md", f"v{i}\n", "overwrite")
-    kept = [p.read_text() for p in history_files(tmp_path, "n.md")]
-    assert kept == ["v3\n", "v4\n", "v5\n"]
+    assert [p.read_text() for p in history_files(tmp_path, "n.md")] == [f"v{i}\n" for i in range(7)]
+    monkeypatch.setattr(versions, "HISTORY_PROTECT_S", 0)  # even once all of them are old,
+    monkeypatch.setattr(versions, "HISTORY_MAX_AGE_S", 0)
+    versions.prune_versions(tmp_path, "n.md")  # the first this process kept (the note before it) stays
+    assert [p.read_text() for p in history_files(tmp_path, "n.md")] == ["v0\n", "v4\n", "v5\n", "v6\n"]
 
 
 # --- undo ---

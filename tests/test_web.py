@@ -256,12 +256,18 @@ def waiting_review(page: Browser, question: str):
     return stream, page.until("confirm", stream)
 
 
+def shown_diff(review: dict) -> str:
+    """Every diff a review shows, one after another."""
+    return "\n".join(diff for _, diff in review["diffs"])
+
+
 def test_an_edit_is_shown_as_a_diff_and_written_only_on_accept(make_web, kb):
     page = make_web(auto_approve=True)  # even so: the page never approves by itself
     before = (kb / "python.md").read_text(encoding="utf-8")
     stream, review = waiting_review(page, "in python.md replace Use venv for projects. with Use uv for projects.")
-    assert review["kind"] == "diff" and review["question"] == "Make this change to python.md?"
-    assert "-Use venv for projects.\n+Use uv for projects." in review["detail"]
+    assert review["kind"] == "change" and review["title"] == "Make this change to python.md?"
+    assert review["diffs"][0][0] == "python.md"
+    assert "-Use venv for projects.\n+Use uv for projects." in shown_diff(review)
     assert (kb / "python.md").read_text(encoding="utf-8") == before
     assert page.get("/api/state")["events"][-1]["type"] == "confirm"  # a reloaded page shows it again
     page.post("/api/answer", {"id": review["id"], "accept": True})
@@ -280,7 +286,7 @@ def test_an_edit_is_shown_as_a_diff_and_written_only_on_accept(make_web, kb):
 def test_a_rejected_change_is_not_written_and_the_model_is_told(make_web, kb, fake_llm):
     page = make_web()
     stream, review = waiting_review(page, "append to vim.md: - `u` undoes")
-    assert review["detail"].endswith("+- `u` undoes")
+    assert shown_diff(review).endswith("+- `u` undoes")
     page.post("/api/answer", {"id": review["id"], "accept": False})
     assert page.until("answered", stream)["accepted"] is False
     result = page.until("tool_result", stream)
@@ -306,12 +312,12 @@ def test_a_note_changed_during_review_is_not_overwritten(make_web, kb):
 def test_a_delete_shows_the_whole_note_going_and_stop_cancels_like_ctrl_c(make_web, kb, tmp_path):
     page = make_web()
     stream, review = waiting_review(page, "delete vim.md")
-    assert review["question"].startswith("Delete vim.md?") and "-# Vim" in review["detail"]
+    assert review["title"].startswith("Delete vim.md?") and "-# Vim" in shown_diff(review)
     assert page.post("/api/new", expect=409)["error"] == web.BUSY
     assert page.post("/api/stop")["result"] is True
     done = page.until("done", stream)
     assert done["status"] == "stopped" and (kb / "vim.md").exists()
-    saved = sessions.SessionStore(tmp_path / "data" / "sessions.db", print).load_messages(done["session"])
+    saved = sessions.SessionStore(tmp_path / "data" / "sessions.db").load_messages(done["session"])
     assert [m["role"] for m in saved] == ["user", "assistant", "tool"]  # the call is answered, as after Ctrl+C
     assert saved[2]["content"].startswith("stopped: the user pressed Ctrl+C")
     assert page.post("/api/stop")["result"] is False  # nothing left to stop
@@ -352,7 +358,7 @@ def test_api_faults_and_a_missing_key_are_one_readable_line(make_web, fake_llm):
     assert done["status"] == "error" and done["message"].startswith("The API rejected the key (401)")
     page = make_web(api_key=None)
     assert page.get("/api/state")["chat"] is False
-    assert page.post("/api/ask", {"text": "hello"}, expect=409)["error"] == web.NO_KEY
+    assert page.post("/api/ask", {"text": "hello"}, expect=409)["error"] == web.no_key()
     assert page.post("/api/ask", {"text": "  "}, expect=400)["error"] == "The question is empty."
 
 
