@@ -10,12 +10,11 @@ as much of the history as fits (context.fit_to_budget). An API fault leaves as o
 is one readable line; this module never prints: everything the person sees goes to `ui`.
 """
 
+import functools
 import json
 import re
 import time
 from datetime import date
-
-import openai
 
 import context
 import tools
@@ -83,15 +82,30 @@ class UI:
     def usage(self, usage) -> None: ...
 
 
-def make_client(settings: Settings) -> openai.OpenAI:
+def make_client(settings: Settings) -> "_Client":
     if not settings.api_key:
         raise AgentError(f"No API key for {settings.base_url}. {KEY_HINT}.")
-    return openai.OpenAI(api_key=settings.api_key, base_url=settings.base_url, max_retries=API_MAX_RETRIES,
-                         timeout=openai.Timeout(REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT))
+    return _Client(settings)
+
+
+class _Client:
+    """openai.OpenAI, made at the first request: importing the SDK takes about half a second, which commands
+    that never call the model (/search, --list-sessions, the chat before its first question) must not wait for."""
+
+    def __init__(self, settings: Settings):
+        self.settings = settings
+
+    @functools.cached_property
+    def chat(self):
+        import openai
+        return openai.OpenAI(api_key=self.settings.api_key, base_url=self.settings.base_url,
+                             max_retries=API_MAX_RETRIES,
+                             timeout=openai.Timeout(REQUEST_TIMEOUT, connect=CONNECT_TIMEOUT)).chat
 
 
 def _api_error(exc: Exception, settings: Settings, midway: bool) -> AgentError:
     """The error for an API fault (`midway` through a stream): one line saying what happened and what to do."""
+    import openai
     if isinstance(exc, openai.APITimeoutError):
         return AgentError(f"The API did not answer within {REQUEST_TIMEOUT:.0f} s ({API_MAX_RETRIES + 1} tries). "
                           f"Try again, or check {settings.base_url}.")
@@ -189,6 +203,7 @@ def _valid_json(arguments: str) -> str:
 
 def query(client, settings: Settings, messages: list[dict], ui: UI, reply: _Reply) -> None:
     """One API call, filling `reply`; a stream that breaks before anything was shown is asked again."""
+    import openai  # here, not at the top: commands that never call the model do not wait for it
     params = {"model": settings.model, "messages": messages, "tools": tools.tool_schemas(settings)}
     extra = {"thinking": {"type": settings.thinking}} if settings.thinking else {}
     if settings.reasoning_effort:

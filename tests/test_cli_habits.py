@@ -292,6 +292,7 @@ def test_piped_text_in_a_legacy_encoding_is_decoded(fake_llm, kb):
 # --- An installable command: one package, nothing generic at the top level of site-packages ---
 
 ROOT = MAIN.parent
+MCP_SERVER = ROOT / "mcp_server.py"
 TOOLS_LIST = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}\n'
 
 
@@ -369,6 +370,27 @@ def test_installing_adds_no_generic_name_and_the_package_finds_its_page(installe
     page = subprocess.run([python, "-c", "import sys, knowledge_agent; sys.path.insert(0, knowledge_agent.__path__[0]); "
                            "import web; print(web.STATIC)"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert page.stdout.startswith(str(installed)) and (Path(page.stdout.strip()) / "index.html").is_file(), page.stderr
+
+
+# --- Commands that need no model start without loading the openai SDK (half a second) ---
+
+@pytest.mark.parametrize("command", ["--version", "--help", "/search vim", "/list", "/read vim.md", "--list-sessions",
+                                     "--reindex", "mcp_server.py tools/list"])
+def test_commands_without_the_model_never_import_openai(kb, command):
+    mcp = command.startswith("mcp_server.py")
+    script, argument, stdin = (MCP_SERVER, [], TOOLS_LIST) if mcp else (MAIN, [command], "")
+    result = subprocess.run([sys.executable, "-X", "importtime", script, "--kb", str(kb), *argument], input=stdin,
+                            capture_output=True, text=True, env=clean_env(DEEPSEEK_API_KEY="x"), timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert re.search(r"\| +config$", result.stderr, re.M)  # -X importtime names every module imported
+    assert not re.search(r"\| +openai$", result.stderr, re.M)
+
+
+def test_a_question_imports_openai(fake_llm, kb):
+    result = subprocess.run([sys.executable, "-X", "importtime", MAIN, "--kb", str(kb), "hello"], capture_output=True,
+                            text=True, env=clean_env(DEEPSEEK_API_KEY="x", DEEPSEEK_BASE_URL=fake_llm.base_url),
+                            stdin=subprocess.DEVNULL, timeout=60)
+    assert result.returncode == 0 and re.search(r"\| +openai$", result.stderr, re.M)
 
 
 def test_piped_lines_that_are_not_utf8_never_crash(kb):
