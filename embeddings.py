@@ -39,7 +39,7 @@ EMBED_MIN_COSINE = 0.1  # and above this: a query unlike every note (an unknown 
 DEEPSEEK_HOST = "deepseek.com"  # its API has no embeddings endpoint (404)
 
 _SKETCH = (1 << EMBED_SKETCH_BITS) - 1
-_AT_MOST = [bytes(d <= cut for d in range(256)) for cut in range(256)]  # translate tables: 1 where d <= cut
+_AT_MOST = [b"\x01" * (cut + 1) + bytes(255 - cut) for cut in range(256)]  # translate tables: 1 where d <= cut
 _SCHEMA = [
     "CREATE TABLE IF NOT EXISTS chunk_notes(path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER)",
     "CREATE TABLE IF NOT EXISTS chunks(path TEXT, seq INTEGER, line INTEGER, hash BLOB, text TEXT, "

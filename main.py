@@ -11,6 +11,7 @@ import argparse
 import difflib
 import itertools
 import sys
+import threading
 from pathlib import Path
 
 import context
@@ -258,6 +259,8 @@ def repl(settings: Settings, client, display: Display, conversation: sessions.Co
                  "Ctrl+C cancels an answer; Ctrl+D or /exit leaves." if client else NO_KEY.format(key_hint()))
     if settings.allow_shell:
         display.info(shell_banner(settings))
+    if client:  # the openai SDK (about half a second) loads while the person types the first question
+        threading.Thread(target=__import__, args=("openai",)).start()
     try:
         while (line := read_question(readline)) is not None:
             try:

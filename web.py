@@ -19,7 +19,6 @@ import json
 import logging
 import secrets
 import sys
-import sysconfig
 import threading
 import webbrowser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -39,10 +38,7 @@ DEFAULT_PORT = 8731
 MAX_BODY = 1_000_000  # bytes of a JSON request body (a question with a pasted note fits)
 KEEPALIVE = 15.0  # seconds between comments on an idle event stream, so a dropped page is noticed
 STOP_WAIT = 5.0  # seconds Ctrl+C on the server gives a running answer to stop before leaving
-# The page: beside this file in a clone, or where `pip install` put the project's data files.
-STATIC = next((folder for folder in (Path(__file__).resolve().parent / "static",
-                                     Path(sysconfig.get_path("data")) / "share" / "knowledge-agent" / "static")
-               if (folder / "index.html").is_file()), Path(__file__).resolve().parent / "static")
+STATIC = Path(__file__).resolve().parent / "static"  # the page's files, beside this file in a clone and installed
 PAGES = {"/": "index.html", **{f"/static/{name}": name
                                 for name in ("app.js", "app.css", "marked.umd.js", "purify.min.js")}}
 TYPES = {"html": "text/html", "js": "text/javascript", "css": "text/css"}

@@ -1,14 +1,17 @@
 """The habits users of llm, aider and any Unix tool expect, through the real entry point: subprocesses for the
 scripting contract, a real terminal (a pty that is the program's controlling terminal) for the chat."""
 
+import importlib.util
 import json
 import os
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -286,31 +289,108 @@ def test_piped_text_in_a_legacy_encoding_is_decoded(fake_llm, kb):
     assert "会议纪要：明天发布" in fake_llm.requests[0]["messages"][-1]["content"]
 
 
-# --- An installable command ---
+# --- An installable command: one package, nothing generic at the top level of site-packages ---
 
-def test_pip_installs_a_knowledge_agent_command(tmp_path, kb):
-    venv = tmp_path / "venv"
-    # A venv seeing this Python's packages (openai, setuptools), filled by this Python's pip: no network.
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True,
-                   timeout=120)
-    build = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
-                            "--quiet", "--no-deps", "--no-build-isolation", str(MAIN.parent)],
-                           capture_output=True, text=True, timeout=300)
-    assert build.returncode == 0, build.stderr
+ROOT = MAIN.parent
+MCP_SERVER = ROOT / "mcp_server.py"
+TOOLS_LIST = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}\n'
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel `pip install .` would install, built once by this Python's setuptools without network, from a
+    copy of the clone that also holds what must never be packaged (a .env with a key, caches, a build/)."""
+    source, out = tmp_path_factory.mktemp("clone"), tmp_path_factory.mktemp("dist")
+    shutil.copytree(ROOT, source, dirs_exist_ok=True, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "venv", "build", "*.egg-info", "__pycache__", ".pytest_cache", ".history"))
+    (source / ".env").write_text("DEEPSEEK_API_KEY=sk-secret\n")
+    build = subprocess.run([sys.executable, "-c", "import sys; from setuptools import build_meta; "
+                            "build_meta.build_wheel(sys.argv[1])", str(out)],
+                           cwd=source, capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    return next(out.glob("*.whl"))
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> Path:
+    """A fresh venv where pip installed the wheel beside another distribution's top-level `config` package
+    (as `pip install config`, PyPI's, puts it). The requirements come from this Python: no network."""
+    venv = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    site = Path(subprocess.run([venv / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                               capture_output=True, text=True, check=True, timeout=60).stdout.strip())
+    (site / "requirements.pth").write_text("".join(f"{Path(importlib.util.find_spec(name).origin).parent.parent}\n"
+                                                   for name in ("openai", "dotenv")))
+    (site / "config").mkdir()
+    (site / "config" / "__init__.py").write_text('"""Another project\'s config."""\n')
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
+                              "--quiet", "--no-index", "--no-deps", str(wheel)], capture_output=True, text=True,
+                             timeout=300)
+    assert install.returncode == 0, install.stderr
+    return venv
+
+
+def test_the_wheel_is_one_package_of_the_modules_and_the_page(wheel):
+    from config import VERSION
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {name.split("/")[0] for name in names} == {"knowledge_agent", f"knowledge_agent-{VERSION}.dist-info"}
+    page = {f"knowledge_agent/{path.relative_to(ROOT).as_posix()}" for path in (ROOT / "static").rglob("*")
+            if path.is_file()}
+    modules = {f"knowledge_agent/{path.name}" for path in ROOT.glob("*.py")}
+    assert {name for name in names if name.startswith("knowledge_agent/")} == modules | page  # no .env, no tests
+    assert "knowledge_agent/index.html" not in page and "knowledge_agent/static/index.html" in page
+    entry_points = zipfile.ZipFile(wheel).read(f"knowledge_agent-{VERSION}.dist-info/entry_points.txt").decode()
+    assert {"knowledge-agent", "ka", "knowledge-agent-mcp"} <= set(re.findall(r"^([\w-]+) =", entry_points, re.M))
+
+
+def test_pip_installs_a_knowledge_agent_command(installed, kb, tmp_path):
     env = clean_env(KNOWLEDGE_BASE=str(kb))
     for command in ("knowledge-agent", "ka"):
-        result = subprocess.run([str(venv / "bin" / command), "--version"], capture_output=True, text=True,
+        result = subprocess.run([installed / "bin" / command, "--version"], capture_output=True, text=True,
                                 env=env, cwd=tmp_path, timeout=60)
         assert result.returncode == 0 and result.stdout.startswith("knowledge-agent "), result.stderr
-    listed = subprocess.run([str(venv / "bin" / "ka")], input="/list\n", capture_output=True, text=True,
-                            env=env, cwd=tmp_path, timeout=60)
-    assert "vim.md" in listed.stdout, listed.stderr
-    page = subprocess.run([str(venv / "bin" / "python"), "-c", "import web; print(web.STATIC)"], cwd=tmp_path,
-                          capture_output=True, text=True, env=env, timeout=60).stdout.strip()
-    assert page.startswith(str(venv)) and (Path(page) / "index.html").is_file()  # the web page came along
-    unset = subprocess.run([str(venv / "bin" / "ka"), "q"], capture_output=True, text=True, timeout=60,
+    listed = subprocess.run([installed / "bin" / "ka", "--kb", str(kb), "/list"], capture_output=True, text=True,
+                            env=clean_env(DEEPSEEK_API_KEY="x"), cwd=tmp_path, timeout=60)
+    assert listed.returncode == 0 and "vim.md" in listed.stdout, listed.stderr
+    unset = subprocess.run([installed / "bin" / "ka", "q"], capture_output=True, text=True, timeout=60,
                            env=clean_env(DEEPSEEK_API_KEY="x"), cwd=tmp_path)
     assert unset.returncode == 2 and "config.env" in unset.stderr  # no sample notes: says where to set them
+    served = subprocess.run([installed / "bin" / "knowledge-agent-mcp", "--kb", str(kb)], input=TOOLS_LIST,
+                            capture_output=True, text=True, env=clean_env(), cwd=tmp_path, timeout=60)
+    assert "search_notes" in [tool["name"] for tool in json.loads(served.stdout)["result"]["tools"]], served.stderr
+
+
+def test_installing_adds_no_generic_name_and_the_package_finds_its_page(installed, tmp_path):
+    python = installed / "bin" / "python"
+    other = subprocess.run([python, "-c", "import config; print(config.__doc__)"], capture_output=True, text=True,
+                           cwd=tmp_path, timeout=60)
+    assert other.stdout == "Another project's config.\n", other.stderr  # still the other project's
+    tools = subprocess.run([python, "-c", "import tools"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert "No module named 'tools'" in tools.stderr
+    page = subprocess.run([python, "-c", "import sys, knowledge_agent; sys.path.insert(0, knowledge_agent.__path__[0]); "
+                           "import web; print(web.STATIC)"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert page.stdout.startswith(str(installed)) and (Path(page.stdout.strip()) / "index.html").is_file(), page.stderr
+
+
+# --- Commands that need no model start without loading the openai SDK (half a second) ---
+
+@pytest.mark.parametrize("command", ["--version", "--help", "/search vim", "/list", "/read vim.md", "--list-sessions",
+                                     "--reindex", "mcp_server.py tools/list"])
+def test_commands_without_the_model_never_import_openai(kb, command):
+    mcp = command.startswith("mcp_server.py")
+    script, argument, stdin = (MCP_SERVER, [], TOOLS_LIST) if mcp else (MAIN, [command], "")
+    result = subprocess.run([sys.executable, "-X", "importtime", script, "--kb", str(kb), *argument], input=stdin,
+                            capture_output=True, text=True, env=clean_env(DEEPSEEK_API_KEY="x"), timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert re.search(r"\| +config$", result.stderr, re.M)  # -X importtime names every module imported
+    assert not re.search(r"\| +openai$", result.stderr, re.M)
+
+
+def test_a_question_imports_openai(fake_llm, kb):
+    result = subprocess.run([sys.executable, "-X", "importtime", MAIN, "--kb", str(kb), "hello"], capture_output=True,
+                            text=True, env=clean_env(DEEPSEEK_API_KEY="x", DEEPSEEK_BASE_URL=fake_llm.base_url),
+                            stdin=subprocess.DEVNULL, timeout=60)
+    assert result.returncode == 0 and re.search(r"\| +openai$", result.stderr, re.M)
 
 
 def test_piped_lines_that_are_not_utf8_never_crash(kb):
