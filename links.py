@@ -63,11 +63,13 @@ class Plan(NamedTuple):
 
 # --- Finding links ---
 _FRONT_MATTER = re.compile(r"\ufeff?---[ \t]*\r?\n(?:.*?\r?\n)?---[ \t]*(?:\r?\n|\Z)", re.S)
-_PROPERTY_LINK = re.compile(r"""(["'])\[\[([^\n]*?)\]\]\1""")  # a quoted value that is one whole link
+_INSIDE_LINK = r"((?:[^\[\]\n]|\[(?!\[)|\](?!\]))*)"  # holds no [[ nor ]]: [[a [[b]] is the link [[b]]
+_PROPERTY_LINK = re.compile(r"""(["'])\[\[""" + _INSIDE_LINK + r"\]\]\1")  # a quoted value that is one whole link
 # Where code or a comment starts: a fence line (also inside quotes and list items), a backtick run, or %%.
 _CODE_OR_COMMENT = re.compile(r"^[ \t>]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)?(`{3,}(?=[^`\n]*$)|~{3,})|(`+)|%%", re.M)
 _BLANK_LINE = re.compile(r"\n[ \t\r]*\n")  # an inline code span never crosses one
-_WIKILINK = re.compile(r"(?<!\\)(!?)\[\[([^\n]*?)\]\]")  # a single "]" does not end the target
+_TICKS = re.compile("`+")
+_WIKILINK = re.compile(r"(?<!\\)(!?)\[\[" + _INSIDE_LINK + r"\]\]")  # a single "]" does not end the target
 _MARKDOWN_LINK = re.compile(
     r"(?<!\\)(!?)\[((?:[^\[\]\n\\]|\\.|\[(?:[^\[\]\n\\]|\\.)*\])*)\]"  # [text], brackets nested one level
     r"\([ \t]*(?:<([^<>\n]*)>|((?:[^\s()\\]|\\.|\((?:[^\s()\\]|\\.)*\))+))"  # (<target> or (target
@@ -99,20 +101,15 @@ def _note_links(text: str) -> list[tuple]:
     if front := _FRONT_MATTER.match(text):
         body = front.end()
         for m in _PROPERTY_LINK.finditer(text, 0, body):
-            if "[[" not in m.group(2):
-                found.append(_wikilink(m.start(2) - 2, m.end(2) + 2, m.start(2), m.group(2), False, "property"))
+            found.append(_wikilink(m.start(2) - 2, m.end(2) + 2, m.start(2), m.group(2), False, "property"))
     if text.find("[[", body) < 0 and text.find("](", body) < 0:
         return found  # no link can start here: spare the search for code and comments
     hidden = _hidden_spans(text, body)
     wikis = []
     for m in _WIKILINK.finditer(text, body):
-        start, content = m.start(), m.group(2)
-        if (nested := content.rfind("[[")) >= 0:  # [[a [[b]]: the link is [[b]]
-            start, content = m.start(2) + nested, content[nested + 2:]
-        if content.strip() and _clear(hidden, start, m.end()):
-            embed = start == m.start() and m.group(1) == "!"
-            wikis.append((start, m.end()))
-            found.append(_wikilink(start, m.end(), m.end() - 2 - len(content), content, embed, "wiki"))
+        if m.group(2).strip() and _clear(hidden, *m.span()):
+            wikis.append(m.span())
+            found.append(_wikilink(*m.span(), m.start(2), m.group(2), m.group(1) == "!", "wiki"))
     for m in _markdown_matches(text, body):
         group = 3 if m.group(3) is not None else 4
         written, at = m.group(group), m.start(group)
@@ -141,21 +138,24 @@ def _markdown_matches(text: str, pos: int):
 
 def _hidden_spans(text: str, pos: int) -> list[tuple]:
     """(start, end) of the code and comments from pos on, in order: what they hold is text, not links."""
-    spans, paragraph_end = [], -1
+    spans, paragraph_end, runs = [], -1, {}
     while m := _CODE_OR_COMMENT.search(text, pos):
         fence, ticks = m.group(1), m.group(2)
         if fence:
             close = _closing_fence(fence[0], len(fence)).search(text, m.end())
             end = close.end() if close else len(text)  # an unclosed fence runs to the end
         elif ticks:
-            if paragraph_end < m.end():
+            if paragraph_end < m.end():  # a new paragraph: where its backtick runs of each length start
                 blank = _BLANK_LINE.search(text, m.end())
-                paragraph_end = blank.start() if blank else len(text)
-            close = _closing_ticks(len(ticks)).search(text, m.end(), paragraph_end)
-            if not close:  # unmatched backticks are plain text
+                paragraph_end, runs = blank.start() if blank else len(text), {}
+                for run in _TICKS.finditer(text, m.start(), paragraph_end):
+                    runs.setdefault(run.end() - run.start(), []).append(run.start())
+            closes = runs[len(ticks)]
+            after = bisect_right(closes, m.start())
+            if after == len(closes):  # unmatched backticks are plain text
                 pos = m.end()
                 continue
-            end = close.end()
+            end = closes[after] + len(ticks)
         else:
             close = text.find("%%", m.end())
             end = close + 2 if close >= 0 else len(text)
@@ -167,11 +167,6 @@ def _hidden_spans(text: str, pos: int) -> list[tuple]:
 @lru_cache(maxsize=None)
 def _closing_fence(char: str, length: int) -> re.Pattern:
     return re.compile(r"^[ \t>]*" + re.escape(char) + "{%d,}[ \t\r]*$" % length, re.M)
-
-
-@lru_cache(maxsize=None)
-def _closing_ticks(length: int) -> re.Pattern:
-    return re.compile("(?<!`)`{%d}(?!`)" % length)
 
 
 def _clear(spans: list, start: int, end: int) -> bool:
