@@ -1,0 +1,394 @@
+"""Links between notes as Obsidian reads them: find them, resolve them, and keep them meaning the same files
+when a note moves.
+
+parse() finds every link of a note (.md) or canvas (.canvas) with the exact span of its target, so a rewrite
+changes nothing else. Resolver says which file a link means, the way Obsidian does. plan_move() gives the new
+texts of the files a move must change so that every link of the vault still means what it meant. rows() is what
+the search index stores per note; outgoing() and backlinks() answer from those rows. resolve_all() is for tests
+and benchmarks: every link of a vault, resolved.
+
+How a link is read (Obsidian 1.x, /work/shared/REFERENCE.md; * marks a choice where Obsidian is undocumented):
+- Forms: [[T]] [[T|shown]] [[T#H1#H2]] [[T#^block]] [[#H]] ![[T|300]] ![[a.pdf#page=3]] [[T\\|shown]] (tables),
+  [t](T%20x.md) [t](<T x.md>) ![i](a.png), "[[T]]" as a whole quoted front-matter value, canvas nodes[].file.
+  Inside fenced code (``` or ~~~, any length), inline code and %%comments%% (an unclosed %% runs to the end) a
+  link is text. * Indented code blocks are not recognised: in vaults they are nearly always nested list items.
+- A link with a URI scheme (http:, mailto:, obsidian:, zotero:, ...) is external, except inside [[ ]], where
+  Obsidian keeps it as an unresolved note link.
+- Matching is case-insensitive; `T` means a file named `T` or `T.md`; an empty target ([[#H]]) is the note itself.
+- Wikilinks and properties: the exact vault path wins; else the path from the linking note's folder (for a bare
+  name: the note of that name beside it); else every file whose path ends in "/T": the shortest path string,
+  * equal lengths in code-point order. The suffix rule covers bare names (any folder) and partial paths ([[b/T]] for
+  a/b/T.md, which Obsidian accepts; keeping those resolved is the safe side when a note moves).
+- Markdown links, %-decoded: from the linking note's folder first, then as a wikilink. Canvas files: the vault
+  path only. A leading "/" means the vault root. An alias in front matter never resolves a link.
+How a link is written when a move needs it: a wikilink stays a wikilink and follows newLinkFormat: "shortest" is
+the bare name if it means the file from that note, else the full vault path (* never a path suffix); "relative"
+is the path from the note's folder; "absolute" the vault path. `.md` is kept if it was written. A Markdown link
+keeps its style and %-encoding: one that resolved from its note's folder stays relative (so other Markdown
+viewers still follow it), a vault path stays a vault path, a bare name a bare name while it resolves. A link
+that still means its file after the move is left as written.
+
+Pure functions over texts and path lists: this file never reads nor writes a file; the caller does the I/O.
+"""
+
+import json
+import posixpath
+import re
+from bisect import bisect_right
+from functools import lru_cache
+from typing import NamedTuple
+from urllib.parse import quote, unquote
+
+LINK_FORMATS = ("shortest", "relative", "absolute")  # Obsidian's newLinkFormat settings
+ROW_COLUMNS = ("source", "line", "target", "fragment", "form", "embed", "key")  # what rows() gives per link
+
+
+class Link(NamedTuple):
+    start: int  # the whole link is text[start:end]
+    end: int
+    line: int  # 1-based
+    target: str  # the path as written ("" for [[#H]]); still %-encoded in a Markdown link, JSON-decoded in a canvas
+    fragment: str  # after the first "#": heading(s), ^block, page=3; "" when none
+    alias: str  # shown text or embed size (after "|", or a Markdown link's text); "" when none
+    embed: bool
+    form: str  # "wiki", "markdown", "property" (front matter) or "canvas"
+    path_start: int  # the target is written at text[path_start:path_end]
+    path_end: int
+
+
+class Plan(NamedTuple):
+    texts: dict  # path after the move -> its new text, for the files that change (the moved note under its new path)
+    counts: dict  # the same paths -> how many links were rewritten there
+
+
+# --- Finding links ---
+_FRONT_MATTER = re.compile(r"\ufeff?---[ \t]*\r?\n(?:.*?\r?\n)?---[ \t]*(?:\r?\n|\Z)", re.S)
+_INSIDE_LINK = r"((?:[^\[\]\n]|\[(?!\[)|\](?!\]))*)"  # holds no [[ nor ]]: [[a [[b]] is the link [[b]]
+_PROPERTY_LINK = re.compile(r"""(["'])\[\[""" + _INSIDE_LINK + r"\]\]\1")  # a quoted value that is one whole link
+# Where code or a comment starts: a fence line (also inside quotes and list items), a backtick run, or %%.
+_CODE_OR_COMMENT = re.compile(r"^[ \t>]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)?(`{3,}(?=[^`\n]*$)|~{3,})|(`+)|%%", re.M)
+_BLANK_LINE = re.compile(r"\n[ \t\r]*\n")  # an inline code span never crosses one
+_TICKS = re.compile("`+")
+_WIKILINK = re.compile(r"(?<!\\)(!?)\[\[" + _INSIDE_LINK + r"\]\]")  # a single "]" does not end the target
+_MARKDOWN_LINK = re.compile(
+    r"(?<!\\)(!?)\[((?:[^\[\]\n\\]|\\.|\[(?:[^\[\]\n\\]|\\.)*\])*)\]"  # [text], brackets nested one level
+    r"\([ \t]*(?:<([^<>\n]*)>|((?:[^\s()\\]|\\.|\((?:[^\s()\\]|\\.)*\))+))"  # (<target> or (target
+    r"(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^()\n]*\)))?[ \t]*\)")  # an optional "title", then )
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:|//")  # http:, mailto:, obsidian:, C:, //host
+_CANVAS_FILE = re.compile(r'"file"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
+def parse(text: str, path: str) -> list[Link]:
+    """Every link of a note (.md) or canvas (.canvas) at `path`, in text order; other files hold none."""
+    kind = path.lower().rsplit(".", 1)[-1]
+    if kind == "canvas":
+        found = _canvas_links(text)
+    elif kind == "md":
+        found = _note_links(text)
+    else:
+        return []
+    found.sort()
+    links, line, counted = [], 1, 0
+    for fields in found:
+        line += text.count("\n", counted, fields[0])
+        counted = fields[0]
+        links.append(Link(fields[0], fields[1], line, *fields[2:]))
+    return links
+
+
+def _note_links(text: str) -> list[tuple]:
+    found, body = [], 0
+    if front := _FRONT_MATTER.match(text):
+        body = front.end()
+        for m in _PROPERTY_LINK.finditer(text, 0, body):
+            found.append(_wikilink(m.start(2) - 2, m.end(2) + 2, m.start(2), m.group(2), False, "property"))
+    if text.find("[[", body) < 0 and text.find("](", body) < 0:
+        return found  # no link can start here: spare the search for code and comments
+    hidden = _hidden_spans(text, body)
+    wikis = []
+    for m in _WIKILINK.finditer(text, body):
+        if m.group(2).strip() and _clear(hidden, *m.span()):
+            wikis.append(m.span())
+            found.append(_wikilink(*m.span(), m.start(2), m.group(2), m.group(1) == "!", "wiki"))
+    for m in _markdown_matches(text, body):
+        group = 3 if m.group(3) is not None else 4
+        written, at = m.group(group), m.start(group)
+        if not written or _SCHEME.match(written) or not (_clear(hidden, *m.span()) and _clear(wikis, *m.span())):
+            continue
+        target, _, fragment = written.partition("#")
+        found.append((m.start(), m.end(), target, fragment, m.group(2), m.group(1) == "!", "markdown",
+                      at, at + len(target)))
+    return found
+
+
+def _wikilink(start: int, end: int, at: int, content: str, embed: bool, form: str) -> tuple:
+    head, bar, alias = content.partition("|")
+    if bar and head.endswith("\\"):  # [[T\|shown]], the escape a table cell needs
+        head = head[:-1]
+    target, _, fragment = head.partition("#")
+    return (start, end, target, fragment, alias, embed, form, at, at + len(target))
+
+
+def _markdown_matches(text: str, pos: int):
+    """Markdown links from pos on, and those inside their text: [![image](a.png)](note.md) holds two."""
+    for m in _MARKDOWN_LINK.finditer(text, pos):
+        yield m
+        yield from _MARKDOWN_LINK.finditer(text, m.start(2), m.end(2))
+
+
+def _hidden_spans(text: str, pos: int) -> list[tuple]:
+    """(start, end) of the code and comments from pos on, in order: what they hold is text, not links."""
+    spans, paragraph_end, runs = [], -1, {}
+    while m := _CODE_OR_COMMENT.search(text, pos):
+        fence, ticks = m.group(1), m.group(2)
+        if fence:
+            close = _closing_fence(fence[0], len(fence)).search(text, m.end())
+            end = close.end() if close else len(text)  # an unclosed fence runs to the end
+        elif ticks:
+            if paragraph_end < m.end():  # a new paragraph: where its backtick runs of each length start
+                blank = _BLANK_LINE.search(text, m.end())
+                paragraph_end, runs = blank.start() if blank else len(text), {}
+                for run in _TICKS.finditer(text, m.start(), paragraph_end):
+                    runs.setdefault(run.end() - run.start(), []).append(run.start())
+            closes = runs[len(ticks)]
+            after = bisect_right(closes, m.start())
+            if after == len(closes):  # unmatched backticks are plain text
+                pos = m.end()
+                continue
+            end = closes[after] + len(ticks)
+        else:
+            close = text.find("%%", m.end())
+            end = close + 2 if close >= 0 else len(text)
+        spans.append((m.start(), end))
+        pos = end
+    return spans
+
+
+@lru_cache(maxsize=None)
+def _closing_fence(char: str, length: int) -> re.Pattern:
+    return re.compile(r"^[ \t>]*" + re.escape(char) + "{%d,}[ \t\r]*$" % length, re.M)
+
+
+def _clear(spans: list, start: int, end: int) -> bool:
+    """No span of the ordered, disjoint spans overlaps text[start:end]."""
+    i = bisect_right(spans, (start, float("inf"))) - 1
+    if i >= 0 and spans[i][1] > start:
+        return False
+    return i + 1 >= len(spans) or spans[i + 1][0] >= end
+
+
+def _canvas_links(text: str) -> list[tuple]:
+    found = []
+    for m in _CANVAS_FILE.finditer(text):
+        try:
+            target = json.loads(f'"{m.group(1)}"')
+        except ValueError:
+            continue
+        found.append((m.start(1) - 1, m.end(1) + 1, target, "", "", False, "canvas", m.start(1), m.end(1)))
+    return found
+
+
+# --- Resolving links ---
+class Resolver:
+    """Which file a link means among the vault's files (notes, canvases, attachments; paths from the vault root)."""
+
+    def __init__(self, paths):
+        self.by_name = {}  # lower-case file name -> [(lower-case path, path)], shortest first, then alphabetical
+        for path in sorted(paths, key=lambda p: (len(p), p)):
+            self.by_name.setdefault(path.rsplit("/", 1)[-1].lower(), []).append((path.lower(), path))
+
+    def resolve(self, target: str, source: str, form: str = "wiki") -> str | None:
+        """The path a link written in `source` means, or None when no file matches."""
+        target = (unquote(target) if form == "markdown" else target).strip()
+        if not target:
+            return source
+        name = target.rsplit("/", 1)[-1].lower()
+        candidates = self.by_name.get(name, []) + self.by_name.get(name + ".md", [])
+        if not candidates:
+            return None
+        want = target.lower()
+        if want.startswith("/") or form == "canvas":
+            return _exact(candidates, want.lstrip("/"))
+        beside = _join(source, want)
+        for path in ((beside, want) if form == "markdown" else (want, beside)):
+            if path and (found := _exact(candidates, path)):
+                return found
+        ends = [(lower, path) for lower, path in candidates
+                if lower.endswith("/" + want) or lower.endswith("/" + want + ".md")]
+        return min(ends, key=lambda c: (len(c[1]), c[1]))[1] if ends else None
+
+
+def _exact(candidates: list, want: str) -> str | None:
+    for wanted in (want, want + ".md"):
+        for lower, path in candidates:
+            if lower == wanted:
+                return path
+    return None
+
+
+def _join(source: str, target: str) -> str | None:
+    """target read from the folder of the note at source, as a vault path; None if it leaves the vault."""
+    joined = posixpath.normpath(posixpath.join(posixpath.dirname(source), target))
+    return None if joined == ".." or joined.startswith("../") else joined
+
+
+def resolve_all(files: dict) -> dict:
+    """{(path, index of the link in parse order): the path it means or None} for every link of the vault;
+    files maps every vault path to its text (None for files that are not notes or canvases)."""
+    resolver = Resolver(files)
+    return {(path, i): resolver.resolve(link.target, path, link.form)
+            for path, text in files.items() if text is not None
+            for i, link in enumerate(parse(text, path))}
+
+
+# --- The link index kept beside the search index ---
+def _name_key(name: str) -> str:
+    name = name.rsplit("/", 1)[-1].strip().lower()
+    return name[:-3] if name.endswith(".md") else name
+
+
+def link_keys(path: str) -> set:
+    """The keys (rows()'s last column) of the links that may mean the file at path: query the rows by these."""
+    key = _name_key(path)
+    return {key, key[:-3]} if key.endswith(".md") else {key}  # [[x.md]] can mean x.md.md
+
+
+def rows(text: str, path: str) -> list[tuple]:
+    """What to store for the note at path: one tuple per link, the fields of ROW_COLUMNS."""
+    return [(path, link.line, link.target, link.fragment, link.form, link.embed,
+             _name_key(unquote(link.target) if link.form == "markdown" else link.target))
+            for link in parse(text, path)]
+
+
+def outgoing(note_rows, resolver: Resolver) -> list[tuple]:
+    """(line, target as written, fragment, the path it means or None) for each stored row of one note."""
+    return [(line, target, fragment, resolver.resolve(target, source, form))
+            for source, line, target, fragment, form, _embed, _key in note_rows]
+
+
+def backlinks(path: str, candidate_rows, resolver: Resolver) -> list[str]:
+    """"source:line" of each link elsewhere that means path, from the rows whose key is in link_keys(path)."""
+    return [f"{source}:{line}" for source, line, target, _fragment, form, _embed, _key in candidate_rows
+            if source != path and resolver.resolve(target, source, form) == path]
+
+
+def new_link_format(app_json: str | None) -> str:
+    """The newLinkFormat of a vault's .obsidian/app.json text ("shortest" when unset or unreadable)."""
+    try:
+        chosen = json.loads(app_json or "{}").get("newLinkFormat")
+    except (ValueError, AttributeError):
+        return "shortest"
+    return chosen if chosen in LINK_FORMATS else "shortest"
+
+
+# --- Moving a note ---
+def move_keys(from_path: str, to_path: str) -> set:
+    """The keys of the only links a move can change: the caller must pass plan_move the texts of their notes."""
+    return link_keys(from_path) | link_keys(to_path)
+
+
+def plan_move(paths, texts: dict, from_path: str, to_path: str, link_format: str = "shortest") -> Plan:
+    """The new texts that keep every resolved link of the vault meaning the same file once from_path is at to_path.
+
+    paths: every file of the vault before the move. texts: path -> text of at least the moved file and the notes
+    and canvases holding a link whose key is in move_keys(); others may be given too and are left alone when no
+    link of theirs changes. A link unresolved before stays as it is. Raises ValueError for an impossible move or
+    a file name no link can spell."""
+    if link_format not in LINK_FORMATS:
+        raise ValueError(f"unknown link format {link_format!r}: use one of {', '.join(LINK_FORMATS)}.")
+    paths = set(paths)
+    if from_path not in paths:
+        raise ValueError(f"{from_path} is not in the vault.")
+    if to_path in paths and to_path != from_path:
+        raise ValueError(f"{to_path} already exists.")
+    if from_path.lower().endswith((".md", ".canvas")) and from_path not in texts:
+        raise ValueError(f"the text of {from_path} is needed: its own links may have to change.")
+    before, after = Resolver(paths), Resolver(paths - {from_path} | {to_path})
+    new_texts, counts = {}, {}
+    for path, text in texts.items():
+        source = to_path if path == from_path else path
+        edits = []
+        for link in parse(text, path) if text is not None else ():
+            meant = before.resolve(link.target, path, link.form)
+            if meant is None:
+                continue
+            beside = link.form == "markdown" and _beside(link.target, path, meant)
+            meant = to_path if meant == from_path else meant
+            if after.resolve(link.target, source, link.form) != meant or \
+                    beside and not _beside(link.target, source, meant):  # a relative link must stay one
+                edits.append((link, _rewritten(text, link, meant, source, beside, after, link_format)))
+        if edits:
+            new_texts[source], counts[source] = _apply(text, edits), len(edits)
+    return Plan(new_texts, counts)
+
+
+def _beside(target: str, source: str, meant: str) -> bool:
+    """The Markdown link means `meant` read from its note's folder: a relative link, which other Markdown
+    viewers follow too, so it is kept relative."""
+    joined = _join(source, unquote(target).strip().lower())
+    return joined is not None and meant.lower() in (joined, joined + ".md")
+
+
+def _apply(text: str, edits: list) -> str:
+    pieces, at = [], 0
+    for link, written in sorted(edits):
+        pieces += [text[at:link.path_start], written]
+        at = link.path_end
+    return "".join(pieces + [text[at:]])
+
+
+def _rewritten(text: str, link: Link, meant: str, source: str, beside: bool, resolver: Resolver,
+               link_format: str) -> str:
+    """The new target text of a link, written as the link was, that means `meant` from `source` after the move."""
+    for written in _spellings(text, link, meant, source, beside, link_format):
+        if _writable(written, link.form) and resolver.resolve(written, source, link.form) == meant:
+            return written
+    raise ValueError(f"the link to {meant} in {source} (line {link.line}) cannot be written so that it still "
+                     "leads there; choose a name without # | [ ] ^.")
+
+
+def _spellings(text: str, link: Link, meant: str, source: str, beside: bool, link_format: str) -> list:
+    """Ways to write the link's new target, best first: the first that resolves to `meant` is taken."""
+    if link.form == "canvas":
+        return [json.dumps(meant, ensure_ascii=False)[1:-1]]
+    target = (unquote(link.target) if link.form == "markdown" else link.target).strip()
+    full = meant if target.lower().endswith(".md") or not meant.lower().endswith(".md") else meant[:-3]
+    name, relative = full.rsplit("/", 1)[-1], _relative(full, source)
+    if link.form == "markdown":
+        ways = [relative, "./" + relative] if beside else [] if "/" in target else [name]
+        angle = text[link.path_start - 1] == "<"
+        return [_encoded(way, link.target, angle) for way in ways + [full, "/" + full]]
+    return {"shortest": [name], "relative": [relative, "./" + relative], "absolute": []}[link_format] + \
+        [full, "/" + full]
+
+
+def _relative(path: str, source: str) -> str:
+    """path as written from the folder of the note at source: a/b.md from a/c/x.md is ../b.md."""
+    here, there = source.split("/")[:-1], path.split("/")
+    common = 0
+    while common < min(len(here), len(there) - 1) and here[common] == there[common]:
+        common += 1
+    return "/".join([".."] * (len(here) - common) + there[common:])
+
+
+def _writable(written: str, form: str) -> bool:
+    if form in ("wiki", "property"):
+        return not any(c in written for c in "|#\n") and "[[" not in written and "]]" not in written \
+            and not (form == "property" and any(q in written for q in "\"'"))
+    return "\n" not in written
+
+
+_ENCODED_NON_ASCII = re.compile("%[89a-fA-F][0-9a-fA-F]")
+_PRINTABLE_ASCII = "".join(chr(c) for c in range(33, 127))
+
+
+def _encoded(path: str, like: str, angle: bool) -> str:
+    """path %-encoded as the Markdown link target `like` is: what its form cannot hold raw always, non-ASCII
+    letters only if `like` encodes them, spaces in <...> only if `like` does."""
+    unsafe = {"%": "%25", "#": "%23"}
+    if angle:
+        unsafe.update({"<": "%3C", ">": "%3E"} | ({" ": "%20"} if "%20" in like else {}))
+    else:
+        unsafe.update({" ": "%20", "(": "%28", ")": "%29"})
+    written = "".join(unsafe.get(c, c) for c in path)
+    return quote(written, safe=_PRINTABLE_ASCII) if _ENCODED_NON_ASCII.search(like) else written
