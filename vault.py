@@ -1,12 +1,15 @@
-"""What an Obsidian-style vault says beyond plain Markdown, starting with a note's front matter (its properties).
+"""What an Obsidian-style vault says beyond plain Markdown: properties, tags and sections.
 
 Pure functions over a note's text, for index.py, search.py, tools.py and the page. Line numbers are 1-based and
 counted as read_note counts them (str.splitlines, a leading BOM ignored); CRLF notes work as they are. It never
-writes anything, and never fails on what a note holds: a shape of YAML it does not know is kept as text.
+writes anything, and never fails on what a note holds: a shape of YAML it does not know is kept as text. Only
+find_section and append_to_section raise, ValueError, with a message for the model.
 """
 
 import re
 
+HEADINGS_LISTED = 40  # an unknown heading's message lists this many of the note's headings
+OUTLINE_MAX_HEADINGS = 80  # an outline longer than this leaves out its deepest levels, then is cut
 SHOWN_LINE_CHARS = 60  # a front matter line quoted in a refusal is cut to this length
 
 
@@ -288,3 +291,165 @@ def _bracket_problem(value: str) -> str | None:
         before = char if not char.isspace() else before
         at += 1
     return f"its '{value[0]}' is never closed"
+
+
+# --- Tags ---
+_TAG_BODY = r"[\w/-]*[^\W\d][\w/-]*"  # letters (CJK too), digits, _ - /; at least one letter or _
+_TAG = re.compile(r"#(?<!\S#)(" + _TAG_BODY + ")")  # after a space or at the start; '#' first: a fast scan
+_QUERY_TAG = re.compile(r"(?<!\S)(?:tag:#?|#)(" + _TAG_BODY + r")(?!\S)")
+_CODE_SPAN = re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)")
+_FENCE = re.compile(r"[ \t>]*(`{3,}|~{3,})")
+
+
+def _outside_code(lines: list, first: int = 0):
+    """(index, line) of the lines from `first` on that are neither in a fenced code block nor one of its fences."""
+    fence = None
+    for i in range(first, len(lines)):
+        line = lines[i]
+        opening = _FENCE.match(line) if "`" in line or "~" in line else None
+        if fence:
+            if opening and opening[1][0] == fence[0] and len(opening[1]) >= len(fence) \
+                    and not line[opening.end():].strip():
+                fence = None
+        elif opening and not (opening[1][0] == "`" and "`" in line[opening.end():]):  # else inline code
+            fence = opening[1]
+        else:
+            yield i, line
+
+
+def tags_of(text: str) -> set:
+    """The note's tags as written, without '#': its `tags` property and its inline #tags (not in code, links,
+    URLs or headings' '#' marks). Obsidian compares tags without case: see tag_matches."""
+    properties, body_start, _ = front_matter(text)
+    found = set(properties.get("tags", []))
+    if _TAG.search(text):  # most notes have none: only then look for code, line by line
+        for _, line in _outside_code(_lines(text), body_start - 1):
+            if "#" in line:
+                found.update(tag.rstrip("/") for tag in _TAG.findall(_CODE_SPAN.sub(" ", line)))
+    return found
+
+
+def tag_matches(query_tag: str, tag: str) -> bool:
+    """True if a search for `query_tag` finds `tag`: the same tag or one nested in it (devops: devops/ci), any case."""
+    wanted, tag = query_tag.strip().lstrip("#").rstrip("/").casefold(), tag.lstrip("#").casefold()
+    return bool(wanted) and (tag == wanted or tag.startswith(wanted + "/"))
+
+
+def query_tags(query: str) -> tuple:
+    """(the tags a search asks for as `#tag`, `tag:tag` or `tag:#tag`, the rest of the query)."""
+    tags = [tag.rstrip("/") for tag in _QUERY_TAG.findall(query)]
+    return tags, " ".join(_QUERY_TAG.sub(" ", query).split())
+
+
+# --- Sections: a heading and the lines under it ---
+_ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t](.*))?$")
+_MARKS = [(re.compile(r"!?\[\[[^\]|]*\|([^\]]*)\]\]"), r"\1"), (re.compile(r"!?\[\[([^\]]*)\]\]"), r"\1"),
+          (re.compile(r"!?\[([^\]]*)\]\([^)]*\)"), r"\1"), (re.compile(r"<[^>]*>|[`*_~=]+"), "")]
+
+
+def headings(text: str) -> list:
+    """(line, level, title) of each ATX heading (`## Title`) outside front matter and code. Setext headings (a line
+    underlined with === or ---) are not read: in vaults such a `---` is far more often a rule under a paragraph."""
+    lines = _lines(text)
+    found = []
+    for i, line in _outside_code(lines, _body_start(text) - 1):
+        heading = _ATX.match(line) if line.lstrip(" ")[:1] == "#" else None
+        if heading:
+            found.append((i + 1, len(heading[1]), _without_closing((heading[2] or "").strip())))
+    return found
+
+
+def _without_closing(title: str) -> str:
+    """A heading's title without its optional closing '#'s (`## Title ##`); `C#` keeps its '#'."""
+    bare = title.rstrip("#")
+    return bare.rstrip() if bare != title and (not bare or bare[-1] in " \t") else title
+
+
+def _plain(title: str) -> str:
+    """A heading as compared: without Markdown marks (links show their shown text), case or repeated spaces."""
+    for pattern, replacement in _MARKS:
+        title = pattern.sub(replacement, title)
+    return " ".join(title.casefold().split())
+
+
+def _paths(found: list) -> list:
+    """Each heading's titles from its outermost parent heading down to itself."""
+    paths, stack = [], []
+    for _, level, title in found:
+        stack = [(lvl, t) for lvl, t in stack if lvl < level] + [(level, title)]
+        paths.append([t for _, t in stack])
+    return paths
+
+
+def find_section(text: str, wanted: str) -> tuple:
+    """(heading line, last line) of the section under the heading `wanted`, to the next heading of the same or a
+    higher level. `wanted` is compared without case or Markdown marks; 'Parent > Child' picks among repeated names.
+    An unknown or ambiguous heading raises ValueError naming the note's headings."""
+    found = headings(text)
+    paths = _paths(found)
+    name = re.sub(r"^#+\s*", "", (wanted or "").strip())
+    key = _plain(name)
+    if not key:
+        raise ValueError("name the heading of the section, e.g. 'Install' or 'Setup > Linux'.")
+    chosen = [i for i, (_, _, title) in enumerate(found) if _plain(title) == key]
+    if not chosen and ">" in name:
+        parts = [_plain(part) for part in name.split(">")]
+        chosen = [i for i, path in enumerate(paths) if _plain(path[-1]) == parts[-1] and _within(path[:-1], parts[:-1])]
+    if len(chosen) != 1:
+        raise ValueError(_no_section(name, found, paths, chosen))
+    line, level, _ = found[chosen[0]]
+    after = [other for other, other_level, _ in found[chosen[0] + 1:] if other_level <= level]
+    return line, after[0] - 1 if after else len(_lines(text))
+
+
+def _within(ancestors: list, parts: list) -> bool:
+    """The parts name some of these ancestor headings, outermost first."""
+    names = iter(_plain(title) for title in ancestors)
+    return all(part in names for part in parts)
+
+
+def _no_section(name: str, found: list, paths: list, chosen: list) -> str:
+    if not found:
+        return f"the note has no headings, so there is no section '{name}'; read it by line numbers instead."
+    if chosen:
+        shown = [f"{' > '.join(paths[i])} (line {found[i][0]})" for i in chosen]
+        return (f"{len(chosen)} headings match '{name}': {'; '.join(shown)}. Name one as 'Parent > Child', "
+                "or read it by line numbers.")
+    titles = [_plain(title) for _, _, title in found]
+    shown = [f"{' > '.join(path) if titles.count(titles[i]) > 1 else path[-1]} (line {found[i][0]})"
+             for i, path in enumerate(paths)]
+    more = f"; and {len(shown) - HEADINGS_LISTED} more" if len(shown) > HEADINGS_LISTED else ""
+    return f"no heading '{name}' in the note. Its headings: {'; '.join(shown[:HEADINGS_LISTED])}{more}."
+
+
+def outline(text: str) -> str:
+    """The note's headings with their line numbers, indented by level: a map for reading a long note by section.
+    Past OUTLINE_MAX_HEADINGS the deepest levels are left out, then the list is cut. "" without headings."""
+    found = headings(text)
+    levels = sorted({level for _, level, _ in found})
+    shown = found
+    while len(shown) > OUTLINE_MAX_HEADINGS and len(levels) > 1:
+        levels.pop()
+        shown = [h for h in found if h[1] in levels]
+    lines = [f"{'  ' * levels.index(level)}{title} (line {line})"
+             for line, level, title in shown[:OUTLINE_MAX_HEADINGS]]
+    if len(shown) < len(found) or len(shown) > OUTLINE_MAX_HEADINGS:
+        lines.append(f"… {len(found) - len(lines)} more headings not shown")
+    return "\n".join(lines)
+
+
+def append_to_section(text: str, wanted: str, content: str) -> str:
+    """The text with `content` added at the end of the section under `wanted` (find_section's rules): after its last
+    line that is not blank, so the blank lines before the next heading stay there. The rest is kept byte for byte."""
+    start, end = find_section(text, wanted)
+    lines = (text[1:] if text.startswith("\ufeff") else text).splitlines(keepends=True)
+    last = end
+    while last > start and not lines[last - 1].strip():
+        last -= 1
+    newline = "\r\n" if lines[start - 1].endswith("\r\n") else "\n"
+    added = [line + newline for line in content.replace("\r\n", "\n").rstrip("\n").split("\n")]
+    if lines[last - 1] == lines[last - 1].rstrip("\r\n"):  # the note's last line, without a newline: keep it so
+        lines[last - 1] += newline
+        added[-1] = added[-1][:-len(newline)]
+    bom = "\ufeff" if text.startswith("\ufeff") else ""
+    return bom + "".join(lines[:last] + added + lines[last:])

@@ -83,6 +83,7 @@ def test_front_matter_with_bom_crlf_and_dots_closing():
     text = "\ufeff---\r\ntitle: 计划\r\ntags: [工作]\r\n...\r\n# 标题\r\n"
     properties, body_start, raw = vault.front_matter(text)
     assert properties == {"title": "计划", "tags": ["工作"]} and body_start == 5 and raw == ["title: 计划", "tags: [工作]"]
+    assert vault.headings(text) == [(5, 1, "标题")]
 
 
 def test_no_front_matter_or_an_unclosed_one_gives_none():
@@ -104,6 +105,7 @@ def test_unknown_shapes_never_crash():
         assert isinstance(properties, dict) and body_start == len(lines) + 3
         problem = vault.front_matter_problem(text)
         assert problem is None or "\n" not in problem
+        vault.tags_of(text)
     assert vault.front_matter(note("---", "key: [unclosed", "key2: {a: 1", "---"))[0] == {
         "key": "[unclosed", "key2": "{a: 1"}
 
@@ -161,3 +163,142 @@ def test_a_change_to_a_note_already_broken_is_not_refused():
     broken = GOOD.replace("title: Plans", "title: Re: Plans")
     assert vault.front_matter_problem(broken)
     assert vault.front_matter_broken(broken, broken + "more\n") is None
+
+
+# --- Tags ---
+
+def test_inline_tags_follow_obsidians_rules():
+    text = note("---", "tags: [from-yaml]", "title: '#not-a-tag'", "# comment: #neither", "---",
+                "# Heading is not a tag",
+                "#top and #中文标签 and #devops/scheduling/ and #multi-word_tag, #2024 #2024/12 #y2024",
+                "a#glued https://x.com/page#anchor [[Note#Heading]] [l](#anchor) \\#escaped (#paren)",
+                "`#in-code` and ``#double `code` span`` then #after-code",
+                "```bash", "# shell comment #fenced", "```",
+                "~~~~", "#tilde-fenced", "~~~~",
+                "    ```", "#still-fenced", "    ```",
+                "- item #list-tag。 #标签，后面")
+    assert vault.tags_of(text) == {"from-yaml", "top", "中文标签", "devops/scheduling", "multi-word_tag", "y2024",
+                                   "after-code", "list-tag", "标签"}
+
+
+def test_tags_of_crlf_note_without_front_matter():
+    assert vault.tags_of("Line one #alpha\r\n```\r\n#beta\r\n```\r\n#gamma\r\n") == {"alpha", "gamma"}
+    assert vault.tags_of("no tags here # at all\n") == set()
+
+
+def test_nested_tags_match_their_parents_without_case():
+    assert vault.tag_matches("devops", "devops")
+    assert vault.tag_matches("#DevOps", "devops/scheduling")
+    assert vault.tag_matches("devops/", "DevOps/Scheduling/cron")
+    assert not vault.tag_matches("devops", "devopsy")
+    assert not vault.tag_matches("devops/scheduling", "devops")
+    assert vault.tag_matches("待办", "待办/今天") and not vault.tag_matches("待", "待办")
+    assert not vault.tag_matches("#", "anything")
+
+
+def test_query_tags_are_taken_out_of_a_search():
+    assert vault.query_tags("#devops deploy tag:k8s tag:#工作 c# x#y") == (["devops", "k8s", "工作"], "deploy c# x#y")
+    assert vault.query_tags("#2024 plans") == ([], "#2024 plans")
+
+
+# --- Sections ---
+
+SECTIONS = note("---", "title: Guide", "# not a heading: a YAML comment", "---",
+                "# Guide",                      # 5
+                "intro",
+                "## **Install** `tool`",        # 7
+                "### Linux",                    # 8
+                "apt install",
+                "```",
+                "# not a heading",
+                "```",
+                "### macOS",                    # 13
+                "brew install",
+                "",
+                "## Uninstall ##",              # 16
+                "### Linux",                    # 17
+                "apt remove",
+                "",
+                "",
+                "## See [[Other note|also]]",   # 21
+                "#tag-not-heading",
+                "## 中文 标题",                  # 23
+                "内容")
+
+
+def test_headings_skip_front_matter_and_code():
+    assert vault.headings(SECTIONS) == [
+        (5, 1, "Guide"), (7, 2, "**Install** `tool`"), (8, 3, "Linux"), (13, 3, "macOS"), (16, 2, "Uninstall"),
+        (17, 3, "Linux"), (21, 2, "See [[Other note|also]]"), (23, 2, "中文 标题")]
+    assert vault.headings("Title\n=====\n\ntext\n---\n") == []  # Setext headings are not read
+
+
+def test_find_section_by_name_without_case_or_marks():
+    assert vault.find_section(SECTIONS, "install tool") == (7, 15)
+    assert vault.find_section(SECTIONS, "## INSTALL TOOL") == (7, 15)
+    assert vault.find_section(SECTIONS, "macos") == (13, 15)
+    assert vault.find_section(SECTIONS, "Uninstall") == (16, 20)
+    assert vault.find_section(SECTIONS, "see also") == (21, 22)
+    assert vault.find_section(SECTIONS, "中文  标题") == (23, 24)
+    assert vault.find_section(SECTIONS, "Guide") == (5, 24)
+
+
+def test_repeated_heading_names_need_parent_child():
+    with pytest.raises(ValueError) as error:
+        vault.find_section(SECTIONS, "Linux")
+    message = str(error.value)
+    assert "2 headings match 'Linux'" in message and "'Parent > Child'" in message
+    assert "Guide > **Install** `tool` > Linux (line 8)" in message and "Guide > Uninstall > Linux (line 17)" in message
+    assert vault.find_section(SECTIONS, "Install tool > Linux") == (8, 12)
+    assert vault.find_section(SECTIONS, "uninstall > linux") == (17, 20)
+    assert vault.find_section(SECTIONS, "Guide > Uninstall > Linux") == (17, 20)
+    with pytest.raises(ValueError):
+        vault.find_section(SECTIONS, "Uninstall > Guide > Linux")  # the order counts
+
+
+def test_an_unknown_heading_lists_the_notes_headings_bounded():
+    with pytest.raises(ValueError) as error:
+        vault.find_section(SECTIONS, "Configure")
+    message = str(error.value)
+    assert message.startswith("no heading 'Configure' in the note. Its headings: Guide (line 5); **Install**")
+    assert "Guide > Uninstall > Linux (line 17)" in message and "\n" not in message
+    many = "".join(f"## Part {n}\ntext\n" for n in range(1, 101))
+    with pytest.raises(ValueError) as error:
+        vault.find_section(many, "Part 0")
+    assert "Part 40 (line 79); and 60 more." in str(error.value) and "Part 41" not in str(error.value)
+    with pytest.raises(ValueError, match="no headings"):
+        vault.find_section("just text\n", "Intro")
+    with pytest.raises(ValueError, match="name the heading"):
+        vault.find_section(SECTIONS, " ## ")
+
+
+def test_outline_indents_by_level_and_stays_bounded():
+    assert vault.outline(SECTIONS).splitlines() == [
+        "Guide (line 5)", "  **Install** `tool` (line 7)", "    Linux (line 8)", "    macOS (line 13)",
+        "  Uninstall (line 16)", "    Linux (line 17)", "  See [[Other note|also]] (line 21)", "  中文 标题 (line 23)"]
+    assert vault.outline("no headings\n") == ""
+    deep = "".join(f"## Chapter {c}\n" + "".join(f"### Part {c}.{p}\n" for p in range(5)) for c in range(30))
+    lines = vault.outline(deep).splitlines()
+    assert lines[0] == "Chapter 0 (line 1)" and len(lines) == 31 and lines[-1] == "… 150 more headings not shown"
+    wide = "".join(f"# H{n}\n" for n in range(100))
+    assert vault.outline(wide).splitlines()[-1] == "… 20 more headings not shown"
+
+
+def test_append_to_section_lands_before_the_blank_lines_and_the_next_heading():
+    result = vault.append_to_section(SECTIONS, "Uninstall > Linux", "- also purge\n")
+    lines = result.splitlines()
+    assert lines[17:21] == ["apt remove", "- also purge", "", ""] and lines[21] == "## See [[Other note|also]]"
+    assert result.replace("- also purge\n", "", 1) == SECTIONS
+    in_code = vault.append_to_section(SECTIONS, "Install tool > Linux", "snap install")
+    assert in_code.splitlines()[11:14] == ["```", "snap install", "### macOS"]
+    empty = vault.append_to_section("# A\n## B\n## C\n", "B", "new")
+    assert empty == "# A\n## B\nnew\n## C\n"
+
+
+def test_append_to_section_keeps_crlf_bom_and_a_missing_final_newline():
+    text = "\ufeff# 日记\r\n\r\n## 今天\r\n- 起床\r\n\r\n## 明天\r\n- 计划"
+    result = vault.append_to_section(text, "今天", "- 读书\n- 写作")
+    assert result == "\ufeff# 日记\r\n\r\n## 今天\r\n- 起床\r\n- 读书\r\n- 写作\r\n\r\n## 明天\r\n- 计划"
+    assert vault.append_to_section(text, "明天", "- 休息") == text + "\r\n- 休息"
+    with pytest.raises(ValueError, match="no heading '后天'"):
+        vault.append_to_section(text, "后天", "x")
