@@ -1,16 +1,28 @@
-"""What an Obsidian-style vault says beyond plain Markdown: properties, tags and sections.
+"""What an Obsidian-style vault says beyond plain Markdown: properties, tags, sections, excluded files,
+drawings, sync-conflict copies, daily notes and the owner's own settings.
 
-Pure functions over a note's text, for index.py, search.py, tools.py and the page. Line numbers are 1-based and
-counted as read_note counts them (str.splitlines, a leading BOM ignored); CRLF notes work as they are. It never
-writes anything, and never fails on what a note holds: a shape of YAML it does not know is kept as text. Only
+Pure functions over a note's text and paths, for index.py, search.py, tools.py and the page. Line numbers
+are 1-based and counted as read_note counts them (str.splitlines, a leading BOM ignored); CRLF notes work
+as they are. The only files read are the vault's settings, `.obsidian/*.json`, through notes.read_bytes (so
+never through a link, never outside the notes); a missing or malformed one counts as unset. It never writes
+anything, and never fails on what a note holds: a shape of YAML it does not know is kept as text. Only
 find_section and append_to_section raise, ValueError, with a message for the model.
 """
 
+import json
 import re
+from datetime import datetime, time
+from pathlib import Path, PurePosixPath
 
+import notes
+
+OBSIDIAN_DIR = ".obsidian"
+SETTINGS_MAX_BYTES = 1_000_000  # a vault's settings file larger than this is not read
 HEADINGS_LISTED = 40  # an unknown heading's message lists this many of the note's headings
 OUTLINE_MAX_HEADINGS = 80  # an outline longer than this leaves out its deepest levels, then is cut
 SHOWN_LINE_CHARS = 60  # a front matter line quoted in a refusal is cut to this length
+DAILY_FORMAT = "YYYY-MM-DD"  # Obsidian's defaults for daily notes and core Templates
+TEMPLATE_TIME_FORMAT = "HH:mm"
 
 
 def _lines(text: str) -> list:
@@ -453,3 +465,174 @@ def append_to_section(text: str, wanted: str, content: str) -> str:
         added[-1] = added[-1][:-len(newline)]
     bom = "\ufeff" if text.startswith("\ufeff") else ""
     return bom + "".join(lines[:last] + added + lines[last:])
+
+
+# --- Files the owner excluded, drawings, and sync-conflict copies ---
+def _settings(kb: Path, name: str) -> dict:
+    """A `.obsidian/*.json` settings file as a dict; {} if missing, unreadable, a link, or not a JSON object."""
+    try:
+        value = json.loads(notes.read_bytes(Path(kb), f"{OBSIDIAN_DIR}/{name}", SETTINGS_MAX_BYTES).decode("utf-8-sig"))
+    except (OSError, ValueError, RecursionError, notes.ToolError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def ignore_filters(kb: Path) -> list:
+    """Obsidian's Excluded files (`userIgnoreFilters` in app.json): path prefixes ('Archive/', 'Templates/x.md')
+    as strings, '/regex/' ones compiled; a regex Python cannot read is left out."""
+    filters = []
+    raw = _settings(kb, "app.json").get("userIgnoreFilters")
+    for item in raw if isinstance(raw, list) else []:
+        if not isinstance(item, str) or not item.strip():
+            continue
+        if len(item) > 2 and item.startswith("/") and item.endswith("/"):
+            try:
+                filters.append(re.compile(item[1:-1]))
+            except re.error:
+                continue
+        else:
+            filters.append(item)
+    return filters
+
+
+def is_excluded(rel_path: str, filters: list) -> bool:
+    """True if the owner excluded this note (a path relative to the vault, with '/'), as Obsidian decides it."""
+    return any(f.search(rel_path) if isinstance(f, re.Pattern) else rel_path.startswith(f) for f in filters)
+
+
+_DRAWING_END = re.compile(r"(?:%%|#+ Drawing|```(?:compressed-)?json)[ \t]*$")
+_DRAWING_NOTICE = "==⚠"  # the plugin's "Switch to EXCALIDRAW VIEW" line
+_ELEMENT_ID = re.compile(r" \^[A-Za-z0-9-]+$")
+
+
+def is_drawing(rel_path: str, text: str) -> bool:
+    """An Excalidraw drawing: named *.excalidraw.md, or any note with the plugin's `excalidraw-plugin` property."""
+    return rel_path.lower().endswith(".excalidraw.md") or "excalidraw-plugin" in front_matter(text)[0]
+
+
+def excalidraw_text(text: str) -> str:
+    """A drawing's words for the index: the note up to where its drawing data starts (`%%`, `# Drawing`, the
+    compressed-json block), without the plugin's notice line nor the text elements' ` ^id`s; line numbers kept."""
+    kept = []
+    for line in text.splitlines(keepends=True):
+        body = line.rstrip("\r\n")
+        if _DRAWING_END.match(body.strip()):
+            break
+        kept.append(("" if body.startswith(_DRAWING_NOTICE) else _ELEMENT_ID.sub("", body)) + line[len(body):])
+    return "".join(kept)
+
+
+_CONFLICT_NAMES = [
+    re.compile(r"(?P<name>.+)\.sync-conflict-\d{8}-\d{6}-[A-Z0-9]{7}(?P<ext>\.[^.]+)?"),  # Syncthing
+    re.compile(r"(?P<name>.+) \(Conflicted copy \S.* \d{12}\)(?P<ext>\.[^.]+)?"),  # Obsidian Sync
+    re.compile(r"(?P<name>.+) \(conflicted copy (?:\S.* )?\d{4}-\d{2}-\d{2} \d{6}\)(?P<ext>\.[^.]+)?"),  # Nextcloud
+    re.compile(r"(?P<name>.+) \(\S.*['’]s conflicted copy \d{4}-\d{2}-\d{2}(?: \(\d+\)| \d+)?\)"  # Dropbox
+               r"(?P<ext>\.[^.]+)?"),
+]
+
+
+def conflict_of(rel_path: str) -> str | None:
+    """The path of the note a sync-conflict copy was made from (Syncthing, Obsidian Sync, Nextcloud/ownCloud,
+    Dropbox), in the same folder; None for a note that is not one."""
+    path = PurePosixPath(rel_path)
+    for pattern in _CONFLICT_NAMES:
+        found = pattern.fullmatch(path.name)
+        if found:
+            return str(path.with_name(found["name"] + (found["ext"] or "")))
+    return None
+
+
+# --- Daily notes and templates ---
+_MOMENT = re.compile(r"\[[^\]]*\]|YYYY|YY|Q|MMMM|MMM|MM|M|Do|DDDD|DDD|DD|D|dddd|ddd|dd|d|E|HH|H|hh|h|mm|m|ss|s"
+                     r"|A|a|WW|W|GGGG|GG")
+_MONTHS = "January February March April May June July August September October November December".split()
+_DAYS = "Sunday Monday Tuesday Wednesday Thursday Friday Saturday".split()
+_TEMPLATE_FIELD = re.compile(r"{{\s*(date|time|title)\s*(?::([^}]*))?}}", re.I)
+
+
+def daily_note_settings(kb: Path) -> dict:
+    """The Daily notes settings (`.obsidian/daily-notes.json`): folder, format (moment.js), template (a note path
+    without .md); Obsidian's defaults where unset."""
+    raw = _settings(kb, "daily-notes.json")
+    text = {key: raw[key].strip() for key in ("folder", "format", "template") if isinstance(raw.get(key), str)}
+    return {"folder": text.get("folder", "").strip("/"), "format": text.get("format") or DAILY_FORMAT,
+            "template": text.get("template", "")}
+
+
+def moment_format(fmt: str, when) -> str:
+    """A date or datetime written with moment.js tokens (English names, as Obsidian's default locale); text in
+    [brackets] is kept as is, other characters too."""
+    when = when if isinstance(when, datetime) else datetime.combine(when, time())
+    iso_year, iso_week, _ = when.isocalendar()
+    day, weekday, hour12 = when.day, (when.weekday() + 1) % 7, when.hour % 12 or 12
+    suffix = "th" if 11 <= day % 100 <= 13 else {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")
+    values = {"YYYY": f"{when.year:04d}", "YY": f"{when.year % 100:02d}", "Q": str((when.month - 1) // 3 + 1),
+              "MMMM": _MONTHS[when.month - 1], "MMM": _MONTHS[when.month - 1][:3], "MM": f"{when.month:02d}",
+              "M": str(when.month), "Do": f"{day}{suffix}", "DDDD": f"{when.timetuple().tm_yday:03d}",
+              "DDD": str(when.timetuple().tm_yday), "DD": f"{day:02d}", "D": str(day), "dddd": _DAYS[weekday],
+              "ddd": _DAYS[weekday][:3], "dd": _DAYS[weekday][:2], "d": str(weekday), "E": str(when.isoweekday()),
+              "HH": f"{when.hour:02d}", "H": str(when.hour), "hh": f"{hour12:02d}", "h": str(hour12),
+              "mm": f"{when.minute:02d}", "m": str(when.minute), "ss": f"{when.second:02d}", "s": str(when.second),
+              "A": "AM" if when.hour < 12 else "PM", "a": "am" if when.hour < 12 else "pm",
+              "WW": f"{iso_week:02d}", "W": str(iso_week), "GGGG": f"{iso_year:04d}", "GG": f"{iso_year % 100:02d}"}
+    return _MOMENT.sub(lambda m: m[0][1:-1] if m[0][0] == "[" else values[m[0]], fmt)
+
+
+def daily_note_path(settings: dict, day) -> str:
+    """The daily note of that day, relative to the vault: folder/format(day).md (the format may make subfolders)."""
+    name = moment_format(settings.get("format") or DAILY_FORMAT, day).strip("/")
+    folder = (settings.get("folder") or "").strip("/")
+    return f"{folder}/{name}.md" if folder else f"{name}.md"
+
+
+def fill_template(template_text: str, title: str, now, date_format: str = DAILY_FORMAT,
+                  time_format: str = TEMPLATE_TIME_FORMAT) -> str:
+    """A core Templates template filled in: {{title}}, {{date}}, {{time}}, {{date:FORMAT}}, {{time:FORMAT}}. Daily
+    notes pass their own format as date_format, as Obsidian does."""
+    def field(match):
+        name, fmt = match[1].lower(), (match[2] or "").strip()
+        if name == "title":
+            return title
+        return moment_format(fmt or (date_format if name == "date" else time_format), now)
+    return _TEMPLATE_FIELD.sub(field, template_text)
+
+
+# --- The vault's own style, for the system prompt ---
+_STYLE_KEYS = {"useMarkdownLinks": bool, "newLinkFormat": str, "newFileLocation": str, "newFileFolderPath": str,
+               "attachmentFolderPath": str}
+_LINK_FORMS = {"shortest": "by the shortest name that is unique", "relative": "by paths relative to the linking note",
+               "absolute": "by full paths from the vault's top folder"}
+
+
+def vault_style(kb: Path) -> dict:
+    """The settings of `.obsidian/app.json` that say how the owner writes links and where new files go: only those
+    the vault sets, with the right types."""
+    app = _settings(kb, "app.json")
+    return {key: app[key] for key, kind in _STYLE_KEYS.items() if isinstance(app.get(key), kind)}
+
+
+def style_prompt(kb: Path) -> str:
+    """One sentence for the system prompt on how this vault links and files notes; "" when it sets none of it."""
+    style = vault_style(kb)
+    if not style:
+        return ""
+    links = "Markdown links like [Note](Note.md)" if style.get("useMarkdownLinks") else "[[wikilinks]] like [[Note]]"
+    form = _LINK_FORMS.get(style.get("newLinkFormat", ""))
+    parts = [f"links notes with {links}" + (f", {form}" if form else "")]
+    location, folder = style.get("newFileLocation"), style.get("newFileFolderPath", "").strip("/")
+    if location == "folder" and folder:
+        parts.append(f"new notes go in {folder}/")
+    elif location == "current":
+        parts.append("new notes go in the folder of the note they come from")
+    elif location in ("root", "folder"):
+        parts.append("new notes go in the top folder")
+    attachments = style.get("attachmentFolderPath")
+    if attachments is not None:
+        where = attachments.strip()
+        if where.startswith("./"):
+            sub = where[2:].strip("/")
+            parts.append(f"attachments go in {sub}/ beside their note" if sub else "attachments go beside their note")
+        else:
+            where = where.strip("/")
+            parts.append(f"attachments go in {where}/" if where else "attachments go in the top folder")
+    return "This vault " + "; ".join(parts) + "."

@@ -2,15 +2,22 @@
 and the vault's style, on texts written as people write them in Obsidian vaults (CRLF, BOM, Chinese), and on a
 real vault (knowledge-garden, skipped where /work/shared is absent)."""
 
+import json
+import os
 import random
 import re
 import sys
+import tarfile
+import time
+from datetime import date, datetime
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import vault  # noqa: E402
+
+GARDEN = Path("/work/shared/corpus/knowledge-garden.tar.gz")
 
 
 def note(*lines: str) -> str:
@@ -302,3 +309,204 @@ def test_append_to_section_keeps_crlf_bom_and_a_missing_final_newline():
     assert vault.append_to_section(text, "明天", "- 休息") == text + "\r\n- 休息"
     with pytest.raises(ValueError, match="no heading '后天'"):
         vault.append_to_section(text, "后天", "x")
+
+
+# --- Excluded files, drawings, sync-conflict copies ---
+
+def write_settings(kb: Path, name: str, value) -> None:
+    (kb / ".obsidian").mkdir(parents=True, exist_ok=True)
+    (kb / ".obsidian" / name).write_text(value if isinstance(value, str) else json.dumps(value), encoding="utf-8")
+
+
+def test_excluded_files_follow_user_ignore_filters(tmp_path):
+    write_settings(tmp_path, "app.json", {"userIgnoreFilters": ["Archive/", "Templates/Daily.md", r"/\.draft\.md$/",
+                                                                 "/[unclosed/", "", 3, None]})
+    filters = vault.ignore_filters(tmp_path)
+    assert len(filters) == 3
+    excluded = ["Archive/old.md", "Archive/2020/deep.md", "Templates/Daily.md", "notes/idea.draft.md"]
+    kept = ["Archived.md", "archive/lower.md", "Templates/Weekly.md", "notes/draft.md", "idea.md"]
+    assert [vault.is_excluded(p, filters) for p in excluded] == [True] * 4
+    assert [vault.is_excluded(p, filters) for p in kept] == [False] * 5
+
+
+@pytest.mark.parametrize("content", ["{not json", '"a string"', '{"userIgnoreFilters": "Archive/"}', "", "\xff",
+                                     '{"userIgnoreFilters": null}', "[" * 100000])
+def test_malformed_settings_count_as_unset(tmp_path, content):
+    write_settings(tmp_path, "app.json", content)
+    write_settings(tmp_path, "daily-notes.json", content)
+    assert vault.ignore_filters(tmp_path) == []
+    assert vault.vault_style(tmp_path) == {} and vault.style_prompt(tmp_path) == ""
+    assert vault.daily_note_settings(tmp_path) == {"folder": "", "format": "YYYY-MM-DD", "template": ""}
+
+
+def test_settings_are_never_read_through_a_link(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    write_settings(elsewhere, "app.json", {"userIgnoreFilters": ["Archive/"], "useMarkdownLinks": True})
+    kb = tmp_path / "kb"
+    kb.mkdir()
+    (kb / ".obsidian").symlink_to(elsewhere / ".obsidian")
+    assert vault.ignore_filters(kb) == [] and vault.style_prompt(kb) == ""
+    (kb / ".obsidian").unlink()
+    (kb / ".obsidian").mkdir()
+    (kb / ".obsidian" / "app.json").symlink_to(elsewhere / ".obsidian" / "app.json")
+    assert vault.ignore_filters(kb) == []
+    assert vault.ignore_filters(tmp_path / "missing") == []
+
+
+DRAWING = note("---", "", "excalidraw-plugin: parsed", "tags: [excalidraw]", "", "---",
+               "==⚠  Switch to EXCALIDRAW VIEW in the MORE OPTIONS menu of this document. ⚠== You can decompress",
+               "", "", "# Excalidraw Data", "", "## Text Elements", "Kubernetes 集群 ^DGzeuBqP", "",
+               "multi line", "text element ^m51KOC0v", "", "%%", "## Drawing", "```compressed-json",
+               "N4KAkARALgngDgUwgLgAQQQDwMYEMA2AlgCYBOuA7hADTgQBuCpAzoQPYB2KqATL", "```", "%%")
+
+
+def test_drawings_are_indexed_by_their_words_only():
+    assert vault.is_drawing("Draws/白板.md", DRAWING)
+    assert vault.is_drawing("Draws/plan.Excalidraw.md", "no front matter")
+    assert not vault.is_drawing("notes/about excalidraw.md", note("---", "tags: [excalidraw]", "---"))
+    words = vault.excalidraw_text(DRAWING)
+    assert "N4KAk" not in words and "compressed-json" not in words and "^DGzeuBqP" not in words
+    assert "Switch to EXCALIDRAW" not in words and "excalidraw-plugin: parsed" in words
+    assert words.splitlines()[12:16] == ["Kubernetes 集群", "", "multi line", "text element"]
+    assert len(words.splitlines()) == 17  # the lines kept keep their numbers
+    old_format = ("# Text Elements\r\nidea ^abc\r\n# Embedded files\r\nabc: [[img.png]]\r\n"
+                  "%%\r\n# Drawing\r\n```json\r\n{}")
+    assert vault.excalidraw_text(old_format) == "# Text Elements\r\nidea\r\n# Embedded files\r\nabc: [[img.png]]\r\n"
+
+
+@pytest.mark.parametrize("path, original", [
+    ("notes/plan.sync-conflict-20240105-134512-ABCDEF7.md", "notes/plan.md"),  # Syncthing
+    ("draw.excalidraw.sync-conflict-20231231-235959-Z2Y3X4W.md", "draw.excalidraw.md"),
+    ("日记/2024-01-05 (Conflicted copy MacBook Pro 202401051345).md", "日记/2024-01-05.md"),  # Obsidian Sync
+    ("Plan (conflicted copy 2024-01-05 134512).md", "Plan.md"),  # Nextcloud / ownCloud
+    ("Plan (conflicted copy alice 2024-01-05 134512).md", "Plan.md"),
+    ("work/Plan (Anna's conflicted copy 2024-01-05).md", "work/Plan.md"),  # Dropbox and its numbered copies
+    ("Plan (Anna's MacBook's conflicted copy 2024-01-05 (1)).md", "Plan.md"),
+    ("Plan (Anna’s conflicted copy 2024-01-05 2).md", "Plan.md"),
+])
+def test_sync_conflict_copies_name_their_original(path, original):
+    assert vault.conflict_of(path) == original
+
+
+@pytest.mark.parametrize("path", [
+    "plan.md", "sync-conflict-resolution.md", "plan.sync-conflict.md", "plan.sync-conflict-2024-01-05.md",
+    "plan.sync-conflict-20240105-134512-abcdef7.md", "Plan (conflicted copy).md",
+    "Plan (Conflicted copy 202401051345).md", "Plan (conflicted copy 2024-01-05).md",
+    "Anna's conflicted copy 2024-01-05.md", "Plan (Anna's conflicted copy).md", "How to fix a conflicted copy.md",
+    "(conflicted copy 2024-01-05 134512).md", "Plan (conflicted copy 2024-01-05 134512)/inside.md",
+])
+def test_names_that_merely_look_like_conflict_copies_are_notes(path):
+    assert vault.conflict_of(path) is None
+
+
+# --- Daily notes and templates ---
+
+def test_daily_note_settings_and_path(tmp_path):
+    assert vault.daily_note_settings(tmp_path) == {"folder": "", "format": "YYYY-MM-DD", "template": ""}
+    write_settings(tmp_path, "daily-notes.json", {"folder": "/Journal/", "format": "YYYY/MM-MMMM/YYYY-MM-DD ddd",
+                                                  "template": "Templates/Daily", "autorun": False})
+    settings = vault.daily_note_settings(tmp_path)
+    assert settings == {"folder": "Journal", "format": "YYYY/MM-MMMM/YYYY-MM-DD ddd", "template": "Templates/Daily"}
+    assert vault.daily_note_path(settings, date(2024, 3, 9)) == "Journal/2024/03-March/2024-03-09 Sat.md"
+    assert vault.daily_note_path({"folder": "", "format": ""}, date(2024, 3, 9)) == "2024-03-09.md"
+
+
+@pytest.mark.parametrize("fmt, expected", [
+    ("YYYY-MM-DD", "2021-01-03"), ("YY M D", "21 1 3"), ("dddd, MMMM Do", "Sunday, January 3rd"),
+    ("ddd MMM", "Sun Jan"), ("HH:mm:ss", "00:05:09"), ("H h hh A a", "0 12 12 AM am"), ("Q", "1"),
+    ("GGGG-[W]WW", "2020-W53"), ("W", "53"), ("[Week of] YYYY [at] HH", "Week of 2021 at 00"), ("DDDD", "003"),
+    ("YYYY年M月D日", "2021年1月3日"),
+])
+def test_moment_format_tokens(fmt, expected):
+    assert vault.moment_format(fmt, datetime(2021, 1, 3, 0, 5, 9)) == expected
+
+
+def test_moment_format_hours_ordinals_and_dates():
+    assert vault.moment_format("h:mm A, H", datetime(2024, 6, 30, 13, 7)) == "1:07 PM, 13"
+    assert vault.moment_format("hh a", datetime(2024, 6, 30, 12, 0)) == "12 pm"
+    assert [vault.moment_format("Do", date(2024, 5, d)) for d in (1, 2, 3, 4, 11, 12, 13, 21, 22, 23, 31)] == [
+        "1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "23rd", "31st"]
+    assert vault.moment_format("GGGG-WW Q", date(2024, 12, 30)) == "2025-01 4"
+
+
+def test_fill_template():
+    template = "# {{title}}\n创建于 {{date}} {{time}}\n{{date:dddd, MMMM Do YYYY}} / {{ TIME:HH[h]mm }}\n{{other}}\n"
+    filled = vault.fill_template(template, "2024-03-09", datetime(2024, 3, 9, 8, 5))
+    assert filled == "# 2024-03-09\n创建于 2024-03-09 08:05\nSaturday, March 9th 2024 / 08h05\n{{other}}\n"
+    assert vault.fill_template("{{date}}", "x", date(2024, 3, 9), date_format="DD.MM.YYYY") == "09.03.2024"
+
+
+# --- The vault's style ---
+
+@pytest.mark.parametrize("app, expected", [
+    ({}, ""),
+    ({"promptDelete": False, "useMarkdownLinks": "yes"}, ""),
+    ({"useMarkdownLinks": False}, "This vault links notes with [[wikilinks]] like [[Note]]."),
+    ({"useMarkdownLinks": True, "newLinkFormat": "relative", "newFileLocation": "folder",
+      "newFileFolderPath": "Inbox/"},
+     "This vault links notes with Markdown links like [Note](Note.md), by paths relative to the linking note; "
+     "new notes go in Inbox/."),
+    ({"newFileLocation": "current", "newFileFolderPath": "Cards", "attachmentFolderPath": "Extras/Media",
+      "newLinkFormat": "shortest"},
+     "This vault links notes with [[wikilinks]] like [[Note]], by the shortest name that is unique; new notes go in "
+     "the folder of the note they come from; attachments go in Extras/Media/."),
+    ({"newFileLocation": "root", "attachmentFolderPath": "./assets"},
+     "This vault links notes with [[wikilinks]] like [[Note]]; new notes go in the top folder; attachments go in "
+     "assets/ beside their note."),
+    ({"attachmentFolderPath": "./"}, "This vault links notes with [[wikilinks]] like [[Note]]; attachments go beside "
+                                     "their note."),
+    ({"attachmentFolderPath": "/"}, "This vault links notes with [[wikilinks]] like [[Note]]; attachments go in the "
+                                    "top folder."),
+])
+def test_style_prompt(tmp_path, app, expected):
+    write_settings(tmp_path, "app.json", app)
+    assert vault.style_prompt(tmp_path) == expected
+
+
+def test_no_obsidian_folder_means_no_style(tmp_path):
+    assert vault.vault_style(tmp_path) == {} and vault.style_prompt(tmp_path) == ""
+
+
+# --- A real vault ---
+
+@pytest.fixture(scope="module")
+def garden(tmp_path_factory):
+    if not GARDEN.exists():
+        pytest.skip("the knowledge-garden corpus is not on this machine")
+    folder = tmp_path_factory.mktemp("garden")
+    with tarfile.open(GARDEN) as archive:
+        archive.extractall(folder, filter="data")
+    return next(path for path in folder.iterdir() if path.is_dir())
+
+
+def test_every_front_matter_of_a_real_vault_parses_and_none_is_refused(garden):
+    texts = {}
+    for root, folders, files in os.walk(garden):
+        folders[:] = [f for f in folders if not f.startswith(".")]
+        for name in files:
+            if name.endswith(".md"):
+                path = Path(root, name)
+                texts[path.relative_to(garden).as_posix()] = path.read_text(encoding="utf-8")
+    assert len(texts) == 3176
+    started = time.perf_counter()
+    parsed = {path: (vault.front_matter(text), vault.tags_of(text)) for path, text in texts.items()}
+    elapsed_ms = (time.perf_counter() - started) * 1000
+    opened = [path for path, text in texts.items() if text.startswith("---")]
+    unread = [path for path in opened if parsed[path][0][1] == 1]  # closed: the body starts after it
+    assert not unread, unread[:5]
+    empty = [path for path in opened if not parsed[path][0][2]]  # `---` twice: templates
+    assert all(parsed[path][0][0] for path in opened if path not in empty)
+    refused = {path: problem for path in opened if (problem := vault.front_matter_problem(texts[path]))}
+    assert not refused, list(refused.items())[:5]
+    tags = set().union(*(found for _, found in parsed.values()))
+    aliases = sum(len(properties.get("aliases", [])) for (properties, _, _), _ in parsed.values())
+    drawings = [path for path, text in texts.items() if vault.is_drawing(path, text)]
+    conflicts = [path for path in texts if vault.conflict_of(path)]
+    assert len(drawings) == 7 and not conflicts and "待办/今天" in tags
+    assert all("N4KAk" not in vault.excalidraw_text(texts[path]) for path in drawings)
+    print(f"\nknowledge-garden: {len(texts)} notes, {len(opened)} with front matter ({len(empty)} empty), "
+          f"{len(tags)} distinct tags, "
+          f"{aliases} aliases, {len(drawings)} excalidraw notes, {len(conflicts)} conflict copies; "
+          f"front matter + tags of all notes in {elapsed_ms:.0f} ms")
+    assert vault.style_prompt(garden).startswith("This vault links notes with [[wikilinks]]")
+    assert vault.daily_note_settings(garden)["folder"] == "Spaces/0-Work/Daily notes"
