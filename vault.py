@@ -1,0 +1,638 @@
+"""What an Obsidian-style vault says beyond plain Markdown: properties, tags, sections, excluded files,
+drawings, sync-conflict copies, daily notes and the owner's own settings.
+
+Pure functions over a note's text and paths, for index.py, search.py, tools.py and the page. Line numbers
+are 1-based and counted as read_note counts them (str.splitlines, a leading BOM ignored); CRLF notes work
+as they are. The only files read are the vault's settings, `.obsidian/*.json`, through notes.read_bytes (so
+never through a link, never outside the notes); a missing or malformed one counts as unset. It never writes
+anything, and never fails on what a note holds: a shape of YAML it does not know is kept as text. Only
+find_section and append_to_section raise, ValueError, with a message for the model.
+"""
+
+import json
+import re
+from datetime import datetime, time
+from pathlib import Path, PurePosixPath
+
+import notes
+
+OBSIDIAN_DIR = ".obsidian"
+SETTINGS_MAX_BYTES = 1_000_000  # a vault's settings file larger than this is not read
+HEADINGS_LISTED = 40  # an unknown heading's message lists this many of the note's headings
+OUTLINE_MAX_HEADINGS = 80  # an outline longer than this leaves out its deepest levels, then is cut
+SHOWN_LINE_CHARS = 60  # a front matter line quoted in a refusal is cut to this length
+DAILY_FORMAT = "YYYY-MM-DD"  # Obsidian's defaults for daily notes and core Templates
+TEMPLATE_TIME_FORMAT = "HH:mm"
+
+
+def _lines(text: str) -> list:
+    return (text[1:] if text.startswith("\ufeff") else text).splitlines()
+
+
+# --- Front matter: the YAML people write in vaults, without a YAML library ---
+_CLOSING = re.compile(r"^(?:---|\.\.\.)[ \t]*\r?$", re.M)
+_COLON = re.compile(r":(?=[ \t]|$)")  # ends a property's name (every pattern here is linear on any line)
+_NOT_KEY_START = "#'\"[]{},&*!|>%@`?"  # YAML indicators: a line starting so is no plain `name: value`
+_ITEM = re.compile(r"-(?:[ \t](.*))?$")
+_BLOCK_SCALAR = re.compile(r"([|>])([+-]?)[1-9]?[+-]?[ \t]*(?:#.*)?$")
+_QUOTED = re.compile(r""""(?:[^"\\]|\\.)*"|'(?:[^']|'')*'""", re.S)
+_COMMENT = re.compile(r"[ \t]#")
+_ESCAPE = re.compile(r"\\(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|.)")
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "\\": "\\", '"': '"', "/": "/", " ": " "}
+_FLOW = re.compile(r"\[(.*)\](?:[ \t]+#.*)?")
+_FLOW_PIECE = re.compile(r""""(?:[^"\\]|\\.)*"|'(?:[^']|'')*'|[^,"']+|.""")  # a quoted string, text, or one mark
+_NULLS = frozenset(("", "~", "null", "Null", "NULL"))
+_LISTS = (("tags", "tag"), ("aliases", "alias"))  # Obsidian's list properties, and their pre-1.9 singular names
+_LIST_SEPARATORS = {"tags": r"[,\s]+", "aliases": r","}
+
+
+def _fenced(text: str):
+    """(closed, the lines between the fences) when line 1 is '---', else None; `closed`: a '---' or '...' ends them."""
+    text = text[1:] if text.startswith("\ufeff") else text
+    first, _, rest = text.partition("\n")
+    if first.rstrip() != "---":
+        return None
+    end = _CLOSING.search(rest)
+    return (True, rest[:end.start()].splitlines()) if end else (False, [])
+
+
+def front_matter(text: str) -> tuple:
+    """(properties, the line the body starts on, the front matter's lines as written). Values are strings (numbers
+    and dates as written), None when empty, lists for `[a, b]` and `- a` items; `tags` and `aliases` (and the old
+    `tag`, `alias`) become lists of strings. No front matter, or one never closed: ({}, 1, [])."""
+    fenced = _fenced(text)
+    if not fenced or not fenced[0]:
+        return {}, 1, []
+    return _normalised(_properties(fenced[1])), len(fenced[1]) + 3, fenced[1]
+
+
+def _body_start(text: str) -> int:
+    """The line after the front matter's closing fence; 1 without a (closed) front matter."""
+    fenced = _fenced(text)
+    return len(fenced[1]) + 3 if fenced and fenced[0] else 1
+
+
+def _entries(lines: list) -> list:
+    """(index, line, the indented and blank lines after it) for each top-level line that is not a comment."""
+    entries = []
+    for i, line in enumerate(lines):
+        if line[:1] in (" ", "\t") or not line.strip():
+            if entries:
+                entries[-1][2].append(line)
+        elif not line.startswith("#"):
+            entries.append((i, line, []))
+    return entries
+
+
+def _joined(value: str, more: list) -> str:
+    """A value and its indented continuation lines as YAML folds them: one line, single spaces."""
+    if not more:
+        return value.strip()
+    return " ".join([value.strip()] + [s for s in (line.strip() for line in more) if s and not s.startswith("#")])
+
+
+def _properties(lines: list) -> dict:
+    properties, key = {}, None
+    for _, line, more in _entries(lines):
+        item = _ITEM.match(line) if line[0] == "-" else None
+        if item:  # `key:` then `- a` lines at the key's own indent
+            if key is not None and (properties[key] is None or isinstance(properties[key], list)):
+                properties[key] = (properties[key] or []) + [_value(_joined(item[1] or "", more))]
+            continue
+        found = _property(line)
+        key = found[0] if found else None
+        if found:
+            properties[key] = _read_value(found[1], more)
+    return properties
+
+
+def _property(line: str):
+    """(name, value as written) of a top-level `name: value` line, or None if it is not one."""
+    if line[0] in ("'", '"'):  # a quoted name may hold ': '
+        quoted = _QUOTED.match(line)
+        rest = line[quoted.end():].lstrip(" \t") if quoted else ""
+        return (_value(quoted.group()), rest[1:].strip()) if _COLON.match(rest) else None
+    end = _COLON.search(line) if line[0] not in _NOT_KEY_START else None
+    return (line[:end.start()].rstrip(), line[end.end():].strip()) if end else None
+
+
+def _read_value(value: str, more: list):
+    block = _BLOCK_SCALAR.match(value) if value.startswith(("|", ">")) else None
+    if block:
+        return _block_scalar(block[1], block[2], more)
+    if value:
+        return _value(_joined(value, more))
+    lines = [line for line in more if line.strip() and not line.lstrip().startswith("#")]
+    if not lines:
+        return None
+    indent = len(lines[0]) - len(lines[0].lstrip())
+    if not _ITEM.match(lines[0][indent:]):  # a nested mapping or another shape: kept as text
+        return "\n".join(line[indent:] if not line[:indent].strip() else line.strip() for line in lines)
+    items = []
+    for line in lines:
+        item = _ITEM.match(line[indent:]) if len(line) - len(line.lstrip()) == indent else None
+        if item:
+            items.append([item[1] or ""])
+        else:
+            items[-1].append(line.strip())
+    return [_value(" ".join(parts)) for parts in items]
+
+
+def _block_scalar(style: str, chomp: str, more: list) -> str:
+    """A `key: |` (lines kept) or `key: >` (lines folded) value; `|-` and `>-` drop the final newline."""
+    lines = list(more)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    indent = min((len(line) - len(line.lstrip()) for line in lines if line.strip()), default=0)
+    text = "\n".join(line[indent:] for line in lines)
+    if style == ">":
+        text = "\n".join(" ".join(paragraph.split("\n")) for paragraph in text.split("\n\n"))
+    return text if chomp == "-" or not text else text + "\n"
+
+
+def _value(raw: str):
+    """One value as written on a line: quoted, a `[a, b]` list, or plain (a trailing ` # comment` dropped)."""
+    raw = raw.strip()
+    if raw[:1] in ("'", '"'):
+        quoted = _QUOTED.match(raw)
+        if not quoted or not _ends_cleanly(raw[quoted.end():]):
+            return raw
+        inner = quoted.group()[1:-1]
+        if raw[0] == "'":
+            return inner.replace("''", "'")
+        return _ESCAPE.sub(lambda m: chr(int(m[1][1:], 16)) if len(m[1]) > 1 else _ESCAPES.get(m[1], m[0]), inner)
+    if raw.startswith("[") and not raw.startswith("[["):
+        items = _flow_list(raw)
+        if items is not None:
+            return items
+    plain = _COMMENT.split(raw, 1)[0].rstrip() if "#" in raw else raw
+    return None if plain in _NULLS else plain
+
+
+def _ends_cleanly(rest: str) -> bool:
+    """Nothing, or only a comment, follows a closed quote or bracket."""
+    return not rest.strip() or bool(re.match(r"[ \t]+#", rest))
+
+
+def _flow_list(raw: str):
+    """The items of `[a, "b, c", d]`, or None for a shape not read here (nested lists, maps)."""
+    whole = _FLOW.fullmatch(raw)
+    if not whole:
+        return None
+    items, item = [], ""
+    for piece in _FLOW_PIECE.findall(whole[1]) + [","]:
+        if piece == ",":
+            items.append(item.strip())
+            item = ""
+        elif piece[0] not in "\"'" and any(mark in piece for mark in "[]{}"):
+            return None
+        else:
+            item += piece
+    return [_value(item) for item in items if item]
+
+
+def _normalised(properties: dict) -> dict:
+    """tags and aliases (any case, or the old singular names) as lists of strings, whatever form they were written
+    in: tags split at commas and spaces and without a leading '#', aliases split at commas when one string."""
+    for plural, singular in _LISTS:
+        names = [name for name in properties if name.casefold() in (plural, singular)]
+        if not names:
+            continue
+        found = []
+        for value in [properties.pop(name) for name in names]:
+            if isinstance(value, str) or plural == "tags":  # a tag holds no comma nor space; an alias may
+                value = [piece for item in _as_list(value) for piece in re.split(_LIST_SEPARATORS[plural], item)]
+            found += _as_list(value)
+        found = [item.strip().lstrip("#") if plural == "tags" else item.strip() for item in found]
+        properties[plural] = list(dict.fromkeys(item for item in found if item))
+    return properties
+
+
+def _as_list(value) -> list:
+    return [item for item in (value if isinstance(value, list) else [value]) if isinstance(item, str)]
+
+
+def front_matter_problem(text: str) -> str | None:
+    """Why Obsidian could not read this note's front matter as written, in one line naming the line; None if it
+    can, or if line 1 is not '---'. Accepts what vaults hold: `key: value`, `- item` under `key:`, indented
+    continuations, blank and comment lines; refuses what YAML refuses that an edit easily makes."""
+    fenced = _fenced(text)
+    if fenced is None:
+        return None
+    closed, lines = fenced
+    if not closed:
+        return ("the front matter opened by '---' on line 1 has no closing '---' line, so none of the note's "
+                "properties could be read")
+    seen, list_allowed = {}, False
+    for i, line, more in _entries(lines):
+        where = f"line {i + 2} ({_shown(line)})"
+        item = _ITEM.match(line) if line[0] == "-" else None
+        if item:
+            if not list_allowed:
+                return (f"{where} is a list item under a property that has a value on its own line; write the "
+                        "property as 'name:' alone with '- item' lines below it")
+            problem = _value_problem(_joined(item[1] or "", more))
+            if problem:
+                return f"{where}: {problem}"
+            continue
+        found = _property(line)
+        if not found:
+            hint = "put a space after its ':'" if re.search(r":\S", line) else "a property is written 'name: value'"
+            return f"{where} is not 'name: value', a '- ' list item or an indented line; {hint}"
+        key, value = found
+        if key in seen:
+            return f"{where} repeats the property '{key}' of line {seen[key]}; each property may appear only once"
+        seen[key], list_allowed = i + 2, not value
+        problem = None if not value or _BLOCK_SCALAR.match(value) else _value_problem(_joined(value, more))
+        if problem:
+            return f"{where}: {problem}"
+    return None
+
+
+def front_matter_broken(old_text: str, new_text: str) -> str | None:
+    """What a change would break in the note's front matter, in one line, or None: front_matter_problem of the result
+    (unless the note had one already: then the change may be fixing it), or the whole front matter pushed off line 1
+    by text put before it (taking it out is allowed)."""
+    problem = front_matter_problem(new_text)
+    if problem:
+        return None if front_matter_problem(old_text) else problem
+    old_start = _body_start(old_text)
+    block = "\n".join(_lines(old_text)[:old_start - 1])  # the old front matter with its fences, as whole lines
+    if old_start > 1 and _body_start(new_text) == 1 and f"\n{block}\n" in "\n" + new_text.replace("\r\n", "\n") + "\n":
+        return ("the front matter would no longer start on line 1, so Obsidian would read none of its properties; "
+                "keep '---' as the note's first line and put new text after the closing '---'")
+    return None
+
+
+def _shown(line: str) -> str:
+    line = line.strip()
+    return repr(line if len(line) <= SHOWN_LINE_CHARS else line[:SHOWN_LINE_CHARS - 1] + "…")
+
+
+def _value_problem(value: str) -> str | None:
+    if value[:1] in ("'", '"'):
+        quoted = _QUOTED.match(value)
+        if not quoted:
+            return "its quote is never closed"
+        return None if _ends_cleanly(value[quoted.end():]) else "text follows the closing quote; quote the whole value"
+    if value[:1] in ("[", "{"):
+        return _bracket_problem(value)
+    if value[:1] in ("@", "`", "*"):
+        return f"a value starting with '{value[0]}' must be in quotes"
+    plain = _COMMENT.split(value, 1)[0].rstrip()
+    if re.search(r":(?:[ \t]|$)", plain):
+        return "a value holding ': ' (or ending in ':') must be in quotes, like title: \"Re: plans\""
+    return None
+
+
+def _bracket_problem(value: str) -> str | None:
+    """`[a, "b"]`, `[[link]]`, `{a: 1}` must close, with only a comment after them."""
+    depth, at, before = 0, 0, ""
+    while at < len(value):
+        char = value[at]
+        if char in ("'", '"') and before in ("[", "{", ",", ":"):  # a quote opening an item, not `it's`
+            quoted = _QUOTED.match(value, at)
+            if not quoted:
+                return "a quote in it is never closed"
+            at, before = quoted.end(), char
+            continue
+        depth += (char in "[{") - (char in "]}")
+        if depth == 0:
+            rest = value[at + 1:]
+            return None if _ends_cleanly(rest) else "text follows its closing bracket; quote the whole value"
+        before = char if not char.isspace() else before
+        at += 1
+    return f"its '{value[0]}' is never closed"
+
+
+# --- Tags ---
+_TAG_BODY = r"[\w/-]*[^\W\d][\w/-]*"  # letters (CJK too), digits, _ - /; at least one letter or _
+_TAG = re.compile(r"#(?<!\S#)(" + _TAG_BODY + ")")  # after a space or at the start; '#' first: a fast scan
+_QUERY_TAG = re.compile(r"(?<!\S)(?:tag:#?|#)(" + _TAG_BODY + r")(?!\S)")
+_CODE_SPAN = re.compile(r"(`+)(?!`).*?(?<!`)\1(?!`)")
+_FENCE = re.compile(r"[ \t>]*(`{3,}|~{3,})")
+
+
+def _outside_code(lines: list, first: int = 0):
+    """(index, line) of the lines from `first` on that are neither in a fenced code block nor one of its fences."""
+    fence = None
+    for i in range(first, len(lines)):
+        line = lines[i]
+        opening = _FENCE.match(line) if "`" in line or "~" in line else None
+        if fence:
+            if opening and opening[1][0] == fence[0] and len(opening[1]) >= len(fence) \
+                    and not line[opening.end():].strip():
+                fence = None
+        elif opening and not (opening[1][0] == "`" and "`" in line[opening.end():]):  # else inline code
+            fence = opening[1]
+        else:
+            yield i, line
+
+
+def tags_of(text: str) -> set:
+    """The note's tags as written, without '#': its `tags` property and its inline #tags (not in code, links,
+    URLs or headings' '#' marks). Obsidian compares tags without case: see tag_matches."""
+    properties, body_start, _ = front_matter(text)
+    found = set(properties.get("tags", []))
+    if _TAG.search(text):  # most notes have none: only then look for code, line by line
+        for _, line in _outside_code(_lines(text), body_start - 1):
+            if "#" in line:
+                found.update(tag.rstrip("/") for tag in _TAG.findall(_CODE_SPAN.sub(" ", line)))
+    return found
+
+
+def tag_matches(query_tag: str, tag: str) -> bool:
+    """True if a search for `query_tag` finds `tag`: the same tag or one nested in it (devops: devops/ci), any case."""
+    wanted, tag = query_tag.strip().lstrip("#").rstrip("/").casefold(), tag.lstrip("#").casefold()
+    return bool(wanted) and (tag == wanted or tag.startswith(wanted + "/"))
+
+
+def query_tags(query: str) -> tuple:
+    """(the tags a search asks for as `#tag`, `tag:tag` or `tag:#tag`, the rest of the query)."""
+    tags = [tag.rstrip("/") for tag in _QUERY_TAG.findall(query)]
+    return tags, " ".join(_QUERY_TAG.sub(" ", query).split())
+
+
+# --- Sections: a heading and the lines under it ---
+_ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t](.*))?$")
+_MARKS = [(re.compile(r"!?\[\[[^\]|]*\|([^\]]*)\]\]"), r"\1"), (re.compile(r"!?\[\[([^\]]*)\]\]"), r"\1"),
+          (re.compile(r"!?\[([^\]]*)\]\([^)]*\)"), r"\1"), (re.compile(r"<[^>]*>|[`*_~=]+"), "")]
+
+
+def headings(text: str) -> list:
+    """(line, level, title) of each ATX heading (`## Title`) outside front matter and code. Setext headings (a line
+    underlined with === or ---) are not read: in vaults such a `---` is far more often a rule under a paragraph."""
+    lines = _lines(text)
+    found = []
+    for i, line in _outside_code(lines, _body_start(text) - 1):
+        heading = _ATX.match(line) if line.lstrip(" ")[:1] == "#" else None
+        if heading:
+            found.append((i + 1, len(heading[1]), _without_closing((heading[2] or "").strip())))
+    return found
+
+
+def _without_closing(title: str) -> str:
+    """A heading's title without its optional closing '#'s (`## Title ##`); `C#` keeps its '#'."""
+    bare = title.rstrip("#")
+    return bare.rstrip() if bare != title and (not bare or bare[-1] in " \t") else title
+
+
+def _plain(title: str) -> str:
+    """A heading as compared: without Markdown marks (links show their shown text), case or repeated spaces."""
+    for pattern, replacement in _MARKS:
+        title = pattern.sub(replacement, title)
+    return " ".join(title.casefold().split())
+
+
+def _paths(found: list) -> list:
+    """Each heading's titles from its outermost parent heading down to itself."""
+    paths, stack = [], []
+    for _, level, title in found:
+        stack = [(lvl, t) for lvl, t in stack if lvl < level] + [(level, title)]
+        paths.append([t for _, t in stack])
+    return paths
+
+
+def find_section(text: str, wanted: str) -> tuple:
+    """(heading line, last line) of the section under the heading `wanted`, to the next heading of the same or a
+    higher level. `wanted` is compared without case or Markdown marks; 'Parent > Child' picks among repeated names.
+    An unknown or ambiguous heading raises ValueError naming the note's headings."""
+    found = headings(text)
+    paths = _paths(found)
+    name = re.sub(r"^#+\s*", "", (wanted or "").strip())
+    key = _plain(name)
+    if not key:
+        raise ValueError("name the heading of the section, e.g. 'Install' or 'Setup > Linux'.")
+    chosen = [i for i, (_, _, title) in enumerate(found) if _plain(title) == key]
+    if not chosen and ">" in name:
+        parts = [_plain(part) for part in name.split(">")]
+        chosen = [i for i, path in enumerate(paths) if _plain(path[-1]) == parts[-1] and _within(path[:-1], parts[:-1])]
+    if len(chosen) != 1:
+        raise ValueError(_no_section(name, found, paths, chosen))
+    line, level, _ = found[chosen[0]]
+    after = [other for other, other_level, _ in found[chosen[0] + 1:] if other_level <= level]
+    return line, after[0] - 1 if after else len(_lines(text))
+
+
+def _within(ancestors: list, parts: list) -> bool:
+    """The parts name some of these ancestor headings, outermost first."""
+    names = iter(_plain(title) for title in ancestors)
+    return all(part in names for part in parts)
+
+
+def _no_section(name: str, found: list, paths: list, chosen: list) -> str:
+    if not found:
+        return f"the note has no headings, so there is no section '{name}'; read it by line numbers instead."
+    if chosen:
+        shown = [f"{' > '.join(paths[i])} (line {found[i][0]})" for i in chosen]
+        return (f"{len(chosen)} headings match '{name}': {'; '.join(shown)}. Name one as 'Parent > Child', "
+                "or read it by line numbers.")
+    titles = [_plain(title) for _, _, title in found]
+    shown = [f"{' > '.join(path) if titles.count(titles[i]) > 1 else path[-1]} (line {found[i][0]})"
+             for i, path in enumerate(paths)]
+    more = f"; and {len(shown) - HEADINGS_LISTED} more" if len(shown) > HEADINGS_LISTED else ""
+    return f"no heading '{name}' in the note. Its headings: {'; '.join(shown[:HEADINGS_LISTED])}{more}."
+
+
+def outline(text: str) -> str:
+    """The note's headings with their line numbers, indented by level: a map for reading a long note by section.
+    Past OUTLINE_MAX_HEADINGS the deepest levels are left out, then the list is cut. "" without headings."""
+    found = headings(text)
+    levels = sorted({level for _, level, _ in found})
+    shown = found
+    while len(shown) > OUTLINE_MAX_HEADINGS and len(levels) > 1:
+        levels.pop()
+        shown = [h for h in found if h[1] in levels]
+    lines = [f"{'  ' * levels.index(level)}{title} (line {line})"
+             for line, level, title in shown[:OUTLINE_MAX_HEADINGS]]
+    if len(shown) < len(found) or len(shown) > OUTLINE_MAX_HEADINGS:
+        lines.append(f"… {len(found) - len(lines)} more headings not shown")
+    return "\n".join(lines)
+
+
+def append_to_section(text: str, wanted: str, content: str) -> str:
+    """The text with `content` added at the end of the section under `wanted` (find_section's rules): after its last
+    line that is not blank, so the blank lines before the next heading stay there. The rest is kept byte for byte."""
+    start, end = find_section(text, wanted)
+    lines = (text[1:] if text.startswith("\ufeff") else text).splitlines(keepends=True)
+    last = end
+    while last > start and not lines[last - 1].strip():
+        last -= 1
+    newline = "\r\n" if lines[start - 1].endswith("\r\n") else "\n"
+    added = [line + newline for line in content.replace("\r\n", "\n").rstrip("\n").split("\n")]
+    if lines[last - 1] == lines[last - 1].rstrip("\r\n"):  # the note's last line, without a newline: keep it so
+        lines[last - 1] += newline
+        added[-1] = added[-1][:-len(newline)]
+    bom = "\ufeff" if text.startswith("\ufeff") else ""
+    return bom + "".join(lines[:last] + added + lines[last:])
+
+
+# --- Files the owner excluded, drawings, and sync-conflict copies ---
+def _settings(kb: Path, name: str) -> dict:
+    """A `.obsidian/*.json` settings file as a dict; {} if missing, unreadable, a link, or not a JSON object."""
+    try:
+        value = json.loads(notes.read_bytes(Path(kb), f"{OBSIDIAN_DIR}/{name}", SETTINGS_MAX_BYTES).decode("utf-8-sig"))
+    except (OSError, ValueError, RecursionError, notes.ToolError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def ignore_filters(kb: Path) -> list:
+    """Obsidian's Excluded files (`userIgnoreFilters` in app.json): path prefixes ('Archive/', 'Templates/x.md')
+    as strings, '/regex/' ones compiled; a regex Python cannot read is left out."""
+    filters = []
+    raw = _settings(kb, "app.json").get("userIgnoreFilters")
+    for item in raw if isinstance(raw, list) else []:
+        if not isinstance(item, str) or not item.strip():
+            continue
+        if len(item) > 2 and item.startswith("/") and item.endswith("/"):
+            try:
+                filters.append(re.compile(item[1:-1]))
+            except re.error:
+                continue
+        else:
+            filters.append(item)
+    return filters
+
+
+def is_excluded(rel_path: str, filters: list) -> bool:
+    """True if the owner excluded this note (a path relative to the vault, with '/'), as Obsidian decides it."""
+    return any(f.search(rel_path) if isinstance(f, re.Pattern) else rel_path.startswith(f) for f in filters)
+
+
+_DRAWING_END = re.compile(r"(?:%%|#+ Drawing|```(?:compressed-)?json)[ \t]*$")
+_DRAWING_NOTICE = "==⚠"  # the plugin's "Switch to EXCALIDRAW VIEW" line
+_ELEMENT_ID = re.compile(r" \^[A-Za-z0-9-]+$")
+
+
+def is_drawing(rel_path: str, text: str) -> bool:
+    """An Excalidraw drawing: named *.excalidraw.md, or any note with the plugin's `excalidraw-plugin` property."""
+    return rel_path.lower().endswith(".excalidraw.md") or "excalidraw-plugin" in front_matter(text)[0]
+
+
+def excalidraw_text(text: str) -> str:
+    """A drawing's words for the index: the note up to where its drawing data starts (`%%`, `# Drawing`, the
+    compressed-json block), without the plugin's notice line nor the text elements' ` ^id`s; line numbers kept."""
+    kept = []
+    for line in text.splitlines(keepends=True):
+        body = line.rstrip("\r\n")
+        if _DRAWING_END.match(body.strip()):
+            break
+        kept.append(("" if body.startswith(_DRAWING_NOTICE) else _ELEMENT_ID.sub("", body)) + line[len(body):])
+    return "".join(kept)
+
+
+_CONFLICT_NAMES = [
+    re.compile(r"(?P<name>.+)\.sync-conflict-\d{8}-\d{6}-[A-Z0-9]{7}(?P<ext>\.[^.]+)?"),  # Syncthing
+    re.compile(r"(?P<name>.+) \(Conflicted copy \S.* \d{12}\)(?P<ext>\.[^.]+)?"),  # Obsidian Sync
+    re.compile(r"(?P<name>.+) \(conflicted copy (?:\S.* )?\d{4}-\d{2}-\d{2} \d{6}\)(?P<ext>\.[^.]+)?"),  # Nextcloud
+    re.compile(r"(?P<name>.+) \(\S.*['’]s conflicted copy \d{4}-\d{2}-\d{2}(?: \(\d+\)| \d+)?\)"  # Dropbox
+               r"(?P<ext>\.[^.]+)?"),
+]
+
+
+def conflict_of(rel_path: str) -> str | None:
+    """The path of the note a sync-conflict copy was made from (Syncthing, Obsidian Sync, Nextcloud/ownCloud,
+    Dropbox), in the same folder; None for a note that is not one."""
+    path = PurePosixPath(rel_path)
+    for pattern in _CONFLICT_NAMES:
+        found = pattern.fullmatch(path.name)
+        if found:
+            return str(path.with_name(found["name"] + (found["ext"] or "")))
+    return None
+
+
+# --- Daily notes and templates ---
+_MOMENT = re.compile(r"\[[^\]]*\]|YYYY|YY|Q|MMMM|MMM|MM|M|Do|DDDD|DDD|DD|D|dddd|ddd|dd|d|E|HH|H|hh|h|mm|m|ss|s"
+                     r"|A|a|WW|W|GGGG|GG")
+_MONTHS = "January February March April May June July August September October November December".split()
+_DAYS = "Sunday Monday Tuesday Wednesday Thursday Friday Saturday".split()
+_TEMPLATE_FIELD = re.compile(r"{{\s*(date|time|title)\s*(?::([^}]*))?}}", re.I)
+
+
+def daily_note_settings(kb: Path) -> dict:
+    """The Daily notes settings (`.obsidian/daily-notes.json`): folder, format (moment.js), template (a note path
+    without .md); Obsidian's defaults where unset."""
+    raw = _settings(kb, "daily-notes.json")
+    text = {key: raw[key].strip() for key in ("folder", "format", "template") if isinstance(raw.get(key), str)}
+    return {"folder": text.get("folder", "").strip("/"), "format": text.get("format") or DAILY_FORMAT,
+            "template": text.get("template", "")}
+
+
+def moment_format(fmt: str, when) -> str:
+    """A date or datetime written with moment.js tokens (English names, as Obsidian's default locale); text in
+    [brackets] is kept as is, other characters too."""
+    when = when if isinstance(when, datetime) else datetime.combine(when, time())
+    iso_year, iso_week, _ = when.isocalendar()
+    day, weekday, hour12 = when.day, (when.weekday() + 1) % 7, when.hour % 12 or 12
+    suffix = "th" if 11 <= day % 100 <= 13 else {1: "st", 2: "nd", 3: "rd"}.get(day % 10, "th")
+    values = {"YYYY": f"{when.year:04d}", "YY": f"{when.year % 100:02d}", "Q": str((when.month - 1) // 3 + 1),
+              "MMMM": _MONTHS[when.month - 1], "MMM": _MONTHS[when.month - 1][:3], "MM": f"{when.month:02d}",
+              "M": str(when.month), "Do": f"{day}{suffix}", "DDDD": f"{when.timetuple().tm_yday:03d}",
+              "DDD": str(when.timetuple().tm_yday), "DD": f"{day:02d}", "D": str(day), "dddd": _DAYS[weekday],
+              "ddd": _DAYS[weekday][:3], "dd": _DAYS[weekday][:2], "d": str(weekday), "E": str(when.isoweekday()),
+              "HH": f"{when.hour:02d}", "H": str(when.hour), "hh": f"{hour12:02d}", "h": str(hour12),
+              "mm": f"{when.minute:02d}", "m": str(when.minute), "ss": f"{when.second:02d}", "s": str(when.second),
+              "A": "AM" if when.hour < 12 else "PM", "a": "am" if when.hour < 12 else "pm",
+              "WW": f"{iso_week:02d}", "W": str(iso_week), "GGGG": f"{iso_year:04d}", "GG": f"{iso_year % 100:02d}"}
+    return _MOMENT.sub(lambda m: m[0][1:-1] if m[0][0] == "[" else values[m[0]], fmt)
+
+
+def daily_note_path(settings: dict, day) -> str:
+    """The daily note of that day, relative to the vault: folder/format(day).md (the format may make subfolders)."""
+    name = moment_format(settings.get("format") or DAILY_FORMAT, day).strip("/")
+    folder = (settings.get("folder") or "").strip("/")
+    return f"{folder}/{name}.md" if folder else f"{name}.md"
+
+
+def fill_template(template_text: str, title: str, now, date_format: str = DAILY_FORMAT,
+                  time_format: str = TEMPLATE_TIME_FORMAT) -> str:
+    """A core Templates template filled in: {{title}}, {{date}}, {{time}}, {{date:FORMAT}}, {{time:FORMAT}}. Daily
+    notes pass their own format as date_format, as Obsidian does."""
+    def field(match):
+        name, fmt = match[1].lower(), (match[2] or "").strip()
+        if name == "title":
+            return title
+        return moment_format(fmt or (date_format if name == "date" else time_format), now)
+    return _TEMPLATE_FIELD.sub(field, template_text)
+
+
+# --- The vault's own style, for the system prompt ---
+_STYLE_KEYS = {"useMarkdownLinks": bool, "newLinkFormat": str, "newFileLocation": str, "newFileFolderPath": str,
+               "attachmentFolderPath": str}
+_LINK_FORMS = {"shortest": "by the shortest name that is unique", "relative": "by paths relative to the linking note",
+               "absolute": "by full paths from the vault's top folder"}
+
+
+def vault_style(kb: Path) -> dict:
+    """The settings of `.obsidian/app.json` that say how the owner writes links and where new files go: only those
+    the vault sets, with the right types."""
+    app = _settings(kb, "app.json")
+    return {key: app[key] for key, kind in _STYLE_KEYS.items() if isinstance(app.get(key), kind)}
+
+
+def style_prompt(kb: Path) -> str:
+    """One sentence for the system prompt on how this vault links and files notes; "" when it sets none of it."""
+    style = vault_style(kb)
+    if not style:
+        return ""
+    links = "Markdown links like [Note](Note.md)" if style.get("useMarkdownLinks") else "[[wikilinks]] like [[Note]]"
+    form = _LINK_FORMS.get(style.get("newLinkFormat", ""))
+    parts = [f"links notes with {links}" + (f", {form}" if form else "")]
+    location, folder = style.get("newFileLocation"), style.get("newFileFolderPath", "").strip("/")
+    if location == "folder" and folder:
+        parts.append(f"new notes go in {folder}/")
+    elif location == "current":
+        parts.append("new notes go in the folder of the note they come from")
+    elif location in ("root", "folder"):
+        parts.append("new notes go in the top folder")
+    attachments = style.get("attachmentFolderPath")
+    if attachments is not None:
+        where = attachments.strip()
+        if where.startswith("./"):
+            sub = where[2:].strip("/")
+            parts.append(f"attachments go in {sub}/ beside their note" if sub else "attachments go beside their note")
+        else:
+            where = where.strip("/")
+            parts.append(f"attachments go in {where}/" if where else "attachments go in the top folder")
+    return "This vault " + "; ".join(parts) + "."
