@@ -269,7 +269,8 @@ class Model:
         self.token_ratio = max(self.token_ratio, self.settings.context_tokens / fits)
 
 
-def execute(calls: list[dict], arguments: list[str], history: list[dict], settings: Settings, ui: UI) -> None:
+def execute(calls: list[dict], arguments: list[str], history: list[dict], settings: Settings, ui: UI,
+            allowance: tools.Allowance) -> None:
     """Run each call with its arguments as the model sent them, appending its result. The one running when
     Ctrl+C comes is answered saying so (it may have done part of its work); run_agent answers the rest."""
     for call, sent in zip(calls, arguments):
@@ -277,7 +278,7 @@ def execute(calls: list[dict], arguments: list[str], history: list[dict], settin
         ui.tool_call(name, sent)
         started = time.monotonic()
         try:
-            result = tools.execute_tool(name, sent, settings, ui.approve, ui.reviews_changes)
+            result = tools.execute_tool(name, sent, settings, ui.approve, ui.reviews_changes, allowance)
         except KeyboardInterrupt:
             stopped = f"stopped: the user pressed Ctrl+C after {time.monotonic() - started:.1f} s; it may be half done"
             _answer([call["id"]], history, stopped)
@@ -306,7 +307,7 @@ def run_agent(question: str, history: list[dict] | None = None, settings: Settin
     model = client if isinstance(client, Model) else Model(settings, client) if client else make_client(settings)
     history = [] if history is None else history
     ui = ui or UI()
-    turn_start = len(history)
+    turn_start, allowance = len(history), tools.Allowance()  # what this answer may write without asking
     history.append({"role": "user", "content": tools.clean_text(question)})
     _save(history)
     try:
@@ -330,7 +331,7 @@ def run_agent(question: str, history: list[dict] | None = None, settings: Settin
                 notice = ROUND_NOTICE.format(settings.max_rounds)
                 break
             # The history keeps arguments the API accepts; the tool gets them as sent, to explain errors.
-            execute(message["tool_calls"], reply.arguments(), history, settings, ui)
+            execute(message["tool_calls"], reply.arguments(), history, settings, ui, allowance)
     except (KeyboardInterrupt, AgentError) as exc:
         # Keep the history sendable: drop a turn the API rejected or that kept nothing (no tool ran, no text was
         # shown); else answer the calls left unanswered, as a reloaded conversation would be.

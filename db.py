@@ -56,6 +56,15 @@ def why(error: BaseException) -> str:
     return "another knowledge-agent is writing" if kind == "busy" else getattr(error, "strerror", None) or str(error)
 
 
+def private_folder(folder: Path) -> None:
+    """Make the folder (0700: only this user may look inside); our own, named for the project, is made private if
+    an older version left it open. A folder the person chose (KA_DATA_DIR=~/Documents) keeps its mode."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):
+        if folder.name == "knowledge-agent" and folder.stat().st_mode & 0o077:
+            folder.chmod(0o700)
+
+
 def connect(path: Path, schema: list[str], version: int, synchronous: str = "NORMAL", check: bool = False,
             upgrade: bool = True):
     """The database at `path` with `schema` (statements that may run twice) at `version`; raises sqlite3.Error.
@@ -63,11 +72,15 @@ def connect(path: Path, schema: list[str], version: int, synchronous: str = "NOR
     Damaged (a cache, rebuilt). `check` runs SQLite's quick check, so damage is found now, not mid-use."""
     path = Path(path)
     if str(path) != ":memory:":
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_folder(path.parent)
         if path.is_dir():
             raise Damaged("a folder, not a file")
         with contextlib.suppress(FileExistsError):  # SQLite gives its -wal and -shm files the same mode
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+        for made_before in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):  # by a version that made them 0644
+            with contextlib.suppress(OSError):
+                if made_before.stat().st_mode & 0o077:
+                    made_before.chmod(0o600)
     conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
     conn.text_factory = lambda raw: raw.decode("utf-8", "replace")  # one bad title must not hide a list
     try:

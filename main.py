@@ -44,7 +44,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--kb", metavar="PATH", help="notes folder (KNOWLEDGE_BASE; default knowledge_base/)")
     add("-m", "--model", help="model name (MODEL; default deepseek-flash, or gpt-5.4-mini with OPENAI_API_KEY)")
     add("--base-url", metavar="URL", help="OpenAI-compatible endpoint (DEEPSEEK_BASE_URL or OPENAI_BASE_URL)")
-    add("--api-key", metavar="KEY", help="API key (DEEPSEEK_API_KEY or OPENAI_API_KEY)")
+    add("--api-key", metavar="KEY", help="API key; other users can see it in the process list, so prefer "
+        "DEEPSEEK_API_KEY or OPENAI_API_KEY in the environment, .env or the config file")
     add("--max-rounds", metavar="N", help="cap on model calls per question (MAX_TOOL_ROUNDS; default 10)")
     add("--thinking", choices=("on", "off"), help="thinking mode of models that have one (THINKING)")
     add("--effort", choices=("low", "medium", "high", "max"), help="reasoning effort (REASONING_EFFORT)")

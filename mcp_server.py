@@ -28,6 +28,7 @@ from config import VERSION, ConfigError, Settings, load_settings
 # enough for a 5 MB note sent as write_note content with every character \u-escaped.
 MCP_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 SERVER_NAME = "knowledge-agent"
+MCP_WRITE_WINDOW_S = 3600  # what the tools may write without asking (tools.ANSWER_WRITE_LIMIT) is per this window
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")  # newest first
 BATCH_VERSIONS = {"2025-03-26"}  # JSON-RPC batches came in with 2025-03-26 and left again in 2025-06-18
 INSTRUCTIONS = ("Tools for one person's folder of Markdown notes (.md and .txt). Paths are relative to that folder. "
@@ -69,6 +70,7 @@ class McpServer:
         self.tools = served_tools(settings)
         # The client asked the person already (it sees destructiveHint); without the flag, nobody can be asked.
         self.ask = (lambda approval: True) if settings.mcp_allow_destructive else None
+        self.allowance = tools.Allowance(window_s=MCP_WRITE_WINDOW_S)  # no answers here: a bound per hour
         self.version: str | None = None
         self.methods = {"initialize": self.initialize, "ping": lambda params: {}, "tools/call": self.call_tool,
                         "tools/list": lambda params: {"tools": list(self.tools.values())}}
@@ -140,7 +142,7 @@ class McpServer:
         arguments = params.get("arguments")  # None: no arguments, as execute_tool takes it
         if arguments is not None and not isinstance(arguments, dict):
             raise RpcError(INVALID_PARAMS, "Invalid params: arguments must be a JSON object.")
-        result = tools.execute_tool(name, arguments, self.settings, self.ask)
+        result = tools.execute_tool(name, arguments, self.settings, self.ask, allowance=self.allowance)
         log(f"{name}: {result.text.splitlines()[0][:100] if result.error else 'ok'}")
         return {"content": [{"type": "text", "text": result.text}], "isError": result.error}
 

@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import db
 import tools
 from agent import UI
 from notes import visible
@@ -190,7 +191,7 @@ def start_line_editing(display: Display):
             if "\n" in (item := readline.get_history_item(index + 1) or ""):
                 readline.replace_history_item(index, " ".join(item.split()))
         try:
-            history.parent.mkdir(parents=True, exist_ok=True)
+            db.private_folder(history.parent)
             readline.write_history_file(history)
             history.chmod(0o600)  # questions about one's notes are private
         except OSError as exc:

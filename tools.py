@@ -14,7 +14,9 @@ import inspect
 import itertools
 import json
 import re
-from dataclasses import dataclass
+import time
+import unicodedata
+from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 import embeddings
@@ -36,6 +38,9 @@ HINT_WIDTH = 200  # characters of the passage compared, and of a long line shown
 HINT_SCAN_CHARS = 1_000_000
 HINT_CANDIDATES = 50
 EDIT_MAX_MATCHES_COUNTED = 20
+# What one answer may add to the disk (new notes, growth, the versions kept) before a change asks the person
+# first, so a hostile note cannot make the model fill the disk; the MCP server has no answers: its bound is hourly.
+ANSWER_WRITE_LIMIT = 50_000_000
 KEPT = "the previous version is kept in .history/ (/undo in the chat restores it)."
 ERROR = "Error: "  # how a failed call's result begins, for the model and for each UI (and MCP's isError)
 
@@ -68,6 +73,23 @@ class Approval:
     detail: str = ""
     change: versions.Change | None = None
     skippable: bool = True  # --yes may approve it (never a command that would run without the sandbox)
+
+
+@dataclass
+class Allowance:
+    """Bytes the changes of one answer (or, with `window_s`, of a time window) may still add without asking."""
+    left: int = field(default_factory=lambda: ANSWER_WRITE_LIMIT)
+    window_s: float | None = None
+    since: float = field(default_factory=time.monotonic)
+
+    def cost(self, change: versions.Change) -> int:
+        """What the change adds to the disk: growth of each note, new notes, and the copy of what it replaces."""
+        return sum(max(len(f.new or b"") - len(f.old or b""), 0) + len(f.old or b"") for f in change.files)
+
+    def over(self, change: versions.Change) -> bool:
+        if self.window_s and time.monotonic() - self.since > self.window_s:
+            self.left, self.since = ANSWER_WRITE_LIMIT, time.monotonic()
+        return self.cost(change) > self.left
 
 
 TOOLS: dict[str, Tool] = {}
@@ -180,15 +202,31 @@ def _change(settings: Settings, approve, plan: Callable[[], versions.Change], ti
     if change.is_noop():
         return f"{versions.summary(change)}\n{done}"
     asked = approve(Approval("change", title, change=change))
+    if not asked and approve.allowance.over(change):  # routine, but this answer has written a lot already
+        written = ANSWER_WRITE_LIMIT - approve.allowance.left + approve.allowance.cost(change)
+        size = f"{written / 1e6:.0f} MB" if written >= 1e6 else f"{written / 1e3:.0f} KB"
+        asked = approve(Approval("change", f"{title} (this answer would have written {size} to the notes "
+                                           "folder)", change=change), always=True)
     try:
         change, warning = versions.apply(settings.kb, change, replan=None if asked else plan)
     except versions.Stale as exc:
         raise ToolError(f"{', '.join(exc.paths)} changed while the person was reviewing the change, so nothing "
                         "was written.", "read_note it again.") from None
+    approve.allowance.left -= approve.allowance.cost(change)
     for path in {f.path for f in change.files} | set(change.move or ()):
         search.note_changed(settings.kb, settings.index_dir, change.final_path(path))
         search.note_changed(settings.kb, settings.index_dir, path)
     return f"{versions.summary(change)}{warning}\n{done}"
+
+
+def _new_name(name: str) -> str:
+    """A name for a new note: no invisible formatting character (zero-width space, U+061C, direction marks), so
+    two notes can never look the same."""
+    hidden = next((c for c in name if unicodedata.category(c) == "Cf"), None)
+    if hidden:
+        raise ToolError(f"the name {notes.visible(name)!r} holds an invisible formatting character "
+                        f"(U+{ord(hidden):04X}); a new note's name may not.", "Choose the name without it.")
+    return name
 
 
 def _text_change(settings: Settings, approve, name: str, new_text, op: str, done: str) -> str:
@@ -280,7 +318,7 @@ def append_note(settings: Settings, file_path: str, content: str, *, approve) ->
         raise ToolError("content is empty; nothing to append.")
     content = _lf(content) if content.endswith("\n") else _lf(content) + "\n"
     if not path.exists() and not path.is_symlink():
-        return _text_change(settings, approve, name, content, "write",
+        return _text_change(settings, approve, _new_name(name), content, "write",
                             f"Created {name} with the content (it did not exist).")
     _changeable(settings, path)
     return _text_change(settings, approve, name,
@@ -297,7 +335,7 @@ def write_note(settings: Settings, file_path: str, content: str, overwrite: bool
     path = safe_path(settings.kb, file_path)
     name = rel(settings.kb, path)
     if not path.exists() and not path.is_symlink():
-        return _text_change(settings, approve, name, _lf(content), "write", f"Created {name}.")
+        return _text_change(settings, approve, _new_name(name), _lf(content), "write", f"Created {name}.")
     _changeable(settings, path)
     if not overwrite:
         raise ToolError(f"{name} already exists; nothing was written.", "To change part of it use edit_note, to add "
@@ -310,7 +348,7 @@ def write_note(settings: Settings, file_path: str, content: str, overwrite: bool
                                                 "e.g. 'archive/old-ideas.md'. Must not exist yet.")}, asks=True)
 def move_note(settings: Settings, from_path: str, to_path: str, *, approve) -> str:
     source, target = safe_path(settings.kb, from_path, "from_path"), safe_path(settings.kb, to_path, "to_path")
-    src, dst = _changeable(settings, source, size_limit=False), rel(settings.kb, target)
+    src, dst = _changeable(settings, source, size_limit=False), _new_name(rel(settings.kb, target))
     if target.exists() or target.is_symlink():
         raise ToolError(f"{dst} already exists; nothing was moved.", "Choose another to_path.")
     return _change(settings, approve, lambda: versions.plan_move(settings.kb, src, dst), f"Move {src} to {dst}?",
@@ -387,12 +425,13 @@ def _arguments(schema: dict, arguments) -> dict:
     return checked
 
 
-def _approver(settings: Settings, chosen: Tool, ask, review: bool):
+def _approver(settings: Settings, chosen: Tool, ask, review: bool, allowance: Allowance):
     """The approval policy, in one place: what a tool's `approve(Approval)` does. It returns True when a person
-    approved, False when nobody needed to be asked, or raises ToolError: not done. A tool that always asks is asked
-    about unless --yes covers it; with `review` (the page) every change is asked about and --yes covers nothing."""
-    def approve(approval: Approval) -> bool:
-        if not (chosen.asks or review):
+    approved, False when nobody needed to be asked, or raises ToolError: not done. A tool that always asks (or an
+    approval marked `always`: a change past the answer's allowance) is asked about unless --yes covers it; with
+    `review` (the page) every change is asked about and --yes covers nothing."""
+    def approve(approval: Approval, always: bool = False) -> bool:
+        if not (chosen.asks or review or always):
             return False
         if approval.skippable and settings.auto_approve and not review:
             return False
@@ -404,12 +443,15 @@ def _approver(settings: Settings, chosen: Tool, ask, review: bool):
         if not answer:
             raise ToolError("not done: the person declined.", "Do not retry unless they ask again.")
         return True
+    approve.allowance = allowance
     return approve
 
 
-def execute_tool(name: str, arguments, settings: Settings, ask=None, review: bool = False) -> Result:
+def execute_tool(name: str, arguments, settings: Settings, ask=None, review: bool = False,
+                 allowance: Allowance | None = None) -> Result:
     """Run one tool call. Never raises: a failure is a Result with error=True and text for the model. `ask(Approval)`
-    answers True, False or None (nobody can be asked); `review`: every change is asked about (the page)."""
+    answers True, False or None (nobody can be asked); `review`: every change is asked about (the page);
+    `allowance`: what the answer's changes may still write without asking (one of its own when not given)."""
     try:
         known = offered(settings)
         if name not in known:
@@ -420,7 +462,7 @@ def execute_tool(name: str, arguments, settings: Settings, ask=None, review: boo
         chosen = known[name]
         args = _arguments(chosen.schema, arguments)
         if "approve" in inspect.signature(chosen.function).parameters:
-            args["approve"] = _approver(settings, chosen, ask, review)
+            args["approve"] = _approver(settings, chosen, ask, review, allowance or Allowance())
         text, error = chosen.function(settings, **args), False
     except ToolError as exc:
         text, error = f"{ERROR}{exc}", True
