@@ -25,14 +25,16 @@ import marshal  # the warden's orders: this interpreter writes them and reads th
 import os
 import resource  # caps the size of the files a command writes
 import select
-import shutil
 import signal
 import stat
 import struct
-import subprocess
 import sys
-import tempfile
 import time
+
+if __name__ != "__main__":  # the agent's side only: the warden's start-up time is every command's
+    import shutil
+    import subprocess
+    import tempfile
 
 ON_LINUX = sys.platform.startswith("linux")
 STDOUT_CHARS = 4000  # the model sees the head and tail of each stream, the middle is cut
@@ -189,7 +191,7 @@ def _environment(scratch: str, hide: tuple[str, ...]) -> dict[str, str]:
     return {**env, "PATH": path, "HOME": scratch, "TMPDIR": scratch}
 
 
-def _wait(proc: subprocess.Popen, timeout: float, orders: bytes) -> list[str]:
+def _wait(proc: "subprocess.Popen", timeout: float, orders: bytes) -> list[str]:
     """Hand the warden its orders and wait for it; on a timeout or Ctrl+C have it stop the command (SIGTERM:
     TERM, KILL after the grace; on a second Ctrl+C SIGINT: KILL at once), back when all of it is gone."""
     notes = []
@@ -248,7 +250,7 @@ def _warden() -> None:
     os.set_inheritable(status, False)  # the command must not write a status of its own
     wakeup, wakeup_write = os.pipe()  # signals only wake the loop (_watch); they never interrupt the warden
     os.set_blocking(wakeup_write, False)
-    signal.set_wakeup_fd(wakeup_write)
+    signal.set_wakeup_fd(wakeup_write, warn_on_full_buffer=False)  # a full pipe wakes the loop all the same
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
     if ON_LINUX:
