@@ -77,7 +77,7 @@ AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
 SOCK_TYPE_MASK, SOCK_STREAM, SOCK_DGRAM, IPPROTO_TCP, IPPROTO_UDP = 0xF, 1, 2, 6, 17
 S_IFMT, S_IFCHR, S_IFBLK = 0o170000, 0o020000, 0o060000
 CLONE_NEW_NAMESPACES = 0x7E020000  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
-SYSCALLS = {  # name: (x86_64, aarch64); None where the architecture has no such call
+SYSCALLS = {  # name: (x86_64, aarch64), AUDIT_ARCH's order; None where the architecture has no such call
     "socket": (41, 198), "socketpair": (53, 199), "clone": (56, 220), "clone3": (435, 435),
     "mknod": (133, None), "mknodat": (259, 33), "kill": (62, 129), "tkill": (200, 130), "tgkill": (234, 131),
     "rt_sigqueueinfo": (129, 138), "rt_tgsigqueueinfo": (297, 240), "pidfd_open": (434, 434),
@@ -161,7 +161,7 @@ def run_shell(command: str, kb, timeout: float, allow_network: bool = False, hid
                 os.close(status_write)
             notes = _wait(proc, timeout, marshal.dumps(orders))
             with open(status_read, "rb", closefd=False) as status:
-                kind, _, detail = status.read().decode("utf-8", "replace").partition(" ")
+                kind, _, detail = status.readline().decode("utf-8", "replace").strip().partition(" ")
             if kind != "exit":
                 what = FAILURES.get(kind, f"the command's warden failed (exit {proc.returncode})")
                 return f"Error: {what}: {detail or 'it said nothing'}"
@@ -261,7 +261,7 @@ def _warden() -> None:
     try:
         ruleset = _ruleset(orders) if orders["sandboxed"] else -1
     except OSError as exc:
-        os.write(status, f"sandbox {exc}".encode())
+        os.write(status, f"sandbox {exc}\n".encode())
         return
     command = os.fork()
     if command == 0:
@@ -273,7 +273,7 @@ def _warden() -> None:
     except BaseException:
         _kill_all(command, {})  # a fault here leaves nothing running either
         raise
-    os.write(status, f"exit {os.waitstatus_to_exitcode(code)} {int(left)}".encode())
+    os.write(status, f"exit {os.waitstatus_to_exitcode(code)} {int(left)}\n".encode())
 
 
 def _start(orders: dict, ruleset: int, warden: int) -> None:
@@ -295,7 +295,7 @@ def _start(orders: dict, ruleset: int, warden: int) -> None:
         step = "start"
         os.execve(orders["shell"], [orders["shell"], "-c", orders["command"]], orders["env"])
     except BaseException as exc:
-        os.write(orders["status"], f"{step} {exc}".encode())
+        os.write(orders["status"], f"{step} {exc}\n".encode())  # the first line is what the agent reads
     finally:
         os._exit(127)
 
@@ -379,7 +379,8 @@ def _allow(ruleset: int, fd: int, access: int) -> None:
 def _drop_capabilities() -> None:
     """Give up every capability, root's included: the bounding set (with CAP_SETPCAP only; without it, exec
     cannot gain any under no_new_privs), the ambient set, then effective, permitted and inheritable."""
-    header, data = ctypes.create_string_buffer(struct.pack("=Ii", CAPABILITY_VERSION_3, 0)), ctypes.create_string_buffer(24)
+    header = ctypes.create_string_buffer(struct.pack("=Ii", CAPABILITY_VERSION_3, 0))  # this process
+    data = ctypes.create_string_buffer(24)  # effective, permitted, inheritable: twice 32 bits each
     _call("capget", header, data)
     if struct.unpack_from("=I", data.raw)[0] >> CAP_SETPCAP & 1:
         cap = 0
