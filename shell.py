@@ -159,7 +159,7 @@ def run_shell(command: str, kb, timeout: float, allow_network: bool = False, hid
                 return f"Error: could not start the shell: {exc}"
             finally:
                 os.close(status_write)
-            notes = _wait(proc, timeout, marshal.dumps(orders))
+            notes = _wait(proc, timeout, marshal.dumps(orders), status_read)
             with open(status_read, "rb", closefd=False) as status:
                 kind, _, detail = status.readline().decode("utf-8", "replace").strip().partition(" ")
             if kind != "exit":
@@ -191,19 +191,21 @@ def _environment(scratch: str, hide: tuple[str, ...]) -> dict[str, str]:
     return {**env, "PATH": path, "HOME": scratch, "TMPDIR": scratch}
 
 
-def _wait(proc: "subprocess.Popen", timeout: float, orders: bytes) -> list[str]:
-    """Hand the warden its orders and wait for it; on a timeout or Ctrl+C have it stop the command (SIGTERM:
-    TERM, KILL after the grace; on a second Ctrl+C SIGINT: KILL at once), back when all of it is gone."""
+def _wait(proc: "subprocess.Popen", timeout: float, orders: bytes, status: int) -> list[str]:
+    """Hand the warden its orders and wait for its report (it writes it as it ends; Popen.wait(timeout) would
+    poll); on a timeout or Ctrl+C have it stop the command (SIGTERM: TERM, KILL after the grace; on a second
+    Ctrl+C SIGINT: KILL at once). Back when all of it is gone."""
     notes = []
     try:
         with proc.stdin:
             proc.stdin.write(orders)
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        notes.append(f"stopped after {timeout:g} s (timeout): the command and everything it started were "
-                     f"killed. Split the work into shorter steps, or raise SHELL_TIMEOUT.")
+        if select.select([status], [], [], timeout)[0]:
+            proc.wait()
+        else:
+            notes.append(f"stopped after {timeout:g} s (timeout): the command and everything it started were "
+                         f"killed. Split the work into shorter steps, or raise SHELL_TIMEOUT.")
     except BrokenPipeError:
-        pass  # the warden is gone already; its status says why
+        pass  # the warden is gone already; its report, or its absence, says why
     finally:
         if proc.poll() is None:
             try:
@@ -532,3 +534,4 @@ def _descendants(root: int) -> list[int]:
 
 if __name__ == "__main__":
     _warden()
+    os._exit(0)  # all is reported and reaped: skip the interpreter's teardown, the agent waits for this exit
