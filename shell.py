@@ -346,31 +346,32 @@ def _allow_notes(ruleset: int, folder: int, private: dict | None) -> None:
     folder holds for all beneath it. Symbolic links get no rule: the kernel checks their target's own."""
     if private is None:
         return os.close(folder)
-    _allow(ruleset, os.dup(folder), READ_DIR if private else READ)
-    for name in os.listdir(folder) if private else ():
-        below = private.get(name, {})
-        if below is None:
-            continue
-        try:
-            entry = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
-        except FileNotFoundError:
-            continue  # removed since it was listed
-        mode = os.fstat(entry).st_mode
-        if stat.S_ISLNK(mode):
-            os.close(entry)
-        elif below and stat.S_ISDIR(mode):
-            os.close(entry)
-            _allow_notes(ruleset, os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                          dir_fd=folder), below)
-        else:
-            _allow(ruleset, entry, READ)
+    if not private:
+        return _allow(ruleset, folder, READ)
+    _allow(ruleset, os.dup(folder), READ_DIR)
+    with os.scandir(folder) as entries:  # their types without a stat each
+        for entry in entries:
+            below = private.get(entry.name, {})
+            if below is None or entry.is_symlink():
+                continue
+            is_folder = entry.is_dir(follow_symlinks=False)
+            flags = os.O_RDONLY | os.O_DIRECTORY if below and is_folder else os.O_PATH
+            try:
+                fd = os.open(entry.name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+            except FileNotFoundError:
+                continue  # removed since it was listed
+            if below and is_folder:
+                _allow_notes(ruleset, fd, below)
+            else:
+                _allow(ruleset, fd, READ if is_folder else READ_FILE)
     os.close(folder)
 
 
 def _allow(ruleset: int, fd: int, access: int) -> None:
-    """Add a path-beneath rule for an open descriptor, then close it (thousands of notes: descriptors run out)."""
+    """Add a path-beneath rule for an open descriptor, then close it (thousands of notes: descriptors run out).
+    A rule on a non-folder holds only FILE_RIGHTS."""
     try:
-        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+        if access & ~FILE_RIGHTS and not stat.S_ISDIR(os.fstat(fd).st_mode):
             access &= FILE_RIGHTS
         rule = struct.pack("=Qi", access, fd)  # struct landlock_path_beneath_attr, packed
         _call("syscall", SYS_ADD_RULE, ruleset, 1, rule, 0)  # 1: LANDLOCK_RULE_PATH_BENEATH
