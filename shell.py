@@ -12,12 +12,15 @@ enters the sandbox, which binds it and all it starts, root included:
 - no capabilities at all, and no_new_privs: a setuid program gains nothing;
 - a seccomp filter for what Landlock does not see: sockets other than socketpairs (with the network
   allowed, TCP and UDP over IPv4/IPv6), chmod and chown, device nodes, the kernel keyring, ptrace,
-  mounts and namespaces, io_uring (which would bypass the filter). Refused calls fail with EPERM.
-The command's environment is built from an allow-list, never the agent's own minus secret-looking names.
-Elsewhere sandbox_problem() says why not, and the caller must ask about every command. Never run a command
+  mounts and namespaces, signals to the warden, and what would go around the filter (io_uring, x32
+  calls; another architecture's calls kill the process). Refused calls fail with EPERM.
+Elsewhere sandbox_problem() says why not, and the caller must ask about every command; off Linux the
+warden stops the command's process group, as orphans are not adopted there. Never run a command
 unsandboxed where the sandbox should apply: if entering it fails, nothing runs.
 
-Output goes to files (each capped at MAX_FILE_BYTES); the model sees each stream's head and tail.
+Everywhere the command's stdin is closed and its environment is built from an allow-list, never the
+agent's own minus secret-looking names. Output goes to files (each capped at MAX_FILE_BYTES); the model
+sees each stream's head and tail.
 """
 import ctypes
 import functools
@@ -77,10 +80,13 @@ AF_UNIX, AF_INET, AF_INET6 = 1, 2, 10
 SOCK_TYPE_MASK, SOCK_STREAM, SOCK_DGRAM, IPPROTO_TCP, IPPROTO_UDP = 0xF, 1, 2, 6, 17
 S_IFMT, S_IFCHR, S_IFBLK = 0o170000, 0o020000, 0o060000
 CLONE_NEW_NAMESPACES = 0x7E020000  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
-SYSCALLS = {  # name: (x86_64, aarch64), AUDIT_ARCH's order; None where the architecture has no such call
+# System calls: name: (x86_64, aarch64), AUDIT_ARCH's order; None where the architecture has no such call.
+CHECKED = {  # allowed or refused by their arguments (clone3 by none: ENOSYS)
     "socket": (41, 198), "socketpair": (53, 199), "clone": (56, 220), "clone3": (435, 435),
     "mknod": (133, None), "mknodat": (259, 33), "kill": (62, 129), "tkill": (200, 130), "tgkill": (234, 131),
     "rt_sigqueueinfo": (129, 138), "rt_tgsigqueueinfo": (297, 240), "pidfd_open": (434, 434),
+}
+REFUSED = {  # refused whatever their arguments
     "chmod": (90, None), "fchmod": (91, 52), "fchmodat": (268, 53), "fchmodat2": (452, 452),
     "chown": (92, None), "lchown": (94, None), "fchown": (93, 55), "fchownat": (260, 54),
     "keyctl": (250, 219), "add_key": (248, 217), "request_key": (249, 218),
@@ -91,7 +97,7 @@ SYSCALLS = {  # name: (x86_64, aarch64), AUDIT_ARCH's order; None where the arch
     "unshare": (272, 97), "setns": (308, 268),
     "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
 }
-REFUSED = tuple(SYSCALLS)[12:]  # refused whatever their arguments: from chmod on
+SYSCALLS = {**CHECKED, **REFUSED}
 
 
 @functools.cache
