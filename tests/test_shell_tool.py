@@ -168,7 +168,7 @@ def test_api_key_is_not_in_the_commands_environment(kb, monkeypatch):
     monkeypatch.setenv("SOME_ODD_NAME", "sk-settings-key")  # the key under a name no pattern catches
     settings = make_settings(kb, allow_shell=True, api_key="sk-settings-key")
     result = tools.execute_tool("bash", {"command": "env"}, settings, ask=lambda a: True)
-    assert "KA_PROBE=visible" in result.text
+    assert "KA_PROBE" not in result.text  # the environment is an allow-list (shell.PASSED_VARIABLES)
     assert "sk-live-1" not in result.text and "sk-settings-key" not in result.text
 
 
