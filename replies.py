@@ -59,9 +59,10 @@ KEPT_SHARE = 0.35
 MIN_JUDGED_ESTIMATE = 1000
 
 
-def text_tool_calls(content: str, offered: set[str]) -> list[dict] | None:
+def text_tool_calls(content: str, offered: set[str] | None) -> list[dict] | None:
     """The calls, as [{"name": …, "arguments": "<JSON object>"}], when `content` is nothing but tool calls
-    (see the module docstring) naming offered tools; None when it is an answer."""
+    (see the module docstring) naming offered tools; None when it is an answer. With `offered` None any name
+    will do: a call-shaped answer naming no offered tool may be a call to a tool that does not exist."""
     text = _without_echo(content or "").strip()
     if text.startswith(TAGGED[0]):
         bodies = _tagged_bodies(text)
@@ -181,8 +182,7 @@ def _json_values(text: str) -> list | None:
 
 
 def _call(item, offered: set[str] | None) -> dict | None:
-    """{"name", "arguments"} from one call object in any known shape; None if it is not one. `offered` None
-    accepts any name (the shape alone, while streaming)."""
+    """{"name", "arguments"} from one call object in any known shape; None if it is not one."""
     if isinstance(item, dict) and isinstance(item.get("function"), dict) and set(item) <= WRAPPER_KEYS:
         item = item["function"]
     if not isinstance(item, dict) or set(item) - CALL_KEYS or item.get("type", "function") != "function":

@@ -97,6 +97,16 @@ def test_prose_is_released_as_soon_as_it_is_clearly_prose(prose):
     assert calls is None and shown.startswith(prose)
 
 
+def test_a_call_to_a_tool_that_does_not_exist_can_be_told_from_an_answer():
+    # what Qwen2.5-Coder-0.5B sent, twice in four tries, for "create todo.md with a list of three things to do"
+    sent = ('{"name": "create_todo.md", "arguments": {"file_path": "todo.md", "content": "To-do List:\\n\\n1. '
+            'Complete project\\n2. Review code\\n3. Update README.md"}}')
+    assert text_tool_calls(sent, OFFERED) is None
+    assert text_tool_calls(sent, None) == [{"name": "create_todo.md", "arguments": json.dumps(
+        {"file_path": "todo.md", "content": "To-do List:\n\n1. Complete project\n2. Review code\n3. Update README.md"})}]
+    assert text_tool_calls("Here it is: " + sent, None) is None
+
+
 def test_a_call_held_back_then_followed_by_prose_is_released():
     assert could_be_tool_call('{"name": "search_notes", "arguments": {}}')
     assert not could_be_tool_call('{"name": "search_notes", "arguments": {}} is how you search')
