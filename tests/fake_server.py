@@ -72,21 +72,24 @@ CONTEXT_ERRORS = {
     "ollama": lambda n, m: {"error": f"prompt too long; exceeded max context length by {m - n} tokens"},
 }
 
-# A tool call written as content, as small models and servers without a tool parser send it:
+# Tool calls written as content, as small models and servers without a tool parser send them:
 TEXT_CALL_SHAPES = {
-    "bare": lambda name, args: json.dumps({"name": name, "arguments": args}),
-    "fenced": lambda name, args: "```json\n" + json.dumps({"name": name, "arguments": args}, indent=2) + "\n```",
-    "tagged": lambda name, args: "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>",
-    "tools_echo": lambda name, args: "<tools></tools>\n" + json.dumps({"name": name, "arguments": args}),
-    "parameters": lambda name, args: json.dumps({"name": name, "parameters": args}),  # Llama 3.x
-    "string_arguments": lambda name, args: json.dumps({"name": name, "arguments": json.dumps(args)}),
+    "bare": lambda calls: _objects(calls),
+    "fenced": lambda calls: "```json\n" + _objects(calls, indent=2) + "\n```",
+    "tagged": lambda calls: "\n".join(f"<tool_call>\n{_objects([call])}\n</tool_call>" for call in calls),
+    "tools_echo": lambda calls: "<tools></tools>\n" + _objects(calls),
+    "parameters": lambda calls: _objects(calls, key="parameters"),  # Llama 3.x
+    "string_arguments": lambda calls: _objects(calls, encode=json.dumps),  # arguments as a JSON string
 }
+
+
+def _objects(calls: list[tuple[str, dict]], key="arguments", encode=lambda args: args, indent=None) -> str:
+    return "\n".join(json.dumps({"name": name, key: encode(args)}, indent=indent) for name, args in calls)
 
 
 def as_text(calls: list[dict], shape: str) -> str:
     """Tool calls ({"name", "arguments": JSON text}) written as content in one of TEXT_CALL_SHAPES."""
-    return "\n".join(TEXT_CALL_SHAPES[shape](call["name"], json.loads(call.get("arguments") or "{}"))
-                     for call in calls)
+    return TEXT_CALL_SHAPES[shape]([(call["name"], json.loads(call.get("arguments") or "{}")) for call in calls])
 
 
 def context_error(wording: str, window: int, requested: int) -> dict:

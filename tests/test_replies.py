@@ -35,10 +35,11 @@ def streamed(text: str, piece: int = 3) -> tuple[str, list | None]:
 # --- tool calls written as text ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("shape", sorted(TEXT_CALL_SHAPES))
-def test_each_text_shape_becomes_the_call_and_shows_nothing(shape):
-    text = as_text([WRITE], shape)
-    assert text_tool_calls(text, OFFERED) == [WRITE]
-    assert streamed(text) == ("", [WRITE])
+@pytest.mark.parametrize("calls", [[WRITE], [WRITE, SEARCH]])
+def test_each_text_shape_becomes_the_calls_and_shows_nothing(shape, calls):
+    text = as_text(calls, shape)
+    assert text_tool_calls(text, OFFERED) == calls
+    assert streamed(text) == ("", calls)
     assert all(could_be_tool_call(text[:end]) for end in range(len(text) + 1))  # never released early
 
 
@@ -302,3 +303,33 @@ def test_a_slow_steady_stream_outlasts_the_read_timeout():
         parts = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}], stream=True)
         text = "".join(p.choices[0].delta.content or "" for p in parts if p.choices)
     assert text == "x" * fake_server.PIECE * 8  # over a second in all, never half a second silent
+
+
+# --- the agent with these servers: the hook is the lead's (agent.py does not use replies.py yet) ----------------
+
+NOT_WIRED = pytest.mark.xfail(strict=True, reason="agent.py does not use replies.py yet; remove once it does")
+
+
+@NOT_WIRED
+@pytest.mark.parametrize("shape", sorted(TEXT_CALL_SHAPES))
+def test_the_agent_runs_a_call_written_as_text(kb, shape):
+    from agent import run_agent
+    from conftest import Recorder, make_settings
+
+    replies = [{"tool_calls": [WRITE]}, {"content": "Created todo.md."}]
+    with FakeLLM(replies=replies, text_calls=shape) as fake:
+        ui = Recorder()
+        answer = run_agent("create todo.md", settings=make_settings(kb, base_url=fake.base_url), ui=ui)
+    assert (kb / "todo.md").read_text(encoding="utf-8") == "# Todo\n\n- 写信\n"
+    assert answer == "Created todo.md." and "write_note" not in "".join(ui.texts)  # no JSON shown
+
+
+@NOT_WIRED
+@pytest.mark.parametrize("wording", ["lmstudio", "ollama"])
+def test_the_agent_knows_a_bare_string_too_long_answer(kb, wording):
+    from agent import ContextTooLong, run_agent
+    from conftest import make_settings
+
+    with FakeLLM(replies=[context_error(wording, 1024, 1516)] * 2) as fake:
+        with pytest.raises(ContextTooLong):
+            run_agent("q", settings=make_settings(kb, base_url=fake.base_url))
