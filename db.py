@@ -84,7 +84,7 @@ def connect(path: Path, schema: list[str], version: int, synchronous: str = "NOR
     conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
     conn.text_factory = lambda raw: raw.decode("utf-8", "replace")  # one bad title must not hide a list
     try:
-        _wal(conn)
+        _wal(conn, str(path))
         conn.execute(f"PRAGMA synchronous={synchronous}")
         found = conn.execute("PRAGMA user_version").fetchone()[0]
         if found > version:
@@ -104,16 +104,21 @@ def connect(path: Path, schema: list[str], version: int, synchronous: str = "NOR
     return conn
 
 
-def _wal(conn: sqlite3.Connection) -> None:
-    """Switch to WAL; the switch answers "locked" at once, with no busy wait, while another process makes it too."""
-    deadline = time.monotonic() + BUSY_TIMEOUT_S
+def _wal(conn: sqlite3.Connection, what: str) -> None:
+    """Switch to WAL. The switch answers "locked" at once, with no busy wait, while another process makes the file
+    or holds it for a long first build: try again, and past the busy timeout tell the person and wait longer."""
+    started, told = time.monotonic(), False
     while True:
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             return
         except sqlite3.OperationalError as e:
-            if problem(e) != "busy" or time.monotonic() > deadline:
+            waited = time.monotonic() - started
+            if problem(e) != "busy" or waited > BUSY_TIMEOUT_S + LONG_WAIT_S:
                 raise
+            if waited > BUSY_TIMEOUT_S and not told:
+                told = True
+                notice(f"another knowledge-agent is updating {what}; waiting for it (at most {LONG_WAIT_S:.0f} s)…")
             time.sleep(0.01)
 
 

@@ -218,8 +218,9 @@ class Chat:
         budget = (self.client or Model(settings)).budget()
         sent = context.fit_to_budget([system_message()] + conversation.history, budget)
         tokens = context.estimate_tokens(sent, tools.tool_schemas(settings))
-        self.display.info(f"last answer : {tp:,} prompt + {tc:,} completion tokens ({conversation.turn_calls} API "
-                          f"calls)\nconversation: {sp:,} prompt + {sc:,} completion tokens in all\n"
+        self.display.info(f"last answer : {counted(tp, tc, conversation.turn_calls, conversation.turn_unreported)} "
+                          f"({conversation.turn_calls} API calls)\nconversation: {sp:,} prompt + {sc:,} completion "
+                          "tokens in all\n"
                           f"next request: ~{tokens:,} of {settings.context_tokens:,} tokens (CONTEXT_TOKENS), "
                           f"carrying {len(sent) - 1} of {len(conversation.history)} messages")
 
@@ -227,6 +228,14 @@ class Chat:
         message, undone = self.conversation.undo(self.settings)
         (self.display.info if undone else self.display.error)(message)
         return "ok" if undone else "failed"
+
+
+def counted(prompt: int, completion: int, calls: int, unreported: int) -> str:
+    """Tokens used, as the server reported them ("not reported" when it said nothing, never "0 + 0")."""
+    if calls and unreported == calls:
+        return "not reported by the server"
+    some = f" ({unreported} of {calls} API calls not reported)" if unreported else ""
+    return f"{prompt:,} prompt + {completion:,} completion tokens{some}"
 
 
 def show_sessions(store: sessions.SessionStore, write, current: int | None = None, kb: Path | None = None) -> None:
@@ -354,7 +363,8 @@ def run(args, display: Display) -> int:
     results = list(itertools.takewhile(lambda result: result != "exit", map(chat.line, typed)))
     if args.verbose:
         (tp, tc), (sp, sc) = conversation.run_usage, conversation.session_usage()
-        display.info(f"usage: {tp:,} prompt + {tc:,} completion tokens; this conversation {sp:,} + {sc:,} in all")
+        display.info(f"usage: {counted(tp, tc, conversation.run_calls, conversation.run_unreported)}"
+                     + (f"; this conversation {sp:,} + {sc:,} in all" if sp or sc else ""))
     return EXIT_FAILED if "failed" in results else EXIT_INCOMPLETE if "incomplete" in results else EXIT_OK
 
 

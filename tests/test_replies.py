@@ -305,12 +305,8 @@ def test_a_slow_steady_stream_outlasts_the_read_timeout():
     assert text == "x" * fake_server.PIECE * 8  # over a second in all, never half a second silent
 
 
-# --- the agent with these servers: the hook is the lead's (agent.py does not use replies.py yet) ----------------
+# --- the agent with these servers ---------------------------------------------------------------------
 
-NOT_WIRED = pytest.mark.xfail(strict=True, reason="agent.py does not use replies.py yet; remove once it does")
-
-
-@NOT_WIRED
 @pytest.mark.parametrize("shape", sorted(TEXT_CALL_SHAPES))
 def test_the_agent_runs_a_call_written_as_text(kb, shape):
     from agent import run_agent
@@ -324,7 +320,6 @@ def test_the_agent_runs_a_call_written_as_text(kb, shape):
     assert answer == "Created todo.md." and "write_note" not in "".join(ui.texts)  # no JSON shown
 
 
-@NOT_WIRED
 @pytest.mark.parametrize("wording", ["lmstudio", "ollama"])
 def test_the_agent_knows_a_bare_string_too_long_answer(kb, wording):
     from agent import ContextTooLong, run_agent
@@ -333,3 +328,78 @@ def test_the_agent_knows_a_bare_string_too_long_answer(kb, wording):
     with FakeLLM(replies=[context_error(wording, 1024, 1516)] * 2) as fake:
         with pytest.raises(ContextTooLong):
             run_agent("q", settings=make_settings(kb, base_url=fake.base_url))
+
+
+def test_json_that_is_no_call_of_an_offered_tool_is_an_answer_printed_whole(kb):
+    from agent import run_agent
+    from conftest import Recorder, make_settings
+
+    shown = '```json\n{"name": "delete_everything", "arguments": {}}\n```'
+    with FakeLLM(replies=[{"content": shown}]) as fake:
+        ui = Recorder()
+        answer = run_agent("show me a call", settings=make_settings(kb, base_url=fake.base_url), ui=ui)
+    assert answer == shown and "".join(ui.texts) == shown and ui.calls == []
+
+
+def test_a_window_too_small_for_any_question_says_so_once_without_resending(kb):
+    """llama.cpp with --ctx-size 1024: the system prompt and tool schemas alone do not fit. It used to say
+    "Start a new conversation" of a brand-new question, after sending the same request twice."""
+    from agent import AgentError, run_agent
+    from conftest import make_settings
+
+    with FakeLLM(replies=[context_error("llamacpp", 1024, 1516)] * 2) as fake:
+        with pytest.raises(AgentError) as error:
+            run_agent("q", settings=make_settings(kb, base_url=fake.base_url))
+        assert len(fake.requests) == 1  # the same request is never sent again
+    message = str(error.value)
+    assert "context window (1,024 tokens) is too small" in message and "--ctx-size" in message
+    assert "new conversation" not in message and "\n" not in message
+
+
+def test_a_server_that_cuts_the_prompt_is_noticed_once(kb, notices):
+    """Ollama drops the start of a prompt longer than num_ctx and reports what it kept, behind an HTTP 200."""
+    from agent import Model, run_agent
+    from conftest import make_settings
+
+    history = [{"role": "user", "content": "earlier " * 3000}, {"role": "assistant", "content": "ok"}]
+    with FakeLLM(replies=[{"content": "a"}, {"content": "b"}], keeps_tokens=600) as fake:
+        model = Model(make_settings(kb, base_url=fake.base_url))
+        run_agent("q", history, model.settings, model)
+        run_agent("q2", history, model.settings, model)
+    assert len(notices) == 1 and "counted only 600 prompt tokens" in notices[0] and "cut the start" in notices[0]
+
+
+def test_every_request_caps_the_answer(kb):
+    from agent import run_agent
+    from conftest import StubClient, make_settings
+
+    for base_url, cap, default in [("http://127.0.0.1:8080/v1", "max_tokens", 2048),
+                                   ("https://api.deepseek.com", "max_tokens", 32_768),
+                                   ("https://api.openai.com/v1", "max_completion_tokens", 16_384),
+                                   ("https://example.com/v1", "max_tokens", 4096)]:
+        client = StubClient([{"content": "a"}, {"content": "b"}])
+        run_agent("q", settings=make_settings(kb, base_url=base_url), client=client)
+        run_agent("q", settings=make_settings(kb, base_url=base_url, max_output_tokens=100), client=client)
+        assert [request[cap] for request in client.requests] == [default, 100], base_url
+
+
+def test_a_stream_fails_on_silence_between_pieces_not_on_its_length(kb):
+    import threading
+    from agent import AgentError, run_agent
+    from conftest import make_settings
+
+    with FakeLLM(replies=[{"content": "x" * fake_server.PIECE * 12, "pace": 0.02}]) as fake:
+        answer = run_agent("q", settings=make_settings(kb, base_url=fake.base_url, request_timeout=0.1))
+    assert answer == "x" * fake_server.PIECE * 12  # 0.24 s in all, never 0.5 s (5 x 0.1 s, local) silent
+    released = threading.Event()
+    with FakeLLM(replies=[{"content": "slow answer " * 4, "hold_after": 3, "until": released}]) as fake:
+        with pytest.raises(AgentError, match=r"sent nothing for 0 s \(once the answer began\)"):
+            run_agent("q", settings=make_settings(kb, base_url=fake.base_url, request_timeout=0.05))
+        released.set()
+
+
+def test_missing_usage_is_said_so_not_zero(kb, tmp_path):
+    from test_cli import run_main
+    with FakeLLM(replies=[{"content": "answer"}], usage=False) as fake:
+        result = run_main("-v", "q", kb=kb, base_url=fake.base_url)
+    assert "usage: not reported by the server" in result.stderr and "0 + 0" not in result.stderr
