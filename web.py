@@ -14,22 +14,27 @@ small JSON bodies, and sets a CSP that runs only its own scripts. Nor must anoth
 browser is opened on a launch page only this user can read (0600, in a 0700 folder, removed at exit), so `ps`
 shows no token; its one-time token, after "#" and so never sent to a server, is traded by the page's script for
 a key it keeps for this address alone and sends in a header. Never a cookie: the browser sends those to every
-port of 127.0.0.1, where another user may listen. It never approves anything by itself, and offers the shell
-only with --allow-shell.
+port of 127.0.0.1, where another user may listen. Connections without the key must send their request within
+HEADER_TIMEOUT and at most MAX_ANONYMOUS stay open, so a flood cannot shut the page out. It never approves
+anything by itself, and offers the shell only with --allow-shell.
 """
 import contextlib
 import dataclasses
 import hmac
 import html
 import json
+import math
 import os
 import secrets
+import selectors
 import shutil
 import signal
+import socket
 import sys
 import sysconfig
 import tempfile
 import threading
+import time
 import webbrowser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -48,6 +53,8 @@ DEFAULT_PORT = 8731
 MAX_BODY = 1_000_000  # bytes of a JSON request body (a question with a pasted note fits)
 KEEPALIVE = 15.0  # seconds between comments on an idle event stream, so a dropped page is noticed
 STOP_WAIT = 5.0  # seconds Ctrl+C on the server gives a running answer to stop before leaving
+HEADER_TIMEOUT = 10.0  # seconds a connection has to send its request line and headers (a browser takes less than 1)
+MAX_ANONYMOUS = 256  # open connections that have not shown the page's key; past it the oldest is closed
 # The page: beside this file in a clone, or where `pip install` put the project's data files.
 STATIC = next((folder for folder in (Path(__file__).resolve().parent / "static",
                                      Path(sysconfig.get_path("data")) / "share" / "knowledge-agent" / "static")
@@ -289,13 +296,23 @@ class App(agent.UI):
 # --- HTTP ---
 
 class Server(ThreadingHTTPServer):
-    """The server for these notes on 127.0.0.1:port (0: any free port); it never approves by itself."""
+    """The server for these notes on 127.0.0.1:port (0: any free port); it never approves by itself.
+
+    serve_forever's thread accepts connections and holds each without a thread until it sends something; then it
+    gets one. Until its request shows the page's key it stays anonymous: it has HEADER_TIMEOUT to send its request
+    line and headers, and past MAX_ANONYMOUS open the oldest is closed (one that has not spoken first). So a flood
+    costs little, is bounded and short-lived, and the page's own connections, its event streams among them, are
+    never cut."""
     daemon_threads = True
+    request_queue_size = 4096  # connections waiting for accept: under a flood, the page's waits among them
 
     def __init__(self, settings: Settings, port: int = DEFAULT_PORT):
         settings = dataclasses.replace(settings, auto_approve=False)
         self.app = App(settings, agent.make_client(settings) if settings.api_key else None)
-        self.lock = threading.Lock()  # guards the token
+        self.lock = threading.Lock()  # guards the token and the anonymous connections
+        self.anonymous: dict[socket.socket, float] = {}  # in accept order: when its request is due (inf: it came)
+        self.quiet = selectors.DefaultSelector()  # the listening socket, and connections that have not spoken yet
+        self.stopping, self.stopped = threading.Event(), threading.Event()
         super().__init__(("127.0.0.1", port), Handler)
         self.port = self.server_address[1]
         self.token = secrets.token_urlsafe(32)  # one-time, in the launch page: the page's script trades it for the key
@@ -303,6 +320,87 @@ class Server(ThreadingHTTPServer):
         self.hosts = {f"127.0.0.1:{self.port}", f"localhost:{self.port}"}
         self.origins = {f"http://{host}" for host in self.hosts}
         self.url = f"http://127.0.0.1:{self.port}/#token={self.token}"  # after "#": never sent to a server
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        self.quiet.register(self.socket, selectors.EVENT_READ)
+        try:
+            while not self.stopping.is_set():
+                for key, _ in self.quiet.select(poll_interval):
+                    if key.fileobj is self.socket:
+                        self._handle_request_noblock()  # accept, then process_request
+                    else:
+                        self._spoke(key.fileobj, key.data)
+                self.service_actions()
+        finally:
+            self.quiet.unregister(self.socket)
+            self.stopped.set()
+
+    def shutdown(self) -> None:
+        self.stopping.set()
+        self.stopped.wait()
+
+    def process_request(self, request, client_address) -> None:
+        with self.lock:
+            self.anonymous[request] = time.monotonic() + HEADER_TIMEOUT
+            self.quiet.register(request, selectors.EVENT_READ, client_address)
+            if len(self.anonymous) > MAX_ANONYMOUS:  # the oldest that has not spoken, else the oldest
+                quiet = (connection for connection in self.anonymous if connection in self.quiet.get_map())
+                self._cut(next(quiet, next(iter(self.anonymous))))
+
+    def _spoke(self, connection: socket.socket, client_address) -> None:
+        """A quiet connection sent something: a thread reads its request. One that closed is closed here."""
+        with self.lock:
+            if connection not in self.anonymous:  # cut since the select
+                return
+            try:
+                said = connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return
+            except OSError:
+                said = b""
+            if not said:
+                return self._cut(connection)
+            self.quiet.unregister(connection)
+        super().process_request(connection, client_address)  # ThreadingMixIn's: a thread for it
+
+    def service_actions(self) -> None:  # serve_forever calls it after each event, and at least every poll_interval
+        now = time.monotonic()
+        with self.lock:
+            for connection in [connection for connection, due in self.anonymous.items() if due < now]:
+                self._cut(connection)
+
+    def _cut(self, connection: socket.socket) -> None:
+        """Close an anonymous connection (lock held): at once if quiet, else by ending its socket, which its thread
+        sees in recv or send, and leaves."""
+        del self.anonymous[connection]
+        try:
+            self.quiet.unregister(connection)
+        except KeyError:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+        else:
+            connection.close()
+
+    def request_came(self, connection: socket.socket, signed_in: bool) -> None:
+        """Its request is in: no longer timed; signed in (the page's key), no longer anonymous, never cut."""
+        with self.lock:
+            if connection in self.anonymous:
+                if signed_in:
+                    del self.anonymous[connection]
+                else:
+                    self.anonymous[connection] = math.inf
+
+    def shutdown_request(self, request) -> None:  # its thread is done with it
+        with self.lock:
+            self.anonymous.pop(request, None)
+        super().shutdown_request(request)
+
+    def server_close(self) -> None:
+        super().server_close()
+        with self.lock:
+            for connection in list(self.anonymous):
+                self._cut(connection)
+        self.quiet.close()
 
     def sign_in(self, token: str) -> str:
         """The launch token, once, becomes the page's key."""
@@ -324,6 +422,7 @@ class Handler(BaseHTTPRequestHandler):
         pass  # a line per request would bury what matters
 
     def _serve(self) -> None:
+        self.server.request_came(self.request, self._signed_in())
         try:
             if self.headers.get("Host") not in self.server.hosts:
                 raise HTTPError(403, "Wrong Host header: open the address knowledge-agent printed.")

@@ -4,15 +4,20 @@ the real agent (the openai SDK against tests/fake_server.py), with the conversat
 import _thread
 import html
 import http.client
+import itertools
 import json
 import os
 import random
 import re
+import resource
+import selectors
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import types
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -274,6 +279,87 @@ def test_a_bad_event_number_is_a_clear_400(make_web, capfd):
     status, _, body = page.request("GET", "/api/events?after=abc")
     assert status == 400 and "must be a whole number" in json.loads(body)["error"]
     assert "web request failed" not in capfd.readouterr().err
+
+
+def test_a_request_sent_a_byte_at_a_time_or_never_is_cut_off_after_the_header_timeout(make_web, monkeypatch):
+    monkeypatch.setattr(web, "HEADER_TIMEOUT", 0.5)
+    page = make_web()
+    idle = socket.create_connection(("127.0.0.1", page.port), timeout=5)
+    slow = socket.create_connection(("127.0.0.1", page.port), timeout=0.05)  # the wait for its end paces the bytes
+    head = itertools.chain(f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{page.port}\r\nX-Slow: ".encode(),
+                           itertools.repeat(ord("x")))
+    started = time.monotonic()
+    with slow:
+        while time.monotonic() - started < web.HEADER_TIMEOUT + 3:
+            try:
+                slow.send(bytes([next(head)]))
+                if slow.recv(1) == b"":
+                    break
+            except TimeoutError:
+                continue
+            except ConnectionError:
+                break
+        else:
+            pytest.fail("a request sent a byte at a time held its connection past the header timeout")
+    assert web.HEADER_TIMEOUT <= time.monotonic() - started < web.HEADER_TIMEOUT + 2
+    with idle:
+        assert idle.recv(1) == b""  # closed by then too
+    assert page.get("/api/state")["items"] == []
+
+
+FLOOD = 2000  # idle connections: today's server, a thread and a file each without bound, stops near 1,020
+FLOOD_PACE = 0.0005  # seconds between two: a steady flood (a burst would overflow the kernel's queue and wait there)
+
+
+def flood(port: int, count: int) -> list[socket.socket]:
+    """Open `count` connections that send nothing, one every FLOOD_PACE seconds: those the server let in."""
+    connections = []
+    with selectors.DefaultSelector() as connecting:
+        for _ in range(count):
+            connections.append(socket.socket())
+            connections[-1].setblocking(False)
+            connections[-1].connect_ex(("127.0.0.1", port))
+            connecting.register(connections[-1], selectors.EVENT_WRITE)
+            time.sleep(FLOOD_PACE)
+        deadline = time.monotonic() + 2
+        while connecting.get_map() and time.monotonic() < deadline:  # the last ones' handshakes
+            for key, _ in connecting.select(deadline - time.monotonic()):
+                connecting.unregister(key.fileobj)
+        for key in list(connecting.get_map().values()):
+            connections.remove(key.fileobj)
+            key.fileobj.close()
+    return connections
+
+
+def test_a_flood_of_idle_connections_does_not_shut_the_page_out(kb, tmp_path, fake_llm):
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < FLOOD + 200:
+        pytest.skip(f"this test opens {FLOOD} connections; the open-file limit is {hard}")
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(limit[0], FLOOD + 200), hard))
+    env = {**os.environ, "KA_DATA_DIR": str(tmp_path / "data"), "DEEPSEEK_BASE_URL": fake_llm.base_url,
+           "DEEPSEEK_API_KEY": "x", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    desktop = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))  # the usual limit of open files
+    proc = subprocess.Popen([sys.executable, str(ROOT / "main.py"), "--web", "--port", "0", "--no-browser",
+                             "--kb", str(kb)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=desktop)
+    idle = []
+    try:
+        page = page_at(launched(proc.stdout.readline())[1]).sign_in()
+        stream = page.events(page.get("/api/state")["seq"])  # the open page's stream, through the flood
+        idle = flood(page.port, FLOOD)
+        for path in web.PAGES:
+            assert page.request("GET", path)[0] == 200
+        page.post("/api/ask", {"text": "find my vim notes"})
+        assert page.until("done", stream)["status"] == "ok"
+        assert page.get("/api/state")["items"][0] == {"type": "user", "text": "find my vim notes"}
+        assert len(idle) == FLOOD  # all of them were let in
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, limit)
+        for connection in idle:
+            connection.close()
+        proc.kill()
+        proc.communicate()
 
 
 # --- The agent through the API ---
