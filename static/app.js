@@ -10,9 +10,12 @@ const $ = Object.fromEntries(["log", "send", "stop", "new", "undo", "where", "ba
   .map((id) => [id, document.getElementById(id)]));
 const NOTE_PATH = /[\p{L}\p{N}_\-.\/]*[\p{L}\p{N}_\-]\.(?:md|txt)(?![\p{L}\p{N}_])/gu;
 let view = {};  // what the log is drawing now: the open answer, reasoning, cards waiting for results
-let events = null;  // the EventSource
+let events = null;  // the AbortController of the event stream
 let busy = false;
 const MAX_BODY = 1000000;  // web.py's MAX_BODY
+// The key web.py gave this page, kept by the browser for this address only (another port is another origin) and
+// sent in a header, never as a cookie: cookies go to every port of 127.0.0.1, and another user may listen there.
+const KEY = "knowledge-agent key";
 
 function el(tag, className, text) {
   const node = document.createElement(tag);
@@ -21,12 +24,14 @@ function el(tag, className, text) {
   return node;
 }
 
+function signed() { return {Authorization: `Bearer ${localStorage.getItem(KEY)}`}; }
+
 async function api(path, body) {
-  const options = body === undefined ? {} : {
-    method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)};
+  const options = body === undefined ? {headers: signed()} : {
+    method: "POST", headers: {...signed(), "Content-Type": "application/json"}, body: JSON.stringify(body)};
   const response = await fetch(path, options);
   const data = await response.json().catch(() => ({error: `HTTP ${response.status}`}));
-  if (!response.ok) throw new Error(data.error || `HTTP ${response.status}`);
+  if (!response.ok) throw Object.assign(new Error(data.error || `HTTP ${response.status}`), {status: response.status});
   return data;
 }
 
@@ -252,14 +257,25 @@ function setBusy(value) {
 
 // --- Talking to the server ---
 
+// The launch page brings the browser here with a one-time token after "#" (which no server is sent): traded once
+// for the key. Reloads and other tabs of this address use the key kept then.
+async function signIn() {
+  const token = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (!token) return;
+  history.replaceState(null, "", "/");
+  try {
+    localStorage.setItem(KEY, (await api("/api/login", {token})).key);
+  } catch {}  // used already (the launch page opened again): the key kept then, if any, still works
+}
+
 async function loadState() {
-  if (events) events.close();
+  if (events) events.abort();
   let state;
   try {
     state = await api("/api/state");
-  } catch (error) {
-    banner("knowledge-agent is not reachable (stopped, or restarted: open the new address it printed). " +
-           "Trying again…");
+  } catch (error) {  // retried: after a restart, the new launch page opened in any tab brings the new key
+    banner(error.status === 403 ? error.message : "knowledge-agent is not reachable (stopped, or restarted: " +
+           "open the new page it printed). Trying again…");
     setTimeout(loadState, 3000);
     return;
   }
@@ -275,9 +291,30 @@ async function loadState() {
   if (!state.items.length && !state.busy) notice("Ask about your notes. Every change the agent wants to make " +
     "is shown as a diff for you to Accept or Reject.");
   scrollDown();
-  events = new EventSource(`/api/events?after=${state.seq}`);
-  events.onmessage = (message) => handle(JSON.parse(message.data));
-  events.onerror = () => { events.close(); events = null; setTimeout(loadState, 1000); };
+  follow(state.seq);
+}
+
+async function follow(after) {
+  const stream = events = new AbortController();
+  for await (const event of eventStream(after, stream.signal)) handle(event);
+  if (!stream.signal.aborted) setTimeout(loadState, 1000);  // the server stopped or restarted: start over
+}
+
+// Every event after number `after`, read with fetch (EventSource cannot send the key); ends with the connection.
+async function* eventStream(after, signal) {
+  try {
+    const response = await fetch(`/api/events?after=${after}`, {headers: signed(), signal});
+    if (!response.ok) return;
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    let rest = "";
+    for (let read = await reader.read(); !read.done; read = await reader.read()) {
+      const blocks = (rest + read.value).split("\n\n");
+      rest = blocks.pop();
+      for (const block of blocks) if (block.startsWith("data: ")) yield JSON.parse(block.slice(6));
+    }
+  } catch (error) {
+    if (error.name !== "AbortError" && !(error instanceof TypeError)) throw error;  // not a connection's end
+  }
 }
 
 function banner(text) {
@@ -398,4 +435,4 @@ $.search.addEventListener("submit", (event) => {
   const query = $.query.value.trim();
   if (query) search(query);
 });
-loadState();
+signIn().then(loadState);
