@@ -204,6 +204,22 @@ def test_a_move_where_no_link_leads_changes_nothing_else(vault):
     undone(vault, old)
 
 
+def test_every_link_form_follows_the_note(vault):
+    write(vault, "每种.md", "---\naliases: [x]\nup:\n  - \"[[三体]]\"\n---\n[[三体.md]] [[三体#^blk-1]] [[三体#第一部#人物]] "
+                          "![[三体|300]] [[ 三体 ]] [t](<读书/三体.md>) [t](%E8%AF%BB%E4%B9%A6/%E4%B8%89%E4%BD%93.md) "
+                          "[t](/读书/三体.md#人物 \"title\") [![i](读书/封面.png)](读书/三体.md) [[读书/三体\\|表]]\n"
+                          "```\n[[三体]]\n```\n~~~\n[[三体]]\n~~~\n%%\n[[三体]]\n")
+    old = hashes(vault)
+    moved(vault, "读书/三体.md", "科幻 小说/三体 全集.md")
+    assert (vault / "每种.md").read_text(encoding="utf-8") == (
+        "---\naliases: [x]\nup:\n  - \"[[三体 全集]]\"\n---\n[[三体 全集.md]] [[三体 全集#^blk-1]] [[三体 全集#第一部#人物]] "
+        "![[三体 全集|300]] [[三体 全集]] [t](<科幻 小说/三体 全集.md>) "
+        "[t](%E7%A7%91%E5%B9%BB%20%E5%B0%8F%E8%AF%B4/%E4%B8%89%E4%BD%93%20%E5%85%A8%E9%9B%86.md) "
+        "[t](科幻%20小说/三体%20全集.md#人物 \"title\") [![i](读书/封面.png)](科幻%20小说/三体%20全集.md) "
+        "[[三体 全集\\|表]]\n```\n[[三体]]\n```\n~~~\n[[三体]]\n~~~\n%%\n[[三体]]\n")
+    undone(vault, old)
+
+
 def test_two_notes_of_one_name_and_the_same_folder_rule(tmp_path):
     kb = tmp_path / "kb"
     write(kb, "a/三体.md", "A\n")
