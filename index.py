@@ -1,9 +1,9 @@
 """Keep the search index of a notes folder on disk and fresh: one SQLite FTS5 file, the notes as its rows.
 
 `kb` is the resolved notes folder. Indexed per note: path, title, opening paragraph ("lead"), body (first
-2 MB), CJK runs as 2-character words (SQLite's unicode61 would see a sentence as one word), and its links (links.rows:
-what backlinks and link-keeping moves ask for). The other files' paths (attachments, canvases: what a link may also
-lead to) are kept in memory from the walk and the watcher. One index file per
+2 MB), CJK runs as 2-character words (SQLite's unicode61 would see a sentence as one word), and its links
+(links.rows: what backlinks and link-keeping moves ask for). The other files' paths (attachments, canvases: what a
+link may also lead to) are kept in memory, from the walk and the watcher. One index file per
 notes folder, in WAL mode so processes share it; a damaged or outdated one is rebuilt. A process's first
 search compares every note's size and mtime with the index, later ones ask watch.py (Linux inotify) what
 changed; note_changed hears of the agent's own changes. search.py asks the questions, this file only keeps the

@@ -223,6 +223,7 @@ def test_links_in_a_note_open_what_they_lead_to_and_backlinks_are_listed(open_pa
     page.wait_for_selector("#side-title:has-text('读书/三体.md')")
     page.click("#side-body a.note-link:has-text('书单')")  # a Markdown link, resolved from the note's folder
     page.wait_for_selector("#side-title:has-text('work/meeting.md')")
+    page.wait_for_selector("#side-body h1:has-text('Meeting')")  # the title shows before the note arrives
     assert page.locator("#side-body .backlinks li").all_inner_texts() == ["读书/三体.md:3"]
 
 
