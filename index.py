@@ -1,7 +1,9 @@
 """Keep the search index of a notes folder on disk and fresh: one SQLite FTS5 file, the notes as its rows.
 
 `kb` is the resolved notes folder. Indexed per note: path, title, opening paragraph ("lead"), body (first
-2 MB), CJK runs as 2-character words (SQLite's unicode61 would see a sentence as one word). One index file per
+2 MB), CJK runs as 2-character words (SQLite's unicode61 would see a sentence as one word), and its links
+(links.rows: what backlinks and link-keeping moves ask for). The other files' paths (attachments, canvases: what a
+link may also lead to) are kept in memory, from the walk and the watcher. One index file per
 notes folder, in WAL mode so processes share it; a damaged or outdated one is rebuilt. A process's first
 search compares every note's size and mtime with the index, later ones ask watch.py (Linux inotify) what
 changed; note_changed hears of the agent's own changes. search.py asks the questions, this file only keeps the
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 import db
+import links
 import notes
 import watch
 from db import notice
@@ -30,13 +33,14 @@ INDEX_MAX_NOTE_BYTES = 2_000_000  # only the first 2 MB of a huge note are index
 INDEX_LEAD_CHARS = 400  # the opening paragraph, weighted as "lead"
 INDEX_BATCH = 500  # notes read and written together: bounds memory during a big build
 INDEX_PROGRESS_AFTER_S = 1.0  # a build running longer than this tells the person
-SCHEMA_VERSION = 4  # bump when the tables or the text preparation change: old indexes get rebuilt
+SCHEMA_VERSION = 5  # bump when the tables or the text preparation change: old indexes get rebuilt
 
 
 # --- Notes on disk ---
 def _walk(kb: Path, watcher=None) -> tuple:
-    """(notes -> (size, mtime_ns), notes whose paths are not UTF-8), hidden names skipped; each folder watched first."""
-    found, unnamed, stack = {}, [], [""]
+    """(notes -> (size, mtime_ns), notes whose paths are not UTF-8, the other files' paths), hidden names skipped;
+    each folder watched first."""
+    found, unnamed, others, stack = {}, [], set(), [""]
     while stack:
         rel_dir = stack.pop()
         if watcher is not None:
@@ -58,9 +62,11 @@ def _walk(kb: Path, watcher=None) -> tuple:
                         found[path] = st
                     else:
                         unnamed.append(path)
+                elif not name.lower().endswith(NOTE_SUFFIXES) and watch.is_utf8(path) and entry.is_file():
+                    others.add(path)  # an attachment or a canvas: links may lead to it
             except (OSError, RuntimeError):  # RuntimeError: a symlink loop
                 continue
-    return found, unnamed
+    return found, unnamed, others
 
 
 def _note_stat(path: str, kb: Path):
@@ -139,7 +145,7 @@ def _row(kb: Path, path: str, size_mtime):
     title = found.group(1).strip() if found else stem
     words = cjk_words if CJK_RUN.search(text) or CJK_RUN.search(path) else str  # most have no CJK
     return (path, *size_mtime, title, title_key(title), title_key(stem), words(path[:-len(name)] + stem),
-            words(title), words(_lead_of(text)), words(text))
+            words(title), words(_lead_of(text)), words(text), links.rows(text, path))
 
 
 # --- The one open index, kept in step with the notes on disk ---
@@ -150,6 +156,9 @@ _SCHEMA = [
     "CREATE INDEX IF NOT EXISTS notes_mtime ON notes(mtime_ns)",
     "CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(path, title, lead, body, "
     "tokenize='unicode61 remove_diacritics 2')",
+    f"CREATE TABLE IF NOT EXISTS links({', '.join(links.ROW_COLUMNS)})",  # one row per link of a note
+    "CREATE INDEX IF NOT EXISTS links_source ON links(source)",
+    "CREATE INDEX IF NOT EXISTS links_key ON links(key)",  # the links that may lead to a note: links.link_keys
 ]
 
 
@@ -162,8 +171,8 @@ def index_path(kb: Path, index_dir: Path) -> Path:
 def _open(path: Path) -> sqlite3.Connection:
     """The index file, made if new (synchronous=NORMAL is safe with WAL: at worst a change is read again)."""
     conn = db.connect(path, _SCHEMA, SCHEMA_VERSION, upgrade=False)
-    tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE name IN ('meta', 'notes', 'fts')").fetchone()[0]
-    if tables < 3:  # dropped by hand: SQLite would call each use a plain error, not damage
+    tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE name IN ('meta', 'notes', 'fts', 'links')")
+    if tables.fetchone()[0] < 4:  # dropped by hand: SQLite would call each use a plain error, not damage
         conn.close()
         raise db.Damaged("a table is missing")
     return conn
@@ -186,14 +195,18 @@ class Index:
     touched: set = field(default_factory=set)  # notes seen changed since embeddings.py last looked
     chunked: bool = False  # embeddings.py has compared every note's chunks in this process
     unnamed: list = field(default_factory=list)  # notes the last walk found with a path that is not UTF-8
+    others: set = field(default_factory=set)  # the other files, from the last walk and the watcher since
 
     def refresh(self) -> None:
         changed, gone = self.watcher.changes() if self.watcher else None, []
         if changed is None:
-            on_disk, self.unnamed = self.walk()
+            on_disk, self.unnamed, self.others = self.walk()
             known = {p: (s, m) for p, s, m in self.conn.execute("SELECT path, size, mtime_ns FROM notes")}
             changed = {p: st for p, st in on_disk.items() if known.get(p) != st}
             gone = [p for p in known if p not in on_disk]
+        for path in [p for p in changed if not is_note_path(p)]:  # the watcher saw another file change
+            del changed[path]
+            (self.others.add if (self.kb / path).is_file() else self.others.discard)(path)
         self.apply(changed | dict.fromkeys(self.pending), gone)
         self.pending.clear()
 
@@ -230,8 +243,10 @@ class Index:
                 self.remove([p for p, _ in batch])  # the unreadable ones leave the index
                 self.conn.executemany("INSERT INTO notes(path, size, mtime_ns, title, title_key, stem_key) "
                                       "VALUES (?,?,?,?,?,?)", [r[:6] for r in rows])
-                self.conn.executemany("INSERT INTO fts(rowid, path, title, lead, body) "
-                                      "SELECT id, ?, ?, ?, ? FROM notes WHERE path=?", [r[6:] + r[:1] for r in rows])
+                self.conn.executemany("INSERT INTO fts(rowid, path, title, lead, body) SELECT id, ?, ?, ?, ? "
+                                      "FROM notes WHERE path=?", [r[6:-1] + r[:1] for r in rows])
+                self.conn.executemany(f"INSERT INTO links VALUES ({','.join('?' * len(links.ROW_COLUMNS))})",
+                                      [link for r in rows for link in r[-1]])
                 if not told and time.monotonic() - started > INDEX_PROGRESS_AFTER_S:
                     notice(f"indexing {len(items)} notes, this takes a moment…")
                     told = True
@@ -245,6 +260,7 @@ class Index:
         rows = [(p,) for p in paths]
         self.conn.executemany("DELETE FROM fts WHERE rowid IN (SELECT id FROM notes WHERE path=?)", rows)
         self.conn.executemany("DELETE FROM notes WHERE path=?", rows)
+        self.conn.executemany("DELETE FROM links WHERE source=?", rows)
 
 
 _INDEX: Index | None = None  # the one index this process has open

@@ -80,6 +80,7 @@ COMMANDS = {
     "/search QUERY": "search the notes (no model needed)",
     "/list [FOLDER]": "list the notes, newest first",
     "/read PATH [LINE]": "show a note (from line LINE on)",
+    "/links PATH": "what a note links to, and the notes that link to it",
     "/undo": "revert the agent's last change to a note",
     "/exit": "leave (Ctrl+D too)",
 }
@@ -90,7 +91,7 @@ PERSON_ADVICE = {"missing": "Use /search or /list to find the right path.",
 MULTILINE_HELP = ("  A question can span lines: end a line with \\ to go on, or paste a block (it stays one "
                   "question).\n  Ctrl+C clears the line typed; on an empty line, or Ctrl+D, it leaves.")
 NOTE_COMMANDS = {"/search": ("search_notes", "query"), "/list": ("list_notes", "folder"),
-                 "/read": ("read_note", "file_path")}
+                 "/read": ("read_note", "file_path"), "/links": ("links", "file_path")}
 
 
 class Chat:
@@ -137,11 +138,11 @@ class Chat:
         return getattr(self, "do_" + name[1:])(argument) or "ok"
 
     def note_command(self, name: str, argument: str) -> str:
-        """/search, /list and /read: the agent's own tools, run by hand, their text on stdout; a failure is not
-        output (`python main.py "/read x.md" > x.txt` must not keep it) and is worded for a person."""
+        """/search, /list, /read and /links: the agent's own tools, run by hand, their text on stdout; a failure is
+        not output (`python main.py "/read x.md" > x.txt` must not keep it) and is worded for a person."""
         tool, parameter = NOTE_COMMANDS[name]
         if not argument and name != "/list":
-            self.display.error(f"Usage: {name} {'PATH [LINE]' if name == '/read' else parameter.upper()}")
+            self.display.error(f"Usage: {next(usage for usage in COMMANDS if usage.split()[0] == name)}")
             return "failed"
         try:
             text = self.read(argument) if name == "/read" else getattr(tools, tool)(

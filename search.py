@@ -1,7 +1,8 @@
 """Answer a search of the notes: the query as FTS5 phrases, ranked in tiers, best lines, bounded output.
 
-search_notes and list_notes are the agent's tools; `kb` is the resolved notes folder. Ranking: BM25 with path,
-title, lead above body; a note titled (or named) exactly the query first; then every word, then any word.
+search_notes and list_notes are the agent's tools, link_rows what links.py resolves a note's links and backlinks
+from; `kb` is the resolved notes folder. Ranking: BM25 with path, title, lead above body; a note titled (or named)
+exactly the query first; then every word, then any word.
 index.py keeps the index it reads; this file never writes to the index nor to the notes, and what the model
 can fix raises ToolError.
 """
@@ -258,3 +259,16 @@ def _listing(idx: Index, lo: str, hi: str) -> str:
         narrow = "give one of the folders below" if folders else "search_notes finds the others by their words"
         out.append(f"… {total - len(out) + 1} more not shown; {narrow}.")
     return "\n".join(out + tail)
+
+
+# --- Links ---
+def link_rows(kb: Path, index_dir: Path, keys, source: str | None = None, watch: bool = True) -> tuple[set, list]:
+    """(every file of the notes folder, the stored link rows (links.ROW_COLUMNS) of the note at `source` and of the
+    links whose key is in `keys`, by source and line): what links.py resolves them with, and against."""
+    keys = list(keys)
+
+    def rows(idx: Index) -> tuple:
+        found = idx.conn.execute(f"SELECT * FROM links WHERE source = ? OR key IN ({','.join('?' * len(keys))}) "
+                                 "ORDER BY source, line, rowid", (source, *keys)).fetchall()
+        return {path for path, in idx.conn.execute("SELECT path FROM notes")} | idx.others, found
+    return with_index(kb, index_dir, watch, rows)

@@ -16,16 +16,19 @@ import json
 import re
 import time
 import unicodedata
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
 import embeddings
+import links as link_graph  # `links` is the tool's name here
 import notes
 import search
 import shell
+import vault
 import versions
 from config import Settings
-from notes import HISTORY_DIR, ToolError, rel, safe_path
+from notes import HISTORY_DIR, ToolError, is_note_path, rel, safe_path
 
 MAX_TOOL_OUTPUT = 8000  # characters; no tool result is longer
 MAX_NOTE_BYTES = 5_000_000  # larger files are not read whole, nor changed
@@ -41,6 +44,7 @@ EDIT_MAX_MATCHES_COUNTED = 20
 # What one answer may add to the disk (new notes, growth, the versions kept) before a change asks the person
 # first, so a hostile note cannot make the model fill the disk; the MCP server has no answers: its bound is hourly.
 ANSWER_WRITE_LIMIT = 50_000_000
+LINKERS_NAMED = 5  # notes named when a question or result says which notes link to a note
 KEPT = "the previous version is kept in .history/ (/undo in the chat restores it)."
 ERROR = "Error: "  # how a failed call's result begins, for the model and for each UI (and MCP's isError)
 
@@ -180,6 +184,63 @@ def read_note(settings: Settings, file_path: str, start_line: int = 1) -> str:
     return f"{name} (lines {start_line}-{end} of {total})\n" + "\n".join(shown) + footer
 
 
+@tool("A note's links: the notes and files it links to (each with the path it leads to, or unresolved) and the "
+      "notes that link to it (backlinks, as path:line). Use it to follow how notes connect, and before renaming, "
+      "moving or deleting a note to see what leads to it.", {"file_path": PATH}, read_only=True)
+def links(settings: Settings, file_path: str) -> str:
+    name = rel(settings.kb, safe_path(settings.kb, file_path))
+    if not (settings.kb / name).is_file():
+        raise ToolError("no such note.", "Use search_notes or list_notes to find the right path.", "missing")
+    outgoing, backlinks = _note_links(settings, name)
+    unresolved = sum(path is None for _, _, _, path, _ in outgoing)
+    text = [f"{name}: {_count(len(outgoing), 'link')} out" + f" ({unresolved} unresolved)" * bool(unresolved)
+            + f"; {_count(len(backlinks), 'link')} from {_count(len(_sources(backlinks)), 'note')} "
+            + f"lead{'s' * (len(backlinks) == 1)} here."]
+    out = [f"  {line}: {'!' * embed}{target}{'#' * bool(fragment)}{fragment} → "
+           + ("this note" if path == name else path or "unresolved (no such note or file)")
+           for line, target, fragment, path, embed in outgoing]
+    places = Counter(backlinks)  # "source:line" -> how many links there, in order
+    back = [f"  {place}" + f" ({count} links)" * (count > 1) for place, count in places.items()]
+    room = MAX_TOOL_OUTPUT - 400  # for the head and the "more" lines; the backlinks get half unless they need less
+    shown_out, more_out = _fit(out, room - min(sum(len(line) + 1 for line in back), room // 2))
+    shown_back, _ = _fit(back, room - sum(len(line) + 1 for line in shown_out))
+    if out:
+        text += ["", "Links out (line: target as written → the file it leads to):", *shown_out]
+        text += [f"  [… {more_out} more links out not shown]"] * bool(more_out)
+    if back:
+        text += ["", "Backlinks (note:line):", *shown_back]
+        if hidden := list(places)[len(shown_back):]:
+            text.append(f"  [… {_count(sum(places[place] for place in hidden), 'more backlink')} from "
+                        f"{_count(len(_sources(hidden)), 'note')} not shown]")
+    return "\n".join(text)
+
+
+def _note_links(settings: Settings, name: str) -> tuple[list, list]:
+    """(its links: (line, target, fragment, the path it leads to or None, embed), its backlinks: "source:line")
+    of the note at `name`, from the link index."""
+    paths, rows = search.link_rows(settings.kb, settings.index_dir, link_graph.link_keys(name), name,
+                                   settings.search_watch)
+    resolver = link_graph.Resolver(paths)
+    own = [row for row in rows if row[0] == name]
+    return ([(*link, bool(row[5])) for link, row in zip(link_graph.outgoing(own, resolver), own)],
+            link_graph.backlinks(name, rows, resolver))
+
+
+def _sources(backlinks: list) -> list:
+    """The notes of links.backlinks' "source:line" strings, each once, in order."""
+    return list(dict.fromkeys(backlink.rsplit(":", 1)[0] for backlink in backlinks))
+
+
+def _count(number: int, thing: str) -> str:
+    return f"{number} {thing}{'s' * (number != 1)}"
+
+
+def _fit(lines: list, room: int) -> tuple[list, int]:
+    """The first lines that fit in `room` characters, and how many did not."""
+    count = sum(end <= room for end in itertools.accumulate(len(line) + 1 for line in lines))
+    return lines[:count], len(lines) - count
+
+
 # --- Changing notes: each change a versions.Change (atomic, format kept, recoverable) ---
 
 def _changeable(settings: Settings, path, size_limit: bool = True) -> str:
@@ -194,13 +255,15 @@ def _changeable(settings: Settings, path, size_limit: bool = True) -> str:
     return name
 
 
-def _change(settings: Settings, approve, plan: Callable[[], versions.Change], title: str, done: str) -> str:
+def _change(settings: Settings, approve, plan: Callable[[], versions.Change], title, done) -> str:
     """Plan a change, have it approved where the policy asks, apply it and tell the index: the result's text,
     its first line the change summary (`~ notes/git.md  +3 −1`). A change a person approved is written only if
-    every file is still as they saw it; one nobody saw is planned again on the notes as they are then."""
+    every file is still as they saw it; one nobody saw is planned again on the notes as they are then. `title`
+    and `done` are text, or functions of the change (as planned, as written) that give it."""
     change = plan()
     if change.is_noop():
-        return f"{versions.summary(change)}\n{done}"
+        return f"{versions.summary(change)}\n{done(change) if callable(done) else done}"
+    title = title(change) if callable(title) else title
     asked = approve(Approval("change", title, change=change))
     if not asked and approve.allowance.over(change):  # routine, but this answer has written a lot already
         written = ANSWER_WRITE_LIMIT - approve.allowance.left + approve.allowance.cost(change)
@@ -216,7 +279,7 @@ def _change(settings: Settings, approve, plan: Callable[[], versions.Change], ti
     for path in {f.path for f in change.files} | set(change.move or ()):
         search.note_changed(settings.kb, settings.index_dir, change.final_path(path))
         search.note_changed(settings.kb, settings.index_dir, path)
-    return f"{versions.summary(change)}{warning}\n{done}"
+    return f"{versions.summary(change)}{warning}\n{done(change) if callable(done) else done}"
 
 
 def _new_name(name: str) -> str:
@@ -343,7 +406,9 @@ def write_note(settings: Settings, file_path: str, content: str, overwrite: bool
     return _text_change(settings, approve, name, _lf(content), "overwrite", f"Replaced {name}; {KEPT}")
 
 
-@tool("Move or rename a note. Never replaces an existing note; the person is asked to confirm.",
+@tool("Move or rename a note. Every link to it in the notes (and each relative link of its own) is rewritten so "
+      "that it still leads to it, as Obsidian does; nothing else changes. Never replaces an existing note; the "
+      "person is asked to confirm.",
       {"from_path": PATH, "to_path": ("string", "The new path relative to the notes folder, "
                                                 "e.g. 'archive/old-ideas.md'. Must not exist yet.")}, asks=True)
 def move_note(settings: Settings, from_path: str, to_path: str, *, approve) -> str:
@@ -351,17 +416,101 @@ def move_note(settings: Settings, from_path: str, to_path: str, *, approve) -> s
     src, dst = _changeable(settings, source, size_limit=False), _new_name(rel(settings.kb, target))
     if target.exists() or target.is_symlink():
         raise ToolError(f"{dst} already exists; nothing was moved.", "Choose another to_path.")
-    return _change(settings, approve, lambda: versions.plan_move(settings.kb, src, dst), f"Move {src} to {dst}?",
-                   f"Moved {src} to {dst}; /undo in the chat moves it back.")
+    rewritten = {}  # links rewritten per file, by the latest plan
+
+    def plan() -> versions.Change:
+        read, new, counts = _links_kept(settings, src, dst)
+        change = versions.plan_move(settings.kb, src, dst, new)
+        if stale := [f.path for f in change.files if f.old != read[f.path]]:  # written between the two reads
+            raise versions.Stale(stale)
+        rewritten.clear()
+        rewritten.update(counts)
+        return change
+
+    def approve_current(approval: Approval, always: bool = False) -> bool:
+        """A note that came to link here while the person looked must not be left leading nowhere."""
+        asked = approve(approval, always)
+        if asked and (new := {f.path for f in plan().files} - {f.path for f in approval.change.files}):
+            raise versions.Stale(sorted(new))
+        return asked
+    approve_current.allowance = approve.allowance
+
+    def links_in(files: dict) -> str:  # "27 links in 12 notes"
+        kind = "note" if all(is_note_path(path) for path in files) else "file"
+        return f"{_count(sum(files.values()), 'link')} in {_count(len(files), kind)}"
+
+    def title(change: versions.Change) -> str:
+        return f"Move {src} to {dst} and update {links_in(rewritten)}?" if rewritten else f"Move {src} to {dst}?"
+
+    def done(change: versions.Change) -> str:
+        if not rewritten:
+            return f"Moved {src} to {dst}; no link needed changing; /undo in the chat moves it back."
+        return (f"Moved {src} to {dst} and updated {links_in(rewritten)} so that they still lead to it; /undo in the "
+                "chat puts every file back.")
+
+    return _change(settings, approve_current, plan, title, done)
+
+
+def _links_kept(settings: Settings, src: str, dst: str) -> tuple[dict, dict, dict]:
+    """What moving src to dst must rewrite so that every link of the notes leads where it did (links.plan_move), by
+    path before the move: (the bytes each file was planned from, the new bytes of those that change, how many links
+    change in each). Read: the notes whose stored links may lead to src or dst, src itself, every canvas."""
+    paths, rows = search.link_rows(settings.kb, settings.index_dir, link_graph.move_keys(src, dst),
+                                   watch=settings.search_watch)
+    paths |= {src}
+    read, texts, formats = {}, {}, {}
+    for path in {row[0] for row in rows} | {src} | {p for p in paths if p.lower().endswith(".canvas")}:
+        try:
+            read[path] = notes.read_bytes(settings.kb, path)
+        except (OSError, ToolError):
+            continue  # gone since it was indexed, or not a plain file: no link of it to keep
+        try:
+            texts[path], formats[path] = notes.decode_note(read[path])
+        except ToolError:  # read to plan with; refused below if one of its links must change
+            texts[path] = notes.readable_text(read[path])
+    try:
+        plan = link_graph.plan_move(paths, texts, src, dst, _link_format(settings.kb))
+    except ValueError as exc:
+        raise ToolError(f"{exc} Nothing was moved.") from None
+    before, new = {dst: src}, {}
+    for path, text in sorted(plan.texts.items(), key=lambda item: (item[0] != dst, item[0])):  # the moved note first
+        path = before.get(path, path)
+        if path not in formats:
+            raise ToolError(f"{path} links to {src} but is not text that can be changed without garbling it (UTF-8, "
+                            "UTF-16 with a BOM or GBK), so nothing was moved; it could be converted to UTF-8 first.")
+        new[path] = notes.encode_note(text, formats[path])
+    return read, new, {before.get(path, path): count for path, count in plan.counts.items()}
+
+
+def _link_format(kb) -> str:
+    """How the vault spells a rewritten wikilink: newLinkFormat in .obsidian/app.json."""
+    try:
+        app = notes.read_bytes(kb, f"{vault.OBSIDIAN_DIR}/app.json", vault.SETTINGS_MAX_BYTES).decode("utf-8-sig")
+    except (OSError, UnicodeDecodeError, ToolError):
+        app = None
+    return link_graph.new_link_format(app)
 
 
 @tool("Delete a note (a copy is kept in the history, and /undo brings it back). Only when the person "
       "asked for it; the person is asked to confirm.", {"file_path": PATH}, asks=True)
 def delete_note(settings: Settings, file_path: str, *, approve) -> str:
     name = _changeable(settings, safe_path(settings.kb, file_path), size_limit=False)
+    try:
+        breaks = _linked_here(_note_links(settings, name)[1])
+    except ToolError:  # the index failed, and its notice said so: the note can still be deleted
+        breaks = ""
     return _change(settings, approve, lambda: versions.plan_delete(settings.kb, name),
-                   f"Delete {name}? (a copy is kept in {HISTORY_DIR}/)",
-                   f"Deleted {name}; a copy is kept in {HISTORY_DIR}/ and /undo in the chat brings it back.")
+                   f"Delete {name}? (a copy is kept in {HISTORY_DIR}/){breaks}",
+                   f"Deleted {name}; a copy is kept in {HISTORY_DIR}/ and /undo in the chat brings it back.{breaks}")
+
+
+def _linked_here(backlinks: list) -> str:
+    """" 4 notes link here: a.md, b.md, …", from links.backlinks' "source:line"; "" when none."""
+    sources = _sources(backlinks)
+    if not sources:
+        return ""
+    named = ", ".join(sources[:LINKERS_NAMED]) + (", …" if len(sources) > LINKERS_NAMED else "")
+    return f" {_count(len(sources), 'note')} link{'s' * (len(sources) == 1)} here: {named}."
 
 
 @tool("Run one bash command in the notes folder and get exit_code, stdout and stderr (long output keeps "

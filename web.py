@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import os
+import re
 import secrets
 import selectors
 import shutil
@@ -35,17 +36,20 @@ import tempfile
 import threading
 import time
 import webbrowser
+from bisect import bisect_left
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import agent
+import links
+import search
 import sessions
 import tools
 import versions
 from config import Settings
 from context import content_text
-from notes import ToolError
+from notes import ToolError, is_note_path
 from terminal import compact
 
 DEFAULT_PORT = 8731
@@ -104,6 +108,36 @@ def history_items(history: list[dict]) -> list[dict]:
             items.append({"type": "tool_result", "name": names.get(message.get("tool_call_id"), ""),
                           "text": text, "error": text.startswith(tools.ERROR)})
     return items
+
+
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")  # two UTF-16 code units each: JavaScript counts those
+
+
+def note_links(settings: Settings, name: str, text: str) -> dict:
+    """A note's links as the page draws them, resolved as Obsidian resolves them, and its backlinks. Each link is the
+    span the page replaces (a wikilink whole, a Markdown link's target), in UTF-16 code units, with its label
+    (None for a Markdown link), the note it opens (None: unresolved, or a file that is not a note) and whether it
+    leads to a file at all; each backlink is a line of another note where links lead here."""
+    try:
+        paths, rows = search.link_rows(settings.kb, settings.index_dir, links.link_keys(name), None,
+                                       settings.search_watch)
+    except ToolError:  # the index failed, and its notice said so: the note opens without its links
+        return {"links": [], "backlinks": []}
+    resolver, astral = links.Resolver(paths), [m.start() for m in _ASTRAL.finditer(text)]
+    drawn, end = [], 0
+    for link in links.parse(text, name):
+        wiki = link.form != "markdown"
+        start, stop = (link.start, link.end) if wiki else (link.path_start, link.path_end)
+        if start < end or (link.embed and not wiki):  # inside a link drawn already; an image stays an image
+            continue
+        to = resolver.resolve(link.target, name, link.form)
+        shown = link.target + "#" * bool(link.fragment) + link.fragment
+        drawn.append({"start": start + bisect_left(astral, start), "end": stop + bisect_left(astral, stop),
+                      "label": (link.alias if link.alias and not link.embed else shown) if wiki else None,
+                      "to": to if to and is_note_path(to) else None, "found": to is not None, "embed": link.embed})
+        end = stop
+    backlinks = [place.rsplit(":", 1) for place in dict.fromkeys(links.backlinks(name, rows, resolver))]
+    return {"links": drawn, "backlinks": [{"path": path, "line": int(line)} for path, line in backlinks]}
 
 
 class App(agent.UI):
@@ -261,7 +295,7 @@ class App(agent.UI):
     def note(self, path: str) -> dict:
         try:
             name, text = tools.note_text(self.settings, path, "")
-            return {"path": name, "text": text}
+            return {"path": name, "text": text, **note_links(self.settings, name, text)}
         except (ToolError, OSError) as exc:  # the message, not the advice to the model about its tools
             reason = getattr(exc, "strerror", None) or getattr(exc, "message", None) or str(exc)
             raise HTTPError(404, f"Cannot open that note: {reason.rstrip('.')}.") from None

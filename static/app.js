@@ -38,10 +38,13 @@ async function api(path, body) {
 // --- Markdown, made safe ---
 
 let linkBase = "";  // the folder of the note being rendered, for its relative links
+let noteLinks = {prefix: null, links: []};  // the links of the note being rendered, as web.py resolved them
 DOMPurify.addHook("afterSanitizeAttributes", (node) => {
   if (node.tagName !== "A" || !node.hasAttribute("href")) return;
   const href = node.getAttribute("href");
-  if (/^https?:\/\//i.test(href)) {
+  if (noteLinks.prefix && href.startsWith(noteLinks.prefix)) {
+    resolvedLink(node, noteLinks.links[parseInt(href.slice(noteLinks.prefix.length), 10)]);
+  } else if (/^https?:\/\//i.test(href)) {
     node.setAttribute("target", "_blank");
     node.setAttribute("rel", "noopener noreferrer");
   } else if (!/^[a-z][a-z0-9+.-]*:/i.test(href) && /\.(md|txt)(#.*)?$/i.test(href)) {
@@ -52,6 +55,34 @@ DOMPurify.addHook("afterSanitizeAttributes", (node) => {
     node.removeAttribute("href");  // a relative link to something that is not a note leads nowhere here
   }
 });
+
+// A link of the note: it opens the note it leads to; one that leads to no note here is text, saying why.
+function resolvedLink(node, link) {
+  node.removeAttribute("href");
+  if (link && link.embed) node.classList.add("embed");
+  if (link && link.to) {
+    node.setAttribute("href", "#");
+    node.dataset.note = link.to;
+    node.classList.add("note-link");
+  } else {
+    node.classList.add("unresolved");
+    node.title = link && link.found ? "a file, not a note: it does not open here" : "no such note";
+  }
+}
+
+// The note's links, each written as a Markdown link to "#<prefix><number>" for the hook above: wikilinks whole,
+// a Markdown link's target only. The prefix is new each time, so a note cannot write one of these itself.
+function withLinks(text, links) {
+  noteLinks = {prefix: `#ka-link-${Math.random().toString(36).slice(2)}-`, links};
+  let drawn = "", at = 0;
+  links.forEach((link, number) => {
+    const anchor = noteLinks.prefix + number;
+    const label = link.label === null ? null : link.label.replace(/[\\`*_{}[\]()#+\-.!|<>~]/g, "\\$&") || "#";
+    drawn += text.slice(at, link.start) + (label === null ? anchor : `[${label}](${anchor})`);
+    at = link.end;
+  });
+  return drawn + text.slice(at);
+}
 
 function decodedPath(href) {
   try { return decodeURIComponent(href); } catch { return href; }  // "100%.md" is a name, not an escape
@@ -72,10 +103,11 @@ const PURIFY = {RETURN_DOM_FRAGMENT: true, SANITIZE_NAMED_PROPS: true, FORBID_AT
   FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "option"]};
 marked.use({renderer: {checkbox: ({checked}) => (checked ? "☑ " : "☐ ")}});  // a task list keeps its boxes
 
-function renderMarkdown(text, base = "") {
+function renderMarkdown(text, base = "", links = null) {
   linkBase = base;
-  const html = marked.parse(text, {gfm: true, async: false});
+  const html = marked.parse(links ? withLinks(text, links) : text, {gfm: true, async: false});
   const fragment = DOMPurify.sanitize(html, PURIFY);
+  noteLinks = {prefix: null, links: []};
   linkNotePaths(fragment);
   return fragment;
 }
@@ -359,11 +391,21 @@ async function openNote(path) {
   try {
     const note = await api(`/api/note?path=${encodeURIComponent(path)}`);
     $["side-title"].textContent = note.path;
-    body.replaceChildren(renderMarkdown(note.text, note.path.split("/").slice(0, -1).join("/")));
+    body.replaceChildren(renderMarkdown(note.text, note.path.split("/").slice(0, -1).join("/"), note.links),
+                         backlinksView(note.backlinks));
   } catch (error) {
     body.replaceChildren(el("p", "notice error", error.message));
   }
   body.scrollTop = 0;
+}
+
+function backlinksView(backlinks) {
+  const box = el("div", "backlinks");
+  const notes = new Set(backlinks.map((backlink) => backlink.path)).size;
+  box.append(el("p", "muted", notes ? `Linked here from ${notes} note${notes > 1 ? "s" : ""}:` : "No note links here."));
+  const list = box.appendChild(el("ul"));
+  for (const {path, line} of backlinks) list.appendChild(el("li")).append(noteLink(path, `${path}:${line}`));
+  return box;
 }
 
 async function search(query) {

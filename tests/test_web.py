@@ -524,12 +524,28 @@ def test_search_and_notes_work_from_the_page_beside_the_agent(make_web, kb):
     assert not found["error"] and "vim.md — Vim" in found["text"]
     assert page.get("/api/search?q=")["error"]
     note = page.get("/api/note?path=work/meeting.md")
-    assert note == {"path": "work/meeting.md", "text": "# Meeting\n\nDecided: ship search in December.\n"}
+    assert note == {"path": "work/meeting.md", "text": "# Meeting\n\nDecided: ship search in December.\n",
+                    "links": [], "backlinks": []}
     (kb.parent / "secret.md").write_text("TOP-SECRET", encoding="utf-8")
     for path in ("../secret.md", "/etc/passwd", ".history/undo.jsonl", "nope.md"):
         status, _, body = page.request("GET", f"/api/note?path={path}")
         assert status == 404 and b"Cannot open that note" in body and b"TOP-SECRET" not in body
         assert not re.search(rb"search_notes|list_notes|read_note|file_path", body)  # worded for a person
+
+
+def test_a_note_comes_with_its_links_resolved_as_obsidian_does_and_its_backlinks(make_web, kb):
+    text = "🍀 [[meeting|the meeting]] `[[vim]]` ![[vim#Top]] [py](python.md#x) [[gone]] ![i](pic.png) [[pic.png]]\n"
+    (kb / "work" / "links.md").write_text(text, encoding="utf-8")
+    (kb / "work" / "pic.png").write_bytes(b"GIF89a")
+    (kb / "python.md").write_text("see [[links]]\n", encoding="utf-8")
+    note = make_web().get("/api/note?path=work/links.md")
+    units = text.encode("utf-16-le")  # the page slices the text as JavaScript does, in UTF-16 code units
+    assert [(units[2 * link["start"]:2 * link["end"]].decode("utf-16-le"), link["label"], link["to"], link["found"],
+             link["embed"]) for link in note["links"]] == [
+        ("[[meeting|the meeting]]", "the meeting", "work/meeting.md", True, False),
+        ("![[vim#Top]]", "vim#Top", "vim.md", True, True), ("python.md", None, "python.md", True, False),
+        ("[[gone]]", "gone", None, False, False), ("[[pic.png]]", "pic.png", None, True, False)]
+    assert note["backlinks"] == [{"path": "python.md", "line": 1}]
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])

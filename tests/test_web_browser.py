@@ -314,3 +314,56 @@ def test_a_reload_a_second_tab_and_a_restart_keep_the_page_working(browser, kb, 
         first.communicate()
         context.close()
     assert errors == []
+
+
+def test_links_in_a_note_open_what_they_lead_to_and_backlinks_are_listed(open_page, kb):
+    (kb / "读书").mkdir()
+    (kb / "读书" / "三体.md").write_text("# 三体\n\n作者 [[刘慈欣|大刘]]，见 ![[vim#Vim]]、[[没有这篇]]、"
+                                         "![[封面.png]] 和 [书单](../work/meeting.md)。\n\n"
+                                         "`[[vim]]` [本页](#三体)\n", encoding="utf-8")
+    (kb / "读书" / "封面.png").write_bytes(b"GIF89a")
+    (kb / "刘慈欣.md").write_text("# 刘慈欣\n\n写了 [[三体]]。\n", encoding="utf-8")
+    page = open_page()
+    page.fill("#query", "三体")
+    page.press("#query", "Enter")
+    page.click("#side-body .search-hit a.note-link:has-text('读书/三体.md')")
+    page.wait_for_selector("#side-body h1:has-text('三体')")
+    body = page.locator("#side-body")
+    assert body.locator("a.unresolved").all_inner_texts() == ["没有这篇", "封面.png"]
+    assert body.locator("a.unresolved:not([href])").count() == 2
+    assert body.locator("a:has-text('本页')").get_attribute("data-note") == "读书/三体.md"  # a heading of its own
+    assert body.locator("code").inner_text() == "[[vim]]"  # code stays code
+    assert body.locator(".backlinks li").all_inner_texts() == ["刘慈欣.md:3"]
+    body.locator("a.note-link.embed:has-text('vim#Vim')").click()  # an embed opens the note it shows
+    page.wait_for_selector("#side-title:has-text('vim.md')")
+    page.click("#side-body .backlinks a.note-link:has-text('读书/三体.md:3')")  # a backlink opens the linking note
+    page.wait_for_selector("#side-title:has-text('读书/三体.md')")
+    page.click("#side-body a.note-link:has-text('大刘')")  # [[刘慈欣|大刘]] opens the note it names
+    page.wait_for_selector("#side-title:has-text('刘慈欣.md')")
+    page.click("#side-body .backlinks a.note-link:has-text('读书/三体.md:3')")
+    page.wait_for_selector("#side-title:has-text('读书/三体.md')")
+    page.click("#side-body a.note-link:has-text('书单')")  # a Markdown link, resolved from the note's folder
+    page.wait_for_selector("#side-title:has-text('work/meeting.md')")
+    page.wait_for_selector("#side-body h1:has-text('Meeting')")  # the title shows before the note arrives
+    assert page.locator("#side-body .backlinks li").all_inner_texts() == ["读书/三体.md:3"]
+
+
+def test_a_move_is_reviewed_with_each_file_it_rewrites_and_one_undo_takes_it_all_back(open_page, kb):
+    (kb / "刘慈欣.md").write_text("# 刘慈欣\n\n写了 [[vim]] 和 [vim](vim.md)。\n", encoding="utf-8")
+    (kb / "work" / "plan.md").write_text("Use [[vim#Vim]].\n", encoding="utf-8")
+    before = {path: path.read_bytes() for path in kb.rglob("*.md")}
+    page = open_page()
+    ask(page, "move vim.md to editors/vi.md")
+    review = page.wait_for_selector(".review")
+    assert review.query_selector("p").text_content() == "Move vim.md to editors/vi.md and update 3 links in 2 notes?"
+    assert [p.text_content() for p in review.query_selector_all("p.file")] == [
+        "vim.md → editors/vi.md", "work/plan.md", "刘慈欣.md"]
+    assert [d.text_content() for d in review.query_selector_all(".diff .add")] == [
+        "+Use [[vi#Vim]].", "+写了 [[vi]] 和 [vim](editors/vi.md)。"]
+    page.click(".review button:has-text('Accept')")
+    page.wait_for_selector("details.card.change:has-text('→ vim.md → editors/vi.md')")
+    answered(page)
+    assert (kb / "work" / "plan.md").read_text(encoding="utf-8") == "Use [[vi#Vim]].\n"
+    page.click("#undo")
+    page.wait_for_selector(".notice:has-text('Undid the move of vim.md → editors/vi.md')")
+    assert {path: path.read_bytes() for path in kb.rglob("*.md")} == before
