@@ -1,7 +1,9 @@
 """Keep the search index of a notes folder on disk and fresh: one SQLite FTS5 file, the notes as its rows.
 
-`kb` is the resolved notes folder. Indexed per note: path, title, opening paragraph ("lead"), body (first
-2 MB), CJK runs as 2-character words (SQLite's unicode61 would see a sentence as one word). One index file per
+`kb` is the resolved notes folder. Indexed per note: path, title (and the note's aliases), opening paragraph
+("lead"), body (first 2 MB), CJK runs as 2-character words (SQLite's unicode61 would see a sentence as one word);
+beside them its aliases and tags as keys, and the note a sync-conflict copy was made from (vault.py reads them).
+What the owner excluded in Obsidian (Excluded files) is not indexed, and a drawing only by its words. One index file per
 notes folder, in WAL mode so processes share it; a damaged or outdated one is rebuilt. A process's first
 search compares every note's size and mtime with the index, later ones ask watch.py (Linux inotify) what
 changed; note_changed hears of the agent's own changes. search.py asks the questions, this file only keeps the
@@ -22,6 +24,7 @@ from pathlib import Path, PurePosixPath
 
 import db
 import notes
+import vault
 import watch
 from db import notice
 from notes import NOTE_SUFFIXES, ToolError, is_note_path, readable_text
@@ -30,12 +33,13 @@ INDEX_MAX_NOTE_BYTES = 2_000_000  # only the first 2 MB of a huge note are index
 INDEX_LEAD_CHARS = 400  # the opening paragraph, weighted as "lead"
 INDEX_BATCH = 500  # notes read and written together: bounds memory during a big build
 INDEX_PROGRESS_AFTER_S = 1.0  # a build running longer than this tells the person
-SCHEMA_VERSION = 4  # bump when the tables or the text preparation change: old indexes get rebuilt
+SCHEMA_VERSION = 5  # bump when the tables or the text preparation change: old indexes get rebuilt
 
 
 # --- Notes on disk ---
-def _walk(kb: Path, watcher=None) -> tuple:
-    """(notes -> (size, mtime_ns), notes whose paths are not UTF-8), hidden names skipped; each folder watched first."""
+def _walk(kb: Path, excluded: list, watcher=None) -> tuple:
+    """(notes -> (size, mtime_ns), notes whose paths are not UTF-8), hidden names and `excluded` (vault.ignore_filters)
+    skipped; each folder watched first."""
     found, unnamed, stack = {}, [], [""]
     while stack:
         rel_dir = stack.pop()
@@ -53,7 +57,8 @@ def _walk(kb: Path, watcher=None) -> tuple:
             try:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(path)  # linked folders are not followed: no loops, no escapes
-                elif name.lower().endswith(NOTE_SUFFIXES) and (st := _note_stat(entry.path, kb)):
+                elif name.lower().endswith(NOTE_SUFFIXES) and not vault.is_excluded(path, excluded) \
+                        and (st := _note_stat(entry.path, kb)):
                     if watch.is_utf8(path):  # else it cannot be stored or shown: list_notes says how many
                         found[path] = st
                     else:
@@ -90,7 +95,6 @@ def read_text(kb: Path, rel_path: str):
 # --- Text, for the index and the queries alike ---
 CJK_RUN = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")  # kana, hanzi, hangul
 HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$", re.M)
-_FRONT_TITLE = re.compile(r"\A---\s*\n(?:.*\n)*?title:\s*['\"]?(.+?)['\"]?\s*\n(?:.*\n)*?---", re.M)
 
 
 def cjk_words(text: str, tails: str = "all") -> str:
@@ -106,12 +110,10 @@ def cjk_words(text: str, tails: str = "all") -> str:
     return CJK_RUN.sub(grams, text)
 
 
-def _lead_of(text: str) -> str:
-    """The note's opening paragraph (after front matter and headings): usually what the note is about."""
-    end = text.find("\n---", 3) if text.startswith("---") else -1  # where front matter ends
-    text = text[end + 4:] if end > 0 else text
+def _lead_of(body: str) -> str:
+    """The opening paragraph of the note's body (after its front matter), headings skipped: what it is about."""
     paragraph = []
-    for line in text[:20000].splitlines():
+    for line in body[:20000].splitlines():
         if line.strip() and not HEADING.match(line):
             paragraph.append(line)
         elif paragraph:
@@ -124,8 +126,19 @@ def title_key(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
+def indexed_text(path: str, text: str) -> str:
+    """The part of a note that is searched: all of it, but a drawing's words only (not its JSON)."""
+    return vault.excalidraw_text(text) if vault.is_drawing(path, text) else text
+
+
+def _keys(values) -> str:
+    """Keys as stored for instr(): each between newlines ("\\na\\nb\\n"), or "" for none."""
+    return "\n" + "\n".join(values) + "\n" if values else ""
+
+
 def _row(kb: Path, path: str, size_mtime):
-    """The index row of a note (size_mtime None: stat it now), or None if it cannot be read."""
+    """The index row of a note (size_mtime None: stat it now), or None if it cannot be read: its `notes` columns,
+    then its `fts` columns."""
     try:
         size_mtime = size_mtime or _note_stat(str(kb / path), kb)
         text = read_text(kb, path) if size_mtime else None
@@ -133,21 +146,30 @@ def _row(kb: Path, path: str, size_mtime):
         return None
     if text is None:
         return None
+    text = indexed_text(path, text)
+    properties, body_start, _ = vault.front_matter(text)
+    body = text if body_start == 1 else "".join(text.splitlines(keepends=True)[body_start - 1:])
     name = path.rsplit("/", 1)[-1]
     stem = next((name[:-len(s)] for s in NOTE_SUFFIXES if name.lower().endswith(s)), name)
-    found = _FRONT_TITLE.match(text[:4000]) or HEADING.search(text, 0, 20000)
-    title = found.group(1).strip() if found else stem
+    title = properties.get("title")
+    if not isinstance(title, str) or not title.strip():
+        found = HEADING.search(body, 0, 20000)
+        title = found.group(1).strip() if found else stem
+    aliases = properties.get("aliases", [])
+    tags = sorted({tag.casefold() for tag in vault.tags_of(text)})
     words = cjk_words if CJK_RUN.search(text) or CJK_RUN.search(path) else str  # most have no CJK
-    return (path, *size_mtime, title, title_key(title), title_key(stem), words(path[:-len(name)] + stem),
-            words(title), words(_lead_of(text)), words(text))
+    return (path, *size_mtime, title.strip(), title_key(title), title_key(stem),
+            _keys([title_key(alias) for alias in aliases]), _keys(tags), vault.conflict_of(path),
+            words(path[:-len(name)] + stem), words("\n".join([title, *aliases])), words(_lead_of(body)), words(text))
 
 
 # --- The one open index, kept in step with the notes on disk ---
 _SCHEMA = [
     "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)",  # embeddings.py keeps its state here
     "CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, path TEXT UNIQUE NOT NULL, size INTEGER, "
-    "mtime_ns INTEGER, title TEXT, title_key TEXT, stem_key TEXT)",
+    "mtime_ns INTEGER, title TEXT, title_key TEXT, stem_key TEXT, alias_keys TEXT, tags TEXT, conflict_of TEXT)",
     "CREATE INDEX IF NOT EXISTS notes_mtime ON notes(mtime_ns)",
+    "CREATE INDEX IF NOT EXISTS notes_conflicts ON notes(conflict_of) WHERE conflict_of IS NOT NULL",
     "CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(path, title, lead, body, "
     "tokenize='unicode61 remove_diacritics 2')",
 ]
@@ -186,6 +208,7 @@ class Index:
     touched: set = field(default_factory=set)  # notes seen changed since embeddings.py last looked
     chunked: bool = False  # embeddings.py has compared every note's chunks in this process
     unnamed: list = field(default_factory=list)  # notes the last walk found with a path that is not UTF-8
+    excluded: list = field(default_factory=list)  # the owner's Excluded files as the last walk read them
 
     def refresh(self) -> None:
         changed, gone = self.watcher.changes() if self.watcher else None, []
@@ -194,20 +217,24 @@ class Index:
             known = {p: (s, m) for p, s, m in self.conn.execute("SELECT path, size, mtime_ns FROM notes")}
             changed = {p: st for p, st in on_disk.items() if known.get(p) != st}
             gone = [p for p in known if p not in on_disk]
-        self.apply(changed | dict.fromkeys(self.pending), gone)
+        changed |= dict.fromkeys(self.pending)
+        self.apply({p: st for p, st in changed.items() if not vault.is_excluded(p, self.excluded)}, gone)
         self.pending.clear()
 
     def walk(self) -> tuple:
-        """_walk's notes on disk; with inotify, a new watcher watches exactly the folders found."""
+        """_walk's notes on disk; with inotify, a new watcher watches exactly the folders found, and the vault's
+        settings file, whose change (Excluded files) means walking again."""
         self.stop_watching()
+        self.excluded = vault.ignore_filters(self.kb)
         if self.watch and self.can_watch:
             try:
-                self.watcher = watch.Watcher()
-                return _walk(self.kb, self.watcher)
+                self.watcher = watch.Watcher(walk_again={vault.APP_SETTINGS})
+                self.watcher.watch(self.kb / vault.OBSIDIAN_DIR, vault.OBSIDIAN_DIR)
+                return _walk(self.kb, self.excluded, self.watcher)
             except (OSError, AttributeError):  # no inotify here, or its watch limit: compare every time
                 self.stop_watching()
                 self.can_watch = False
-        return _walk(self.kb)
+        return _walk(self.kb, self.excluded)
 
     def stop_watching(self) -> None:
         if self.watcher:
@@ -228,10 +255,10 @@ class Index:
                 batch = items[first:first + INDEX_BATCH]
                 rows = [row for row in (_row(self.kb, p, st) for p, st in batch) if row]
                 self.remove([p for p, _ in batch])  # the unreadable ones leave the index
-                self.conn.executemany("INSERT INTO notes(path, size, mtime_ns, title, title_key, stem_key) "
-                                      "VALUES (?,?,?,?,?,?)", [r[:6] for r in rows])
+                self.conn.executemany("INSERT INTO notes(path, size, mtime_ns, title, title_key, stem_key, alias_keys, "
+                                      "tags, conflict_of) VALUES (?,?,?,?,?,?,?,?,?)", [r[:9] for r in rows])
                 self.conn.executemany("INSERT INTO fts(rowid, path, title, lead, body) "
-                                      "SELECT id, ?, ?, ?, ? FROM notes WHERE path=?", [r[6:] + r[:1] for r in rows])
+                                      "SELECT id, ?, ?, ?, ? FROM notes WHERE path=?", [r[9:] + r[:1] for r in rows])
                 if not told and time.monotonic() - started > INDEX_PROGRESS_AFTER_S:
                     notice(f"indexing {len(items)} notes, this takes a moment…")
                     told = True

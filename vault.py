@@ -17,6 +17,7 @@ from pathlib import Path, PurePosixPath
 import notes
 
 OBSIDIAN_DIR = ".obsidian"
+APP_SETTINGS = f"{OBSIDIAN_DIR}/app.json"  # Excluded files and the vault's style live here
 SETTINGS_MAX_BYTES = 1_000_000  # a vault's settings file larger than this is not read
 HEADINGS_LISTED = 40  # an unknown heading's message lists this many of the note's headings
 OUTLINE_MAX_HEADINGS = 80  # an outline longer than this leaves out its deepest levels, then is cut
@@ -469,9 +470,10 @@ def append_to_section(text: str, wanted: str, content: str) -> str:
 
 # --- Files the owner excluded, drawings, and sync-conflict copies ---
 def _settings(kb: Path, name: str) -> dict:
-    """A `.obsidian/*.json` settings file as a dict; {} if missing, unreadable, a link, or not a JSON object."""
+    """A settings file (`.obsidian/*.json`, by its path in the vault) as a dict; {} if missing, unreadable, a link,
+    or not a JSON object."""
     try:
-        value = json.loads(notes.read_bytes(Path(kb), f"{OBSIDIAN_DIR}/{name}", SETTINGS_MAX_BYTES).decode("utf-8-sig"))
+        value = json.loads(notes.read_bytes(Path(kb), name, SETTINGS_MAX_BYTES).decode("utf-8-sig"))
     except (OSError, ValueError, RecursionError, notes.ToolError):
         return {}
     return value if isinstance(value, dict) else {}
@@ -481,7 +483,7 @@ def ignore_filters(kb: Path) -> list:
     """Obsidian's Excluded files (`userIgnoreFilters` in app.json): path prefixes ('Archive/', 'Templates/x.md')
     as strings, '/regex/' ones compiled; a regex Python cannot read is left out."""
     filters = []
-    raw = _settings(kb, "app.json").get("userIgnoreFilters")
+    raw = _settings(kb, APP_SETTINGS).get("userIgnoreFilters")
     for item in raw if isinstance(raw, list) else []:
         if not isinstance(item, str) or not item.strip():
             continue
@@ -507,7 +509,8 @@ _ELEMENT_ID = re.compile(r" \^[A-Za-z0-9-]+$")
 
 def is_drawing(rel_path: str, text: str) -> bool:
     """An Excalidraw drawing: named *.excalidraw.md, or any note with the plugin's `excalidraw-plugin` property."""
-    return rel_path.lower().endswith(".excalidraw.md") or "excalidraw-plugin" in front_matter(text)[0]
+    return rel_path.lower().endswith(".excalidraw.md") or ("excalidraw-plugin" in text  # most notes: no need to parse
+                                                           and "excalidraw-plugin" in front_matter(text)[0])
 
 
 def excalidraw_text(text: str) -> str:
@@ -553,7 +556,7 @@ _TEMPLATE_FIELD = re.compile(r"{{\s*(date|time|title)\s*(?::([^}]*))?}}", re.I)
 def daily_note_settings(kb: Path) -> dict:
     """The Daily notes settings (`.obsidian/daily-notes.json`): folder, format (moment.js), template (a note path
     without .md); Obsidian's defaults where unset."""
-    raw = _settings(kb, "daily-notes.json")
+    raw = _settings(kb, f"{OBSIDIAN_DIR}/daily-notes.json")
     text = {key: raw[key].strip() for key in ("folder", "format", "template") if isinstance(raw.get(key), str)}
     return {"folder": text.get("folder", "").strip("/"), "format": text.get("format") or DAILY_FORMAT,
             "template": text.get("template", "")}
@@ -607,7 +610,7 @@ _LINK_FORMS = {"shortest": "by the shortest name that is unique", "relative": "b
 def vault_style(kb: Path) -> dict:
     """The settings of `.obsidian/app.json` that say how the owner writes links and where new files go: only those
     the vault sets, with the right types."""
-    app = _settings(kb, "app.json")
+    app = _settings(kb, APP_SETTINGS)
     return {key: app[key] for key, kind in _STYLE_KEYS.items() if isinstance(app.get(key), kind)}
 
 
