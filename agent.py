@@ -19,6 +19,7 @@ from datetime import date
 
 import context
 import tools
+import vault
 from config import Settings, config_file, load_settings
 
 REQUEST_TIMEOUT = 120.0  # seconds per API request; the SDK's 600 s is too long for a chat
@@ -185,8 +186,11 @@ def _valid_json(arguments: str) -> str:
         return "{}"
 
 
-def system_message() -> dict:
-    return {"role": "system", "content": SYSTEM_PROMPT.format(today=date.today().isoformat())}
+def system_message(kb=None) -> dict:
+    today = date.today()
+    about_vault = vault.vault_prompt(kb, today) if kb else ""
+    return {"role": "system", "content": SYSTEM_PROMPT.format(today=today.isoformat())
+            + (f"\n{about_vault}" if about_vault else "")}
 
 
 class Model:
@@ -230,7 +234,7 @@ class Model:
         import openai
         retried = set()
         while True:
-            messages = context.fit_to_budget([system_message()] + history, self.budget())
+            messages = context.fit_to_budget([system_message(self.settings.kb)] + history, self.budget())
             estimate = context.estimate_tokens(messages, tools.tool_schemas(self.settings))
             reply.__init__()
             try:

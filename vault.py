@@ -6,9 +6,11 @@ are 1-based and counted as read_note counts them (str.splitlines, a leading BOM 
 as they are. The only files read are the vault's settings, `.obsidian/*.json`, through notes.read_bytes (so
 never through a link, never outside the notes); a missing or malformed one counts as unset. It never writes
 anything, and never fails on what a note holds: a shape of YAML it does not know is kept as text. Only
-find_section and append_to_section raise, ValueError, with a message for the model.
+find_section and append_to_section raise, ValueError, with a message for the model. vault_prompt is cached per
+vault and day, so the system prompt stays the same all day.
 """
 
+import functools
 import json
 import re
 from datetime import datetime, time
@@ -18,6 +20,7 @@ import notes
 
 OBSIDIAN_DIR = ".obsidian"
 APP_SETTINGS = f"{OBSIDIAN_DIR}/app.json"  # Excluded files and the vault's style live here
+DAILY_SETTINGS = f"{OBSIDIAN_DIR}/daily-notes.json"
 SETTINGS_MAX_BYTES = 1_000_000  # a vault's settings file larger than this is not read
 HEADINGS_LISTED = 40  # an unknown heading's message lists this many of the note's headings
 OUTLINE_MAX_HEADINGS = 80  # an outline longer than this leaves out its deepest levels, then is cut
@@ -556,7 +559,7 @@ _TEMPLATE_FIELD = re.compile(r"{{\s*(date|time|title)\s*(?::([^}]*))?}}", re.I)
 def daily_note_settings(kb: Path) -> dict:
     """The Daily notes settings (`.obsidian/daily-notes.json`): folder, format (moment.js), template (a note path
     without .md); Obsidian's defaults where unset."""
-    raw = _settings(kb, f"{OBSIDIAN_DIR}/daily-notes.json")
+    raw = _settings(kb, DAILY_SETTINGS)
     text = {key: raw[key].strip() for key in ("folder", "format", "template") if isinstance(raw.get(key), str)}
     return {"folder": text.get("folder", "").strip("/"), "format": text.get("format") or DAILY_FORMAT,
             "template": text.get("template", "")}
@@ -639,3 +642,17 @@ def style_prompt(kb: Path) -> str:
             where = where.strip("/")
             parts.append(f"attachments go in {where}/" if where else "attachments go in the top folder")
     return "This vault " + "; ".join(parts) + "."
+
+
+@functools.lru_cache(maxsize=16)
+def vault_prompt(kb: Path, today) -> str:
+    """The system prompt's lines about this vault on that day, "" for none: how it links and files notes, and
+    today's daily note when the vault sets up daily notes. Computed once per vault and day: the prompt stays byte
+    for byte the same all day (servers cache a prompt's unchanged start), even if a setting changes meanwhile."""
+    lines = [f"- {style}" for style in [style_prompt(kb)] if style]
+    if _settings(kb, DAILY_SETTINGS):
+        daily = daily_note_settings(kb)
+        template = f", starting from its template {daily['template']}" if daily["template"] else ""
+        lines.append(f"- Today's daily note is {daily_note_path(daily, today)}. To add to it (\"add X to today's "
+                     f"log\"), append_note to that path: if it does not exist yet it is created{template}.")
+    return "\n".join(lines)

@@ -151,3 +151,141 @@ def test_sync_conflict_copies_are_named_by_their_note_not_shown_as_hits(tmp_path
     assert "work/Plan.sync-conflict-20240105-101010-ABCDEF1.md — Plan" in listed
     marked = [line for line in listed.splitlines() if "[sync-conflict copy of" in line]
     assert len(marked) == 4 and "4 sync-conflict copies" in listed
+
+
+# --- Sections and outlines ---
+
+def run(settings, name, ask=None, **args):
+    return tools.execute_tool(name, json.dumps(args), settings, ask).text
+
+
+GUIDE = ("---\ntags: [guide]\n---\n# Guide\n\nIntro.\n\n## Setup\n\nGeneral setup.\n\n### Linux\n\napt install x\n\n"
+         "### **macOS**\n\nbrew install x\n\n## Usage\n\nRun `x`.\n\n## Linux\n\nWhy Linux.\n")
+
+
+def test_read_note_returns_one_section_with_its_line_numbers(settings, kb):
+    write(kb, "guide.md", GUIDE)
+    out = run(settings, "read_note", file_path="guide.md", section="setup")
+    assert out.startswith('guide.md (lines 8-19 of 26; section "setup" ends at line 19)\n## Setup\n')
+    assert "brew install x" in out and "Run `x`" not in out
+    assert "brew install" in run(settings, "read_note", file_path="guide.md", section="## macos")  # marks ignored
+    out = run(settings, "read_note", file_path="guide.md", section="Setup > Linux")
+    assert "(lines 12-15 of 26;" in out and "apt install x" in out and "Why Linux" not in out
+    assert "2 headings match 'linux': Guide > Setup > Linux (line 12); Guide > Linux (line 24)" in run(settings, "read_note", file_path="guide.md", section="linux")
+    out = run(settings, "read_note", file_path="guide.md", section="Install")
+    assert out.startswith(tools.ERROR) and "no heading 'Install'" in out and "Usage (line 20)" in out
+
+
+def test_a_long_notes_first_read_starts_with_its_outline_and_sections_page_on(settings, kb):
+    body = "".join(f"## Part {n}\n\n" + "".join(f"words of part {n}, line {i}\n" for i in range(60)) for n in range(8))
+    write(kb, "long.md", "# Long\n\n" + body)
+    first = run(settings, "read_note", file_path="long.md")
+    assert first.startswith("long.md has 498 lines. Its headings, with the line each starts on:\nLong (line 1)\n"
+                            "  Part 0 (line 3)\n") and "  Part 7 (line 437)\n" in first
+    assert "long.md (lines 1-" in first and "call read_note with start_line=" in first
+    assert len(first) <= tools.MAX_TOOL_OUTPUT and "[… cut:" in first.splitlines()[-1]
+    assert "Its headings" not in run(settings, "read_note", file_path="long.md", start_line=100)
+    part = run(settings, "read_note", file_path="long.md", section="Part 7")
+    assert part.startswith('long.md (lines 437-498 of 498; section "Part 7" ends at line 498)')
+    assert "Its headings" not in run(settings, "read_note", file_path="vim.md")  # a short note: just the note
+
+
+def test_append_to_a_section_lands_at_its_end_and_an_unknown_one_writes_nothing(settings, kb):
+    write(kb, "guide.md", GUIDE)
+    out = run(settings, "append_note", file_path="guide.md", content="- also: pipx", section="Setup > macOS")
+    assert 'Appended to the end of the section "Setup > macOS" of guide.md' in out
+    text = (kb / "guide.md").read_text(encoding="utf-8")
+    assert "brew install x\n- also: pipx\n\n## Usage" in text
+    out = run(settings, "append_note", file_path="guide.md", content="- lost?", section="Install")
+    assert out.startswith(tools.ERROR) and "no heading 'Install'" in out and "Nothing was written" in out
+    assert "Setup (line 8)" in out
+    assert (kb / "guide.md").read_text(encoding="utf-8") == text and "## Install" not in text
+
+
+def test_a_person_reads_a_section_with_read_path_hash_heading(kb):
+    from test_cli import run_main
+    write(kb, "guide.md", GUIDE)
+    write(kb, "C#.md", "# C#\n\nA language.\n")
+    result = run_main(kb=kb, key=None, stdin="/read guide.md#Setup > macOS\n/read C#.md\n/read guide.md#Install\n")
+    assert 'guide.md (lines 16-19 of 26; section "Setup > macOS" ends at line 19)\n### **macOS**' in result.stdout
+    assert "brew install x" in result.stdout and "## Usage" not in result.stdout
+    assert "C#.md (lines 1-3 of 3)" in result.stdout
+    assert "no heading 'Install' in the note. Its headings: Guide (line 4); Setup (line 8)" in result.stderr
+
+
+# --- Front matter stays valid ---
+
+@pytest.mark.parametrize("tool, args", [
+    ("edit_note", {"old_text": "status: draft", "new_text": "status: draft: maybe"}),
+    ("edit_note", {"old_text": "---\n# Plan", "new_text": "# Plan"}),  # the closing fence gone
+    ("write_note", {"content": "---\ntitle: x\nnot a property\n---\nbody\n", "overwrite": True}),
+    ("edit_note", {"old_text": "---\ntags", "new_text": "Intro\n---\ntags"}),  # text put before it
+])
+def test_a_change_that_would_break_the_front_matter_is_refused_and_nothing_written(settings, kb, tool, args):
+    note = "---\ntags: [plan]\nstatus: draft\n---\n# Plan\n\nSteps.\n"
+    write(kb, "plan.md", note)
+    out = run(settings, tool, file_path="plan.md", **args)
+    assert out.startswith(tools.ERROR) and "would break the front matter" in out and "Nothing was written" in out
+    assert (kb / "plan.md").read_text(encoding="utf-8") == note
+    assert not list(kb.glob(".history/plan.md.*"))
+
+
+def test_writing_a_new_note_with_broken_front_matter_is_refused_and_a_valid_one_is_kept(settings, kb):
+    out = run(settings, "write_note", file_path="new.md", content="---\ntitle: \"unclosed\n---\nBody\n")
+    assert out.startswith(tools.ERROR) and "quote is never closed" in out and not (kb / "new.md").exists()
+    good = "---\ntitle: Fine\ntags:\n  - a\n---\nBody\n"
+    assert run(settings, "write_note", file_path="new.md", content=good).startswith("+ new.md")
+    assert run(settings, "edit_note", file_path="new.md", old_text="  - a", new_text="  - a\n  - b").startswith("~")
+
+
+# --- Daily notes and the vault's style ---
+
+class March5(datetime):
+    @classmethod
+    def now(cls, tz=None):
+        return cls(2024, 3, 5, 9, 30)
+
+
+@pytest.fixture
+def daily_kb(kb, monkeypatch):
+    write(kb, ".obsidian/daily-notes.json", json.dumps({"folder": "Journal/", "format": "YYYY/MM/YYYY-MM-DD",
+                                                         "template": "Templates/Daily"}))
+    write(kb, ".obsidian/app.json", json.dumps({"useMarkdownLinks": True, "newFileLocation": "folder",
+                                                "newFileFolderPath": "Inbox"}))
+    write(kb, "Templates/Daily.md", "---\ncreated: {{date}} {{time}}\n---\n# {{title}} ({{date:dddd}})\n\n## Log\n\n"
+                                    "## Tasks\n- [ ] review\n")
+    monkeypatch.setattr(tools, "datetime", March5)
+    return kb
+
+
+def test_add_to_todays_log_creates_the_daily_note_from_its_template_in_one_call(settings, daily_kb):
+    """{{date}} takes the daily note's own format, as Obsidian fills it."""
+    out = run(settings, "append_note", file_path="Journal/2024/03/2024-03-05.md", content="met Bob", section="Log")
+    assert out.startswith("+ Journal/2024/03/2024-03-05.md") and "from the template Templates/Daily.md" in out
+    assert (daily_kb / "Journal/2024/03/2024-03-05.md").read_text(encoding="utf-8") == (
+        "---\ncreated: 2024/03/2024-03-05 09:30\n---\n# 2024-03-05 (Tuesday)\n\n## Log\nmet Bob\n\n## Tasks\n- [ ] review\n")
+    run(settings, "append_note", file_path="Journal/2024/03/2024-03-05.md", content="lunch", section="Log")
+    assert "## Log\nmet Bob\nlunch\n\n## Tasks" in (daily_kb / "Journal/2024/03/2024-03-05.md").read_text("utf-8")
+
+
+def test_only_todays_daily_note_starts_from_the_template(settings, daily_kb):
+    run(settings, "write_note", file_path="Journal/2024/03/2024-03-04.md", content="Yesterday.\n")
+    assert (daily_kb / "Journal/2024/03/2024-03-04.md").read_text(encoding="utf-8") == "Yesterday.\n"
+    out = run(settings, "write_note", file_path="Journal/2024/03/2024-03-05.md", content="Plan the week.\n")
+    assert "from the template Templates/Daily.md, with the content after it" in out
+    assert (daily_kb / "Journal/2024/03/2024-03-05.md").read_text(encoding="utf-8").endswith("- [ ] review\nPlan the "
+                                                                                          "week.\n")
+    out = run(settings, "append_note", file_path="notes.md", content="x", section="Log")  # a new plain note: no heading
+    assert out.startswith(tools.ERROR) and not (daily_kb / "notes.md").exists()
+
+
+def test_the_system_prompt_names_todays_daily_note_and_the_vaults_style_and_stays_the_same_all_day(daily_kb):
+    about = vault.vault_prompt(daily_kb, date(2024, 3, 5))
+    assert "Today's daily note is Journal/2024/03/2024-03-05.md" in about
+    assert "Markdown links like [Note](Note.md)" in about and "new notes go in Inbox/" in about
+    import agent
+    first = agent.system_message(daily_kb)["content"]
+    assert "Today's daily note is Journal/" in first and "Markdown links" in first
+    write(daily_kb, ".obsidian/app.json", json.dumps({"useMarkdownLinks": False}))
+    assert agent.system_message(daily_kb)["content"] == first  # byte-stable within the day (prompt caching)
+    assert "daily note" not in agent.system_message(daily_kb.parent)["content"]  # no vault settings: nothing added
