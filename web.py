@@ -28,6 +28,7 @@ from urllib.parse import parse_qs, urlsplit
 import agent
 import sessions
 import tools
+import vault
 import versions
 from config import Settings
 from context import content_text
@@ -241,7 +242,8 @@ class App(agent.UI):
     def note(self, path: str) -> dict:
         try:
             name, text = tools.note_text(self.settings, path, "")
-            return {"path": name, "text": text}
+            properties, body_line, _ = vault.front_matter(text)  # shown as a table, the body from body_line on
+            return {"path": name, "text": text, "properties": list(properties.items()), "body_line": body_line}
         except (ToolError, OSError) as exc:  # the message, not the advice to the model about its tools
             reason = getattr(exc, "strerror", None) or getattr(exc, "message", None) or str(exc)
             raise HTTPError(404, f"Cannot open that note: {reason.rstrip('.')}.") from None
