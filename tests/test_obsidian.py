@@ -289,3 +289,28 @@ def test_the_system_prompt_names_todays_daily_note_and_the_vaults_style_and_stay
     write(daily_kb, ".obsidian/app.json", json.dumps({"useMarkdownLinks": False}))
     assert agent.system_message(daily_kb)["content"] == first  # byte-stable within the day (prompt caching)
     assert "daily note" not in agent.system_message(daily_kb.parent)["content"]  # no vault settings: nothing added
+
+
+# --- A real vault ---
+
+@pytest.fixture(scope="module")
+def garden(tmp_path_factory):
+    if not GARDEN.exists():
+        pytest.skip("the knowledge-garden corpus is not on this machine")
+    folder = tmp_path_factory.mktemp("garden")
+    with tarfile.open(GARDEN) as archive:
+        archive.extractall(folder, filter="data")
+    return next(path for path in folder.iterdir() if path.is_dir()).resolve()
+
+
+def test_the_knowledge_garden_searched_by_alias_and_tag_without_drawing_data(garden, tmp_path):
+    find = lambda query: search.search_notes(garden, tmp_path / "index", query)  # noqa: E731
+    assert hits(find("k8s"))[0] == "Spaces/2-Area/云计算与云原生/Kubernetes.md"  # `aliases: k8s`
+    assert hits(find("收藏家谬误"))[0].endswith("/收藏者谬误.md")
+    tagged = [path for path, _ in index._walk(garden, [])[0].items()
+              if any(vault.tag_matches("待办", tag) for tag in vault.tags_of(index.read_text(garden, path)))]
+    out = find("tag:待办")
+    assert out.startswith(f"{len(tagged)} notes match") and set(hits(out)) <= set(tagged) and len(tagged) > 50
+    assert "No notes" in find("N4KAkARALgngDgUwgLgAQQQDwMYEMA2AlgCYBOuA7hADTgQBuCpAzoQPYB2KqATL")  # a drawing's data
+    shown = hits(find("switch to view in the more options menu"))  # the plugin's notice line in every drawing
+    assert shown and not [path for path in shown if vault.is_drawing(path, index.read_text(garden, path))]
