@@ -3,8 +3,8 @@
 `kb` is the resolved notes folder. Indexed per note: path, title (and the note's aliases), opening paragraph
 ("lead"), body (first 2 MB), CJK runs as 2-character words (SQLite's unicode61 would see a sentence as one word);
 beside them its aliases and tags as keys, and the note a sync-conflict copy was made from (vault.py reads them).
-What the owner excluded in Obsidian (Excluded files) is not indexed, and a drawing only by its words. One index file per
-notes folder, in WAL mode so processes share it; a damaged or outdated one is rebuilt. A process's first
+What the owner excluded in Obsidian (Excluded files) is not indexed, and a drawing only by its words. One index
+file per notes folder, in WAL mode so processes share it; a damaged or outdated one is rebuilt. A process's first
 search compares every note's size and mtime with the index, later ones ask watch.py (Linux inotify) what
 changed; note_changed hears of the agent's own changes. search.py asks the questions, this file only keeps the
 answers current. It never writes inside the notes folder nor reads outside it (notes are read from the folder's
@@ -57,7 +57,7 @@ def _walk(kb: Path, excluded: list, watcher=None) -> tuple:
             try:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(path)  # linked folders are not followed: no loops, no escapes
-                elif name.lower().endswith(NOTE_SUFFIXES) and not vault.is_excluded(path, excluded) \
+                elif name.lower().endswith(NOTE_SUFFIXES) and not (excluded and vault.is_excluded(path, excluded)) \
                         and (st := _note_stat(entry.path, kb)):
                     if watch.is_utf8(path):  # else it cannot be stored or shown: list_notes says how many
                         found[path] = st

@@ -97,9 +97,9 @@ def _folder(kb: Path, folder: str | None) -> tuple:
 # --- Searching ---
 _MATCHING = "FROM fts JOIN notes n ON n.id = fts.rowid WHERE fts MATCH ? AND {}"
 # A note titled or named as the query first, then one with it as an alias, then bm25 with SEARCH_WEIGHTS.
-_RANK_SQL = f"""SELECT n.id, n.path, n.title {_MATCHING} AND n.id NOT IN ({{}}) ORDER BY
-(n.title_key = ? OR n.stem_key = ?) DESC, instr(n.alias_keys, ?) > 0 DESC, bm25(fts, {', '.join(map(str, SEARCH_WEIGHTS))})
-LIMIT ?"""
+_RANK_SQL = f"""SELECT n.id, n.path, n.title {_MATCHING} AND n.id NOT IN ({{}})
+ORDER BY (n.title_key = ? OR n.stem_key = ?) DESC, instr(n.alias_keys, ?) > 0 DESC,
+bm25(fts, {', '.join(map(str, SEARCH_WEIGHTS))}) LIMIT ?"""
 _NOT_A_COPY = "(n.conflict_of IS NULL OR NOT EXISTS (SELECT 1 FROM notes o WHERE o.path = n.conflict_of))"
 _TAGGED = " AND (instr(n.tags, ?) OR instr(n.tags, ?))"  # the tag itself, or one nested in it
 

@@ -258,7 +258,8 @@ def _new_note(settings: Settings, name: str) -> tuple[str, str]:
         _, text = note_text(settings, template)
     except ToolError:
         return "", f" (the daily-note template {template} could not be read, so it started empty)"
-    return vault.fill_template(_lf(text), PurePosixPath(name).stem, now, daily["format"]), f" from the template {template}"
+    filled = vault.fill_template(_lf(text), PurePosixPath(name).stem, now, daily["format"])
+    return filled, f" from the template {template}"
 
 
 def _lf(text: str) -> str:

@@ -93,7 +93,8 @@ function notePathPattern() {
   if (view.pattern && view.pattern.size === view.paths.size) return view.pattern.regex;
   const seen = [...view.paths].sort((a, b) => b.length - a.length);  // the longest first: "a b.md" before "b.md"
   const escaped = seen.map((path) => path.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&"));
-  const regex = new RegExp(`(?<![\\p{L}\\p{N}_\\-./])(?:${escaped.join("|")})(?![\\p{L}\\p{N}_])|${NOTE_PATH.source}`, "gu");
+  const whole = `(?<![\\p{L}\\p{N}_\\-./])(?:${escaped.join("|")})(?![\\p{L}\\p{N}_])`;  // not inside a longer path
+  const regex = new RegExp(`${whole}|${NOTE_PATH.source}`, "gu");
   view.pattern = {size: view.paths.size, regex};
   return regex;
 }

@@ -98,8 +98,8 @@ def test_tag_search_finds_exactly_the_tagged_notes_nested_tags_included(tmp_path
 # --- What the owner excluded, drawings and sync-conflict copies are no hits ---
 
 DRAWING = ("---\n\nexcalidraw-plugin: parsed\ntags: [excalidraw]\n\n---\n==⚠  Switch to EXCALIDRAW VIEW in the MORE "
-           "OPTIONS menu of this document. ⚠==\n\n\n# Text Elements\nDeploy pipeline ^abc123\n\n%%\n# Drawing\n```json\n"
-           + json.dumps({"type": "excalidraw", "elements": [{"type": "rectangle", "strokeColor": "#1e1e1e"}]}) + "\n```\n%%\n")
+           "OPTIONS menu of this document. ⚠==\n\n\n# Text Elements\nDeploy pipeline ^abc123\n\n%%\n# Drawing\n"
+           "```json\n" + json.dumps({"elements": [{"type": "rectangle", "strokeColor": "#1e1e1e"}]}) + "\n```\n%%\n")
 
 
 def test_excluded_files_dot_folders_and_drawing_data_are_never_hits(tmp_path, find):
@@ -171,7 +171,8 @@ def test_read_note_returns_one_section_with_its_line_numbers(settings, kb):
     assert "brew install" in run(settings, "read_note", file_path="guide.md", section="## macos")  # marks ignored
     out = run(settings, "read_note", file_path="guide.md", section="Setup > Linux")
     assert "(lines 12-15 of 26;" in out and "apt install x" in out and "Why Linux" not in out
-    assert "2 headings match 'linux': Guide > Setup > Linux (line 12); Guide > Linux (line 24)" in run(settings, "read_note", file_path="guide.md", section="linux")
+    out = run(settings, "read_note", file_path="guide.md", section="linux")
+    assert "2 headings match 'linux': Guide > Setup > Linux (line 12); Guide > Linux (line 24)" in out
     out = run(settings, "read_note", file_path="guide.md", section="Install")
     assert out.startswith(tools.ERROR) and "no heading 'Install'" in out and "Usage (line 20)" in out
 
@@ -263,7 +264,8 @@ def test_add_to_todays_log_creates_the_daily_note_from_its_template_in_one_call(
     out = run(settings, "append_note", file_path="Journal/2024/03/2024-03-05.md", content="met Bob", section="Log")
     assert out.startswith("+ Journal/2024/03/2024-03-05.md") and "from the template Templates/Daily.md" in out
     assert (daily_kb / "Journal/2024/03/2024-03-05.md").read_text(encoding="utf-8") == (
-        "---\ncreated: 2024/03/2024-03-05 09:30\n---\n# 2024-03-05 (Tuesday)\n\n## Log\nmet Bob\n\n## Tasks\n- [ ] review\n")
+        "---\ncreated: 2024/03/2024-03-05 09:30\n---\n# 2024-03-05 (Tuesday)\n\n## Log\nmet Bob\n\n"
+        "## Tasks\n- [ ] review\n")
     run(settings, "append_note", file_path="Journal/2024/03/2024-03-05.md", content="lunch", section="Log")
     assert "## Log\nmet Bob\nlunch\n\n## Tasks" in (daily_kb / "Journal/2024/03/2024-03-05.md").read_text("utf-8")
 
