@@ -27,7 +27,6 @@ SEARCH_QUERY_ECHO_CHARS = 80  # the query is repeated in the answer's first line
 SEARCH_QUERY_MAX_WORDS = 64  # words (Chinese: 2-character words) of a query searched; the rest is ignored
 SEARCH_WEIGHTS = (3.0, 10.0, 6.0, 1.0)  # BM25 weights of path, title, lead, body (bench/search_bench.py)
 SEARCH_RRF_K = 60  # reciprocal rank fusion: a note's score is the sum of 1 / (K + its rank) in each list
-SEARCH_COPIES_NAMED = 3  # sync-conflict copies named in a hit's line about them
 LIST_MAX_NOTES = 200
 LIST_OUTPUT_CHARS = 6000
 
@@ -134,7 +133,7 @@ def _search(idx: Index, query: str, rest: str, parsed: tuple, tags: list, lo: st
         hits = [(path, title, None) for path, title in idx.conn.execute(
             f"SELECT path, title FROM notes n WHERE {where} ORDER BY mtime_ns DESC, path LIMIT ?",
             (*args, SEARCH_MAX_HITS))]
-        return _format_hits(idx, tags, hits, total, 0, where_text, query, "newest first")
+        return _format_hits(idx, _tag_patterns(tags), hits, total, 0, where_text, query, "newest first")
     vector, notice = embeddings.query_vector(idx, embedder, query) if embedder and not tags else (None, "")
     depth = embeddings.EMBED_NOTES if vector else SEARCH_MAX_HITS  # fusion reranks a deeper list
     qkey, hits = title_key(rest.replace('"', " ")), []
@@ -161,7 +160,8 @@ def _search(idx: Index, query: str, rest: str, parsed: tuple, tags: list, lo: st
     if vector:
         by_meaning = [hit for hit in embeddings.notes_by_meaning(idx, vector, lo, hi) if not _hidden_copy(idx, hit[0])]
         hits = hits[:every] + _fuse(hits[every:], by_meaning, {path for path, _, _ in hits[:every]})
-    text = _format_hits(idx, words, hits[:SEARCH_MAX_HITS], total, some_only, where_text, query)
+    patterns = _line_patterns(words) + _tag_patterns(tags)
+    text = _format_hits(idx, patterns, hits[:SEARCH_MAX_HITS], total, some_only, where_text, query)
     return f"{notice}\n{text}" if notice else text
 
 
@@ -186,9 +186,18 @@ def _copies_of(idx: Index, paths: list) -> dict:
 
 
 def _copies_line(path: str, names: list) -> str:
-    named = ", ".join(names[:SEARCH_COPIES_NAMED]) + (", …" if len(names) > SEARCH_COPIES_NAMED else "")
-    return (f"{path} has {len(names)} sync-conflict cop{'y' if len(names) == 1 else 'ies'}: {named}; compare and "
-            "merge, then delete the copies")
+    return (f"{path.rsplit('/', 1)[-1]} has {len(names)} sync-conflict cop{'y' if len(names) == 1 else 'ies'}: "
+            f"{_named(names)}; compare and merge, then delete the copies")
+
+
+def _named(names: list) -> str:
+    """Names joined with commas, as many as fit about one shown line, then "…"."""
+    shown = []
+    for name in names:
+        if shown and sum(len(n) + 2 for n in shown) + len(name) > SEARCH_LINE_CHARS:
+            return ", ".join(shown) + ", …"
+        shown.append(name)
+    return ", ".join(shown)
 
 
 def _fuse(by_words: list, by_meaning: list, placed: set) -> list:
@@ -202,7 +211,7 @@ def _fuse(by_words: list, by_meaning: list, placed: set) -> list:
     return sorted((hit_of[path] for path in score), key=lambda hit: -score[hit[0]])
 
 
-def _format_hits(idx: Index, words, hits, total_all: int, some_only: int, where: str, query: str,
+def _format_hits(idx: Index, patterns: list, hits, total_all: int, some_only: int, where: str, query: str,
                  order: str = "best first") -> str:
     """One block per hit, "path — title" then "  line-number: text" lines (a hit found by meaning alone has a line),
     and a line naming its sync-conflict copies if it has some."""
@@ -219,7 +228,7 @@ def _format_hits(idx: Index, words, hits, total_all: int, some_only: int, where:
     else:
         head = f"No note{where} has the words of {_quoted(query)}; notes close in meaning"
     head += f" ({by_meaning} shown for their meaning only)" if by_meaning and matched else ""
-    patterns, copies = _line_patterns(words), _copies_of(idx, [path for path, _, _ in hits])
+    copies = _copies_of(idx, [path for path, _, _ in hits])
     blocks, used = [], len(head) + 80  # room for the head and the closing "more" line
     for path, title, line in hits:
         lines = _best_lines(idx.kb, path, patterns, line)
@@ -242,6 +251,12 @@ def _quoted(query: str) -> str:
     if len(query) > SEARCH_QUERY_ECHO_CHARS:
         query = query[:SEARCH_QUERY_ECHO_CHARS].rstrip() + "…"
     return f"'{query}'" if '"' in query else f'"{query}"'
+
+
+def _tag_patterns(tags: list) -> list:
+    """Patterns marking where a note has the tag (or one nested in it): `#tag`, or in its `tags` property."""
+    return [re.compile(r"(?:(?<!\S)#|^\s*-\s*#?|^tags?:.*?(?<![\w/#]))" + re.escape(tag) + r"(?![\w-])", re.I)
+            for tag in tags]
 
 
 def _line_patterns(words: list) -> list:
@@ -320,6 +335,5 @@ def _copies_listed(copies: list) -> list:
     """The closing line about sync-conflict copies, so the person can resolve them; none without copies."""
     if not copies:
         return []
-    named = ", ".join(copies[:SEARCH_COPIES_NAMED]) + (", …" if len(copies) > SEARCH_COPIES_NAMED else "")
-    return [f"{len(copies)} sync-conflict cop{'y' if len(copies) == 1 else 'ies'} (marked above if shown): {named}; "
+    return [f"{len(copies)} sync-conflict cop{'y' if len(copies) == 1 else 'ies'} (marked above if shown): {_named(copies)}; "
             "compare each with its note, merge what differs, then delete the copy."]

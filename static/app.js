@@ -19,6 +19,7 @@ let view = {};  // what the log is drawing now: the open answer, reasoning, card
 let events = null;  // the EventSource
 let busy = false;
 const MAX_BODY = 1000000;  // web.py's MAX_BODY
+const PROPERTIES_OPEN = 8;  // a note with more properties shows them folded, so its text is in view
 
 function el(tag, className, text) {
   const node = document.createElement(tag);
@@ -136,9 +137,12 @@ function tagLink(tag) {
   return link;
 }
 
-// A note's front matter as a small table of its properties; its tags are links like the body's #tags.
+// A note's front matter as a small table of its properties (folded when long); its tags are links like the body's.
 function propertiesTable(properties) {
-  const table = el("table", "properties");
+  const box = el("details", "properties");
+  box.open = properties.length <= PROPERTIES_OPEN;
+  box.append(el("summary", "muted", `Properties (${properties.length})`));
+  const table = box.appendChild(el("table"));
   for (const [key, value] of properties) {
     const row = table.appendChild(el("tr"));
     row.append(el("th", "", key));
@@ -148,7 +152,7 @@ function propertiesTable(properties) {
       cell.append(key === "tags" ? tagLink(String(item)) : item === null ? "" : String(item));
     });
   }
-  return table;
+  return box;
 }
 
 // --- The conversation log ---

@@ -146,7 +146,7 @@ def test_sync_conflict_copies_are_named_by_their_note_not_shown_as_hits(tmp_path
     assert sorted(hits(out)) == ["Orphan.sync-conflict-20240105-101010-ABCDEF1.md", "work/Plan.md"]
     assert out.startswith("2 notes match")
     lines = [line.strip() for line in out.splitlines() if "sync-conflict cop" in line]
-    assert len(lines) == 1 and lines[0].startswith("work/Plan.md has 3 sync-conflict copies: Plan (Bob's")
+    assert len(lines) == 1 and lines[0].startswith("Plan.md has 3 sync-conflict copies: Plan (Bob's")
     listed = search.list_notes(kb, tmp_path / "index")
     assert "work/Plan.sync-conflict-20240105-101010-ABCDEF1.md — Plan" in listed
     marked = [line for line in listed.splitlines() if "[sync-conflict copy of" in line]

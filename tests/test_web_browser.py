@@ -204,7 +204,7 @@ def test_a_note_shows_its_properties_as_a_table_and_its_tags_search(open_page, k
     page.press("#query", "Enter")
     page.click("#side-body .search-hit a.note-link:has-text('plan.md')")
     page.wait_for_selector("#side-body h1:has-text('Plan')")
-    table = page.locator("#side-body table.properties")
+    table = page.locator("#side-body details.properties[open] table")
     assert table.locator("th").all_inner_texts() == ["title", "status", "tags"]
     assert table.locator("tr:has(th:text('status')) td").inner_text() == "draft"
     assert page.locator("#side-body h2").count() == 0 and "---" not in page.inner_text("#side-body")
