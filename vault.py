@@ -540,6 +540,8 @@ _CONFLICT_NAMES = [
 def conflict_of(rel_path: str) -> str | None:
     """The path of the note a sync-conflict copy was made from (Syncthing, Obsidian Sync, Nextcloud/ownCloud,
     Dropbox), in the same folder; None for a note that is not one."""
+    if "conflict" not in rel_path.lower():  # in every pattern: most paths need no parsing (the index asks for each)
+        return None
     path = PurePosixPath(rel_path)
     for pattern in _CONFLICT_NAMES:
         found = pattern.fullmatch(path.name)
