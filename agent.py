@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import context
 import replies
 import tools
+import vault
 from config import Settings, config_file, load_settings
 from db import notice
 
@@ -201,8 +202,11 @@ def _valid_json(arguments: str) -> str:
         return "{}"
 
 
-def system_message() -> dict:
-    return {"role": "system", "content": SYSTEM_PROMPT.format(today=date.today().isoformat())}
+def system_message(kb=None) -> dict:
+    today = date.today()
+    about_vault = vault.vault_prompt(kb, today) if kb else ""
+    return {"role": "system", "content": SYSTEM_PROMPT.format(today=today.isoformat())
+            + (f"\n{about_vault}" if about_vault else "")}
 
 
 def is_local(base_url: str) -> bool:
@@ -274,7 +278,7 @@ class Model:
         import openai
         retried, refused = set(), None
         while True:
-            messages = context.fit_to_budget([system_message()] + history, self.budget())
+            messages = context.fit_to_budget([system_message(self.settings.kb)] + history, self.budget())
             if messages == refused:  # nothing more can be left out: the window is too small for this request
                 raise self._too_small(refused_error)
             estimate = context.estimate_tokens(messages, tools.tool_schemas(self.settings))

@@ -183,7 +183,7 @@ def sync_chunks(idx: index.Index, embedder: Embedder) -> None:
             text = index.read_text(idx.kb, path)
             if text is not None:
                 notes.append((path, size, mtime_ns))
-                for seq, (line, body) in enumerate(chunks_of(title, text)):
+                for seq, (line, body) in enumerate(chunks_of(title, index.indexed_text(path, text))):
                     body = embedder.doc_prefix + body  # in the hash: another prefix means other vectors
                     rows.append((path, seq, line, hashlib.blake2b(body.encode(), digest_size=16).digest(), body))
         with index.writing(conn):

@@ -10,6 +10,7 @@ is incomplete (round limit, cut off by the length limit, or empty; the notice is
 import argparse
 import difflib
 import itertools
+import re
 import sys
 import threading
 from pathlib import Path
@@ -79,7 +80,7 @@ COMMANDS = {
     "/tools": "the tools the agent can use",
     "/search QUERY": "search the notes (no model needed)",
     "/list [FOLDER]": "list the notes, newest first",
-    "/read PATH [LINE]": "show a note (from line LINE on)",
+    "/read PATH [LINE]": "show a note (from line LINE on); PATH#Heading shows one section",
     "/links PATH": "what a note links to, and the notes that link to it",
     "/undo": "revert the agent's last change to a note",
     "/exit": "leave (Ctrl+D too)",
@@ -157,15 +158,15 @@ class Chat:
         return "ok"
 
     def read(self, argument: str) -> str:
-        """/read PATH [LINE]: a screenful of the note from that line, and the command that shows the next."""
+        """/read PATH[#Heading] [LINE]: a screenful of the note (or of that section) from that line, and the command
+        that shows the next."""
         path, _, line = argument.rpartition(" ")
         path, start = (path.strip(), int(line)) if path.strip() and line.isascii() and line.isdigit() else (argument, 1)
+        heading = re.fullmatch(r"(.+?\.(?:md|txt))#(.*\S.*)", path, re.I | re.S)  # notes/x.md#Setup > Linux
+        path, section = (heading[1], heading[2].strip()) if heading else (path, None)
         name, text = tools.note_text(self.settings, path, "")
-        if not text.splitlines():
-            return f"{name} is empty."
-        shown, end, total = tools.read_lines(text, start)
-        more = f"\n[… more: /read {name} {end + 1}]" if end < total else ""
-        return f"{name} (lines {start}-{end} of {total})\n" + "\n".join(shown) + more
+        return tools.note_part(name, text, start, section,
+                               lambda line, section: f"[… more: /read {name}{'#' + section if section else ''} {line}]")
 
     def do_help(self, argument: str) -> None:
         needs = "" if self.client else " (needs an API key)"
@@ -217,7 +218,7 @@ class Chat:
         conversation, settings = self.conversation, self.settings
         (tp, tc), (sp, sc) = conversation.turn_usage, conversation.session_usage()
         budget = (self.client or Model(settings)).budget()
-        sent = context.fit_to_budget([system_message()] + conversation.history, budget)
+        sent = context.fit_to_budget([system_message(settings.kb)] + conversation.history, budget)
         tokens = context.estimate_tokens(sent, tools.tool_schemas(settings))
         self.display.info(f"last answer : {counted(tp, tc, conversation.turn_calls, conversation.turn_unreported)} "
                           f"({conversation.turn_calls} API calls)\nconversation: {sp:,} prompt + {sc:,} completion "

@@ -6,7 +6,9 @@ test). `execute_tool(name, arguments, settings, ask, review)` is the one error b
 `ToolError` with a message for the model; it returns a `Result` and never raises (except KeyboardInterrupt,
 which ends the turn). It also holds the one approval policy: a tool that needs the person's yes describes it as
 an `Approval`, and `ask` (the UI's) answers it. Every path the model gives goes through notes.py's guard, and
-every change to a note is a versions.Change, planned, approved when the policy says so, then applied.
+every change to a note is a versions.Change, planned, approved when the policy says so, then applied; a text change
+that would break a note's front matter is refused before it is planned (one check, in _text_change). Sections,
+outlines and daily notes are read the way the vault's Obsidian reads them (vault.py).
 """
 
 import difflib
@@ -18,6 +20,8 @@ import time
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import PurePosixPath
 from typing import Callable, NamedTuple
 
 import embeddings
@@ -33,6 +37,8 @@ from notes import HISTORY_DIR, ToolError, is_note_path, rel, safe_path
 MAX_TOOL_OUTPUT = 8000  # characters; no tool result is longer
 MAX_NOTE_BYTES = 5_000_000  # larger files are not read whole, nor changed
 READ_MAX_LINES = 200  # read_note returns at most this many lines per call
+READ_ROOM = MAX_TOOL_OUTPUT - 300  # characters of note text one read shows, leaving room for its header and footer
+OUTLINE_MAX_CHARS = MAX_TOOL_OUTPUT // 3  # the outline a long note's first read starts with is cut to this
 EDIT_CLOSEST_LINES = 3  # lines shown when edit_note's old_text is not found
 HINT_WIDTH = 200  # characters of the passage compared, and of a long line shown
 # The hint for old_text that was not found must come back within about a second on any note
@@ -158,30 +164,63 @@ def note_text(settings: Settings, file_path: str, what: str = "file_path") -> tu
     return name, text
 
 
-def read_lines(text: str, start_line: int) -> tuple[list[str], int, int]:
-    """(the lines shown from start_line on, as many as fit one result; the last one's number; all lines)."""
+def read_lines(text: str, start_line: int, last_line: int | None = None, room: int = READ_ROOM) -> tuple:
+    """(the lines shown from start_line on, to last_line at most, as many as fit `room` characters; the last one's
+    number; all lines)."""
     lines = text.splitlines()
     if not 1 <= start_line <= len(lines):
         raise ToolError(f"line {start_line} is outside the note, which has {len(lines)} lines.",
                         f"Pass start_line from 1 to {len(lines)}.", "lines")
-    window = lines[start_line - 1:start_line - 1 + READ_MAX_LINES]
+    window = lines[start_line - 1:min(start_line - 1 + READ_MAX_LINES, last_line or len(lines))]
     ends = itertools.accumulate(len(line) + 1 for line in window)  # where each line ends in the result
-    shown = window[:sum(end <= MAX_TOOL_OUTPUT - 299 for end in ends)]
+    shown = window[:sum(end <= room + 1 for end in ends)]
     if not shown:  # a single enormous line
-        shown = [lines[start_line - 1][:MAX_TOOL_OUTPUT - 300] + " [… line cut]"]
+        shown = [lines[start_line - 1][:room] + " [… line cut]"]
     return shown, start_line + len(shown) - 1, len(lines)
 
 
-@tool("Read a note's text. Always read a note before quoting, summarising or changing it; never guess "
-      "its content. Long notes come in parts: pass start_line to read on.",
-      {"file_path": PATH, "start_line": ("integer", "First line to read (1-based). Default 1.")}, read_only=True)
-def read_note(settings: Settings, file_path: str, start_line: int = 1) -> str:
-    name, text = note_text(settings, file_path)
+def section_lines(text: str, section: str) -> tuple[int, int]:
+    """(heading line, last line) of a section of the note, by its heading (vault.find_section's rules)."""
+    try:
+        return vault.find_section(text, section)
+    except ValueError as exc:
+        raise ToolError(str(exc), kind="section") from None
+
+
+def note_part(name: str, text: str, start_line: int = 1, section: str | None = None, read_on=None) -> str:
+    """What read_note (and /read) show: the note, or one section of it, from start_line on, as much as one read holds;
+    a long note's first read starts with its outline. `read_on(line, section)`: the closing line saying how to read
+    on from that line (by default the model's words)."""
+    read_on = read_on or (lambda line, section: f"[… cut: call read_note with start_line={line}"
+                          + (f" and section={json.dumps(section, ensure_ascii=False)}" if section else "")
+                          + " to read on]")
     if not text.splitlines():
         return f"{name} is empty."
-    shown, end, total = read_lines(text, start_line)
-    footer = f"\n[… cut: call read_note with start_line={end + 1} to read on]" if end < total else ""
-    return f"{name} (lines {start_line}-{end} of {total})\n" + "\n".join(shown) + footer
+    first, last = section_lines(text, section) if section else (1, None)
+    start = start_line if section is None or first <= start_line <= last else first
+    shown, end, total = read_lines(text, start, last)
+    outline = vault.outline(text) if start == 1 and section is None and end < total else ""
+    head = ""
+    if outline:  # longer than one read: a map of it first, so the model can read the part it needs
+        if len(outline) > OUTLINE_MAX_CHARS:
+            outline = outline[:outline.rfind("\n", 0, OUTLINE_MAX_CHARS)] + "\n…"
+        head = f"{name} has {total} lines. Its headings, with the line each starts on:\n{outline}\n\n"
+        shown, end, total = read_lines(text, start, last, READ_ROOM - len(head))
+    part = f"; section {json.dumps(section, ensure_ascii=False)} ends at line {last}" if section else ""
+    footer = f"\n{read_on(end + 1, section)}" if end < (last or total) else ""
+    return head + f"{name} (lines {start}-{end} of {total}{part})\n" + "\n".join(shown) + footer
+
+
+@tool("Read a note's text. Always read a note before quoting, summarising or changing it; never guess "
+      "its content. Long notes come in parts: the first part starts with the note's outline (its headings and "
+      "their lines); pass section to read the part under one heading, or start_line to read on.",
+      {"file_path": PATH, "start_line": ("integer", "First line to read (1-based). Default 1."),
+       "section": ("string", "Optional: a heading of the note, e.g. 'Install' or 'Setup > Linux' (without the #s); "
+                             "only that section is read, to the next heading of the same or a higher level.")},
+      read_only=True)
+def read_note(settings: Settings, file_path: str, start_line: int = 1, section: str | None = None) -> str:
+    name, text = note_text(settings, file_path)
+    return note_part(name, text, start_line, section)
 
 
 @tool("A note's links: the notes and files it links to (each with the path it leads to, or unresolved) and the "
@@ -293,8 +332,34 @@ def _new_name(name: str) -> str:
 
 
 def _text_change(settings: Settings, approve, name: str, new_text, op: str, done: str) -> str:
-    return _change(settings, approve, lambda: versions.plan_text(settings.kb, name, new_text, op),
+    """A change of a note's text (`new_text`: the text, or a function of the text now); refused, nothing written,
+    if it would leave the note's front matter unreadable to Obsidian."""
+    compute = new_text if callable(new_text) else lambda text: new_text
+
+    def checked(text: str) -> str:
+        new = compute(text)
+        if problem := vault.front_matter_broken(text, new):
+            raise ToolError(f"that change would break the front matter (the properties between the '---' lines) of "
+                            f"{name}: {problem}. Nothing was written.", "read_note it, then change the text so the "
+                            "front matter stays valid.")
+        return new
+    return _change(settings, approve, lambda: versions.plan_text(settings.kb, name, checked, op),
                    f"Make this change to {name}?", done)
+
+
+def _new_note(settings: Settings, name: str) -> tuple[str, str]:
+    """(the text a new note starts with, words saying so): today's daily note starts from the vault's daily-note
+    template, filled in as Obsidian fills it; any other note from nothing."""
+    daily, now = vault.daily_note_settings(settings.kb), datetime.now()
+    if not daily["template"] or name != vault.daily_note_path(daily, now):
+        return "", ""
+    template = daily["template"] if daily["template"].lower().endswith(".md") else daily["template"] + ".md"
+    try:
+        _, text = note_text(settings, template)
+    except ToolError:
+        return "", f" (the daily-note template {template} could not be read, so it started empty)"
+    filled = vault.fill_template(_lf(text), PurePosixPath(name).stem, now, daily["format"])
+    return filled, f" from the template {template}"
 
 
 def _lf(text: str) -> str:
@@ -371,22 +436,34 @@ def edit_note(settings: Settings, file_path: str, old_text: str, new_text: str, 
     return _text_change(settings, approve, name, replace_once, "edit", f"Edited {name}; {KEPT}")
 
 
-@tool("Add text at the end of a note (journals, to-do lists, meeting logs), on a new line. Creates "
-      "the note if it does not exist.",
-      {"file_path": PATH, "content": ("string", "The Markdown text to add at the end.")}, destructive=False)
-def append_note(settings: Settings, file_path: str, content: str, *, approve) -> str:
+@tool("Add text at the end of a note (journals, to-do lists, meeting logs), on a new line, or at the end of "
+      "one section of it. Creates the note if it does not exist (today's daily note from the vault's template).",
+      {"file_path": PATH, "content": ("string", "The Markdown text to add at the end."),
+       "section": ("string", "Optional: a heading of the note, e.g. 'Tasks'; the text goes at the end of that "
+                             "section. The heading must exist: nothing is written otherwise.")}, destructive=False)
+def append_note(settings: Settings, file_path: str, content: str, section: str | None = None, *, approve) -> str:
     path = safe_path(settings.kb, file_path)
     name = rel(settings.kb, path)
     if not content.strip():
         raise ToolError("content is empty; nothing to append.")
     content = _lf(content) if content.endswith("\n") else _lf(content) + "\n"
+
+    def added(text: str) -> str:
+        if section is None:
+            return text + ("" if not text or text.endswith("\n") else "\n") + content
+        try:
+            return vault.append_to_section(text, section, content)
+        except ValueError as exc:
+            raise ToolError(f"{exc} Nothing was written.", "Pass one of these headings as section, or leave section "
+                            "out to add at the end of the note.", "section") from None
+
+    where = f"the end of the section {json.dumps(section, ensure_ascii=False)} of" if section else "the end of"
     if not path.exists() and not path.is_symlink():
-        return _text_change(settings, approve, _new_name(name), content, "write",
-                            f"Created {name} with the content (it did not exist).")
+        start, how = _new_note(settings, _new_name(name))
+        return _text_change(settings, approve, name, lambda _: added(start), "write",
+                            f"Created {name}{how} (it did not exist) and added the content at {where} it.")
     _changeable(settings, path)
-    return _text_change(settings, approve, name,
-                        lambda text: text + ("" if not text or text.endswith("\n") else "\n") + content,
-                        "append", f"Appended to the end of {name}.")
+    return _text_change(settings, approve, name, added, "append", f"Appended to {where} {name}.")
 
 
 @tool("Create a new note (.md or .txt); folders are created as needed. It refuses to replace an "
@@ -398,7 +475,10 @@ def write_note(settings: Settings, file_path: str, content: str, overwrite: bool
     path = safe_path(settings.kb, file_path)
     name = rel(settings.kb, path)
     if not path.exists() and not path.is_symlink():
-        return _text_change(settings, approve, _new_name(name), _lf(content), "write", f"Created {name}.")
+        start, how = _new_note(settings, _new_name(name))
+        text = start + ("" if not start or start.endswith("\n") else "\n") + _lf(content)
+        return _text_change(settings, approve, name, text, "write", f"Created {name}{how}"
+                            + (", with the content after it." if start else "."))
     _changeable(settings, path)
     if not overwrite:
         raise ToolError(f"{name} already exists; nothing was written.", "To change part of it use edit_note, to add "

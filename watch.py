@@ -3,8 +3,8 @@ of comparing every note's size and time (at 89,600 notes a warm search takes 1.8
 
 A `Watcher` watches the folders index.py's walk found; `changes()` gives the notes (and the other files links may
 lead to) that changed since, or None when only a full walk can tell (a folder changed, events were lost, a name is
-not UTF-8). Where inotify is missing or its watch limit is reached, `start` fails and the index walks every
-time. It never reads a note.
+not UTF-8, or one of the files in `walk_again` changed: settings that decide which notes count). Where inotify is
+missing or its watch limit is reached, `start` fails and the index walks every time. It never reads a note.
 """
 
 import ctypes
@@ -33,11 +33,12 @@ def is_utf8(path: str) -> bool:
 
 
 class Watcher:
-    def __init__(self):
+    def __init__(self, walk_again=frozenset()):
         self.fd = libc().inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         if self.fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1 failed")
         self.folder_of: dict[int, str] = {}  # watch descriptor -> folder relative to the notes
+        self.walk_again = walk_again  # paths (relative to the notes) whose change means a full walk
 
     def watch(self, abs_dir: Path, rel_dir: str) -> None:
         wd = libc().inotify_add_watch(self.fd, os.fsencode(abs_dir), _WATCH_MASK)
@@ -64,7 +65,7 @@ class Watcher:
                 name = os.fsdecode(data[at + _EVENT.size:at + _EVENT.size + length].rstrip(b"\0"))  # as the walk's
                 at += _EVENT.size + length
                 path = f"{self.folder_of[wd]}/{name}".lstrip("/")
-                if mask & _IN_FOLDER or not is_utf8(path):
+                if mask & _IN_FOLDER or not is_utf8(path) or path in self.walk_again:
                     return None
                 if not is_hidden_name(name):  # a note, or an attachment a link may lead to
                     changed[path] = None

@@ -46,6 +46,7 @@ import links
 import search
 import sessions
 import tools
+import vault
 import versions
 from config import Settings
 from context import content_text
@@ -295,7 +296,11 @@ class App(agent.UI):
     def note(self, path: str) -> dict:
         try:
             name, text = tools.note_text(self.settings, path, "")
-            return {"path": name, "text": text, **note_links(self.settings, name, text)}
+            properties, body_line, _ = vault.front_matter(text)  # shown as a table, the body after it
+            head = "".join(text.splitlines(keepends=True)[:body_line - 1])
+            return {"path": name, "text": text, "properties": list(properties.items()),
+                    "body_start": len(head) + len(_ASTRAL.findall(head)),  # in UTF-16 code units, as the page counts
+                    **note_links(self.settings, name, text)}
         except (ToolError, OSError) as exc:  # the message, not the advice to the model about its tools
             reason = getattr(exc, "strerror", None) or getattr(exc, "message", None) or str(exc)
             raise HTTPError(404, f"Cannot open that note: {reason.rstrip('.')}.") from None

@@ -9,10 +9,15 @@ const $ = Object.fromEntries(["log", "send", "stop", "new", "undo", "where", "ba
   "side", "side-title", "side-body", "sessions", "show-sessions", "side-close", "search", "query"]
   .map((id) => [id, document.getElementById(id)]));
 const NOTE_PATH = /[\p{L}\p{N}_\-.\/]*[\p{L}\p{N}_\-]\.(?:md|txt)(?![\p{L}\p{N}_])/gu;
-let view = {};  // what the log is drawing now: the open answer, reasoning, cards waiting for results
+// A tag as Obsidian reads one (vault.py's _TAG): after a space or at the start, at least one letter or "_".
+const TAG = /(?<!\S)#([\p{L}\p{M}\p{N}_\/-]*[\p{L}_][\p{L}\p{M}\p{N}_\/-]*)/gu;
+// Paths a tool named at a line's start ("path — title", "path (lines …", "~ path  +3 −1", "→ a.md → b.md").
+const TOOL_PATH = /^(?:[~+\-→] )?(.+?\.(?:md|txt))(?= — | \(| {2}| has \d| is empty| → |$)/gmu;
+let view = {};  // what the log is drawing now: the open answer, reasoning, cards waiting for results, paths seen
 let events = null;  // the AbortController of the event stream
 let busy = false;
 const MAX_BODY = 1000000;  // web.py's MAX_BODY
+const PROPERTIES_OPEN = 8;  // a note with more properties shows them folded, so its text is in view
 // The key web.py gave this page, kept by the browser for this address only (another port is another origin) and
 // sent in a header, never as a cookie: cookies go to every port of 127.0.0.1, and another user may listen there.
 const KEY = "knowledge-agent key";
@@ -109,21 +114,43 @@ function renderMarkdown(text, base = "", links = null) {
   const fragment = DOMPurify.sanitize(html, PURIFY);
   noteLinks = {prefix: null, links: []};
   linkNotePaths(fragment);
+  linkMatches(fragment, TAG, "a, pre, code", (match) => tagLink(match[1].replace(/\/+$/, "")));
   return fragment;
 }
 
-// Cited paths ("see python.md") become links that open the note beside the chat.
+// Cited paths ("see python.md") become links that open the note beside the chat; a path a tool named this
+// conversation is linked whole, spaces and all ("Projects/Alpha/Alpha roadmap.md").
 function linkNotePaths(root) {
+  linkMatches(root, notePathPattern(), "a, pre", (match) => noteLink(match[0]));
+}
+
+function notePathPattern() {
+  if (!view.paths || !view.paths.size) return NOTE_PATH;
+  if (view.pattern && view.pattern.size === view.paths.size) return view.pattern.regex;
+  const seen = [...view.paths].sort((a, b) => b.length - a.length);  // the longest first: "a b.md" before "b.md"
+  const escaped = seen.map((path) => path.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&"));
+  const whole = `(?<![\\p{L}\\p{N}_\\-./])(?:${escaped.join("|")})(?![\\p{L}\\p{N}_])`;  // not inside a longer path
+  const regex = new RegExp(`${whole}|${NOTE_PATH.source}`, "gu");
+  view.pattern = {size: view.paths.size, regex};
+  return regex;
+}
+
+function learnPaths(text) {
+  for (const match of (text || "").matchAll(TOOL_PATH)) view.paths.add(match[1]);
+}
+
+// Each match of `pattern` in the text outside `skip` elements becomes the node make(match) returns.
+function linkMatches(root, pattern, skip, make) {
   const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT, {
-    acceptNode: (node) => node.parentElement && node.parentElement.closest("a, pre") ?
+    acceptNode: (node) => node.parentElement && node.parentElement.closest(skip) ?
       NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT});
   const found = [];
-  while (walker.nextNode()) if (walker.currentNode.data.search(NOTE_PATH) >= 0) found.push(walker.currentNode);
+  while (walker.nextNode()) if (walker.currentNode.data.search(pattern) >= 0) found.push(walker.currentNode);
   for (const node of found) {
     const parts = document.createDocumentFragment();
     let last = 0;
-    for (const match of node.data.matchAll(NOTE_PATH)) {
-      parts.append(node.data.slice(last, match.index), noteLink(match[0]));
+    for (const match of node.data.matchAll(pattern)) {
+      parts.append(node.data.slice(last, match.index), make(match));
       last = match.index + match[0].length;
     }
     parts.append(node.data.slice(last));
@@ -136,6 +163,31 @@ function noteLink(path, text = path) {
   link.href = "#";
   link.dataset.note = path;
   return link;
+}
+
+function tagLink(tag) {
+  const link = el("a", "tag", "#" + tag);
+  link.href = "#";
+  link.dataset.tag = tag;
+  return link;
+}
+
+// A note's front matter as a small table of its properties (folded when long); its tags are links like the body's.
+function propertiesTable(properties) {
+  const box = el("details", "properties");
+  box.open = properties.length <= PROPERTIES_OPEN;
+  box.append(el("summary", "muted", `Properties (${properties.length})`));
+  const table = box.appendChild(el("table"));
+  for (const [key, value] of properties) {
+    const row = table.appendChild(el("tr"));
+    row.append(el("th", "", key));
+    const cell = row.appendChild(el("td"));
+    (Array.isArray(value) ? value : [value]).forEach((item, i) => {
+      if (i) cell.append(", ");
+      cell.append(key === "tags" ? tagLink(String(item)) : item === null ? "" : String(item));
+    });
+  }
+  return box;
 }
 
 // --- The conversation log ---
@@ -185,6 +237,9 @@ function firstLine(text) {
 
 function showToolCall(event) {
   closeAnswer();
+  try {
+    for (const value of Object.values(JSON.parse(event.arguments))) learnPaths(String(value).split("\n")[0]);
+  } catch { /* arguments that are not JSON name no path */ }
   const card = add(el("details", "card"));
   const summary = el("summary");
   summary.append(el("span", "tool", "→ " + event.name + " "), el("span", "muted", compact(event.arguments)));
@@ -197,6 +252,7 @@ function compact(argumentsText) {
 }
 
 function showToolResult(event) {
+  learnPaths(event.text);
   const card = view.cards.shift() || add(el("details", "card"));
   const changed = /^[~+\-→] /.test(event.text) && !event.error;
   card.classList.add(event.error ? "error" : changed ? "change" : "ok");
@@ -313,7 +369,7 @@ async function loadState() {
   }
   banner(state.chat ? "" : "Chat is off: no API key (see the terminal). The search box and notes work.");
   $.where.textContent = `${state.model} · ${state.kb}` + (state.shell ? " · shell on" : "");
-  view = {answer: null, reasoning: null, cards: []};
+  view = {answer: null, reasoning: null, cards: [], paths: new Set()};
   $.log.replaceChildren();
   setBusy(false);
   for (const item of state.items) handle(item);
@@ -391,8 +447,13 @@ async function openNote(path) {
   try {
     const note = await api(`/api/note?path=${encodeURIComponent(path)}`);
     $["side-title"].textContent = note.path;
-    body.replaceChildren(renderMarkdown(note.text, note.path.split("/").slice(0, -1).join("/"), note.links),
+    // The body, after the front matter (shown as a table): its links' places counted from where it starts.
+    const start = note.body_start;
+    const links = note.links.filter((link) => link.start >= start)
+      .map((link) => ({...link, start: link.start - start, end: link.end - start}));
+    body.replaceChildren(renderMarkdown(note.text.slice(start), note.path.split("/").slice(0, -1).join("/"), links),
                          backlinksView(note.backlinks));
+    if (note.properties.length) body.prepend(propertiesTable(note.properties));
   } catch (error) {
     body.replaceChildren(el("p", "notice error", error.message));
   }
@@ -455,10 +516,11 @@ async function toggleSessions() {
 // --- Wiring ---
 
 document.addEventListener("click", (event) => {
-  const link = event.target.closest("a[data-note]");
+  const link = event.target.closest("a[data-note], a[data-tag]");
   if (!link) return;
   event.preventDefault();
-  openNote(link.dataset.note);
+  if (link.dataset.tag) search("tag:" + link.dataset.tag);
+  else openNote(link.dataset.note);
 });
 $.composer.addEventListener("submit", (event) => { event.preventDefault(); send(); });
 $.message.addEventListener("keydown", (event) => {

@@ -367,3 +367,45 @@ def test_a_move_is_reviewed_with_each_file_it_rewrites_and_one_undo_takes_it_all
     page.click("#undo")
     page.wait_for_selector(".notice:has-text('Undid the move of vim.md → editors/vi.md')")
     assert {path: path.read_bytes() for path in kb.rglob("*.md")} == before
+
+
+def test_a_note_shows_its_properties_as_a_table_and_its_tags_search(open_page, kb):
+    (kb / "plan.md").write_text("---\ntitle: The plan\ntags: [devops/ci]\nstatus: draft\n---\n# Plan\n\n"
+                                "Ship it. #release\n", encoding="utf-8")
+    (kb / "ci.md").write_text("# CI\n\nPipelines #devops\n", encoding="utf-8")
+    page = open_page()
+    page.fill("#query", "ship")
+    page.press("#query", "Enter")
+    page.click("#side-body .search-hit a.note-link:has-text('plan.md')")
+    page.wait_for_selector("#side-body h1:has-text('Plan')")
+    table = page.locator("#side-body details.properties[open] table")
+    assert table.locator("th").all_inner_texts() == ["title", "status", "tags"]
+    assert table.locator("tr:has(th:text('status')) td").inner_text() == "draft"
+    assert page.locator("#side-body h2").count() == 0 and "---" not in page.inner_text("#side-body")
+    assert page.locator("#side-body p a.tag").inner_text() == "#release"
+    table.locator("a.tag").click()  # the tag in the properties: a tag search, nested tags included
+    page.wait_for_selector("#side-title:has-text('Search: tag:devops/ci')")
+    page.wait_for_selector("#side-body .search-hit a.note-link:has-text('plan.md')")
+    page.fill("#query", "tag:devops")
+    page.press("#query", "Enter")
+    page.wait_for_selector("#side-body .search-hit a.note-link:has-text('ci.md')")
+    assert sorted(page.locator("#side-body .search-hit a.note-link").all_inner_texts()) == ["ci.md", "plan.md"]
+
+
+def test_a_cited_path_with_spaces_links_whole_and_opens(open_page, kb, fake_llm):
+    (kb / "Projects" / "Alpha").mkdir(parents=True)
+    (kb / "Projects/Alpha/Alpha roadmap.md").write_text("# Alpha roadmap\n\nBeta in May.\n", encoding="utf-8")
+    fake_llm.replies += [{"tool_calls": [{"name": "read_note",
+                                          "arguments": json.dumps({"file_path": "Projects/Alpha/Alpha roadmap.md"})}]},
+                         {"content": "Beta ships in May (Projects/Alpha/Alpha roadmap.md); see also vim.md."}]
+    page = open_page()
+    ask(page, "when is the beta?")
+    page.wait_for_selector(".msg.answer:has-text('Beta ships')")
+    answered(page)
+    links = page.locator(".msg.answer a.note-link")
+    assert links.all_inner_texts() == ["Projects/Alpha/Alpha roadmap.md", "vim.md"]
+    links.first.click()
+    page.wait_for_selector("#side-body h1:has-text('Alpha roadmap')")
+    assert page.inner_text("#side-title") == "Projects/Alpha/Alpha roadmap.md"
+    page.reload()  # the path is learnt again from the saved conversation
+    page.wait_for_selector(".msg.answer a.note-link:has-text('Projects/Alpha/Alpha roadmap.md')")
