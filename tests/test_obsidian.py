@@ -75,7 +75,7 @@ def test_the_title_comes_from_front_matter_and_the_lead_starts_after_it(tmp_path
     out = find(kb.resolve(), "draft")
     assert "a.md — Re: the plan" in out and "b.md — Real heading" in out
     row = index._row(kb.resolve(), "a.md", None)
-    assert "Intro words." in row[-2] and "status" not in row[-2]  # the lead: the body's first paragraph
+    assert "Intro words." in row[-3] and "status" not in row[-3]  # the lead: the body's first paragraph
 
 
 def test_tag_search_finds_exactly_the_tagged_notes_nested_tags_included(tmp_path, find):
