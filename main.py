@@ -290,7 +290,10 @@ def repl(settings: Settings, client, display: Display, conversation: sessions.Co
 
 
 def shell_banner(settings: Settings) -> str:
-    if problem := shell.sandbox_problem():
+    if (problem := shell.sandbox_problem()) and not settings.shell_unsandboxed:
+        return (f"shell is OFF: {problem}. To use it anyway, knowing commands then run as you and can change "
+                "anything you can, set SHELL_UNSANDBOXED=1 (each command is still asked about).")
+    if problem:
         return (f"shell is ON WITHOUT A SANDBOX: {problem}. The model can run commands as you in {settings.kb}; "
                 "every command is asked about, even with --yes.")
     approval = "commands run without asking (--yes)" if settings.auto_approve else "you approve each command"
@@ -359,6 +362,8 @@ def run(args, display: Display) -> int:
         return repl(settings, client, display, conversation)
     if args.verbose:
         display.info(f"model {settings.model} at {settings.base_url} · notes {settings.kb}")
+    if settings.allow_shell and shell.sandbox_problem():  # said once: a one-shot run has no banner
+        display.info(shell_banner(settings))
     chat = Chat(settings, client, display, conversation)
     # The one question, or each piped line a turn of one conversation (/commands too) until "exit" or EOF.
     typed = [question] if question else (line.strip() for line in sys.stdin if line.strip())

@@ -49,7 +49,7 @@ def served_tools(settings: Settings) -> dict[str, dict]:
     served = {}
     for name, tool in tools.offered(settings).items():
         if (settings.mcp_allow_destructive or not tool.asks) and (settings.mcp_allow_shell or tool.opt_in is None):
-            function = tool.schema["function"]
+            function = tools.described(tool)["function"]
             hints = {"readOnlyHint": tool.read_only}
             if not tool.read_only:  # destructiveHint means something only for a tool that writes
                 hints["destructiveHint"] = tool.destructive

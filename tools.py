@@ -593,12 +593,15 @@ def _linked_here(backlinks: list) -> str:
     return f" {_count(len(sources), 'note')} link{'s' * (len(sources) == 1)} here: {named}."
 
 
+SANDBOXED = ("It runs in a sandbox: it can read the notes but not change them (use the note tools, which can be "
+             "undone), and it can write only to $TMPDIR.")
+
+
 @tool("Run one bash command in the notes folder and get exit_code, stdout and stderr (long output keeps "
       "its head and tail). Use it for what the note tools cannot do: counting or finding files "
-      "(find, wc, grep), dates and sizes, or a script the person asks you to run. It runs in a sandbox: "
-      "it can read the notes but not change them (use the note tools, which can be undone), and it can "
-      "write only to $TMPDIR. The person approves every command; stdin is closed, so nothing "
-      "interactive works; commands that run too long are stopped.",
+      f"(find, wc, grep), dates and sizes, or a script the person asks you to run. {SANDBOXED} The person "
+      "approves every command; stdin is closed, so nothing interactive works; commands that run too long are "
+      "stopped.",
       {"command": ("string", "The command, e.g. \"find . -name '*.md' | wc -l\".")}, asks=True,
       opt_in="allow_shell")
 def bash(settings: Settings, command: str, *, approve) -> str:
@@ -613,12 +616,25 @@ def bash(settings: Settings, command: str, *, approve) -> str:
 # --- Running one call ---
 
 def offered(settings: Settings) -> dict[str, Tool]:
-    """The tools these settings offer the model: all but the opt-in ones not switched on."""
-    return {name: t for name, t in TOOLS.items() if t.opt_in is None or getattr(settings, t.opt_in)}
+    """The tools these settings offer the model: all but the opt-in ones not switched on, and the shell only where
+    its sandbox works or the person insisted on it without one (SHELL_UNSANDBOXED=1)."""
+    shell_usable = settings.shell_unsandboxed or shell.sandbox_problem() is None
+    return {name: t for name, t in TOOLS.items() if t.opt_in is None or getattr(settings, t.opt_in) and shell_usable}
+
+
+def described(chosen: Tool) -> dict:
+    """The tool's schema, its description true of this machine: the shell's says when it has no sandbox here."""
+    problem = shell.sandbox_problem() if chosen.opt_in == "allow_shell" else None
+    if not problem:
+        return chosen.schema
+    function = chosen.schema["function"]
+    text = function["description"].replace(SANDBOXED, f"It runs WITHOUT a sandbox on this machine ({problem}): as "
+                                           "the person, able to change or delete anything they can, notes included.")
+    return {**chosen.schema, "function": {**function, "description": text}}
 
 
 def tool_schemas(settings: Settings) -> list[dict]:
-    return [t.schema for t in offered(settings).values()]
+    return [described(t) for t in offered(settings).values()]
 
 
 def clean_text(text: str) -> str:
@@ -684,6 +700,9 @@ def execute_tool(name: str, arguments, settings: Settings, ask=None, review: boo
     try:
         known = offered(settings)
         if name not in known:
+            if name in TOOLS and settings.allow_shell:
+                raise ToolError(f"the shell tool is off: {shell.sandbox_problem()}.", "The person can set "
+                                "SHELL_UNSANDBOXED=1 to use it anyway; until then use the note tools.")
             if name in TOOLS:
                 raise ToolError("the shell tool is disabled.", "The person can enable it by starting with "
                                 "--allow-shell (or ALLOW_SHELL=1); until then use the note tools.")
