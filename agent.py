@@ -18,6 +18,7 @@ import time
 from datetime import date
 from urllib.parse import urlsplit
 
+import citations
 import context
 import replies
 import tools
@@ -38,7 +39,8 @@ LOCAL_OUTPUT_CAP, OTHER_OUTPUT_CAP = 2048, 4096
 SYSTEM_PROMPT = """You are knowledge-agent, an assistant for the person's own notes (a folder of Markdown files).
 Today is {today}.
 - Answer from what the notes say. Search first (search_notes), then read_note the relevant hits before
-  answering; never guess what a note contains. Name the notes you used (their paths).
+  answering; never guess what a note contains. Cite the lines you rely on as path:line or path:start-end
+  (python.md:12-14); a quote must be word for word.
 - If the notes do not cover the question, say so plainly, then answer from general knowledge if useful,
   marked as such.
 - When asked to write a note, pick a short descriptive file name (e.g. git-cheatsheet.md) and write clean
@@ -69,8 +71,9 @@ class ContextTooLong(RequestRejected):
 
 class Answer(str):
     """The answer's text (a notice after it when it is incomplete); `complete` is False when the round limit, the
-    model's length limit or an empty reply cut it short, and `notice` says which."""
-    complete, notice = True, ""
+    model's length limit or an empty reply cut it short, and `notice` says which; `citations`: its citations checked
+    (a citations.Report)."""
+    complete, notice, citations = True, "", citations.NOTHING
 
 
 class UI:
@@ -85,6 +88,7 @@ class UI:
     def tool_call(self, name: str, arguments: str) -> None: ...
     def tool_result(self, name: str, result: tools.Result) -> None: ...
     def notice(self, text: str) -> None: ...  # the answer is incomplete: round limit, cut off, or empty
+    def citations(self, report: citations.Report) -> None: ...  # the answer's citations, checked
     def approve(self, approval: tools.Approval) -> bool | None: return None
 
 
@@ -425,4 +429,6 @@ def run_agent(question: str, history: list[dict] | None = None, settings: Settin
         ui.notice(notice)
     answer = Answer(reply.content + ("\n\n" if reply.content and notice else "") + notice)
     answer.complete, answer.notice = not notice, notice
+    answer.citations = citations.check(reply.content, history, turn_start, citations.reader(settings))
+    ui.citations(answer.citations)
     return answer

@@ -134,6 +134,14 @@ class Display(UI):
         self.end_answer()
         self.info(self._style("33", text))
 
+    def citations(self, report) -> None:
+        """After the answer, a line for each citation that does not hold, and one if no note was read for it."""
+        lines = [f"✗ {line}" for line in report.failed()] + [f"⚠ {report.unread}"] * bool(report.unread)
+        if lines:
+            self.end_answer()
+        for line in lines:
+            self.info(self._style("33", visible(line)))
+
     def approve(self, approval: tools.Approval) -> bool | None:
         """Ask at the terminal: a command shown whole, indented; `a` approves every command this session."""
         self._clear_status()

@@ -15,7 +15,8 @@ JSON, so the whole client path is exercised. A reply is a dict:
     {"content": as_text([{"name": "read_note", "arguments": "{…}"}], "tagged")}   a tool call written as text
 
 When the queue is empty, `responder(request_json)` makes the reply (default: a "demo brain" that searches,
-reads the first hit and answers from it, so `python tests/fake_server.py` gives a working offline demo).
+reads the first hit and answers from it, citing the lines it used, so `python tests/fake_server.py` gives a
+working offline demo).
 
 Modes of the whole server, as real ones behave:
 - `FakeLLM(context_limit=N, wording="openai")` answers 400 "too long" in CONTEXT_ERRORS[wording] when a
@@ -109,9 +110,15 @@ def demo_brain(request: dict) -> dict:
             if match:
                 return {"tool_calls": [{"name": "read_note", "arguments": json.dumps({"file_path": match[1]})}]}
             return {"content": "I found no note about that."}
-        if name == "read_note":
-            body = [line for line in last["content"].splitlines()[1:] if line.strip()][:3]
-            return {"content": "According to your note: " + " / ".join(body)}
+        if name == "read_note":  # the first three lines with text, and where they are: "python.md:1-4"
+            lines = last["content"].splitlines()
+            head = next((i for i, line in enumerate(lines) if re.match(r".+ \(lines \d+-", line)), None)
+            if head is None:
+                return {"content": "According to your note: " + " / ".join(lines[:3])}
+            path, first = re.match(r"(.+) \(lines (\d+)-", lines[head]).groups()
+            used = [(n, line) for n, line in enumerate(lines[head + 1:], int(first)) if line.strip()][:3]
+            cited = f" ({path}:{used[0][0]}-{used[-1][0]})" if used else ""
+            return {"content": "According to your note: " + " / ".join(line for _, line in used) + cited}
         return {"content": "Done:\n" + last["content"][:600]}
     question = last["content"]
     direct = _direct_request(question)
