@@ -11,6 +11,7 @@ JSON, so the whole client path is exercised. A reply is a dict:
     {"content": "slow", "hold_after": 1, "until": event}   stream 1 piece, then nothing until event.set()
     {"content": "steady", "pace": 0.05}   seconds between streamed pieces
     {"content": "hi", "prompt_tokens": 10}   the usage it reports; {"content": "hi", "usage": False}: none
+    {"content": "hi", "cache_hit_tokens": 8}   cache hits as DeepSeek reports them; "cached_tokens": as OpenAI does
     context_error("llamacpp", 1024, 1516)   HTTP 400 "too long" in that server's words (CONTEXT_ERRORS)
     {"content": as_text([{"name": "read_note", "arguments": "{…}"}], "tagged")}   a tool call written as text
 
@@ -331,7 +332,13 @@ def _usage(request: dict, reply: dict) -> dict | None:
         return None
     prompt = reply["prompt_tokens"] if "prompt_tokens" in reply else prompt_tokens(request)
     completion = len(reply.get("content") or "") // 4 + 1
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    if "cache_hit_tokens" in reply:  # DeepSeek's fields
+        usage |= {"prompt_cache_hit_tokens": reply["cache_hit_tokens"],
+                  "prompt_cache_miss_tokens": prompt - reply["cache_hit_tokens"]}
+    if "cached_tokens" in reply:  # OpenAI's
+        usage["prompt_tokens_details"] = {"cached_tokens": reply["cached_tokens"]}
+    return usage
 
 
 def _completion(request: dict, reply: dict) -> dict:
