@@ -11,6 +11,7 @@ from agent import run_agent
 from conftest import Recorder, StubClient, make_settings
 from test_cli import run_main
 from test_cli_habits import Terminal, clean_env, posix_only
+from test_web import make_web  # noqa: F401  (a fixture)
 
 
 def call(name: str, **arguments) -> dict:
@@ -153,3 +154,20 @@ def test_in_the_chat_the_failed_citations_follow_the_answer_before_the_next_prom
     assert after.index("⚠ No note was read for this answer") < after.rindex("\n> ")
     chat.send(b"\x04")
     assert chat.close() == 0
+
+
+def test_the_page_gets_the_report_before_done_and_again_after_a_reload(make_web, fake_llm):
+    fake_llm.replies = [call("read_note", file_path="python.md"),
+                        {"content": 'It says "装饰器很有用" (python.md:3); see python.md:99.'}]
+    page = make_web()
+    seen = []
+    page.until("done", page.ask("what does my python note say?"), seen)
+    kinds = [event["type"] for event in seen]
+    assert kinds.index("citations") == len(kinds) - 2  # after the whole answer, before done
+    event = seen[-2]
+    assert event == {"type": "citations", "unread": "", "checks": [
+        {"text": "python.md:3", "path": "python.md", "line": 3, "end": 3, "problem": "", "nth": 0},
+        {"text": "python.md:99", "path": "python.md", "line": 99, "end": 99, "problem": "the note has 4 lines",
+         "nth": 0}]}
+    items = page.get("/api/state")["items"]
+    assert [item["type"] for item in items][-2:] == ["text", "citations"] and items[-1] == event

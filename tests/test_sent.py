@@ -15,6 +15,7 @@ from agent import run_agent
 from conftest import Recorder, StubClient, make_settings
 from test_cli import run_main
 from test_cli_habits import Terminal, clean_env, posix_only
+from test_web import make_web  # noqa: F401  (a fixture)
 
 
 def call(name: str, **arguments) -> dict:
@@ -151,3 +152,12 @@ def test_time_is_kept_per_call(kb, tmp_path):
     conversation = conversation_with(make_settings(kb), [{"content": "hi"}], tmp_path)
     (when,) = conversation.store.conn.execute("SELECT time FROM calls").fetchone()
     assert before <= when <= time.time()
+
+
+def test_the_page_shows_the_same_report(make_web, fake_llm):
+    page = make_web()
+    assert page.get("/api/sent")["text"] == "Nothing has been sent in this conversation yet."
+    page.until("done", page.ask("find my vim notes"))
+    text = page.get("/api/sent")["text"]
+    assert "3 API calls: on this machine/network, nothing left the machine" in text and "    vim.md  lines 1-4" in text
+    assert page.get("/api/sent?all=1")["text"].startswith("What every conversation about ")
