@@ -3,18 +3,18 @@
     report(store, session_id, kb, everything=False) -> str    /sent (this conversation), /sent all (every one about kb)
 
 Everything comes from the session store, as it was recorded when it happened: each API call's row (its endpoint,
-model, tokens, cache hits and time: sessions.Conversation.add_usage) and the stored tool results, whose note lines
-(citations.shown) went out with every later call of their conversation (a request carries the conversation so far;
-a trimmed request may have carried less). Each call is priced at its own hour at the provider's published prices
+model, tokens, cache hits, time, and the last message stored then: sessions.Conversation.add_usage) and the stored
+tool results, whose note lines (citations.shown) went out with every later call of their conversation (a request
+carries the conversation so far; a trimmed request may have carried less). Each call is priced at its own hour at the provider's published prices
 (PRICES), cache hits apart; a provider or model without known prices gets tokens only. A server on this machine or
 its network (agent.is_local) is named as such: nothing left the machine for it. This module only reads: it never
 writes, nor calls a model.
 """
 
 import json
-import math
 import time
 from collections import defaultdict
+from decimal import Decimal
 from urllib.parse import urlsplit
 
 import citations
@@ -48,10 +48,10 @@ def price(endpoint: str, model: str, when: float, prompt: int, hits: int, comple
 
 
 def _dollars(amount: float) -> str:
-    """$1.25, $0.3936, $0.000046: two figures at least, however small."""
-    if amount >= 1 or not amount:
-        return f"${amount:,.2f}" if amount else "$0"
-    return f"${amount:.{min(max(4, 1 - math.floor(math.log10(amount))), 8)}f}"
+    """$1.25, $0.3936, $0.000046 (two figures of a small amount)."""
+    if amount >= 0.01 or not amount:
+        return f"${amount:,.2f}" if amount >= 1 or not amount else f"${amount:.4f}"
+    return "$" + format(Decimal(f"{amount:.2g}"), "f")
 
 
 def _count(number: int, thing: str) -> str:
@@ -115,17 +115,17 @@ class _Endpoint:
 
 
 def _tool_results(messages: list) -> dict[int, list]:
-    """{conversation: [(when, tool, arguments, result), ...]} from the stored assistant and tool messages."""
-    histories, times = defaultdict(list), defaultdict(list)
-    for session_id, when, body in messages:
+    """{conversation: [(message id, tool, arguments, result), ...]} from the stored assistant and tool messages."""
+    histories, ids = defaultdict(list), defaultdict(list)
+    for session_id, row, body in messages:
         try:
             message = json.loads(body.decode("utf-8"))
         except (AttributeError, ValueError):
             continue  # damaged: load_messages tells the person
         if isinstance(message, dict):
             histories[session_id].append(message)
-            times[session_id].append(when)
-    return {session_id: [(times[session_id][index], tool, arguments, result)
+            ids[session_id].append(row)
+    return {session_id: [(ids[session_id][index], tool, arguments, result)
                          for index, tool, arguments, result in citations.tool_results(history)]
             for session_id, history in histories.items()}
 
@@ -136,12 +136,12 @@ def report(store, session_id: int | None, kb, everything: bool = False) -> str:
         return "Nothing has been sent in this conversation yet."
     record = store.sent(None if everything else session_id, kb)
     endpoints: dict[tuple, _Endpoint] = {}
-    calls = defaultdict(list)  # conversation -> [(time, endpoint and model)] of its calls
+    calls = defaultdict(list)  # conversation -> [(the last message it carried, endpoint and model)] of its calls
     counted = defaultdict(lambda: [0, 0])  # conversation -> the tokens of its recorded calls
-    for sid, when, endpoint, model, reported, prompt, completion, hits in record.calls:
+    for sid, when, endpoint, model, reported, prompt, completion, hits, last_message in record.calls:
         group = endpoints.setdefault((endpoint, model), _Endpoint(endpoint, model))
         group.add(when, reported, prompt, completion, hits)
-        calls[sid].append((when, (endpoint, model)))
+        calls[sid].append((last_message or 0, (endpoint, model)))
         counted[sid][0], counted[sid][1] = counted[sid][0] + prompt, counted[sid][1] + completion
     # Tokens a conversation counted beyond its recorded calls: calls made before they were recorded.
     earlier = {sid: (prompt - counted[sid][0], completion - counted[sid][1])
@@ -151,8 +151,8 @@ def report(store, session_id: int | None, kb, everything: bool = False) -> str:
         group = endpoints.setdefault(EARLIER, _Endpoint(*EARLIER))
         group.prompt, group.completion = group.prompt + prompt, group.completion + completion
     for sid, results in _tool_results(record.messages).items():
-        for created, tool, arguments, result in results:
-            went = {key for when, key in calls[sid] if when >= created} or ({EARLIER} if sid in earlier else set())
+        for row, tool, arguments, result in results:
+            went = {key for last, key in calls[sid] if last > row} or ({EARLIER} if sid in earlier else set())
             for key in went:
                 citations.merge(endpoints[key].notes, citations.shown(tool, arguments, result))
                 endpoints[key].commands += tool == "bash"

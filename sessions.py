@@ -29,10 +29,10 @@ SCHEMA = [
     "created REAL NOT NULL, role TEXT NOT NULL, body TEXT NOT NULL, dropped INTEGER NOT NULL DEFAULT 0)",
     "CREATE INDEX IF NOT EXISTS messages_by_session ON messages(session_id, id)",
     # Each API call: where it went (the base URL without credentials), the model, what the server counted
-    # (reported 0: nothing), and when, for /sent (sent.py).
+    # (reported 0: nothing), when, and the last message stored then (its reply: it carried those before), for /sent.
     "CREATE TABLE IF NOT EXISTS calls (id INTEGER PRIMARY KEY, session_id INTEGER NOT NULL, time REAL NOT NULL, "
     "endpoint TEXT NOT NULL, model TEXT NOT NULL, reported INTEGER NOT NULL, prompt_tokens INTEGER NOT NULL, "
-    "completion_tokens INTEGER NOT NULL, cache_hit_tokens INTEGER NOT NULL)",
+    "completion_tokens INTEGER NOT NULL, cache_hit_tokens INTEGER NOT NULL, last_message INTEGER)",
     "CREATE INDEX IF NOT EXISTS calls_by_session ON calls(session_id, time)",
 ]
 LIST_LIMIT = 20  # conversations a listing shows
@@ -41,9 +41,9 @@ TITLE_CHARS, TITLE_SHOWN = 200, 60  # of the first question: kept as the title; 
 INFO = ("SELECT s.id, s.started, coalesce(s.title, ''), count(m.id), s.kb, s.prompt_tokens, s.completion_tokens "
         "FROM sessions s LEFT JOIN messages m ON m.session_id = s.id AND NOT m.dropped ")
 SessionInfo = namedtuple("SessionInfo", "id started title messages kb prompt_tokens completion_tokens")
-# What /sent reads: each call (session_id, time, endpoint, model, reported, prompt, completion, cache hits), each
-# assistant and tool message (session_id, created, body), dropped ones too (they were sent), and each conversation's
-# token totals {id: (prompt, completion)}, which also count calls made before calls were kept.
+# What /sent reads: each call (session_id, time, endpoint, model, reported, prompt, completion, cache hits,
+# last_message), each assistant and tool message (session_id, id, body), dropped ones too (they were sent), and each
+# conversation's token totals {id: (prompt, completion)}, which also count calls made before calls were kept.
 Sent = namedtuple("Sent", "calls messages totals")
 
 
@@ -148,9 +148,9 @@ class SessionStore:
         """What left this machine in conversation `session_id`, or (None) in every conversation about `kb`."""
         where, args = ("s.id = ?", (session_id,)) if session_id is not None else ("s.kb = ?", (str(kb),))
         calls = self._read(f"SELECT c.session_id, c.time, c.endpoint, c.model, c.reported, c.prompt_tokens, "
-                           f"c.completion_tokens, c.cache_hit_tokens FROM calls c JOIN sessions s ON s.id = "
-                           f"c.session_id WHERE {where} ORDER BY c.id", args)
-        messages = self._read(f"SELECT m.session_id, m.created, CAST(m.body AS BLOB) FROM messages m JOIN sessions s "
+                           f"c.completion_tokens, c.cache_hit_tokens, c.last_message FROM calls c JOIN sessions s "
+                           f"ON s.id = c.session_id WHERE {where} ORDER BY c.id", args)
+        messages = self._read(f"SELECT m.session_id, m.id, CAST(m.body AS BLOB) FROM messages m JOIN sessions s "
                               f"ON s.id = m.session_id WHERE {where} AND m.role IN ('assistant', 'tool') ORDER BY m.id",
                               args)
         totals = self._read(f"SELECT s.id, s.prompt_tokens, s.completion_tokens FROM sessions s WHERE {where}", args)
@@ -249,7 +249,8 @@ class Conversation:
         if endpoint and self.session_id is not None:
             self.store.write(lambda c: c.execute(
                 "INSERT INTO calls (session_id, time, endpoint, model, reported, prompt_tokens, completion_tokens, "
-                "cache_hit_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "cache_hit_tokens, last_message) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
+                "(SELECT max(id) FROM messages WHERE session_id = ?1))",
                 (self.session_id, time.time(), _without_credentials(endpoint[0]), endpoint[1], usage is not None,
                  *tokens_of(usage))))
         if usage is None:

@@ -70,17 +70,20 @@ def test_each_call_is_priced_at_its_own_hour_cache_hits_apart(kb, tmp_path):
 
 def test_unknown_prices_local_servers_and_unreported_usage_are_said_so(kb, tmp_path):
     openai = make_settings(kb, base_url="https://api.openai.com/v1", model="gpt-5.4-mini")
-    conversation = conversation_with(openai, [{"content": "hi", "prompt_tokens": 50, "cached_tokens": 20}], tmp_path)
+    conversation = conversation_with(openai, [{**call("read_note", file_path="python.md"), "usage": False},
+                                              {"content": "hi", "prompt_tokens": 50, "cached_tokens": 20}], tmp_path)
     local = make_settings(kb, base_url="http://127.0.0.1:9/v1", model="qwen3:8b")
     conversation_with(local, [call("read_note", file_path="vim.md"), {"content": "ok", "usage": False}], tmp_path,
                       conversation)
     text = report(conversation)
-    assert ("api.openai.com · gpt-5.4-mini · 1 API call\n  tokens: 50 sent (20 cache hits), 1 received\n"
-            "  cost: no published prices known (tokens only)\n") in text
+    assert ("api.openai.com · gpt-5.4-mini · 2 API calls\n  tokens: 50 sent (20 cache hits), 1 received (1 call "
+            "reported none)\n  cost: no published prices known (tokens only)\n  notes' text sent:\n"
+            "    python.md  lines 1-4\n127.0.0.1:9") in text
     assert "127.0.0.1:9 · qwen3:8b · 2 API calls: on this machine/network, nothing left the machine\n" in text
-    assert " received (1 call reported none)\n" in text
-    assert "  notes' text in the requests:\n    vim.md  lines 1-4\n" in text
-    assert "python.md" not in text  # never read
+    assert "  tokens: " in text.split("127.0.0.1:9")[1] and " received (1 call reported none)\n  notes'" in text
+    # what the conversation carried went to the endpoint it went on with; what was read there, there only
+    assert "  notes' text in the requests:\n    python.md  lines 1-4\n    vim.md  lines 1-4\n" in text
+    assert text.count("vim.md") == 1
 
 
 def test_an_older_sessions_file_is_upgraded_and_its_conversations_reported(kb, tmp_path):
