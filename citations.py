@@ -25,6 +25,7 @@ import json
 import re
 from typing import Callable, NamedTuple
 
+import tools
 from context import content_text
 from notes import ToolError
 
@@ -100,7 +101,6 @@ NOTHING = Report([])
 
 def reader(settings) -> Reader:
     """Reading a note as the tools do (the path guard, race-free, any encoding): tools.note_text."""
-    import tools  # here: tools imports most of the project, and this module is imported by the agent
     return lambda path: tools.note_text(settings, path, "")
 
 
