@@ -19,6 +19,7 @@ import math
 # a refused one a retry. CJK is ~1 token a character; prose ~4 characters a token, Markdown, code, JSON ~3.
 CHARS_PER_TOKEN = 3.5
 MESSAGE_OVERHEAD_TOKENS = 4  # what each message costs in the chat template
+TOOL_RESULT_OVERHEAD_TOKENS = 30  # and a tool result's marks (agent.py fences each one)
 TOOL_CALL_OVERHEAD_TOKENS = 8
 TRIM_TO = 0.5  # a trim cuts the request back to this share of the budget, so trims are rare
 HEAD_SHARE = 0.3  # the first turns kept through every trim, as a stable prefix the provider has cached
@@ -43,6 +44,7 @@ def content_text(content) -> str:
 
 def message_tokens(message: dict) -> int:
     n = MESSAGE_OVERHEAD_TOKENS + text_tokens(content_text(message.get("content")))
+    n += TOOL_RESULT_OVERHEAD_TOKENS if message.get("role") == "tool" else 0
     n += sum(text_tokens(message.get(key)) for key in ("reasoning_content", "name", "tool_call_id"))
     for call in message.get("tool_calls") or ():
         fn = call.get("function") or {}

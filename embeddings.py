@@ -167,9 +167,9 @@ def sync_chunks(idx: index.Index, embedder: Embedder) -> None:
         paths = sorted(idx.touched)
     else:
         paths = [p for (p,) in conn.execute(
-            "SELECT n.path FROM notes n LEFT JOIN chunk_notes c USING(path) WHERE c.path IS NULL "
-            "OR c.size IS NOT n.size OR c.mtime_ns IS NOT n.mtime_ns "
-            "UNION SELECT path FROM chunk_notes WHERE path NOT IN (SELECT path FROM notes)")]
+            "SELECT n.path FROM notes n LEFT JOIN chunk_notes c USING(path) WHERE NOT n.private AND (c.path IS NULL "
+            "OR c.size IS NOT n.size OR c.mtime_ns IS NOT n.mtime_ns) "
+            "UNION SELECT path FROM chunk_notes WHERE path NOT IN (SELECT path FROM notes WHERE NOT private)")]
     if paths:
         _COMPLETE.discard(idx.path)
     idx.touched.clear()
@@ -179,7 +179,8 @@ def sync_chunks(idx: index.Index, embedder: Embedder) -> None:
         marks = ",".join("?" * len(batch))
         rows, notes = [], []
         for path, title, size, mtime_ns in conn.execute(
-                f"SELECT path, title, size, mtime_ns FROM notes WHERE path IN ({marks})", batch).fetchall():
+                f"SELECT path, title, size, mtime_ns FROM notes WHERE path IN ({marks}) AND NOT private",
+                batch).fetchall():  # a private note is never embedded: its chunks, if it had some, go
             text = index.read_text(idx.kb, path)
             if text is not None:
                 notes.append((path, size, mtime_ns))
@@ -269,7 +270,7 @@ def notes_by_meaning(idx: index.Index, query_vector: list, lo: str, hi: str) -> 
         if score < floor or len(best) >= EMBED_NOTES:
             break
         for hit in idx.conn.execute("SELECT c.path, n.title, c.line FROM chunks c JOIN vectors v ON v.hash = c.hash "
-                                    "JOIN notes n ON n.path = c.path WHERE v.id = ? AND c.path >= ? AND c.path < ?",
+                                    "JOIN notes n ON n.path = c.path WHERE v.id = ? AND c.path >= ? AND c.path < ? AND NOT n.private",
                                     (vid, lo, hi)):
             best.setdefault(hit[0], hit)  # `closest` is best first: a note's first chunk here is its best
     return list(best.values())

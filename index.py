@@ -27,6 +27,7 @@ from pathlib import Path, PurePosixPath
 import db
 import links
 import notes
+import privacy
 import vault
 import watch
 from db import notice
@@ -36,7 +37,7 @@ INDEX_MAX_NOTE_BYTES = 2_000_000  # only the first 2 MB of a huge note are index
 INDEX_LEAD_CHARS = 400  # the opening paragraph, weighted as "lead"
 INDEX_BATCH = 500  # notes read and written together: bounds memory during a big build
 INDEX_PROGRESS_AFTER_S = 1.0  # a build running longer than this tells the person
-SCHEMA_VERSION = 6  # bump when the tables or the text preparation change: old indexes get rebuilt
+SCHEMA_VERSION = 7  # bump when the tables or the text preparation change: old indexes get rebuilt
 
 
 # --- Notes on disk ---
@@ -163,8 +164,10 @@ def _row(kb: Path, path: str, size_mtime):
     aliases = properties.get("aliases", [])
     tags = sorted({tag.casefold() for tag in vault.tags_of(text)})
     words = cjk_words if CJK_RUN.search(text) or CJK_RUN.search(path) else str  # most have no CJK
+    if privacy.is_private(kb, path, text):  # counted, and its links kept working by moves; never found
+        return (path, *size_mtime, "", "", "", "", "", None, 1, "", "", "", "", links.rows(text, path))
     return (path, *size_mtime, title.strip(), title_key(title), title_key(stem),
-            _keys([title_key(alias) for alias in aliases]), _keys(tags), vault.conflict_of(path),
+            _keys([title_key(alias) for alias in aliases]), _keys(tags), vault.conflict_of(path), 0,
             words(path[:-len(name)] + stem), words("\n".join([title, *aliases])), words(_lead_of(body)), words(text),
             links.rows(text, path))
 
@@ -173,7 +176,8 @@ def _row(kb: Path, path: str, size_mtime):
 _SCHEMA = [
     "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)",  # embeddings.py keeps its state here
     "CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, path TEXT UNIQUE NOT NULL, size INTEGER, "
-    "mtime_ns INTEGER, title TEXT, title_key TEXT, stem_key TEXT, alias_keys TEXT, tags TEXT, conflict_of TEXT)",
+    "mtime_ns INTEGER, title TEXT, title_key TEXT, stem_key TEXT, alias_keys TEXT, tags TEXT, conflict_of TEXT, "
+    "private INTEGER NOT NULL DEFAULT 0)",  # privacy.py's: a private note has no fts row, nor title or keys
     "CREATE INDEX IF NOT EXISTS notes_mtime ON notes(mtime_ns)",
     "CREATE INDEX IF NOT EXISTS notes_conflicts ON notes(conflict_of) WHERE conflict_of IS NOT NULL",
     "CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(path, title, lead, body, "
@@ -222,10 +226,15 @@ class Index:
 
     def refresh(self) -> None:
         changed, gone = self.watcher.changes() if self.watcher else None, []
+        kaignore, stored = str(privacy.signature(self.kb)), self._meta("kaignore")
+        if stored not in (None, kaignore):  # the person changed what is private: every note says again if it is
+            changed = None
         if changed is None:
             on_disk, self.unnamed, self.others = self.walk()
             known = {p: (s, m) for p, s, m in self.conn.execute("SELECT path, size, mtime_ns FROM notes")}
             changed = {p: st for p, st in on_disk.items() if known.get(p) != st}
+            if stored not in (None, kaignore):  # read whatever their stat says: what is private changed
+                changed = dict.fromkeys(on_disk)
             gone = [p for p in known if p not in on_disk]
         for path in [p for p in changed if not is_note_path(p)]:  # the watcher saw another file change
             del changed[path]
@@ -233,6 +242,13 @@ class Index:
         changed |= dict.fromkeys(self.pending)
         self.apply({p: st for p, st in changed.items() if not vault.is_excluded(p, self.excluded)}, gone)
         self.pending.clear()
+        if stored != kaignore:
+            with writing(self.conn):
+                self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('kaignore', ?)", (kaignore,))
+
+    def _meta(self, key: str) -> str | None:
+        found = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return found and found[0]
 
     def walk(self) -> tuple:
         """_walk's notes on disk; with inotify, a new watcher watches exactly the folders found, and the vault's
@@ -241,7 +257,7 @@ class Index:
         self.excluded = vault.ignore_filters(self.kb)
         if self.watch and self.can_watch:
             try:
-                self.watcher = watch.Watcher(walk_again={vault.APP_SETTINGS})
+                self.watcher = watch.Watcher(walk_again={vault.APP_SETTINGS, privacy.KAIGNORE})
                 self.watcher.watch(self.kb / vault.OBSIDIAN_DIR, vault.OBSIDIAN_DIR)
                 return _walk(self.kb, self.excluded, self.watcher)
             except (OSError, AttributeError):  # no inotify here, or its watch limit: compare every time
@@ -269,9 +285,9 @@ class Index:
                 rows = [row for row in (_row(self.kb, p, st) for p, st in batch) if row]
                 self.remove([p for p, _ in batch])  # the unreadable ones leave the index
                 self.conn.executemany("INSERT INTO notes(path, size, mtime_ns, title, title_key, stem_key, alias_keys, "
-                                      "tags, conflict_of) VALUES (?,?,?,?,?,?,?,?,?)", [r[:9] for r in rows])
+                                      "tags, conflict_of, private) VALUES (?,?,?,?,?,?,?,?,?,?)", [r[:10] for r in rows])
                 self.conn.executemany("INSERT INTO fts(rowid, path, title, lead, body) SELECT id, ?, ?, ?, ? "
-                                      "FROM notes WHERE path=?", [r[9:-1] + r[:1] for r in rows])
+                                      "FROM notes WHERE path=? AND NOT private", [r[10:-1] + r[:1] for r in rows])
                 self.conn.executemany(f"INSERT INTO links VALUES ({','.join('?' * len(links.ROW_COLUMNS))})",
                                       [link for r in rows for link in r[-1]])
                 if not told and time.monotonic() - started > INDEX_PROGRESS_AFTER_S:

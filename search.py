@@ -120,7 +120,7 @@ def _scope(lo: str, hi: str, tags: list) -> tuple:
     """The SQL condition on `notes n` (and its parameters) for the notes a search may find: in the folder, tagged
     with every tag asked for, and not a sync-conflict copy of a note that exists."""
     keys = [tag.casefold() for tag in tags]
-    return ("n.path >= ? AND n.path < ? AND " + _NOT_A_COPY + _TAGGED * len(keys),
+    return ("n.path >= ? AND n.path < ? AND NOT n.private AND " + _NOT_A_COPY + _TAGGED * len(keys),
             (lo, hi, *(key for tag in keys for key in (f"\n{tag}\n", f"\n{tag}/"))))
 
 
@@ -180,7 +180,7 @@ def _copies_of(idx: Index, paths: list) -> dict:
     """note -> the names of its sync-conflict copies, for the notes among `paths` that have some."""
     copies = {}
     rows = idx.conn.execute(f"SELECT conflict_of, path FROM notes WHERE conflict_of IN ({','.join('?' * len(paths))}) "
-                            "ORDER BY path", paths)
+                            "AND NOT private ORDER BY path", paths)
     for original, path in rows:
         copies.setdefault(original, []).append(path.rsplit("/", 1)[-1])
     return copies
@@ -309,8 +309,11 @@ def _listing(idx: Index, lo: str, hi: str) -> str:
     unnamed = sum(lo <= path < hi for path in idx.unnamed)  # paths that are not UTF-8 sort below hi too
     unlisted = [f"{unnamed} note file(s) not listed: their names are not UTF-8; rename them to see them here."
                 ] if unnamed else []
+    private = idx.conn.execute("SELECT count(*) FROM notes WHERE path >= ? AND path < ? AND private", (lo, hi))
+    unlisted += [f"{n} private note(s) not listed (the person keeps them from the model)."
+                 for n in private.fetchone() if n]
     rows = idx.conn.execute("SELECT path, title, mtime_ns, conflict_of FROM notes WHERE path >= ? AND path < ? "
-                            "ORDER BY mtime_ns DESC, path", (lo, hi)).fetchall()
+                            "AND NOT private ORDER BY mtime_ns DESC, path", (lo, hi)).fetchall()
     inside, total = [p[len(lo):] for p, _, _, _ in rows], len(rows)
     if not total:
         return "\n".join([f"No notes {where}.", *unlisted])
@@ -338,6 +341,12 @@ def _copies_listed(copies: list) -> list:
         return []
     return [f"{len(copies)} sync-conflict cop{'y' if len(copies) == 1 else 'ies'} (marked above if shown): {_named(copies)}; "
             "compare each with its note, merge what differs, then delete the copy."]
+
+
+def private_notes(kb: Path, index_dir: Path, watch: bool = True) -> set:
+    """The notes privacy.py keeps from every model (for the shell's sandbox, and what links may not name)."""
+    return with_index(kb, index_dir, watch, lambda idx: {path for path, in idx.conn.execute(
+        "SELECT path FROM notes WHERE private")})
 
 
 # --- Links ---

@@ -103,7 +103,8 @@ def demo_brain(request: dict) -> dict:
     """A rule-based stand-in for a model: search → read → answer, write a note, and the direct phrases below."""
     messages = request["messages"]
     last = messages[-1]
-    if last["role"] == "tool":
+    if last["role"] == "tool":  # a model reads the result between its marks (agent.py's fence)
+        last = {**last, "content": unfenced(last["content"])}
         call = _call_for(messages, last["tool_call_id"])
         name = call["function"]["name"] if call else ""
         if name == "search_notes":
@@ -137,6 +138,12 @@ def demo_brain(request: dict) -> dict:
     words = re.findall(r"[A-Za-z]{3,}|[\u4e00-\u9fff]{2,}", question)
     query = " ".join(w for w in words if w.lower() not in {"find", "notes", "about", "the", "my"})[:40]
     return {"tool_calls": [{"name": "search_notes", "arguments": json.dumps({"query": query or question})}]}
+
+
+def unfenced(text: str) -> str:
+    """A tool result without the marks agent.py puts around it (tools.fenced)."""
+    lines = text.split("\n")
+    return "\n".join(lines[1:-1]) if lines[0].startswith("<<<data ") and lines[-1].startswith(">>>end ") else text
 
 
 def _direct_request(question: str):

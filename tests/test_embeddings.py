@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import fake_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import embeddings  # noqa: E402
@@ -123,7 +124,7 @@ def test_embedder_down_is_told_once_by_hand_and_in_the_chat(kb, tmp_path, fake_l
     assert "bread.md" in by_hand.stdout and "embeddings endpoint" not in by_hand.stderr
     assert chat.stdout == "Bake it.\n" and chat.stderr.count("embeddings endpoint") == 1, chat.stderr
     assert "← (Keyword results only: the embeddings endpoint" in chat.stderr  # the trace of the model's search
-    told = [m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"]
+    told = [fake_server.unfenced(m["content"]) for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"]
     assert told[0].startswith("(Keyword results only: the embeddings endpoint")
 
 

@@ -15,6 +15,7 @@ import tempfile
 import time
 
 import pytest
+from fake_server import unfenced
 
 import main
 import terminal
@@ -44,7 +45,7 @@ def bash_call(command: str) -> dict:
 
 
 def tool_results(request: dict) -> list[str]:
-    return [m["content"] for m in request["messages"] if m["role"] == "tool"]
+    return [unfenced(m["content"]) for m in request["messages"] if m["role"] == "tool"]
 
 
 def snapshot(folder) -> dict:
