@@ -171,3 +171,11 @@ def test_the_page_gets_the_report_before_done_and_again_after_a_reload(make_web,
          "nth": 0}]}
     items = page.get("/api/state")["items"]
     assert [item["type"] for item in items][-2:] == ["text", "citations"] and items[-1] == event
+
+
+def test_a_private_note_cited_fails_as_never_reached_and_nothing_of_it_is_told(settings, kb):
+    (kb / "diary.md").write_text("---\nprivate: true\n---\n# Diary\n\nI told nobody.\n", encoding="utf-8")
+    answer, history = answered(settings, [call("read_note", file_path="diary.md"), call("search_notes", query="nobody"),
+                                          {"content": 'It says "I told nobody." (diary.md:6), see diary.md:60.'}])
+    assert history[2]["content"].startswith("Error: no such note.")  # to the model it is no note
+    assert problems(answer) == {"diary.md:6": citations.NEVER_SHOWN, "diary.md:60": citations.NEVER_SHOWN}
