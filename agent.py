@@ -69,7 +69,12 @@ class RequestRejected(AgentError):
 
 
 class ContextTooLong(RequestRejected):
-    """The server said the request exceeds the model's window (its message quotes the server's)."""
+    """The server said the request exceeds the model's window: its message is the server's, `window` the tokens
+    the server said the window holds (None when it did not say)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.window = replies.context_window(message)
 
 
 class Answer(str):
@@ -201,6 +206,7 @@ class Reply:
                 message["reasoning_content"] = self.reasoning
         return message
 
+
 def _valid_json(arguments: str) -> str:
     """Keep history sendable: some servers reject a call whose arguments are not a JSON object."""
     try:
@@ -283,7 +289,7 @@ class Model:
         answer began; here, once each: a stream that broke before anything was shown, and a "context too long"
         answer, with less (never the same request twice). Text shown before a failure stays in `reply`."""
         import openai
-        retried, refused = set(), None
+        retried, refused = False, None
         while True:
             messages = [{**m, "content": tools.fenced(m["content"], m["tool_call_id"])} if m["role"] == "tool" else m
                         for m in context.fit_to_budget([system_message(self.settings.kb)] + history, self.budget())]
@@ -302,12 +308,12 @@ class Model:
                     raise AgentError(f"The answer broke off midway: {str(error).rstrip('.')}. What was shown above "
                                      "is incomplete.") from None
                 if isinstance(error, ContextTooLong):
-                    self._learn_window(str(error), estimate)
+                    self._learn_window(error.window, estimate)
                     refused, refused_error = messages, error
                     continue
-                if not reply.streaming or "stream" in retried:  # the SDK already retried the rest
+                if not reply.streaming or retried:  # the SDK already retried the rest
                     raise error from None
-                retried.add("stream")
+                retried = True
                 continue
             except (AgentError, KeyboardInterrupt):
                 raise
@@ -320,15 +326,14 @@ class Model:
             self._learn_usage(reply.usage, estimate)
             return
 
-    def _learn_window(self, error: str, estimate: int) -> None:
+    def _learn_window(self, window: int | None, estimate: int) -> None:
         """After "context too long", aim below what was refused (below the window, when the server named it)."""
-        window = replies.context_window(error)
         fits = CONTEXT_SHRINK * min(estimate, (window or estimate) / self.token_ratio)
         self.token_ratio = max(self.token_ratio, self.settings.context_tokens / fits)
 
     def _too_small(self, error: ContextTooLong) -> AgentError:
         """The request that does not fit, whatever is left out: say what to do, by what takes the room."""
-        window, (fixed, _) = replies.context_window(str(error)), self.fixed_tokens()
+        window, (fixed, _) = error.window, self.fixed_tokens()
         said = f"the server said: {str(error).rstrip('.')}"
         if window and fixed > window * CONTEXT_SHRINK:  # no room left for a question and its answer
             return ContextTooLong(

@@ -84,7 +84,7 @@ class SessionStore:
             return self._in_memory(f"{self.path} is damaged ({reason}) and could not be replaced ({db.why(e)})")
         back = " && ".join(f"mv {shlex.quote(f'{aside}{s}')} {shlex.quote(f'{self.path}{s}')}" for s in moved)
         notice(f"{self.path} is damaged ({reason}); moved it to {aside.name} and started a fresh one. "
-                  f"To put it back, quit and run: {back}")
+               f"To put it back, quit and run: {back}")
         return conn
 
     def _in_memory(self, problem: str) -> sqlite3.Connection:

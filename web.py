@@ -22,7 +22,6 @@ import contextlib
 import hmac
 import html
 import json
-import logging
 import math
 import os
 import re
@@ -42,6 +41,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import agent
+import db
 import citations
 import links
 import search
@@ -73,6 +73,8 @@ NO_TOKEN = ("Not signed in: open the page knowledge-agent printed when it starte
             "once. One already used, or from an earlier start, does not work: start python main.py --web again.")
 LAUNCH_PAGE = ('<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="0;url={url}">'
                '<title>knowledge-agent</title><p><a href="{url}">Open knowledge-agent</a></p>\n')
+
+
 def no_key() -> str:
     return f"Chat is off: no API key. {agent.key_hint()}, then start again. Meanwhile search and notes work."
 
@@ -158,9 +160,7 @@ class App(agent.UI):
         self.worker: threading.Thread | None = None
         self.pending: dict | None = None  # the question the worker waits on: its id and answer
         self.stopping = False
-        handler = logging.Handler()  # every module's notices: on the terminal, and in the page
-        handler.emit = lambda record: self.warn(record.getMessage())
-        logging.getLogger("knowledge-agent").handlers[:] = [handler]
+        db.show_notices(self.warn)  # every module's notices: on the terminal, and in the page
         self.conversation = sessions.Conversation(sessions.SessionStore(settings.data_dir / "sessions.db"),
                                                   settings.kb)
 
