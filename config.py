@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from dotenv import dotenv_values
 
-VERSION = "0.3.0"  # of knowledge-agent: --version, the chat's banner, the MCP server's serverInfo, the package
+VERSION = "0.4.0"  # of knowledge-agent: --version, the chat's banner, the MCP server's serverInfo, the package
 PROJECT_DIR = Path(__file__).resolve().parent
 ENV_FILE = PROJECT_DIR / ".env"
 YES, NO = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
