@@ -360,7 +360,8 @@ def reachable_dir():
     folder.chmod(0o777)
     yield folder
     for path in [folder, *folder.rglob("*")]:
-        path.chmod(0o700)
+        if path.is_dir():  # files need no rights to be removed; a -wal file may go while this runs
+            path.chmod(0o700)
     shutil.rmtree(folder)
 
 
