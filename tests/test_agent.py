@@ -1,10 +1,6 @@
 """The tool loop against a stubbed OpenAI client: round trips, parallel calls, limits, history validity."""
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import httpx2
 import openai
@@ -274,15 +270,13 @@ def test_ctrl_c_mid_answer_keeps_the_text_already_shown(kb):
     assert "Vim: dd deletes a line" in [m.get("content", "").split("\n")[0] for m in client.requests[-1]["messages"]]
 
 
-def test_the_no_key_hint_names_the_config_file_really_read(tmp_path, kb):
+def test_the_no_key_hint_names_the_config_file_really_read(call_main, tmp_path, kb, monkeypatch):
     """XDG_CONFIG_HOME moves the user config file; the advice to put the key there must follow it."""
-    project = Path(__file__).resolve().parent.parent
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env.update({"XDG_CONFIG_HOME": str(tmp_path / "elsewhere"), "KNOWLEDGE_BASE": str(kb), "PYTHONIOENCODING": "utf-8"})
+    import web
+    elsewhere = {"XDG_CONFIG_HOME": str(tmp_path / "elsewhere")}
     expected = str(tmp_path / "elsewhere" / "knowledge-agent" / "config.env")
-    chat = subprocess.run([sys.executable, str(project / "main.py")], input="what is in my notes?\n", env=env,
-                          capture_output=True, text=True, encoding="utf-8", timeout=60)
+    chat = call_main(kb=kb, base_url=None, key=None, stdin="what is in my notes?\n", extra_env=elsewhere)
     assert "no API key" in chat.stderr and expected in chat.stderr, chat.stderr
-    page = subprocess.run([sys.executable, "-c", "import web; print(web.no_key())"], cwd=project, env=env,
-                          capture_output=True, text=True, encoding="utf-8", timeout=60)
-    assert expected in page.stdout and "~/.config" not in page.stdout, page.stderr
+    monkeypatch.setenv("XDG_CONFIG_HOME", elsewhere["XDG_CONFIG_HOME"])
+    page = web.no_key()
+    assert expected in page and "~/.config" not in page, page
