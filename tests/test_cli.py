@@ -160,7 +160,7 @@ def test_server_that_is_not_an_openai_api(call_main, kb, tmp_path):
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Html)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True).start()  # stops at once
     try:
         for content_type in ("text/html", "text/event-stream"):
             server.content_type = content_type
