@@ -127,6 +127,11 @@ def run_tool(settings, name, ask=None, **args) -> str:
     return tools.execute_tool(name, json.dumps(args, ensure_ascii=False), settings, ask).text
 
 
+def tool_call(name, **args) -> dict:
+    """A tool call in a scripted reply (fake_server's format), its arguments as the model sends them."""
+    return {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}
+
+
 posix_only = pytest.mark.skipif(os.name == "nt", reason="needs a pty")
 
 

@@ -1,10 +1,9 @@
 """The editing tools on real notes: edit, append, overwrite, move, delete, confirmation, /undo in the REPL."""
 
 import codecs
-import json
 
 import pytest
-from conftest import StubClient, make_settings, run_tool
+from conftest import StubClient, make_settings, run_tool, tool_call
 
 import main
 import terminal
@@ -272,10 +271,6 @@ def test_undo_puts_back_the_folders_a_change_made(settings, kb, name, args):
 # --- the REPL ---
 
 
-def call(name, **args):
-    return {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}
-
-
 def run_repl(monkeypatch, settings, lines, replies, answers=()):
     """Drive main.repl with typed lines (and y/N answers), against a scripted model."""
     typed = iter(list(lines))
@@ -298,7 +293,7 @@ def test_repl_delete_then_undo_brings_the_note_back(monkeypatch, capsys, kb):
     settings = make_settings(kb)
     before = (kb / "vim.md").read_bytes()
     client = run_repl(monkeypatch, settings, ["delete my vim note", "/undo", "thanks"], [
-        {"tool_calls": [call("delete_note", file_path="vim.md")]},
+        {"tool_calls": [tool_call("delete_note", file_path="vim.md")]},
         {"content": "Deleted."},
         {"content": "You're welcome."},
     ], answers=["y"])
@@ -314,7 +309,7 @@ def test_repl_delete_then_undo_brings_the_note_back(monkeypatch, capsys, kb):
 def test_repl_declined_delete_keeps_the_note(monkeypatch, capsys, kb):
     settings = make_settings(kb)
     run_repl(monkeypatch, settings, ["delete vim"], [
-        {"tool_calls": [call("delete_note", file_path="vim.md")]},
+        {"tool_calls": [tool_call("delete_note", file_path="vim.md")]},
         {"content": "OK, I left it."},
     ], answers=[""])
     assert (kb / "vim.md").exists()
@@ -324,7 +319,7 @@ def test_repl_declined_delete_keeps_the_note(monkeypatch, capsys, kb):
 def test_repl_shows_a_summary_line_for_an_edit(monkeypatch, capsys, kb):
     settings = make_settings(kb)
     run_repl(monkeypatch, settings, ["fix vim"], [
-        {"tool_calls": [call("edit_note", file_path="vim.md", old_text="`dd` deletes a line.",
+        {"tool_calls": [tool_call("edit_note", file_path="vim.md", old_text="`dd` deletes a line.",
                              new_text="`dd` deletes a line.\n`yy` copies a line.")]},
         {"content": "Done."},
     ])
@@ -335,7 +330,7 @@ def test_repl_shows_a_summary_line_for_an_edit(monkeypatch, capsys, kb):
 
 
 def test_one_shot_delete_needs_yes(call_main, fake_llm, kb):
-    script = [{"tool_calls": [call("delete_note", file_path="vim.md")]}, {"content": "Reported."}]
+    script = [{"tool_calls": [tool_call("delete_note", file_path="vim.md")]}, {"content": "Reported."}]
     fake_llm.replies = list(script)
     refused = call_main("delete my vim note", kb=kb, base_url=fake_llm.base_url)
     assert refused.returncode == 0 and (kb / "vim.md").exists()
