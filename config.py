@@ -51,6 +51,8 @@ class Settings:
     model: str = _set_by(PROVIDERS["DEEPSEEK"][1], "MODEL")
     kb: Path | None = _set_by(None, "KNOWLEDGE_BASE")  # the notes folder; None only if not required
     max_rounds: int = _set_by(10, "MAX_TOOL_ROUNDS")  # model calls per question
+    max_output_tokens: int = _set_by(0, "MAX_OUTPUT_TOKENS")  # cap on one reply; 0: agent.py's default per server
+    request_timeout: float = _set_by(120.0, "REQUEST_TIMEOUT")  # seconds of silence from the model server
     stream: bool = _set_by(True, "STREAM")
     thinking: str | None = _set_by(None, "THINKING", choices=("enabled", "disabled"))  # None: the provider's
     reasoning_effort: str | None = _set_by(None, "REASONING_EFFORT", choices=("low", "medium", "high", "max"))
@@ -59,6 +61,7 @@ class Settings:
     allow_shell: bool = _set_by(False, "ALLOW_SHELL")
     shell_timeout: float = _set_by(60.0, "SHELL_TIMEOUT")
     shell_network: bool = _set_by(False, "SHELL_NETWORK")  # may sandboxed shell commands open connections
+    shell_unsandboxed: bool = _set_by(False, "SHELL_UNSANDBOXED")  # offer the shell where the sandbox cannot be
     # deepseek-flash has a 128k-token window; reasoning and the answer need room too.
     context_tokens: int = _set_by(88_000, "CONTEXT_TOKENS")
     data_dir: Path = _set_by(None, "KA_DATA_DIR", factory=lambda: _user_folder("XDG_DATA_HOME", ".local/share"))
@@ -69,6 +72,8 @@ class Settings:
     embed_model: str | None = _set_by(None, "EMBED_MODEL")
     embed_base_url: str | None = _set_by(None, "EMBED_BASE_URL")
     embed_api_key: str | None = _set_by(None, "EMBED_API_KEY")
+    embed_query_prefix: str | None = _set_by(None, "EMBED_QUERY_PREFIX")  # None: embeddings.py's for the model
+    embed_doc_prefix: str | None = _set_by(None, "EMBED_DOC_PREFIX")
     mcp_allow_destructive: bool = _set_by(False, "MCP_ALLOW_DESTRUCTIVE")  # the MCP server's two opt-ins
     mcp_allow_shell: bool = _set_by(False, "MCP_ALLOW_SHELL")
 

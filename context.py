@@ -4,8 +4,10 @@ Providers bill the part of a request that repeats an earlier one's prefix at a f
 what is sent only grows at its end, but for a rare trim: a request over the budget is cut back in one go to
 about TRIM_TO of it, at turn boundaries (a question and all up to the next, so calls keep their results).
 Finished turns' tool results are shortened first (the KEEP_RECENT_TURNS before the current one last), then
-the oldest turns go; what was cut stays cut. The system prompt and the current turn stay whole unless that
-turn alone is too big. fit_to_budget() replays the conversation request by request to find where the cuts
+turns go, oldest first, but for the conversation's head: its first turns (up to HEAD_SHARE of the budget) stay,
+shortened, so every later request still begins as the one before the trim did and a trim never loses the whole
+cached prefix. What was cut stays cut. The system prompt and the current turn stay whole unless that turn
+alone is too big. fit_to_budget() replays the conversation request by request to find where the cuts
 fell, so the same history always gives the same request. It never changes its input, and this module must
 never import the rest of the project.
 """
@@ -17,8 +19,10 @@ import math
 # a refused one a retry. CJK is ~1 token a character; prose ~4 characters a token, Markdown, code, JSON ~3.
 CHARS_PER_TOKEN = 3.5
 MESSAGE_OVERHEAD_TOKENS = 4  # what each message costs in the chat template
+TOOL_RESULT_OVERHEAD_TOKENS = 30  # and a tool result's marks (agent.py fences each one)
 TOOL_CALL_OVERHEAD_TOKENS = 8
 TRIM_TO = 0.5  # a trim cuts the request back to this share of the budget, so trims are rare
+HEAD_SHARE = 0.3  # the first turns kept through every trim, as a stable prefix the provider has cached
 KEEP_RECENT_TURNS = 2  # a follow-up ("and what else does it say?") needs the notes read just before
 ELIDED_HEAD_CHARS = 300  # what stays of a shortened tool result, for the model to recognise it
 INTERRUPTED_RESULT = "not executed: the conversation stopped before this tool ran"
@@ -40,6 +44,7 @@ def content_text(content) -> str:
 
 def message_tokens(message: dict) -> int:
     n = MESSAGE_OVERHEAD_TOKENS + text_tokens(content_text(message.get("content")))
+    n += TOOL_RESULT_OVERHEAD_TOKENS if message.get("role") == "tool" else 0
     n += sum(text_tokens(message.get(key)) for key in ("reasoning_content", "name", "tool_call_id"))
     for call in message.get("tool_calls") or ():
         fn = call.get("function") or {}
@@ -97,10 +102,11 @@ def _sizes(turn: list[dict]) -> tuple[list[int], int, int]:
     return points, whole, short
 
 
-def _cut(sizes: list[tuple[list[int], int, int]], fixed: int, budget: int) -> tuple[int, int, int]:
+def _cut(sizes: list[tuple[list[int], int, int]], fixed: int, budget: int) -> tuple[int, int, int, int]:
     """Replays every request made so far, the present one last, trimming where one would go over. Returns
-    (first turn sent, first turn sent whole, tokens of the turns before the present one as now sent)."""
-    start = elided = kept = 0  # kept: tokens of the turns from `start` to the current one, as sent
+    (turns of the head kept, first turn sent after it, first turn sent whole, tokens of the turns before the
+    present one as now sent)."""
+    head, start, elided, kept = None, 0, 0, 0  # kept: tokens of the head and the turns from `start` on, as sent
     for current, (points, whole, _) in enumerate(sizes):
         for size in points + [whole] * (current == len(sizes) - 1):
             if fixed + kept + size <= budget:
@@ -109,12 +115,24 @@ def _cut(sizes: list[tuple[list[int], int, int]], fixed: int, budget: int) -> tu
             for keep in (KEEP_RECENT_TURNS, 0):
                 while elided < current - keep:  # shorten the tool results of finished turns
                     kept, elided = kept - sizes[elided][1] + sizes[elided][2], elided + 1
-                while start < elided and kept > room:  # drop the oldest turns
+                if head is None and kept > room:  # the first drop fixes the head, for good
+                    head = start = _head(sizes[:elided], int(budget * HEAD_SHARE))
+                while start < elided and kept > room:  # drop the oldest turns after the head
                     kept, start = kept - sizes[start][2], start + 1
                 if kept <= room:
                     break
         kept += whole if current < len(sizes) - 1 else 0
-    return start, elided, kept
+    return head or 0, start, elided, kept
+
+
+def _head(shortened: list[tuple[list[int], int, int]], room: int) -> int:
+    """How many of the first (shortened) turns fit in `room` tokens."""
+    used = 0
+    for count, (_, _, short) in enumerate(shortened):
+        used += short
+        if used > room:
+            return count
+    return len(shortened)
 
 
 def fit_to_budget(messages: list[dict], budget_tokens: int) -> list[dict]:
@@ -128,8 +146,9 @@ def fit_to_budget(messages: list[dict], budget_tokens: int) -> list[dict]:
             message = {k: v for k, v in message.items() if k != "reasoning_content"}
         (turns[-1] if turns else system).append(message)
     fixed = sum(map(message_tokens, system))
-    start, elided, kept = _cut([_sizes(turn) for turn in turns], fixed, budget_tokens)
-    earlier = [elide(m) if t < elided else m for t in range(start, len(turns) - 1) for m in turns[t]]
+    head, start, elided, kept = _cut([_sizes(turn) for turn in turns], fixed, budget_tokens)
+    sent = [t for t in range(len(turns) - 1) if t < head or t >= start]
+    earlier = [elide(m) if t < elided else m for t in sent for m in turns[t]]
     current = list(turns[-1]) if turns else []
     for j, message in enumerate(current):  # if it is too big even alone: shorten its results, oldest first
         if fixed + kept + sum(map(message_tokens, current)) <= budget_tokens:

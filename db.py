@@ -56,6 +56,15 @@ def why(error: BaseException) -> str:
     return "another knowledge-agent is writing" if kind == "busy" else getattr(error, "strerror", None) or str(error)
 
 
+def private_folder(folder: Path) -> None:
+    """Make the folder (0700: only this user may look inside); our own, named for the project, is made private if
+    an older version left it open. A folder the person chose (KA_DATA_DIR=~/Documents) keeps its mode."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):
+        if folder.name == "knowledge-agent" and folder.stat().st_mode & 0o077:
+            folder.chmod(0o700)
+
+
 def connect(path: Path, schema: list[str], version: int, synchronous: str = "NORMAL", check: bool = False,
             upgrade: bool = True):
     """The database at `path` with `schema` (statements that may run twice) at `version`; raises sqlite3.Error.
@@ -63,15 +72,19 @@ def connect(path: Path, schema: list[str], version: int, synchronous: str = "NOR
     Damaged (a cache, rebuilt). `check` runs SQLite's quick check, so damage is found now, not mid-use."""
     path = Path(path)
     if str(path) != ":memory:":
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_folder(path.parent)
         if path.is_dir():
             raise Damaged("a folder, not a file")
         with contextlib.suppress(FileExistsError):  # SQLite gives its -wal and -shm files the same mode
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+        for made_before in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):  # by a version that made them 0644
+            with contextlib.suppress(OSError):
+                if made_before.stat().st_mode & 0o077:
+                    made_before.chmod(0o600)
     conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
     conn.text_factory = lambda raw: raw.decode("utf-8", "replace")  # one bad title must not hide a list
     try:
-        _wal(conn)
+        _wal(conn, str(path))
         conn.execute(f"PRAGMA synchronous={synchronous}")
         found = conn.execute("PRAGMA user_version").fetchone()[0]
         if found > version:
@@ -91,16 +104,21 @@ def connect(path: Path, schema: list[str], version: int, synchronous: str = "NOR
     return conn
 
 
-def _wal(conn: sqlite3.Connection) -> None:
-    """Switch to WAL; the switch answers "locked" at once, with no busy wait, while another process makes it too."""
-    deadline = time.monotonic() + BUSY_TIMEOUT_S
+def _wal(conn: sqlite3.Connection, what: str) -> None:
+    """Switch to WAL. The switch answers "locked" at once, with no busy wait, while another process makes the file
+    or holds it for a long first build: try again, and past the busy timeout tell the person and wait longer."""
+    started, told = time.monotonic(), False
     while True:
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             return
         except sqlite3.OperationalError as e:
-            if problem(e) != "busy" or time.monotonic() > deadline:
+            waited = time.monotonic() - started
+            if problem(e) != "busy" or waited > BUSY_TIMEOUT_S + LONG_WAIT_S:
                 raise
+            if waited > BUSY_TIMEOUT_S and not told:
+                told = True
+                notice(f"another knowledge-agent is updating {what}; waiting for it (at most {LONG_WAIT_S:.0f} s)…")
             time.sleep(0.01)
 
 

@@ -34,8 +34,19 @@ EMBED_SKETCH_BITS = 255  # the first sign bits of every vector, compared with th
 EMBED_SKETCH_KEEP = 1000  # closest by those, then compared on all sign bits
 EMBED_RESCORE = 100  # closest by all sign bits, rescored exactly from the int8 vectors
 EMBED_NOTES = 30  # notes ranked by meaning, fused with as many ranked by keywords
-EMBED_MIN_SHARE = 0.75  # a note counts as close in meaning when its cosine is this share of the best one's
+# A note is close in meaning (a hit by meaning alone) when its cosine stands out from the typical one (the median
+# of the EMBED_RESCORE closest): past this share of the way from typical to the best. Models differ in where
+# "unrelated" lies (e5: ~0.75, OpenAI's: ~0.2), so an absolute floor cannot say; a share of the best cannot
+# either (e5's unrelated notes are 0.9 of its best, which is how one listed every note).
+EMBED_ABOVE_TYPICAL = 0.5
 EMBED_MIN_COSINE = 0.1  # and above this: a query unlike every note (an unknown word) brings none
+# What model families expect before a query and a passage (EMBED_QUERY_PREFIX / EMBED_DOC_PREFIX set them by
+# hand): the first family whose name the model's contains. bge-m3 wants none; English and Chinese bge want an
+# instruction on queries only.
+EMBED_PREFIXES = [("bge-m3", "", ""), ("e5", "query: ", "passage: "),
+                  ("nomic-embed", "search_query: ", "search_document: "),
+                  ("bge-", "Represent this sentence for searching relevant passages: ", "")]
+EMBED_PREFIXES_ZH = ("bge-", "为这个句子生成表示以用于检索相关文章：", "")  # bge-*-zh models
 DEEPSEEK_HOST = "deepseek.com"  # its API has no embeddings endpoint (404)
 
 _SKETCH = (1 << EMBED_SKETCH_BITS) - 1
@@ -62,7 +73,8 @@ class EmbedError(Exception):
     """The embeddings endpoint failed; the message is one line for the person."""
 
 
-Embedder = collections.namedtuple("Embedder", "model base_url api_key")
+Embedder = collections.namedtuple("Embedder", "model base_url api_key query_prefix doc_prefix",
+                                  defaults=("", ""))
 
 
 def embedder_of(settings) -> Embedder | None:
@@ -74,7 +86,18 @@ def embedder_of(settings) -> Embedder | None:
         raise EmbedError("EMBED_MODEL is set but DeepSeek serves no embeddings: set EMBED_BASE_URL too "
                          "(e.g. http://localhost:11434/v1 for Ollama)")
     key = settings.embed_api_key or (settings.api_key if not settings.embed_base_url else None)
-    return Embedder(settings.embed_model, base_url.rstrip("/"), key or "none")  # local servers take any key
+    query, doc = prefixes(settings.embed_model)
+    query = query if settings.embed_query_prefix is None else settings.embed_query_prefix
+    doc = doc if settings.embed_doc_prefix is None else settings.embed_doc_prefix
+    return Embedder(settings.embed_model, base_url.rstrip("/"), key or "none", query, doc)  # any key for local ones
+
+
+def prefixes(model: str) -> tuple[str, str]:
+    """(query prefix, passage prefix) the model's family expects, or ("", "")."""
+    name = model.lower()
+    if name.startswith("bge-") and "-zh" in name and not name.startswith("bge-m3"):
+        return EMBED_PREFIXES_ZH[1:]
+    return next(((q, d) for family, q, d in EMBED_PREFIXES if family in name), ("", ""))
 
 
 def embed_texts(embedder: Embedder, texts: list, timeout: float, retries: int) -> list:
@@ -128,21 +151,25 @@ def sync_chunks(idx: index.Index, embedder: Embedder) -> None:
     """The chunk and vector tables made (another model's vectors dropped, its chunks kept), and every note changed
     since (on first use in this process) or seen changed chunked again."""
     conn = idx.conn
-    if conn.execute("SELECT value FROM meta WHERE key='embed_model'").fetchone() != (embedder.model,):
+    model = f"{embedder.model}\n{embedder.doc_prefix}"  # another passage prefix: other chunk texts, other vectors
+    if (used := conn.execute("SELECT value FROM meta WHERE key='embed_model'").fetchone()) != (model,):
         _COMPLETE.discard(idx.path)
         with index.writing(conn):
             for statement in _SCHEMA:
                 conn.execute(statement)
             conn.execute("DELETE FROM vectors")
-            conn.execute("INSERT OR REPLACE INTO meta VALUES ('embed_model', ?)", (embedder.model,))
+            if used and used[0].partition("\n")[2] != embedder.doc_prefix:
+                conn.execute("DELETE FROM chunk_notes")  # every note chunked again, with the new prefix
+                idx.chunked = False
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('embed_model', ?)", (model,))
             conn.execute(_CHANGED)
     if idx.chunked:
         paths = sorted(idx.touched)
     else:
         paths = [p for (p,) in conn.execute(
-            "SELECT n.path FROM notes n LEFT JOIN chunk_notes c USING(path) WHERE c.path IS NULL "
-            "OR c.size IS NOT n.size OR c.mtime_ns IS NOT n.mtime_ns "
-            "UNION SELECT path FROM chunk_notes WHERE path NOT IN (SELECT path FROM notes)")]
+            "SELECT n.path FROM notes n LEFT JOIN chunk_notes c USING(path) WHERE NOT n.private AND (c.path IS NULL "
+            "OR c.size IS NOT n.size OR c.mtime_ns IS NOT n.mtime_ns) "
+            "UNION SELECT path FROM chunk_notes WHERE path NOT IN (SELECT path FROM notes WHERE NOT private)")]
     if paths:
         _COMPLETE.discard(idx.path)
     idx.touched.clear()
@@ -152,11 +179,13 @@ def sync_chunks(idx: index.Index, embedder: Embedder) -> None:
         marks = ",".join("?" * len(batch))
         rows, notes = [], []
         for path, title, size, mtime_ns in conn.execute(
-                f"SELECT path, title, size, mtime_ns FROM notes WHERE path IN ({marks})", batch).fetchall():
+                f"SELECT path, title, size, mtime_ns FROM notes WHERE path IN ({marks}) AND NOT private",
+                batch).fetchall():  # a private note is never embedded: its chunks, if it had some, go
             text = index.read_text(idx.kb, path)
             if text is not None:
                 notes.append((path, size, mtime_ns))
-                for seq, (line, body) in enumerate(chunks_of(title, text)):
+                for seq, (line, body) in enumerate(chunks_of(title, index.indexed_text(path, text))):
+                    body = embedder.doc_prefix + body  # in the hash: another prefix means other vectors
                     rows.append((path, seq, line, hashlib.blake2b(body.encode(), digest_size=16).digest(), body))
         with index.writing(conn):
             old = {h for (h,) in conn.execute(f"SELECT hash FROM chunks WHERE path IN ({marks})", batch)}
@@ -233,11 +262,15 @@ def notes_by_meaning(idx: index.Index, query_vector: list, lo: str, hi: str) -> 
     """(path, title, first line of its best chunk) of the EMBED_NOTES notes closest to the query, best first."""
     best = {}
     closest = nearest(idx.conn, idx.path, query_vector, EMBED_RESCORE)
+    if not closest:
+        return []
+    top, typical = closest[0][1], closest[len(closest) // 2][1]
+    floor = max(EMBED_MIN_COSINE, typical + EMBED_ABOVE_TYPICAL * (top - typical))
     for vid, score in closest:
-        if score < max(EMBED_MIN_COSINE, EMBED_MIN_SHARE * closest[0][1]) or len(best) >= EMBED_NOTES:
+        if score < floor or len(best) >= EMBED_NOTES:
             break
         for hit in idx.conn.execute("SELECT c.path, n.title, c.line FROM chunks c JOIN vectors v ON v.hash = c.hash "
-                                    "JOIN notes n ON n.path = c.path WHERE v.id = ? AND c.path >= ? AND c.path < ?",
+                                    "JOIN notes n ON n.path = c.path WHERE v.id = ? AND c.path >= ? AND c.path < ? AND NOT n.private",
                                     (vid, lo, hi)):
             best.setdefault(hit[0], hit)  # `closest` is best first: a note's first chunk here is its best
     return list(best.values())
@@ -252,7 +285,7 @@ def query_vector(idx: index.Index, embedder: Embedder, query: str) -> tuple:
         return None, failed[1]
     try:
         sync_chunks(idx, embedder)
-        vector = embed_texts(embedder, [query], EMBED_QUERY_TIMEOUT_S, 0)[0]
+        vector = embed_texts(embedder, [embedder.query_prefix + query], EMBED_QUERY_TIMEOUT_S, 0)[0]
         left = 0
         if idx.path not in _COMPLETE:  # looking for chunks without vectors reads every chunk: not on each search
             left = embed_missing(idx, embedder, EMBED_SEARCH_BUDGET_S, EMBED_QUERY_TIMEOUT_S, 0)

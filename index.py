@@ -1,8 +1,12 @@
 """Keep the search index of a notes folder on disk and fresh: one SQLite FTS5 file, the notes as its rows.
 
-`kb` is the resolved notes folder. Indexed per note: path, title, opening paragraph ("lead"), body (first
-2 MB), CJK runs as 2-character words (SQLite's unicode61 would see a sentence as one word). One index file per
-notes folder, in WAL mode so processes share it; a damaged or outdated one is rebuilt. A process's first
+`kb` is the resolved notes folder. Indexed per note: path, title (and the note's aliases), opening paragraph
+("lead"), body (first 2 MB), CJK runs as 2-character words (SQLite's unicode61 would see a sentence as one word);
+beside them its aliases and tags as keys, the note a sync-conflict copy was made from (vault.py reads them), and
+its links (links.rows: what backlinks and link-keeping moves ask for). The other files' paths (attachments,
+canvases: what a link may also lead to) are kept in memory, from the walk and the watcher. What the owner
+excluded in Obsidian (Excluded files) is not indexed, and a drawing only by its words. One index file per notes
+folder, in WAL mode so processes share it; a damaged or outdated one is rebuilt. A process's first
 search compares every note's size and mtime with the index, later ones ask watch.py (Linux inotify) what
 changed; note_changed hears of the agent's own changes. search.py asks the questions, this file only keeps the
 answers current. It never writes inside the notes folder nor reads outside it (notes are read from the folder's
@@ -21,7 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 import db
+import links
 import notes
+import privacy
+import vault
 import watch
 from db import notice
 from notes import NOTE_SUFFIXES, ToolError, is_note_path, readable_text
@@ -30,13 +37,14 @@ INDEX_MAX_NOTE_BYTES = 2_000_000  # only the first 2 MB of a huge note are index
 INDEX_LEAD_CHARS = 400  # the opening paragraph, weighted as "lead"
 INDEX_BATCH = 500  # notes read and written together: bounds memory during a big build
 INDEX_PROGRESS_AFTER_S = 1.0  # a build running longer than this tells the person
-SCHEMA_VERSION = 4  # bump when the tables or the text preparation change: old indexes get rebuilt
+SCHEMA_VERSION = 7  # bump when the tables or the text preparation change: old indexes get rebuilt
 
 
 # --- Notes on disk ---
-def _walk(kb: Path, watcher=None) -> tuple:
-    """(notes -> (size, mtime_ns), notes whose paths are not UTF-8), hidden names skipped; each folder watched first."""
-    found, unnamed, stack = {}, [], [""]
+def _walk(kb: Path, excluded: list, watcher=None) -> tuple:
+    """(notes -> (size, mtime_ns), notes whose paths are not UTF-8, the other files' paths), hidden names and
+    `excluded` (vault.ignore_filters) skipped; each folder watched first."""
+    found, unnamed, others, stack = {}, [], set(), [""]
     while stack:
         rel_dir = stack.pop()
         if watcher is not None:
@@ -53,14 +61,17 @@ def _walk(kb: Path, watcher=None) -> tuple:
             try:
                 if entry.is_dir(follow_symlinks=False):
                     stack.append(path)  # linked folders are not followed: no loops, no escapes
-                elif name.lower().endswith(NOTE_SUFFIXES) and (st := _note_stat(entry.path, kb)):
+                elif name.lower().endswith(NOTE_SUFFIXES) and not (excluded and vault.is_excluded(path, excluded)) \
+                        and (st := _note_stat(entry.path, kb)):
                     if watch.is_utf8(path):  # else it cannot be stored or shown: list_notes says how many
                         found[path] = st
                     else:
                         unnamed.append(path)
+                elif not name.lower().endswith(NOTE_SUFFIXES) and watch.is_utf8(path) and entry.is_file():
+                    others.add(path)  # an attachment or a canvas: links may lead to it
             except (OSError, RuntimeError):  # RuntimeError: a symlink loop
                 continue
-    return found, unnamed
+    return found, unnamed, others
 
 
 def _note_stat(path: str, kb: Path):
@@ -90,7 +101,6 @@ def read_text(kb: Path, rel_path: str):
 # --- Text, for the index and the queries alike ---
 CJK_RUN = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")  # kana, hanzi, hangul
 HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$", re.M)
-_FRONT_TITLE = re.compile(r"\A---\s*\n(?:.*\n)*?title:\s*['\"]?(.+?)['\"]?\s*\n(?:.*\n)*?---", re.M)
 
 
 def cjk_words(text: str, tails: str = "all") -> str:
@@ -106,12 +116,10 @@ def cjk_words(text: str, tails: str = "all") -> str:
     return CJK_RUN.sub(grams, text)
 
 
-def _lead_of(text: str) -> str:
-    """The note's opening paragraph (after front matter and headings): usually what the note is about."""
-    end = text.find("\n---", 3) if text.startswith("---") else -1  # where front matter ends
-    text = text[end + 4:] if end > 0 else text
+def _lead_of(body: str) -> str:
+    """The opening paragraph of the note's body (after its front matter), headings skipped: what it is about."""
     paragraph = []
-    for line in text[:20000].splitlines():
+    for line in body[:20000].splitlines():
         if line.strip() and not HEADING.match(line):
             paragraph.append(line)
         elif paragraph:
@@ -124,8 +132,19 @@ def title_key(text: str) -> str:
     return " ".join(text.casefold().split())
 
 
+def indexed_text(path: str, text: str) -> str:
+    """The part of a note that is searched: all of it, but a drawing's words only (not its JSON)."""
+    return vault.excalidraw_text(text) if vault.is_drawing(path, text) else text
+
+
+def _keys(values) -> str:
+    """Keys as stored for instr(): each between newlines ("\\na\\nb\\n"), or "" for none."""
+    return "\n" + "\n".join(values) + "\n" if values else ""
+
+
 def _row(kb: Path, path: str, size_mtime):
-    """The index row of a note (size_mtime None: stat it now), or None if it cannot be read."""
+    """The index row of a note (size_mtime None: stat it now), or None if it cannot be read: its `notes` columns,
+    then its `fts` columns."""
     try:
         size_mtime = size_mtime or _note_stat(str(kb / path), kb)
         text = read_text(kb, path) if size_mtime else None
@@ -133,23 +152,39 @@ def _row(kb: Path, path: str, size_mtime):
         return None
     if text is None:
         return None
+    text = indexed_text(path, text)
+    properties, body_start, _ = vault.front_matter(text)
+    body = text if body_start == 1 else "".join(text.splitlines(keepends=True)[body_start - 1:])
     name = path.rsplit("/", 1)[-1]
     stem = next((name[:-len(s)] for s in NOTE_SUFFIXES if name.lower().endswith(s)), name)
-    found = _FRONT_TITLE.match(text[:4000]) or HEADING.search(text, 0, 20000)
-    title = found.group(1).strip() if found else stem
+    title = properties.get("title")
+    if not isinstance(title, str) or not title.strip():
+        found = HEADING.search(body, 0, 20000)
+        title = found.group(1).strip() if found else stem
+    aliases = properties.get("aliases", [])
+    tags = sorted({tag.casefold() for tag in vault.tags_of(text)})
     words = cjk_words if CJK_RUN.search(text) or CJK_RUN.search(path) else str  # most have no CJK
-    return (path, *size_mtime, title, title_key(title), title_key(stem), words(path[:-len(name)] + stem),
-            words(title), words(_lead_of(text)), words(text))
+    if privacy.is_private(kb, path, text):  # counted, and its links kept working by moves; never found
+        return (path, *size_mtime, "", "", "", "", "", None, 1, "", "", "", "", links.rows(text, path))
+    return (path, *size_mtime, title.strip(), title_key(title), title_key(stem),
+            _keys([title_key(alias) for alias in aliases]), _keys(tags), vault.conflict_of(path), 0,
+            words(path[:-len(name)] + stem), words("\n".join([title, *aliases])), words(_lead_of(body)), words(text),
+            links.rows(text, path))
 
 
 # --- The one open index, kept in step with the notes on disk ---
 _SCHEMA = [
     "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)",  # embeddings.py keeps its state here
     "CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, path TEXT UNIQUE NOT NULL, size INTEGER, "
-    "mtime_ns INTEGER, title TEXT, title_key TEXT, stem_key TEXT)",
+    "mtime_ns INTEGER, title TEXT, title_key TEXT, stem_key TEXT, alias_keys TEXT, tags TEXT, conflict_of TEXT, "
+    "private INTEGER NOT NULL DEFAULT 0)",  # privacy.py's: a private note has no fts row, nor title or keys
     "CREATE INDEX IF NOT EXISTS notes_mtime ON notes(mtime_ns)",
+    "CREATE INDEX IF NOT EXISTS notes_conflicts ON notes(conflict_of) WHERE conflict_of IS NOT NULL",
     "CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(path, title, lead, body, "
     "tokenize='unicode61 remove_diacritics 2')",
+    f"CREATE TABLE IF NOT EXISTS links({', '.join(links.ROW_COLUMNS)})",  # one row per link of a note
+    "CREATE INDEX IF NOT EXISTS links_source ON links(source)",
+    "CREATE INDEX IF NOT EXISTS links_key ON links(key)",  # the links that may lead to a note: links.link_keys
 ]
 
 
@@ -162,8 +197,8 @@ def index_path(kb: Path, index_dir: Path) -> Path:
 def _open(path: Path) -> sqlite3.Connection:
     """The index file, made if new (synchronous=NORMAL is safe with WAL: at worst a change is read again)."""
     conn = db.connect(path, _SCHEMA, SCHEMA_VERSION, upgrade=False)
-    tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE name IN ('meta', 'notes', 'fts')").fetchone()[0]
-    if tables < 3:  # dropped by hand: SQLite would call each use a plain error, not damage
+    tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE name IN ('meta', 'notes', 'fts', 'links')")
+    if tables.fetchone()[0] < 4:  # dropped by hand: SQLite would call each use a plain error, not damage
         conn.close()
         raise db.Damaged("a table is missing")
     return conn
@@ -186,28 +221,49 @@ class Index:
     touched: set = field(default_factory=set)  # notes seen changed since embeddings.py last looked
     chunked: bool = False  # embeddings.py has compared every note's chunks in this process
     unnamed: list = field(default_factory=list)  # notes the last walk found with a path that is not UTF-8
+    others: set = field(default_factory=set)  # the other files, from the last walk and the watcher since
+    excluded: list = field(default_factory=list)  # the owner's Excluded files as the last walk read them
 
     def refresh(self) -> None:
         changed, gone = self.watcher.changes() if self.watcher else None, []
+        kaignore, stored = str(privacy.signature(self.kb)), self._meta("kaignore")
+        if stored not in (None, kaignore):  # the person changed what is private: every note says again if it is
+            changed = None
         if changed is None:
-            on_disk, self.unnamed = self.walk()
+            on_disk, self.unnamed, self.others = self.walk()
             known = {p: (s, m) for p, s, m in self.conn.execute("SELECT path, size, mtime_ns FROM notes")}
             changed = {p: st for p, st in on_disk.items() if known.get(p) != st}
+            if stored not in (None, kaignore):  # read whatever their stat says: what is private changed
+                changed = dict.fromkeys(on_disk)
             gone = [p for p in known if p not in on_disk]
-        self.apply(changed | dict.fromkeys(self.pending), gone)
+        for path in [p for p in changed if not is_note_path(p)]:  # the watcher saw another file change
+            del changed[path]
+            (self.others.add if (self.kb / path).is_file() else self.others.discard)(path)
+        changed |= dict.fromkeys(self.pending)
+        self.apply({p: st for p, st in changed.items() if not vault.is_excluded(p, self.excluded)}, gone)
         self.pending.clear()
+        if stored != kaignore:
+            with writing(self.conn):
+                self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('kaignore', ?)", (kaignore,))
+
+    def _meta(self, key: str) -> str | None:
+        found = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return found and found[0]
 
     def walk(self) -> tuple:
-        """_walk's notes on disk; with inotify, a new watcher watches exactly the folders found."""
+        """_walk's notes on disk; with inotify, a new watcher watches exactly the folders found, and the vault's
+        settings file, whose change (Excluded files) means walking again."""
         self.stop_watching()
+        self.excluded = vault.ignore_filters(self.kb)
         if self.watch and self.can_watch:
             try:
-                self.watcher = watch.Watcher()
-                return _walk(self.kb, self.watcher)
+                self.watcher = watch.Watcher(walk_again={vault.APP_SETTINGS, privacy.KAIGNORE})
+                self.watcher.watch(self.kb / vault.OBSIDIAN_DIR, vault.OBSIDIAN_DIR)
+                return _walk(self.kb, self.excluded, self.watcher)
             except (OSError, AttributeError):  # no inotify here, or its watch limit: compare every time
                 self.stop_watching()
                 self.can_watch = False
-        return _walk(self.kb)
+        return _walk(self.kb, self.excluded)
 
     def stop_watching(self) -> None:
         if self.watcher:
@@ -228,10 +284,12 @@ class Index:
                 batch = items[first:first + INDEX_BATCH]
                 rows = [row for row in (_row(self.kb, p, st) for p, st in batch) if row]
                 self.remove([p for p, _ in batch])  # the unreadable ones leave the index
-                self.conn.executemany("INSERT INTO notes(path, size, mtime_ns, title, title_key, stem_key) "
-                                      "VALUES (?,?,?,?,?,?)", [r[:6] for r in rows])
-                self.conn.executemany("INSERT INTO fts(rowid, path, title, lead, body) "
-                                      "SELECT id, ?, ?, ?, ? FROM notes WHERE path=?", [r[6:] + r[:1] for r in rows])
+                self.conn.executemany("INSERT INTO notes(path, size, mtime_ns, title, title_key, stem_key, alias_keys, "
+                                      "tags, conflict_of, private) VALUES (?,?,?,?,?,?,?,?,?,?)", [r[:10] for r in rows])
+                self.conn.executemany("INSERT INTO fts(rowid, path, title, lead, body) SELECT id, ?, ?, ?, ? "
+                                      "FROM notes WHERE path=? AND NOT private", [r[10:-1] + r[:1] for r in rows])
+                self.conn.executemany(f"INSERT INTO links VALUES ({','.join('?' * len(links.ROW_COLUMNS))})",
+                                      [link for r in rows for link in r[-1]])
                 if not told and time.monotonic() - started > INDEX_PROGRESS_AFTER_S:
                     notice(f"indexing {len(items)} notes, this takes a moment…")
                     told = True
@@ -245,6 +303,7 @@ class Index:
         rows = [(p,) for p in paths]
         self.conn.executemany("DELETE FROM fts WHERE rowid IN (SELECT id FROM notes WHERE path=?)", rows)
         self.conn.executemany("DELETE FROM notes WHERE path=?", rows)
+        self.conn.executemany("DELETE FROM links WHERE source=?", rows)
 
 
 _INDEX: Index | None = None  # the one index this process has open

@@ -10,6 +10,7 @@ is incomplete (round limit, cut off by the length limit, or empty; the notice is
 import argparse
 import difflib
 import itertools
+import re
 import sys
 import threading
 from pathlib import Path
@@ -44,7 +45,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--kb", metavar="PATH", help="notes folder (KNOWLEDGE_BASE; default knowledge_base/)")
     add("-m", "--model", help="model name (MODEL; default deepseek-flash, or gpt-5.4-mini with OPENAI_API_KEY)")
     add("--base-url", metavar="URL", help="OpenAI-compatible endpoint (DEEPSEEK_BASE_URL or OPENAI_BASE_URL)")
-    add("--api-key", metavar="KEY", help="API key (DEEPSEEK_API_KEY or OPENAI_API_KEY)")
+    add("--api-key", metavar="KEY", help="API key; other users can see it in the process list, so prefer "
+        "DEEPSEEK_API_KEY or OPENAI_API_KEY in the environment, .env or the config file")
     add("--max-rounds", metavar="N", help="cap on model calls per question (MAX_TOOL_ROUNDS; default 10)")
     add("--thinking", choices=("on", "off"), help="thinking mode of models that have one (THINKING)")
     add("--effort", choices=("low", "medium", "high", "max"), help="reasoning effort (REASONING_EFFORT)")
@@ -78,7 +80,8 @@ COMMANDS = {
     "/tools": "the tools the agent can use",
     "/search QUERY": "search the notes (no model needed)",
     "/list [FOLDER]": "list the notes, newest first",
-    "/read PATH [LINE]": "show a note (from line LINE on)",
+    "/read PATH [LINE]": "show a note (from line LINE on); PATH#Heading shows one section",
+    "/links PATH": "what a note links to, and the notes that link to it",
     "/undo": "revert the agent's last change to a note",
     "/exit": "leave (Ctrl+D too)",
 }
@@ -89,7 +92,7 @@ PERSON_ADVICE = {"missing": "Use /search or /list to find the right path.",
 MULTILINE_HELP = ("  A question can span lines: end a line with \\ to go on, or paste a block (it stays one "
                   "question).\n  Ctrl+C clears the line typed; on an empty line, or Ctrl+D, it leaves.")
 NOTE_COMMANDS = {"/search": ("search_notes", "query"), "/list": ("list_notes", "folder"),
-                 "/read": ("read_note", "file_path")}
+                 "/read": ("read_note", "file_path"), "/links": ("links", "file_path")}
 
 
 class Chat:
@@ -136,11 +139,11 @@ class Chat:
         return getattr(self, "do_" + name[1:])(argument) or "ok"
 
     def note_command(self, name: str, argument: str) -> str:
-        """/search, /list and /read: the agent's own tools, run by hand, their text on stdout; a failure is not
-        output (`python main.py "/read x.md" > x.txt` must not keep it) and is worded for a person."""
+        """/search, /list, /read and /links: the agent's own tools, run by hand, their text on stdout; a failure is
+        not output (`python main.py "/read x.md" > x.txt` must not keep it) and is worded for a person."""
         tool, parameter = NOTE_COMMANDS[name]
         if not argument and name != "/list":
-            self.display.error(f"Usage: {name} {'PATH [LINE]' if name == '/read' else parameter.upper()}")
+            self.display.error(f"Usage: {next(usage for usage in COMMANDS if usage.split()[0] == name)}")
             return "failed"
         try:
             text = self.read(argument) if name == "/read" else getattr(tools, tool)(
@@ -155,15 +158,15 @@ class Chat:
         return "ok"
 
     def read(self, argument: str) -> str:
-        """/read PATH [LINE]: a screenful of the note from that line, and the command that shows the next."""
+        """/read PATH[#Heading] [LINE]: a screenful of the note (or of that section) from that line, and the command
+        that shows the next."""
         path, _, line = argument.rpartition(" ")
         path, start = (path.strip(), int(line)) if path.strip() and line.isascii() and line.isdigit() else (argument, 1)
+        heading = re.fullmatch(r"(.+?\.(?:md|txt))#(.*\S.*)", path, re.I | re.S)  # notes/x.md#Setup > Linux
+        path, section = (heading[1], heading[2].strip()) if heading else (path, None)
         name, text = tools.note_text(self.settings, path, "")
-        if not text.splitlines():
-            return f"{name} is empty."
-        shown, end, total = tools.read_lines(text, start)
-        more = f"\n[… more: /read {name} {end + 1}]" if end < total else ""
-        return f"{name} (lines {start}-{end} of {total})\n" + "\n".join(shown) + more
+        return tools.note_part(name, text, start, section,
+                               lambda line, section: f"[… more: /read {name}{'#' + section if section else ''} {line}]")
 
     def do_help(self, argument: str) -> None:
         needs = "" if self.client else " (needs an API key)"
@@ -215,10 +218,11 @@ class Chat:
         conversation, settings = self.conversation, self.settings
         (tp, tc), (sp, sc) = conversation.turn_usage, conversation.session_usage()
         budget = (self.client or Model(settings)).budget()
-        sent = context.fit_to_budget([system_message()] + conversation.history, budget)
+        sent = context.fit_to_budget([system_message(settings.kb)] + conversation.history, budget)
         tokens = context.estimate_tokens(sent, tools.tool_schemas(settings))
-        self.display.info(f"last answer : {tp:,} prompt + {tc:,} completion tokens ({conversation.turn_calls} API "
-                          f"calls)\nconversation: {sp:,} prompt + {sc:,} completion tokens in all\n"
+        self.display.info(f"last answer : {counted(tp, tc, conversation.turn_calls, conversation.turn_unreported)} "
+                          f"({conversation.turn_calls} API calls)\nconversation: {sp:,} prompt + {sc:,} completion "
+                          "tokens in all\n"
                           f"next request: ~{tokens:,} of {settings.context_tokens:,} tokens (CONTEXT_TOKENS), "
                           f"carrying {len(sent) - 1} of {len(conversation.history)} messages")
 
@@ -226,6 +230,14 @@ class Chat:
         message, undone = self.conversation.undo(self.settings)
         (self.display.info if undone else self.display.error)(message)
         return "ok" if undone else "failed"
+
+
+def counted(prompt: int, completion: int, calls: int, unreported: int) -> str:
+    """Tokens used, as the server reported them ("not reported" when it said nothing, never "0 + 0")."""
+    if calls and unreported == calls:
+        return "not reported by the server"
+    some = f" ({unreported} of {calls} API calls not reported)" if unreported else ""
+    return f"{prompt:,} prompt + {completion:,} completion tokens{some}"
 
 
 def show_sessions(store: sessions.SessionStore, write, current: int | None = None, kb: Path | None = None) -> None:
@@ -278,7 +290,10 @@ def repl(settings: Settings, client, display: Display, conversation: sessions.Co
 
 
 def shell_banner(settings: Settings) -> str:
-    if problem := shell.sandbox_problem():
+    if (problem := shell.sandbox_problem()) and not settings.shell_unsandboxed:
+        return (f"shell is OFF: {problem}. To use it anyway, knowing commands then run as you and can change "
+                "anything you can, set SHELL_UNSANDBOXED=1 (each command is still asked about).")
+    if problem:
         return (f"shell is ON WITHOUT A SANDBOX: {problem}. The model can run commands as you in {settings.kb}; "
                 "every command is asked about, even with --yes.")
     approval = "commands run without asking (--yes)" if settings.auto_approve else "you approve each command"
@@ -347,13 +362,16 @@ def run(args, display: Display) -> int:
         return repl(settings, client, display, conversation)
     if args.verbose:
         display.info(f"model {settings.model} at {settings.base_url} · notes {settings.kb}")
+    if settings.allow_shell and shell.sandbox_problem():  # said once: a one-shot run has no banner
+        display.info(shell_banner(settings))
     chat = Chat(settings, client, display, conversation)
     # The one question, or each piped line a turn of one conversation (/commands too) until "exit" or EOF.
     typed = [question] if question else (line.strip() for line in sys.stdin if line.strip())
     results = list(itertools.takewhile(lambda result: result != "exit", map(chat.line, typed)))
     if args.verbose:
         (tp, tc), (sp, sc) = conversation.run_usage, conversation.session_usage()
-        display.info(f"usage: {tp:,} prompt + {tc:,} completion tokens; this conversation {sp:,} + {sc:,} in all")
+        display.info(f"usage: {counted(tp, tc, conversation.run_calls, conversation.run_unreported)}"
+                     + (f"; this conversation {sp:,} + {sc:,} in all" if sp or sc else ""))
     return EXIT_FAILED if "failed" in results else EXIT_INCOMPLETE if "incomplete" in results else EXIT_OK
 
 

@@ -1,9 +1,12 @@
 """Answer a search of the notes: the query as FTS5 phrases, ranked in tiers, best lines, bounded output.
 
-search_notes and list_notes are the agent's tools; `kb` is the resolved notes folder. Ranking: BM25 with path,
-title, lead above body; a note titled (or named) exactly the query first; then every word, then any word.
-index.py keeps the index it reads; this file never writes to the index nor to the notes, and what the model
-can fix raises ToolError.
+search_notes and list_notes are the agent's tools, link_rows what links.py resolves a note's links and backlinks
+from; `kb` is the resolved notes folder. Ranking: BM25 with path, title, lead above body; a note titled (or named)
+exactly the query first, then one with the query as an alias; then every word, then any word. `tag:NAME` (or
+`#NAME`) in a query keeps the notes tagged NAME or a tag nested in it; alone, it lists them. A sync-conflict copy
+is never a hit while its note exists: the note's hit names its copies instead, and list_notes marks them. index.py
+keeps the index it reads; this file never writes to the index nor to the notes, and what the model can fix raises
+ToolError.
 """
 
 import re
@@ -12,7 +15,8 @@ from collections import Counter
 from pathlib import Path
 
 import embeddings
-from index import CJK_RUN, HEADING, Index, cjk_words, read_text, title_key, with_index
+import vault
+from index import CJK_RUN, HEADING, Index, cjk_words, indexed_text, read_text, title_key, with_index
 from index import note_changed  # noqa: F401  (tools.py tells the index through search.note_changed)
 from notes import ToolError, rel, safe_folder
 
@@ -91,38 +95,60 @@ def _folder(kb: Path, folder: str | None) -> tuple:
 
 
 # --- Searching ---
-_MATCHING = "FROM fts JOIN notes n ON n.id = fts.rowid WHERE fts MATCH ? AND n.path >= ? AND n.path < ?"
-# A note titled or named as the query first, then bm25 with SEARCH_WEIGHTS.
+_MATCHING = "FROM fts JOIN notes n ON n.id = fts.rowid WHERE fts MATCH ? AND {}"
+# A note titled or named as the query first, then one with it as an alias, then bm25 with SEARCH_WEIGHTS.
 _RANK_SQL = f"""SELECT n.id, n.path, n.title {_MATCHING} AND n.id NOT IN ({{}})
-ORDER BY (n.title_key = ? OR n.stem_key = ?) DESC, bm25(fts, {', '.join(map(str, SEARCH_WEIGHTS))}) LIMIT ?"""
+ORDER BY (n.title_key = ? OR n.stem_key = ?) DESC, instr(n.alias_keys, ?) > 0 DESC,
+bm25(fts, {', '.join(map(str, SEARCH_WEIGHTS))}) LIMIT ?"""
+_NOT_A_COPY = "(n.conflict_of IS NULL OR NOT EXISTS (SELECT 1 FROM notes o WHERE o.path = n.conflict_of))"
+_TAGGED = " AND (instr(n.tags, ?) OR instr(n.tags, ?))"  # the tag itself, or one nested in it
 
 
 def search_notes(kb: Path, index_dir: Path, query: str, folder: str | None = None, watch: bool = True,
                  embedder: embeddings.Embedder | None = None) -> str:
     """Best notes for `query` with their best lines, bounded; with an embedder also the notes closest in meaning."""
     query = (query or "").encode("utf-8", "replace").decode("utf-8")  # lone surrogates become "?"
-    parsed = _parse_query(query)
-    if not parsed[-1]:
+    tags, rest = vault.query_tags(query)
+    parsed = _parse_query(rest)
+    if not parsed[-1] and not tags:
         raise ToolError("the search query has no words to look for. Give one or more keywords.")
     lo, hi = _folder(kb, folder)
-    return with_index(kb, index_dir, watch, lambda idx: _search(idx, query, parsed, lo, hi, embedder))
+    return with_index(kb, index_dir, watch, lambda idx: _search(idx, query, rest, parsed, tags, lo, hi, embedder))
 
 
-def _search(idx: Index, query: str, parsed: tuple, lo: str, hi: str, embedder) -> str:
+def _scope(lo: str, hi: str, tags: list) -> tuple:
+    """The SQL condition on `notes n` (and its parameters) for the notes a search may find: in the folder, tagged
+    with every tag asked for, and not a sync-conflict copy of a note that exists."""
+    keys = [tag.casefold() for tag in tags]
+    return ("n.path >= ? AND n.path < ? AND NOT n.private AND " + _NOT_A_COPY + _TAGGED * len(keys),
+            (lo, hi, *(key for tag in keys for key in (f"\n{tag}\n", f"\n{tag}/"))))
+
+
+def _search(idx: Index, query: str, rest: str, parsed: tuple, tags: list, lo: str, hi: str, embedder) -> str:
+    """`rest`: the query without its tags, `parsed` from it."""
     as_phrases, every_word, any_word, words = parsed
-    vector, notice = embeddings.query_vector(idx, embedder, query) if embedder else (None, "")
+    where, args = _scope(lo, hi, tags)
+    where_text = f" in {lo}" if lo else ""
+    if not words:  # tags alone: the notes tagged so, newest first
+        total = idx.conn.execute(f"SELECT count(*) FROM notes n WHERE {where}", args).fetchone()[0]
+        hits = [(path, title, None) for path, title in idx.conn.execute(
+            f"SELECT path, title FROM notes n WHERE {where} ORDER BY mtime_ns DESC, path LIMIT ?",
+            (*args, SEARCH_MAX_HITS))]
+        return _format_hits(idx, _tag_patterns(tags), hits, total, 0, where_text, query, "newest first")
+    vector, notice = embeddings.query_vector(idx, embedder, query) if embedder and not tags else (None, "")
     depth = embeddings.EMBED_NOTES if vector else SEARCH_MAX_HITS  # fusion reranks a deeper list
-    qkey, hits = title_key(query.replace('"', " ")), []
+    qkey, hits = title_key(rest.replace('"', " ")), []
+    rank_sql, matching = _RANK_SQL.replace("{}", where, 1), _MATCHING.format(where)
 
     def add(match):  # the best notes for match that are not hits yet, while there is room (else LIMIT 0)
         shown = [h[0] for h in hits]
-        sql = _RANK_SQL.format(",".join("?" * len(shown)))  # SQLite takes an empty list: NOT IN ()
-        hits.extend(idx.conn.execute(sql, (match, lo, hi, *shown, qkey, qkey, depth - len(hits))))
+        sql = rank_sql.format(",".join("?" * len(shown)))  # SQLite takes an empty list: NOT IN ()
+        hits.extend(idx.conn.execute(sql, (match, *args, *shown, qkey, qkey, f"\n{qkey}\n", depth - len(hits))))
 
     def count(match):  # all notes: every FTS row is one, and skipping the join is ~5x faster on 30k matches
-        if not lo:
-            return idx.conn.execute("SELECT count(*) FROM fts WHERE fts MATCH ?", (match,)).fetchone()[0]
-        return idx.conn.execute(f"SELECT count(*) {_MATCHING}", (match, lo, hi)).fetchone()[0]
+        if lo or tags or _has_copies(idx):
+            return idx.conn.execute(f"SELECT count(*) {matching}", (match, *args)).fetchone()[0]
+        return idx.conn.execute("SELECT count(*) FROM fts WHERE fts MATCH ?", (match,)).fetchone()[0]
 
     for match in dict.fromkeys((as_phrases, every_word)):
         add(match)
@@ -133,10 +159,46 @@ def _search(idx: Index, query: str, parsed: tuple, lo: str, hi: str, embedder) -
         some_only = count(any_word) - total
     hits = [(path, title, None) for _id, path, title in hits]
     if vector:
-        hits = hits[:every] + _fuse(hits[every:], embeddings.notes_by_meaning(idx, vector, lo, hi),
-                                    {path for path, _, _ in hits[:every]})
-    text = _format_hits(idx.kb, words, hits[:SEARCH_MAX_HITS], total, some_only, f" in {lo}" if lo else "", query)
+        by_meaning = [hit for hit in embeddings.notes_by_meaning(idx, vector, lo, hi) if not _hidden_copy(idx, hit[0])]
+        hits = hits[:every] + _fuse(hits[every:], by_meaning, {path for path, _, _ in hits[:every]})
+    patterns = _line_patterns(words) + _tag_patterns(tags)
+    text = _format_hits(idx, patterns, hits[:SEARCH_MAX_HITS], total, some_only, where_text, query)
     return f"{notice}\n{text}" if notice else text
+
+
+def _has_copies(idx: Index) -> bool:
+    return idx.conn.execute("SELECT 1 FROM notes WHERE conflict_of IS NOT NULL LIMIT 1").fetchone() is not None
+
+
+def _hidden_copy(idx: Index, path: str) -> bool:
+    """A sync-conflict copy whose note exists: never a hit of its own."""
+    original = vault.conflict_of(path)
+    return original is not None and idx.conn.execute("SELECT 1 FROM notes WHERE path=?", (original,)).fetchone()
+
+
+def _copies_of(idx: Index, paths: list) -> dict:
+    """note -> the names of its sync-conflict copies, for the notes among `paths` that have some."""
+    copies = {}
+    rows = idx.conn.execute(f"SELECT conflict_of, path FROM notes WHERE conflict_of IN ({','.join('?' * len(paths))}) "
+                            "AND NOT private ORDER BY path", paths)
+    for original, path in rows:
+        copies.setdefault(original, []).append(path.rsplit("/", 1)[-1])
+    return copies
+
+
+def _copies_line(path: str, names: list) -> str:
+    return (f"{path.rsplit('/', 1)[-1]} has {len(names)} sync-conflict cop{'y' if len(names) == 1 else 'ies'}: "
+            f"{_named(names)}; compare and merge, then delete the copies")
+
+
+def _named(names: list) -> str:
+    """Names joined with commas, as many as fit about one shown line, then "…"."""
+    shown = []
+    for name in names:
+        if shown and sum(len(n) + 2 for n in shown) + len(name) > SEARCH_LINE_CHARS:
+            return ", ".join(shown) + ", …"
+        shown.append(name)
+    return ", ".join(shown)
 
 
 def _fuse(by_words: list, by_meaning: list, placed: set) -> list:
@@ -150,8 +212,10 @@ def _fuse(by_words: list, by_meaning: list, placed: set) -> list:
     return sorted((hit_of[path] for path in score), key=lambda hit: -score[hit[0]])
 
 
-def _format_hits(kb: Path, words, hits, total_all: int, some_only: int, where: str, query: str) -> str:
-    """One block per hit, "path — title" then "  line-number: text" lines (a hit found by meaning alone has a line)."""
+def _format_hits(idx: Index, patterns: list, hits, total_all: int, some_only: int, where: str, query: str,
+                 order: str = "best first") -> str:
+    """One block per hit, "path — title" then "  line-number: text" lines (a hit found by meaning alone has a line),
+    and a line naming its sync-conflict copies if it has some."""
     matched, by_meaning = total_all + some_only, sum(line is not None for _, _, line in hits)
     notes = f"{matched} note" + ("" if matched == 1 else "s")
     if not hits:
@@ -165,11 +229,12 @@ def _format_hits(kb: Path, words, hits, total_all: int, some_only: int, where: s
     else:
         head = f"No note{where} has the words of {_quoted(query)}; notes close in meaning"
     head += f" ({by_meaning} shown for their meaning only)" if by_meaning and matched else ""
-    patterns = _line_patterns(words)
+    copies = _copies_of(idx, [path for path, _, _ in hits])
     blocks, used = [], len(head) + 80  # room for the head and the closing "more" line
     for path, title, line in hits:
-        lines = _best_lines(kb, path, patterns, line)
+        lines = _best_lines(idx.kb, path, patterns, line)
         block = f"{path} — {title}" + "".join(f"\n  {n}: {text}" for n, text in lines)
+        block += f"\n  {_copies_line(path, copies[path])}" if path in copies else ""
         if used + len(block) + 2 > SEARCH_OUTPUT_CHARS:
             if blocks:
                 break
@@ -178,7 +243,7 @@ def _format_hits(kb: Path, words, hits, total_all: int, some_only: int, where: s
         used += len(block) + 2
     more = matched - sum(line is None for _, _, line in hits[:len(blocks)])
     tail = [f"({more} more matched; add words or a folder to narrow the search.)"] if more > 0 else []
-    return "\n\n".join([f"{head}, best first:", *blocks, *tail])
+    return "\n\n".join([f"{head}, {order}:", *blocks, *tail])
 
 
 def _quoted(query: str) -> str:
@@ -187,6 +252,12 @@ def _quoted(query: str) -> str:
     if len(query) > SEARCH_QUERY_ECHO_CHARS:
         query = query[:SEARCH_QUERY_ECHO_CHARS].rstrip() + "…"
     return f"'{query}'" if '"' in query else f'"{query}"'
+
+
+def _tag_patterns(tags: list) -> list:
+    """Patterns marking where a note has the tag (or one nested in it): `#tag`, or in its `tags` property."""
+    return [re.compile(r"(?:(?<!\S)#|^\s*-\s*#?|^tags?:.*?(?<![\w/#]))" + re.escape(tag) + r"(?![\w-])", re.I)
+            for tag in tags]
 
 
 def _line_patterns(words: list) -> list:
@@ -203,7 +274,7 @@ def _line_patterns(words: list) -> list:
 
 def _best_lines(kb: Path, path: str, patterns: list, chunk_line: int | None = None) -> list:
     """(line number, clipped line) of the lines matching most patterns, in note order; else the opening lines."""
-    lines = (read_text(kb, path) or "").splitlines()
+    lines = indexed_text(path, read_text(kb, path) or "").splitlines()
     if chunk_line is not None:
         patterns = []
     scored = []
@@ -238,18 +309,22 @@ def _listing(idx: Index, lo: str, hi: str) -> str:
     unnamed = sum(lo <= path < hi for path in idx.unnamed)  # paths that are not UTF-8 sort below hi too
     unlisted = [f"{unnamed} note file(s) not listed: their names are not UTF-8; rename them to see them here."
                 ] if unnamed else []
-    rows = idx.conn.execute("SELECT path, title, mtime_ns FROM notes WHERE path >= ? AND path < ? "
-                            "ORDER BY mtime_ns DESC, path", (lo, hi)).fetchall()
-    inside, total = [p[len(lo):] for p, _, _ in rows], len(rows)
+    private = idx.conn.execute("SELECT count(*) FROM notes WHERE path >= ? AND path < ? AND private", (lo, hi))
+    unlisted += [f"{n} private note(s) not listed (the person keeps them from the model)."
+                 for n in private.fetchone() if n]
+    rows = idx.conn.execute("SELECT path, title, mtime_ns, conflict_of FROM notes WHERE path >= ? AND path < ? "
+                            "AND NOT private ORDER BY mtime_ns DESC, path", (lo, hi)).fetchall()
+    inside, total = [p[len(lo):] for p, _, _, _ in rows], len(rows)
     if not total:
         return "\n".join([f"No notes {where}.", *unlisted])
     folders = sorted(Counter(p.split("/", 1)[0] for p in inside if "/" in p).items())
     tail = ["Folders: " + ", ".join(f"{name}/ ({count})" for name, count in folders)] if folders else []
-    tail += unlisted
+    tail += unlisted + _copies_listed([path for path, _, _, original in rows if original])
     out = [f"{total} note(s) {where}, newest first:"]
     used = len(out[0]) + sum(len(line) + 1 for line in tail) + 100
-    for path, title, mtime_ns in rows[:LIST_MAX_NOTES]:
+    for path, title, mtime_ns, original in rows[:LIST_MAX_NOTES]:
         line = f"{path} — {title}  ({time.strftime('%Y-%m-%d', time.localtime(mtime_ns / 1e9))})"
+        line += f"  [sync-conflict copy of {original.rsplit('/', 1)[-1]}]" if original else ""
         if used + len(line) + 1 > LIST_OUTPUT_CHARS:
             break
         out.append(line)
@@ -258,3 +333,30 @@ def _listing(idx: Index, lo: str, hi: str) -> str:
         narrow = "give one of the folders below" if folders else "search_notes finds the others by their words"
         out.append(f"… {total - len(out) + 1} more not shown; {narrow}.")
     return "\n".join(out + tail)
+
+
+def _copies_listed(copies: list) -> list:
+    """The closing line about sync-conflict copies, so the person can resolve them; none without copies."""
+    if not copies:
+        return []
+    return [f"{len(copies)} sync-conflict cop{'y' if len(copies) == 1 else 'ies'} (marked above if shown): {_named(copies)}; "
+            "compare each with its note, merge what differs, then delete the copy."]
+
+
+def private_notes(kb: Path, index_dir: Path, watch: bool = True) -> set:
+    """The notes privacy.py keeps from every model (for the shell's sandbox, and what links may not name)."""
+    return with_index(kb, index_dir, watch, lambda idx: {path for path, in idx.conn.execute(
+        "SELECT path FROM notes WHERE private")})
+
+
+# --- Links ---
+def link_rows(kb: Path, index_dir: Path, keys, source: str | None = None, watch: bool = True) -> tuple[set, list]:
+    """(every file of the notes folder, the stored link rows (links.ROW_COLUMNS) of the note at `source` and of the
+    links whose key is in `keys`, by source and line): what links.py resolves them with, and against."""
+    keys = list(keys)
+
+    def rows(idx: Index) -> tuple:
+        found = idx.conn.execute(f"SELECT * FROM links WHERE source = ? OR key IN ({','.join('?' * len(keys))}) "
+                                 "ORDER BY source, line, rowid", (source, *keys)).fetchall()
+        return {path for path, in idx.conn.execute("SELECT path FROM notes")} | idx.others, found
+    return with_index(kb, index_dir, watch, rows)

@@ -149,10 +149,11 @@ class History(list):
         super().__init__(messages)
         self.conversation = conversation
 
-    def save(self, usage=None) -> None:
-        """Commit what changed (new messages, or a dropped turn's) and count one API call's `usage`."""
+    def save(self, usage=None, called: bool = False) -> None:
+        """Commit what changed (new messages, or a dropped turn's); `called`: an API call was made, its `usage`
+        counted (None: the server reported none)."""
         self.conversation.sync(self)
-        if usage is not None:
+        if called:
             self.conversation.add_usage(usage)
 
 
@@ -161,7 +162,7 @@ class Conversation:
 
     def __init__(self, store: SessionStore, kb: Path | str | None = None):
         self.store, self.kb = store, kb
-        self.run_usage = (0, 0)
+        self.run_usage, self.run_calls, self.run_unreported = (0, 0), 0, 0
         self.told: list[str] = []  # what the model must hear with the next question (what /undo restored)
         self.start_new()
 
@@ -204,7 +205,7 @@ class Conversation:
 
     def begin_turn(self, question: str = "") -> str:
         """Start a turn; the question as the model gets it, after what it must be told first (see undo)."""
-        self.turn_usage, self.turn_calls, self.turn_start = (0, 0), 0, len(self.history)
+        self.turn_usage, self.turn_calls, self.turn_unreported, self.turn_start = (0, 0), 0, 0, len(self.history)
         return "\n".join(self.told + [question])
 
     def end_turn(self) -> None:
@@ -219,12 +220,15 @@ class Conversation:
         return message, undone
 
     def add_usage(self, usage) -> None:
-        """Count one API call's `usage` (an SDK object or a dict)."""
+        """Count one API call and its `usage` (an SDK object or a dict; None: the server reported none)."""
+        self.turn_calls, self.run_calls = self.turn_calls + 1, self.run_calls + 1
+        if usage is None:
+            self.turn_unreported, self.run_unreported = self.turn_unreported + 1, self.run_unreported + 1
+            return
         get = usage.get if isinstance(usage, dict) else lambda key: getattr(usage, key, None)
         prompt, completion = int(get("prompt_tokens") or 0), int(get("completion_tokens") or 0)
         self.turn_usage = (self.turn_usage[0] + prompt, self.turn_usage[1] + completion)
         self.run_usage = (self.run_usage[0] + prompt, self.run_usage[1] + completion)
-        self.turn_calls += 1
         self.store.write(lambda c: c.execute("UPDATE sessions SET prompt_tokens = prompt_tokens + ?, "
                                              "completion_tokens = completion_tokens + ? WHERE id = ?",
                                              (prompt, completion, self.session_id)))

@@ -8,6 +8,7 @@ decides what a line of input means (main.py's Chat does), nor writes the convers
 """
 
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -16,12 +17,15 @@ import sys
 import time
 from pathlib import Path
 
+import db
 import tools
+import versions
 from agent import UI
 from notes import visible
 
 TRACE_WIDTH = 110  # characters of a tool call or result shown on stderr
 HISTORY_LINES = 1000  # typed lines kept across runs
+QUESTION_FILES = 20  # files of a change listed under its question (the page shows each one's diff)
 
 
 def shorten(text: str) -> str:
@@ -120,7 +124,8 @@ class Display(UI):
     def tool_result(self, name: str, result: tools.Result) -> None:
         first = result.text.splitlines()[0] if result.text else "(empty)"
         if getattr(tools.TOOLS.get(name), "changes_notes", False) and not result.error:
-            self.info(self._style("32", "  " + visible(first)))  # the change summary: `~ notes/git.md  +3 −1`
+            for line in listed(list(itertools.takewhile(is_summary, result.text.splitlines()))):
+                self.info(self._style("32", "  " + visible(line)))  # the change summary: `~ notes/git.md  +3 −1`
         else:
             self.info(self._style("31" if result.error else "2", "  ← " + shorten(first)))
         self.waiting()  # for the model's next call
@@ -135,7 +140,7 @@ class Display(UI):
         if not self.interactive:
             return None
         if approval.kind != "shell":
-            return ask(visible(approval.title), "y/N") == "y"
+            return ask(visible(approval.title) + touched(approval.change), "y/N") == "y"
         if self.shell_always:
             return True
         command = "\n    ".join(visible(line) for line in approval.detail.split("\n"))
@@ -150,6 +155,23 @@ class Display(UI):
     def error(self, message: str) -> None:
         self.end_answer()
         self.info(self._style("31", "error: ") + visible(message, lines=True))
+
+
+def touched(change: versions.Change | None) -> str:
+    """The files a change of several touches, one summary line each under its question, the answer asked for on
+    the next line; "" for one file."""
+    lines = versions.summary(change).splitlines() if change else []
+    return "".join(f"\n    {visible(line)}" for line in listed(lines)) + "\n" if len(lines) > 1 else ""
+
+
+def is_summary(line: str) -> bool:
+    """A line of versions.summary at the head of a change's result: `~ git.md  +3 −1`, `→ a.md → b.md`, …"""
+    return line[:2] in ("~ ", "+ ", "- ", "→ ")
+
+
+def listed(lines: list) -> list:
+    """At most QUESTION_FILES of a change's summary lines, then how many more there are."""
+    return lines[:QUESTION_FILES] + [f"… and {len(lines) - QUESTION_FILES} more"] * (len(lines) > QUESTION_FILES)
 
 
 def ask(question: str, choices: str) -> str:
@@ -190,7 +212,7 @@ def start_line_editing(display: Display):
             if "\n" in (item := readline.get_history_item(index + 1) or ""):
                 readline.replace_history_item(index, " ".join(item.split()))
         try:
-            history.parent.mkdir(parents=True, exist_ok=True)
+            db.private_folder(history.parent)
             readline.write_history_file(history)
             history.chmod(0o600)  # questions about one's notes are private
         except OSError as exc:

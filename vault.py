@@ -6,9 +6,11 @@ are 1-based and counted as read_note counts them (str.splitlines, a leading BOM 
 as they are. The only files read are the vault's settings, `.obsidian/*.json`, through notes.read_bytes (so
 never through a link, never outside the notes); a missing or malformed one counts as unset. It never writes
 anything, and never fails on what a note holds: a shape of YAML it does not know is kept as text. Only
-find_section and append_to_section raise, ValueError, with a message for the model.
+find_section and append_to_section raise, ValueError, with a message for the model. vault_prompt is cached per
+vault and day, so the system prompt stays the same all day.
 """
 
+import functools
 import json
 import re
 from datetime import datetime, time
@@ -17,6 +19,8 @@ from pathlib import Path, PurePosixPath
 import notes
 
 OBSIDIAN_DIR = ".obsidian"
+APP_SETTINGS = f"{OBSIDIAN_DIR}/app.json"  # Excluded files and the vault's style live here
+DAILY_SETTINGS = f"{OBSIDIAN_DIR}/daily-notes.json"
 SETTINGS_MAX_BYTES = 1_000_000  # a vault's settings file larger than this is not read
 HEADINGS_LISTED = 40  # an unknown heading's message lists this many of the note's headings
 OUTLINE_MAX_HEADINGS = 80  # an outline longer than this leaves out its deepest levels, then is cut
@@ -469,9 +473,10 @@ def append_to_section(text: str, wanted: str, content: str) -> str:
 
 # --- Files the owner excluded, drawings, and sync-conflict copies ---
 def _settings(kb: Path, name: str) -> dict:
-    """A `.obsidian/*.json` settings file as a dict; {} if missing, unreadable, a link, or not a JSON object."""
+    """A settings file (`.obsidian/*.json`, by its path in the vault) as a dict; {} if missing, unreadable, a link,
+    or not a JSON object."""
     try:
-        value = json.loads(notes.read_bytes(Path(kb), f"{OBSIDIAN_DIR}/{name}", SETTINGS_MAX_BYTES).decode("utf-8-sig"))
+        value = json.loads(notes.read_bytes(Path(kb), name, SETTINGS_MAX_BYTES).decode("utf-8-sig"))
     except (OSError, ValueError, RecursionError, notes.ToolError):
         return {}
     return value if isinstance(value, dict) else {}
@@ -481,7 +486,7 @@ def ignore_filters(kb: Path) -> list:
     """Obsidian's Excluded files (`userIgnoreFilters` in app.json): path prefixes ('Archive/', 'Templates/x.md')
     as strings, '/regex/' ones compiled; a regex Python cannot read is left out."""
     filters = []
-    raw = _settings(kb, "app.json").get("userIgnoreFilters")
+    raw = _settings(kb, APP_SETTINGS).get("userIgnoreFilters")
     for item in raw if isinstance(raw, list) else []:
         if not isinstance(item, str) or not item.strip():
             continue
@@ -507,7 +512,8 @@ _ELEMENT_ID = re.compile(r" \^[A-Za-z0-9-]+$")
 
 def is_drawing(rel_path: str, text: str) -> bool:
     """An Excalidraw drawing: named *.excalidraw.md, or any note with the plugin's `excalidraw-plugin` property."""
-    return rel_path.lower().endswith(".excalidraw.md") or "excalidraw-plugin" in front_matter(text)[0]
+    return rel_path.lower().endswith(".excalidraw.md") or ("excalidraw-plugin" in text  # most notes: no need to parse
+                                                           and "excalidraw-plugin" in front_matter(text)[0])
 
 
 def excalidraw_text(text: str) -> str:
@@ -534,6 +540,8 @@ _CONFLICT_NAMES = [
 def conflict_of(rel_path: str) -> str | None:
     """The path of the note a sync-conflict copy was made from (Syncthing, Obsidian Sync, Nextcloud/ownCloud,
     Dropbox), in the same folder; None for a note that is not one."""
+    if "conflict" not in rel_path.lower():  # in every pattern: most paths need no parsing (the index asks for each)
+        return None
     path = PurePosixPath(rel_path)
     for pattern in _CONFLICT_NAMES:
         found = pattern.fullmatch(path.name)
@@ -553,7 +561,7 @@ _TEMPLATE_FIELD = re.compile(r"{{\s*(date|time|title)\s*(?::([^}]*))?}}", re.I)
 def daily_note_settings(kb: Path) -> dict:
     """The Daily notes settings (`.obsidian/daily-notes.json`): folder, format (moment.js), template (a note path
     without .md); Obsidian's defaults where unset."""
-    raw = _settings(kb, "daily-notes.json")
+    raw = _settings(kb, DAILY_SETTINGS)
     text = {key: raw[key].strip() for key in ("folder", "format", "template") if isinstance(raw.get(key), str)}
     return {"folder": text.get("folder", "").strip("/"), "format": text.get("format") or DAILY_FORMAT,
             "template": text.get("template", "")}
@@ -607,7 +615,7 @@ _LINK_FORMS = {"shortest": "by the shortest name that is unique", "relative": "b
 def vault_style(kb: Path) -> dict:
     """The settings of `.obsidian/app.json` that say how the owner writes links and where new files go: only those
     the vault sets, with the right types."""
-    app = _settings(kb, "app.json")
+    app = _settings(kb, APP_SETTINGS)
     return {key: app[key] for key, kind in _STYLE_KEYS.items() if isinstance(app.get(key), kind)}
 
 
@@ -636,3 +644,17 @@ def style_prompt(kb: Path) -> str:
             where = where.strip("/")
             parts.append(f"attachments go in {where}/" if where else "attachments go in the top folder")
     return "This vault " + "; ".join(parts) + "."
+
+
+@functools.lru_cache(maxsize=16)
+def vault_prompt(kb: Path, today) -> str:
+    """The system prompt's lines about this vault on that day, "" for none: how it links and files notes, and
+    today's daily note when the vault sets up daily notes. Computed once per vault and day: the prompt stays byte
+    for byte the same all day (servers cache a prompt's unchanged start), even if a setting changes meanwhile."""
+    lines = [f"- {style}" for style in [style_prompt(kb)] if style]
+    if _settings(kb, DAILY_SETTINGS):
+        daily = daily_note_settings(kb)
+        template = f", starting from its template {daily['template']}" if daily["template"] else ""
+        lines.append(f"- Today's daily note is {daily_note_path(daily, today)}. To add to it (\"add X to today's "
+                     f"log\"), append_note to that path: if it does not exist yet it is created{template}.")
+    return "\n".join(lines)

@@ -513,18 +513,22 @@ def change_summary(rel_path: str, old_text: str, new_text: str) -> str:
     return f"~ {rel_path}  +{added} {MINUS}{removed}"
 
 
-def summary(change: Change) -> str:
-    """One line per file: `+ new.md  +12`, `~ git.md  +3 −1`, `- old.md`, `→ a.md → b.md`."""
+def summary(change: Change, hidden=frozenset()) -> str:
+    """One line per file: `+ new.md  +12`, `~ git.md  +3 −1`, `- old.md`, `→ a.md → b.md`; the `hidden` files
+    (private notes, to the model) only counted."""
     lines = [f"→ {change.move[0]} → {change.move[1]}"] if change.move else []
     for f in change.files:
         path = change.final_path(f.path)
+        if path in hidden:
+            continue
         if f.old is None:
             lines.append(f"+ {path}  +{len(_text(f.new).splitlines())}")
         elif f.new is None:
             lines.append(f"- {path}")
         else:
             lines.append(change_summary(path, _text(f.old), _text(f.new)))
-    return "\n".join(lines)
+    count = sum(change.final_path(f.path) in hidden for f in change.files)
+    return "\n".join(lines + [f"(and {count} private note{'s' * (count != 1)})"] * bool(count))
 
 
 # --- A whole change at once (what a tool does when nobody is asked) ---

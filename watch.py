@@ -1,8 +1,9 @@
 """Which notes changed since the last look, from Linux inotify (through ctypes): microseconds per search instead
 of comparing every note's size and time (at 89,600 notes a warm search takes 1.8 ms with it, 538 ms without).
 
-A `Watcher` watches the folders index.py's walk found; `changes()` gives the notes that changed since, or None
-when only a full walk can tell (a folder changed, events were lost, a name is not UTF-8). Where inotify is
+A `Watcher` watches the folders index.py's walk found; `changes()` gives the notes (and the other files links may
+lead to) that changed since, or None when only a full walk can tell (a folder changed, events were lost, a name is
+not UTF-8, or one of the files in `walk_again` changed: settings that decide which notes count). Where inotify is
 missing or its watch limit is reached, `start` fails and the index walks every time. It never reads a note.
 """
 
@@ -12,10 +13,10 @@ import struct
 import sys
 from pathlib import Path
 
-from notes import is_note_path
+from notes import is_hidden_name
 from shell import libc
 
-# Any event on a folder (or lost events) means a full comparison; a note's event, that note.
+# Any event on a folder (or lost events) means a full comparison; a file's event, that file.
 _IN_FOLDER = 0x40000000 | 0x400 | 0x800 | 0x4000  # IN_ISDIR, IN_DELETE_SELF, IN_MOVE_SELF, IN_Q_OVERFLOW
 _WATCH_MASK = 0x03000FCE  # MODIFY ATTRIB CLOSE_WRITE MOVED_* CREATE DELETE *_SELF, ONLYDIR DONT_FOLLOW
 _EVENT = struct.Struct("iIII")  # watch descriptor, mask, cookie, length of the name that follows
@@ -32,11 +33,12 @@ def is_utf8(path: str) -> bool:
 
 
 class Watcher:
-    def __init__(self):
+    def __init__(self, walk_again=frozenset()):
         self.fd = libc().inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         if self.fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1 failed")
         self.folder_of: dict[int, str] = {}  # watch descriptor -> folder relative to the notes
+        self.walk_again = walk_again  # paths (relative to the notes) whose change means a full walk
 
     def watch(self, abs_dir: Path, rel_dir: str) -> None:
         wd = libc().inotify_add_watch(self.fd, os.fsencode(abs_dir), _WATCH_MASK)
@@ -49,20 +51,21 @@ class Watcher:
         os.close(self.fd)
 
     def changes(self) -> dict | None:
-        """The notes seen changed since the last call (path -> None), or None when a full walk is needed."""
-        notes = {}
+        """The notes and other files seen changed since the last call (path -> None), or None when a full walk is
+        needed."""
+        changed = {}
         while True:
             try:
                 data = os.read(self.fd, 65536)
             except BlockingIOError:
-                return notes
+                return changed
             at = 0
             while at < len(data):
                 wd, mask, _cookie, length = _EVENT.unpack_from(data, at)
                 name = os.fsdecode(data[at + _EVENT.size:at + _EVENT.size + length].rstrip(b"\0"))  # as the walk's
                 at += _EVENT.size + length
                 path = f"{self.folder_of[wd]}/{name}".lstrip("/")
-                if mask & _IN_FOLDER or not is_utf8(path):
+                if mask & _IN_FOLDER or not is_utf8(path) or path in self.walk_again:
                     return None
-                if is_note_path(name):
-                    notes[path] = None
+                if not is_hidden_name(name):  # a note, or an attachment a link may lead to
+                    changed[path] = None

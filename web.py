@@ -9,35 +9,56 @@ or a running shell command when it next speaks or ends), so the history is kept 
 Conversations live in the CLI's session store: `python main.py --continue` picks up a page's, and back.
 
 A page on the internet must not be able to use it: it never listens beyond 127.0.0.1, refuses other Host
-headers (DNS rebinding), state-changing requests from other origins (CSRF) and anything without the launch
-token's cookie, sends no CORS headers, takes only small JSON bodies, and sets a CSP that runs only its own
-scripts. It never approves anything by itself, and offers the shell only with --allow-shell.
+headers (DNS rebinding) and state-changing requests from other origins (CSRF), sends no CORS headers, takes only
+small JSON bodies, and sets a CSP that runs only its own scripts. Nor must another user of this computer: the
+browser is opened on a launch page only this user can read (0600, in a 0700 folder, removed at exit), so `ps`
+shows no token; its one-time token, after "#" and so never sent to a server, is traded by the page's script for
+a key it keeps for this address alone and sends in a header. Never a cookie: the browser sends those to every
+port of 127.0.0.1, where another user may listen. Connections without the key must send their request within
+HEADER_TIMEOUT and at most MAX_ANONYMOUS stay open, so a flood cannot shut the page out. It never approves
+anything by itself, and offers the shell only with --allow-shell.
 """
+import contextlib
 import hmac
-import http.cookies
+import html
 import json
 import logging
+import math
+import os
+import re
 import secrets
+import selectors
+import shutil
+import signal
+import socket
 import sys
+import tempfile
 import threading
+import time
 import webbrowser
+from bisect import bisect_left
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import agent
+import links
+import search
 import sessions
 import tools
+import vault
 import versions
 from config import Settings
 from context import content_text
-from notes import ToolError
+from notes import ToolError, is_note_path
 from terminal import compact
 
 DEFAULT_PORT = 8731
 MAX_BODY = 1_000_000  # bytes of a JSON request body (a question with a pasted note fits)
 KEEPALIVE = 15.0  # seconds between comments on an idle event stream, so a dropped page is noticed
 STOP_WAIT = 5.0  # seconds Ctrl+C on the server gives a running answer to stop before leaving
+HEADER_TIMEOUT = 10.0  # seconds a connection has to send its request line and headers (a browser takes less than 1)
+MAX_ANONYMOUS = 256  # open connections that have not shown the page's key; past it the oldest is closed
 STATIC = Path(__file__).resolve().parent / "static"  # the page's files, beside this file in a clone and installed
 PAGES = {"/": "index.html", **{f"/static/{name}": name
                                 for name in ("app.js", "app.css", "marked.umd.js", "purify.min.js")}}
@@ -46,10 +67,14 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self';
        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
            "X-Frame-Options": "DENY", "Cache-Control": "no-store"}
+NO_TOKEN = ("Not signed in: open the page knowledge-agent printed when it started, which signs this browser in "
+            "once. One already used, or from an earlier start, does not work: start python main.py --web again.")
+LAUNCH_PAGE = ('<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="0;url={url}">'
+               '<title>knowledge-agent</title><p><a href="{url}">Open knowledge-agent</a></p>\n')
 def no_key() -> str:
     return f"Chat is off: no API key. {agent.key_hint()}, then start again. Meanwhile search and notes work."
-NO_TOKEN = ("Open the address knowledge-agent printed when it started (it carries a one-time token). "
-            "A used or old address does not work: start python main.py --web again for a new one.")
+
+
 BUSY = "The agent is answering: wait for it, or press Stop."
 
 
@@ -84,6 +109,36 @@ def history_items(history: list[dict]) -> list[dict]:
             items.append({"type": "tool_result", "name": names.get(message.get("tool_call_id"), ""),
                           "text": text, "error": text.startswith(tools.ERROR)})
     return items
+
+
+_ASTRAL = re.compile("[\U00010000-\U0010ffff]")  # two UTF-16 code units each: JavaScript counts those
+
+
+def note_links(settings: Settings, name: str, text: str) -> dict:
+    """A note's links as the page draws them, resolved as Obsidian resolves them, and its backlinks. Each link is the
+    span the page replaces (a wikilink whole, a Markdown link's target), in UTF-16 code units, with its label
+    (None for a Markdown link), the note it opens (None: unresolved, or a file that is not a note) and whether it
+    leads to a file at all; each backlink is a line of another note where links lead here."""
+    try:
+        paths, rows = search.link_rows(settings.kb, settings.index_dir, links.link_keys(name), None,
+                                       settings.search_watch)
+    except ToolError:  # the index failed, and its notice said so: the note opens without its links
+        return {"links": [], "backlinks": []}
+    resolver, astral = links.Resolver(paths), [m.start() for m in _ASTRAL.finditer(text)]
+    drawn, end = [], 0
+    for link in links.parse(text, name):
+        wiki = link.form != "markdown"
+        start, stop = (link.start, link.end) if wiki else (link.path_start, link.path_end)
+        if start < end or (link.embed and not wiki):  # inside a link drawn already; an image stays an image
+            continue
+        to = resolver.resolve(link.target, name, link.form)
+        shown = link.target + "#" * bool(link.fragment) + link.fragment
+        drawn.append({"start": start + bisect_left(astral, start), "end": stop + bisect_left(astral, stop),
+                      "label": (link.alias if link.alias and not link.embed else shown) if wiki else None,
+                      "to": to if to and is_note_path(to) else None, "found": to is not None, "embed": link.embed})
+        end = stop
+    backlinks = [place.rsplit(":", 1) for place in dict.fromkeys(links.backlinks(name, rows, resolver))]
+    return {"links": drawn, "backlinks": [{"path": path, "line": int(line)} for path, line in backlinks]}
 
 
 class App(agent.UI):
@@ -241,7 +296,11 @@ class App(agent.UI):
     def note(self, path: str) -> dict:
         try:
             name, text = tools.note_text(self.settings, path, "")
-            return {"path": name, "text": text}
+            properties, body_line, _ = vault.front_matter(text)  # shown as a table, the body after it
+            head = "".join(text.splitlines(keepends=True)[:body_line - 1])
+            return {"path": name, "text": text, "properties": list(properties.items()),
+                    "body_start": len(head) + len(_ASTRAL.findall(head)),  # in UTF-16 code units, as the page counts
+                    **note_links(self.settings, name, text)}
         except (ToolError, OSError) as exc:  # the message, not the advice to the model about its tools
             reason = getattr(exc, "strerror", None) or getattr(exc, "message", None) or str(exc)
             raise HTTPError(404, f"Cannot open that note: {reason.rstrip('.')}.") from None
@@ -263,19 +322,118 @@ class App(agent.UI):
 # --- HTTP ---
 
 class Server(ThreadingHTTPServer):
-    """The server for these notes on 127.0.0.1:port (0: any free port); it never approves by itself."""
+    """The server for these notes on 127.0.0.1:port (0: any free port); it never approves by itself.
+
+    serve_forever's thread accepts connections and holds each without a thread until it sends something; then it
+    gets one. Until its request shows the page's key it stays anonymous: it has HEADER_TIMEOUT to send its request
+    line and headers, and past MAX_ANONYMOUS open the oldest is closed (one that has not spoken first). So a flood
+    costs little, is bounded and short-lived, and the page's own connections, its event streams among them, are
+    never cut."""
     daemon_threads = True
+    request_queue_size = 4096  # connections waiting for accept: under a flood, the page's waits among them
 
     def __init__(self, settings: Settings, port: int = DEFAULT_PORT):
         self.app = App(settings, agent.make_client(settings) if settings.api_key else None)
+        self.lock = threading.Lock()  # guards the token and the anonymous connections
+        self.anonymous: dict[socket.socket, float] = {}  # in accept order: when its request is due (inf: it came)
+        self.quiet = selectors.DefaultSelector()  # the listening socket, and connections that have not spoken yet
+        self.stopping, self.stopped = threading.Event(), threading.Event()
         super().__init__(("127.0.0.1", port), Handler)
         self.port = self.server_address[1]
-        self.token = secrets.token_urlsafe(32)  # in the printed address; exchanged once for the cookie
-        self.secret = secrets.token_urlsafe(32)  # the cookie's value
-        self.cookie = f"ka-{self.port}"  # cookies ignore ports: two servers must not share one name
+        self.token = secrets.token_urlsafe(32)  # one-time, in the launch page: the page's script trades it for the key
+        self.key = secrets.token_urlsafe(32)  # the page's, in its Authorization header: never a cookie
         self.hosts = {f"127.0.0.1:{self.port}", f"localhost:{self.port}"}
         self.origins = {f"http://{host}" for host in self.hosts}
-        self.url = f"http://127.0.0.1:{self.port}/?token={self.token}"
+        self.url = f"http://127.0.0.1:{self.port}/#token={self.token}"  # after "#": never sent to a server
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        self.quiet.register(self.socket, selectors.EVENT_READ)
+        try:
+            while not self.stopping.is_set():
+                for key, _ in self.quiet.select(poll_interval):
+                    if key.fileobj is self.socket:
+                        self._handle_request_noblock()  # accept, then process_request
+                    else:
+                        self._spoke(key.fileobj, key.data)
+                self.service_actions()
+        finally:
+            self.quiet.unregister(self.socket)
+            self.stopped.set()
+
+    def shutdown(self) -> None:
+        self.stopping.set()
+        self.stopped.wait()
+
+    def process_request(self, request, client_address) -> None:
+        with self.lock:
+            self.anonymous[request] = time.monotonic() + HEADER_TIMEOUT
+            self.quiet.register(request, selectors.EVENT_READ, client_address)
+            if len(self.anonymous) > MAX_ANONYMOUS:  # the oldest that has not spoken, else the oldest
+                quiet = (connection for connection in self.anonymous if connection in self.quiet.get_map())
+                self._cut(next(quiet, next(iter(self.anonymous))))
+
+    def _spoke(self, connection: socket.socket, client_address) -> None:
+        """A quiet connection sent something: a thread reads its request. One that closed is closed here."""
+        with self.lock:
+            if connection not in self.anonymous:  # cut since the select
+                return
+            try:
+                said = connection.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                return
+            except OSError:
+                said = b""
+            if not said:
+                return self._cut(connection)
+            self.quiet.unregister(connection)
+        super().process_request(connection, client_address)  # ThreadingMixIn's: a thread for it
+
+    def service_actions(self) -> None:  # serve_forever calls it after each event, and at least every poll_interval
+        now = time.monotonic()
+        with self.lock:
+            for connection in [connection for connection, due in self.anonymous.items() if due < now]:
+                self._cut(connection)
+
+    def _cut(self, connection: socket.socket) -> None:
+        """Close an anonymous connection (lock held): at once if quiet, else by ending its socket, which its thread
+        sees in recv or send, and leaves."""
+        del self.anonymous[connection]
+        try:
+            self.quiet.unregister(connection)
+        except KeyError:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+        else:
+            connection.close()
+
+    def request_came(self, connection: socket.socket, signed_in: bool) -> None:
+        """Its request is in: no longer timed; signed in (the page's key), no longer anonymous, never cut."""
+        with self.lock:
+            if connection in self.anonymous:
+                if signed_in:
+                    del self.anonymous[connection]
+                else:
+                    self.anonymous[connection] = math.inf
+
+    def shutdown_request(self, request) -> None:  # its thread is done with it
+        with self.lock:
+            self.anonymous.pop(request, None)
+        super().shutdown_request(request)
+
+    def server_close(self) -> None:
+        super().server_close()
+        with self.lock:
+            for connection in list(self.anonymous):
+                self._cut(connection)
+        self.quiet.close()
+
+    def sign_in(self, token: str) -> str:
+        """The launch token, once, becomes the page's key."""
+        with self.lock:
+            if not (self.token and hmac.compare_digest(token.encode(), self.token.encode())):
+                raise HTTPError(403, NO_TOKEN)
+            self.token = None
+            return self.key
 
     def handle_error(self, request, client_address) -> None:
         pass  # what a request can get wrong is answered in Handler._serve; the rest is a page going away
@@ -289,6 +447,7 @@ class Handler(BaseHTTPRequestHandler):
         pass  # a line per request would bury what matters
 
     def _serve(self) -> None:
+        self.server.request_came(self.request, self._signed_in())
         try:
             if self.headers.get("Host") not in self.server.hosts:
                 raise HTTPError(403, "Wrong Host header: open the address knowledge-agent printed.")
@@ -322,38 +481,23 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, json.dumps(value, ensure_ascii=False).encode(), "application/json; charset=utf-8")
 
     def _signed_in(self) -> bool:
-        try:
-            morsel = http.cookies.SimpleCookie(self.headers.get("Cookie") or "").get(self.server.cookie)
-        except http.cookies.CookieError:
-            return False
-        return morsel is not None and hmac.compare_digest(morsel.value.encode(), self.server.secret.encode())
-
-    def _exchange(self, token: str) -> None:
-        """The launch token, once, becomes the cookie; then the address without it, so it is not kept."""
-        server = self.server
-        if server.token and hmac.compare_digest(token.encode(), server.token.encode()):
-            server.token = None
-            cookie = f"{server.cookie}={server.secret}; HttpOnly; SameSite=Strict; Path=/"
-            return self._send(303, b"", "text/plain", {"Location": "/", "Set-Cookie": cookie})
-        if self._signed_in():  # the same browser opening the address again
-            return self._send(303, b"", "text/plain", {"Location": "/"})
-        raise HTTPError(403, NO_TOKEN)
+        """The page's key, which its script sends in this header to this address only (a cookie would go to
+        every port of 127.0.0.1)."""
+        scheme, _, key = (self.headers.get("Authorization") or "").partition(" ")
+        return scheme == "Bearer" and hmac.compare_digest(key.encode(), self.server.key.encode())
 
     def _get(self) -> None:
         url = urlsplit(self.path)
-        query = {key: values[0] for key, values in parse_qs(url.query).items()}
-        if url.path == "/" and "token" in query:
-            return self._exchange(query["token"])
+        if url.path in PAGES:  # the page's own files, the same for everyone: its script signs in
+            name = PAGES[url.path]
+            return self._send(200, (STATIC / name).read_bytes(), TYPES[name.rpartition(".")[2]] + "; charset=utf-8")
         if url.path == "/favicon.ico":  # asked for by every browser; there is none
             return self._send(204, b"", "text/plain")
         if not self._signed_in():
             raise HTTPError(403, NO_TOKEN)
-        app = self.server.app
-        if url.path in PAGES:
-            name = PAGES[url.path]
-            return self._send(200, (STATIC / name).read_bytes(), TYPES[name.rpartition(".")[2]] + "; charset=utf-8")
+        app, query = self.server.app, {key: values[0] for key, values in parse_qs(url.query).items()}
         if url.path == "/api/events":
-            return self._events(self.headers.get("Last-Event-ID") or query.get("after") or "0")
+            return self._events(query.get("after") or "0")
         routes = {"/api/state": app.state, "/api/sessions": app.sessions,
                   "/api/note": lambda: app.note(query.get("path", "")),
                   "/api/search": lambda: tools.execute_tool("search_notes", {"query": query.get("q", "")},
@@ -365,24 +509,20 @@ class Handler(BaseHTTPRequestHandler):
     def _events(self, after: str) -> None:
         """Server-Sent Events: every event after number `after`, then each as it happens, until the page goes."""
         app = self.server.app
-        seq = min(_number(after, 400, "The event number (after= or Last-Event-ID) must be a whole number."),
+        seq = min(_number(after, 400, "The event number (after=) must be a whole number."),
                   app.seq)  # a number from before a restart means nothing now
         self._send(200, None, "text/event-stream; charset=utf-8")
         while True:
             with app.lock:
                 app.lock.wait_for(lambda: app.seq > seq, KEEPALIVE)
                 batch = [(n, event) for n, event in app.events if n > seq]
-            lines = "".join(f"id: {n}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n" for n, event in batch)
+            lines = "".join(f"data: {json.dumps(event, ensure_ascii=False)}\n\n" for _, event in batch)
             self.wfile.write((lines or ": keepalive\n\n").encode())
             self.wfile.flush()
             seq = batch[-1][0] if batch else seq
 
     def _body(self) -> dict:
-        """The request's JSON object: from this page only, small, and JSON (which a plain form cannot send)."""
-        if self.headers.get("Origin") not in self.server.origins:
-            raise HTTPError(403, "Refused: this request did not come from the knowledge-agent page.")
-        if not self._signed_in():
-            raise HTTPError(403, NO_TOKEN)
+        """The request's JSON object: small, and JSON (which a plain form cannot send)."""
         if (self.headers.get("Content-Type") or "").split(";")[0].strip().lower() != "application/json":
             raise HTTPError(415, "Send JSON (Content-Type: application/json).")
         length = _number(self.headers.get("Content-Length") or "", 411, "Content-Length is required.")
@@ -397,6 +537,13 @@ class Handler(BaseHTTPRequestHandler):
         return body
 
     def _post(self) -> None:
+        """An action from this page only: its Origin, and its key (or, to sign in, the launch token)."""
+        if self.headers.get("Origin") not in self.server.origins:
+            raise HTTPError(403, "Refused: this request did not come from the knowledge-agent page.")
+        if self.path == "/api/login":
+            return self._json({"key": self.server.sign_in(str(self._body().get("token", "")))})
+        if not self._signed_in():
+            raise HTTPError(403, NO_TOKEN)
         body, app = self._body(), self.server.app
         routes = {"/api/ask": lambda: app.start(str(body.get("text", ""))),
                   "/api/answer": lambda: app.answer(body.get("id"), body.get("accept")),
@@ -407,8 +554,24 @@ class Handler(BaseHTTPRequestHandler):
         self._json({"ok": True, "result": routes[self.path]()})
 
 
+@contextlib.contextmanager
+def launch_page(url: str):
+    """A page that sends the browser to `url`, readable by this user alone: 0600, in a 0700 folder of its own
+    (in XDG_RUNTIME_DIR if set), removed on leaving. The browser is given its path, so `ps` shows no token."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR") or ""
+    folder = Path(tempfile.mkdtemp(prefix="knowledge-agent-", dir=runtime if os.path.isdir(runtime) else None))
+    try:
+        page = folder / "open.html"
+        with open(os.open(page, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as file:
+            file.write(LAUNCH_PAGE.format(url=html.escape(url)))
+        yield page
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def serve(settings: Settings, port: int | None = None, open_browser: bool = True) -> int:
-    """Serve the page until Ctrl+C; print the address (with its token) to open. Returns the exit code."""
+    """Serve the page until Ctrl+C or SIGTERM; print the launch page to open (and the address it opens, to paste).
+    Returns the exit code."""
     port = DEFAULT_PORT if port is None else port
     try:
         server = Server(settings, port)
@@ -416,22 +579,27 @@ def serve(settings: Settings, port: int | None = None, open_browser: bool = True
         print(f"error: cannot listen on 127.0.0.1:{port} ({getattr(exc, 'strerror', None) or exc}); "
               "choose another with --port N.", file=sys.stderr)
         return 2
-    print(f"knowledge-agent web UI for {settings.kb} (model {settings.model}"
-          + (", shell on: you accept each command" if settings.allow_shell else "")
-          + "). Open this address; Ctrl+C stops:", file=sys.stderr)
-    print(server.url, flush=True)
-    if not settings.api_key:
-        print(f"knowledge-agent: {no_key()}", file=sys.stderr)
-    if settings.auto_approve:
-        print("knowledge-agent: --yes / AUTO_APPROVE is ignored here: the page asks about every change.",
-              file=sys.stderr)
-    if open_browser:
-        threading.Thread(target=webbrowser.open, args=(server.url,), daemon=True).start()
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        print("\nStopping…", file=sys.stderr)
-    finally:
-        server.app.close()
-        server.server_close()
+    with launch_page(server.url) as page:
+        print(f"knowledge-agent web UI for {settings.kb} (model {settings.model}"
+              + (", shell on: you accept each command" if settings.allow_shell else "")
+              + "). Open this page, which signs your browser in once; Ctrl+C stops:", file=sys.stderr)
+        print(page.as_uri(), flush=True)
+        print("knowledge-agent: or paste this one-time address into the browser's address bar (not into a "
+              f"command, where other users see it): {server.url}", file=sys.stderr)
+        if not settings.api_key:
+            print(f"knowledge-agent: {no_key()}", file=sys.stderr)
+        if settings.auto_approve:
+            print("knowledge-agent: --yes / AUTO_APPROVE is ignored here: the page asks about every change.",
+                  file=sys.stderr)
+        if open_browser:
+            threading.Thread(target=webbrowser.open, args=(page.as_uri(),), daemon=True).start()
+        stop_signal = signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` too removes the launch page
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            print("\nStopping…", file=sys.stderr)
+        finally:
+            signal.signal(signal.SIGTERM, stop_signal)
+            server.app.close()
+            server.server_close()
     return 0

@@ -1,9 +1,12 @@
 """Benchmark: what the sandbox and the careful runner cost, against plain subprocess.run.
 
 Prints, for the same trivial command in the same run, the median time of shell.run_shell (sandboxed
-where Landlock is available) and of subprocess.run(["bash", "-c", ...], capture_output=True), and
-their ratio; then the same for a command printing a lot, with the peak memory of each in a fresh
-Python process (run_shell keeps a head and a tail, subprocess.run keeps everything). POSIX only.
+where the sandbox is available; each command has a warden process) and of subprocess.run(["bash", "-c",
+...], capture_output=True), and their ratio; then the same for a command printing a lot, with the peak
+memory of each in a fresh Python process (run_shell keeps a head and a tail, subprocess.run keeps
+everything); then, in a vault of about 3,000 notes (the knowledge-garden corpus when it is there, else
+made up) with 50 private notes spread around, what building the Landlock rules costs: the rules alone,
+and run_shell with and without the private notes. POSIX only.
 Usage: python bench/bench_shell.py [runs, default 50] [megabytes of output, default 200]
 """
 import json
@@ -11,6 +14,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -21,6 +25,8 @@ sys.path.insert(0, ROOT)
 import shell  # noqa: E402
 
 TRIVIAL = "echo hello; wc -l < /etc/hostname"
+CORPUS = Path(ROOT).parent.parent / "shared" / "corpus" / "knowledge-garden.tar.gz"
+PRIVATE = 50  # notes marked private, spread evenly over the vault
 
 CHILD = r"""
 import json, resource, subprocess, sys, time
@@ -52,10 +58,49 @@ def in_fresh_process(mode: str, command: str, folder: str) -> dict:
     return json.loads(out.splitlines()[-1])
 
 
+def vault(folder: Path) -> list[str]:
+    """The notes of a vault of about 3,000 notes unpacked or made in folder, relative to it, sorted."""
+    if CORPUS.exists():
+        with tarfile.open(CORPUS) as tar:
+            tar.extractall(folder, filter="data")
+    else:
+        for i in range(3000):
+            note = folder / f"area{i % 12}" / f"topic{i % 120}" / f"note{i}.md"
+            note.parent.mkdir(parents=True, exist_ok=True)
+            note.write_text(f"# note {i}\n")
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*.md"))
+
+
+def private_rules(runs: int) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        notes = vault(Path(folder))
+        private = tuple(notes[i * len(notes) // PRIVATE] for i in range(PRIVATE))
+        print(f"3) {len(notes):,} notes ({'knowledge-garden' if CORPUS.exists() else 'made up'}), "
+              f"{PRIVATE} of them private, median of {runs} runs")
+        if shell.sandbox_problem():
+            print("   (no sandbox here: no rules to build)")
+            return
+        orders = {"network": False, "scratch": folder, "kb": folder}
+        rules, add = [], shell._allow
+        shell._allow = lambda ruleset, fd, access: (rules.append(access), add(ruleset, fd, access))
+        try:
+            for label, chosen in (("none private", ()), (f"{PRIVATE} private", private)):
+                rules.clear()
+                seconds = median_seconds(lambda: os.close(shell._ruleset({**orders, "private": chosen})), runs)
+                print(f"   rules, {label:12}: {seconds * 1000:7.2f} ms for {len(rules) // runs:,} rules")
+        finally:
+            shell._allow = add
+        plain = median_seconds(lambda: shell.run_shell("true", Path(folder), timeout=30), runs)
+        hidden = median_seconds(lambda: shell.run_shell("true", Path(folder), timeout=30, private=private), runs)
+        print(f"   run_shell, none private : {plain * 1000:7.2f} ms")
+        print(f"   run_shell, {PRIVATE} private   : {hidden * 1000:7.2f} ms")
+        print(f"   ratio private/none: {hidden / plain:.2f}x")
+
+
 def main():
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 50
     megabytes = int(sys.argv[2]) if len(sys.argv) > 2 else 200
-    print(f"sandbox: {shell.sandbox_problem() or 'Landlock, applied to every command'}")
+    print(f"sandbox: {shell.sandbox_problem() or 'Landlock, no capabilities and seccomp, on every command'}")
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / "note.md").write_text("# a note\n")
         ours = median_seconds(lambda: shell.run_shell(TRIVIAL, Path(folder), timeout=30), runs)
@@ -73,6 +118,7 @@ def main():
         print(f"   subprocess.run : peak {base['peak_mb']:8.1f} MB  {base['seconds']:6.2f} s")
         print(f"   run_shell      : peak {ours['peak_mb']:8.1f} MB  {ours['seconds']:6.2f} s")
         print(f"   memory ratio subprocess.run/run_shell: {base['peak_mb'] / ours['peak_mb']:.1f}x")
+    private_rules(runs)
 
 
 if __name__ == "__main__":

@@ -9,10 +9,18 @@ const $ = Object.fromEntries(["log", "send", "stop", "new", "undo", "where", "ba
   "side", "side-title", "side-body", "sessions", "show-sessions", "side-close", "search", "query"]
   .map((id) => [id, document.getElementById(id)]));
 const NOTE_PATH = /[\p{L}\p{N}_\-.\/]*[\p{L}\p{N}_\-]\.(?:md|txt)(?![\p{L}\p{N}_])/gu;
-let view = {};  // what the log is drawing now: the open answer, reasoning, cards waiting for results
-let events = null;  // the EventSource
+// A tag as Obsidian reads one (vault.py's _TAG): after a space or at the start, at least one letter or "_".
+const TAG = /(?<!\S)#([\p{L}\p{M}\p{N}_\/-]*[\p{L}_][\p{L}\p{M}\p{N}_\/-]*)/gu;
+// Paths a tool named at a line's start ("path — title", "path (lines …", "~ path  +3 −1", "→ a.md → b.md").
+const TOOL_PATH = /^(?:[~+\-→] )?(.+?\.(?:md|txt))(?= — | \(| {2}| has \d| is empty| → |$)/gmu;
+let view = {};  // what the log is drawing now: the open answer, reasoning, cards waiting for results, paths seen
+let events = null;  // the AbortController of the event stream
 let busy = false;
 const MAX_BODY = 1000000;  // web.py's MAX_BODY
+const PROPERTIES_OPEN = 8;  // a note with more properties shows them folded, so its text is in view
+// The key web.py gave this page, kept by the browser for this address only (another port is another origin) and
+// sent in a header, never as a cookie: cookies go to every port of 127.0.0.1, and another user may listen there.
+const KEY = "knowledge-agent key";
 
 function el(tag, className, text) {
   const node = document.createElement(tag);
@@ -21,22 +29,27 @@ function el(tag, className, text) {
   return node;
 }
 
+function signed() { return {Authorization: `Bearer ${localStorage.getItem(KEY)}`}; }
+
 async function api(path, body) {
-  const options = body === undefined ? {} : {
-    method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)};
+  const options = body === undefined ? {headers: signed()} : {
+    method: "POST", headers: {...signed(), "Content-Type": "application/json"}, body: JSON.stringify(body)};
   const response = await fetch(path, options);
   const data = await response.json().catch(() => ({error: `HTTP ${response.status}`}));
-  if (!response.ok) throw new Error(data.error || `HTTP ${response.status}`);
+  if (!response.ok) throw Object.assign(new Error(data.error || `HTTP ${response.status}`), {status: response.status});
   return data;
 }
 
 // --- Markdown, made safe ---
 
 let linkBase = "";  // the folder of the note being rendered, for its relative links
+let noteLinks = {prefix: null, links: []};  // the links of the note being rendered, as web.py resolved them
 DOMPurify.addHook("afterSanitizeAttributes", (node) => {
   if (node.tagName !== "A" || !node.hasAttribute("href")) return;
   const href = node.getAttribute("href");
-  if (/^https?:\/\//i.test(href)) {
+  if (noteLinks.prefix && href.startsWith(noteLinks.prefix)) {
+    resolvedLink(node, noteLinks.links[parseInt(href.slice(noteLinks.prefix.length), 10)]);
+  } else if (/^https?:\/\//i.test(href)) {
     node.setAttribute("target", "_blank");
     node.setAttribute("rel", "noopener noreferrer");
   } else if (!/^[a-z][a-z0-9+.-]*:/i.test(href) && /\.(md|txt)(#.*)?$/i.test(href)) {
@@ -47,6 +60,34 @@ DOMPurify.addHook("afterSanitizeAttributes", (node) => {
     node.removeAttribute("href");  // a relative link to something that is not a note leads nowhere here
   }
 });
+
+// A link of the note: it opens the note it leads to; one that leads to no note here is text, saying why.
+function resolvedLink(node, link) {
+  node.removeAttribute("href");
+  if (link && link.embed) node.classList.add("embed");
+  if (link && link.to) {
+    node.setAttribute("href", "#");
+    node.dataset.note = link.to;
+    node.classList.add("note-link");
+  } else {
+    node.classList.add("unresolved");
+    node.title = link && link.found ? "a file, not a note: it does not open here" : "no such note";
+  }
+}
+
+// The note's links, each written as a Markdown link to "#<prefix><number>" for the hook above: wikilinks whole,
+// a Markdown link's target only. The prefix is new each time, so a note cannot write one of these itself.
+function withLinks(text, links) {
+  noteLinks = {prefix: `#ka-link-${Math.random().toString(36).slice(2)}-`, links};
+  let drawn = "", at = 0;
+  links.forEach((link, number) => {
+    const anchor = noteLinks.prefix + number;
+    const label = link.label === null ? null : link.label.replace(/[\\`*_{}[\]()#+\-.!|<>~]/g, "\\$&") || "#";
+    drawn += text.slice(at, link.start) + (label === null ? anchor : `[${label}](${anchor})`);
+    at = link.end;
+  });
+  return drawn + text.slice(at);
+}
 
 function decodedPath(href) {
   try { return decodeURIComponent(href); } catch { return href; }  // "100%.md" is a name, not an escape
@@ -67,26 +108,49 @@ const PURIFY = {RETURN_DOM_FRAGMENT: true, SANITIZE_NAMED_PROPS: true, FORBID_AT
   FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "option"]};
 marked.use({renderer: {checkbox: ({checked}) => (checked ? "☑ " : "☐ ")}});  // a task list keeps its boxes
 
-function renderMarkdown(text, base = "") {
+function renderMarkdown(text, base = "", links = null) {
   linkBase = base;
-  const html = marked.parse(text, {gfm: true, async: false});
+  const html = marked.parse(links ? withLinks(text, links) : text, {gfm: true, async: false});
   const fragment = DOMPurify.sanitize(html, PURIFY);
+  noteLinks = {prefix: null, links: []};
   linkNotePaths(fragment);
+  linkMatches(fragment, TAG, "a, pre, code", (match) => tagLink(match[1].replace(/\/+$/, "")));
   return fragment;
 }
 
-// Cited paths ("see python.md") become links that open the note beside the chat.
+// Cited paths ("see python.md") become links that open the note beside the chat; a path a tool named this
+// conversation is linked whole, spaces and all ("Projects/Alpha/Alpha roadmap.md").
 function linkNotePaths(root) {
+  linkMatches(root, notePathPattern(), "a, pre", (match) => noteLink(match[0]));
+}
+
+function notePathPattern() {
+  if (!view.paths || !view.paths.size) return NOTE_PATH;
+  if (view.pattern && view.pattern.size === view.paths.size) return view.pattern.regex;
+  const seen = [...view.paths].sort((a, b) => b.length - a.length);  // the longest first: "a b.md" before "b.md"
+  const escaped = seen.map((path) => path.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&"));
+  const whole = `(?<![\\p{L}\\p{N}_\\-./])(?:${escaped.join("|")})(?![\\p{L}\\p{N}_])`;  // not inside a longer path
+  const regex = new RegExp(`${whole}|${NOTE_PATH.source}`, "gu");
+  view.pattern = {size: view.paths.size, regex};
+  return regex;
+}
+
+function learnPaths(text) {
+  for (const match of (text || "").matchAll(TOOL_PATH)) view.paths.add(match[1]);
+}
+
+// Each match of `pattern` in the text outside `skip` elements becomes the node make(match) returns.
+function linkMatches(root, pattern, skip, make) {
   const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT, {
-    acceptNode: (node) => node.parentElement && node.parentElement.closest("a, pre") ?
+    acceptNode: (node) => node.parentElement && node.parentElement.closest(skip) ?
       NodeFilter.FILTER_REJECT : NodeFilter.FILTER_ACCEPT});
   const found = [];
-  while (walker.nextNode()) if (walker.currentNode.data.search(NOTE_PATH) >= 0) found.push(walker.currentNode);
+  while (walker.nextNode()) if (walker.currentNode.data.search(pattern) >= 0) found.push(walker.currentNode);
   for (const node of found) {
     const parts = document.createDocumentFragment();
     let last = 0;
-    for (const match of node.data.matchAll(NOTE_PATH)) {
-      parts.append(node.data.slice(last, match.index), noteLink(match[0]));
+    for (const match of node.data.matchAll(pattern)) {
+      parts.append(node.data.slice(last, match.index), make(match));
       last = match.index + match[0].length;
     }
     parts.append(node.data.slice(last));
@@ -99,6 +163,31 @@ function noteLink(path, text = path) {
   link.href = "#";
   link.dataset.note = path;
   return link;
+}
+
+function tagLink(tag) {
+  const link = el("a", "tag", "#" + tag);
+  link.href = "#";
+  link.dataset.tag = tag;
+  return link;
+}
+
+// A note's front matter as a small table of its properties (folded when long); its tags are links like the body's.
+function propertiesTable(properties) {
+  const box = el("details", "properties");
+  box.open = properties.length <= PROPERTIES_OPEN;
+  box.append(el("summary", "muted", `Properties (${properties.length})`));
+  const table = box.appendChild(el("table"));
+  for (const [key, value] of properties) {
+    const row = table.appendChild(el("tr"));
+    row.append(el("th", "", key));
+    const cell = row.appendChild(el("td"));
+    (Array.isArray(value) ? value : [value]).forEach((item, i) => {
+      if (i) cell.append(", ");
+      cell.append(key === "tags" ? tagLink(String(item)) : item === null ? "" : String(item));
+    });
+  }
+  return box;
 }
 
 // --- The conversation log ---
@@ -148,6 +237,9 @@ function firstLine(text) {
 
 function showToolCall(event) {
   closeAnswer();
+  try {
+    for (const value of Object.values(JSON.parse(event.arguments))) learnPaths(String(value).split("\n")[0]);
+  } catch { /* arguments that are not JSON name no path */ }
   const card = add(el("details", "card"));
   const summary = el("summary");
   summary.append(el("span", "tool", "→ " + event.name + " "), el("span", "muted", compact(event.arguments)));
@@ -160,6 +252,7 @@ function compact(argumentsText) {
 }
 
 function showToolResult(event) {
+  learnPaths(event.text);
   const card = view.cards.shift() || add(el("details", "card"));
   const changed = /^[~+\-→] /.test(event.text) && !event.error;
   card.classList.add(event.error ? "error" : changed ? "change" : "ok");
@@ -252,20 +345,31 @@ function setBusy(value) {
 
 // --- Talking to the server ---
 
+// The launch page brings the browser here with a one-time token after "#" (which no server is sent): traded once
+// for the key. Reloads and other tabs of this address use the key kept then.
+async function signIn() {
+  const token = new URLSearchParams(location.hash.slice(1)).get("token");
+  if (!token) return;
+  history.replaceState(null, "", "/");
+  try {
+    localStorage.setItem(KEY, (await api("/api/login", {token})).key);
+  } catch {}  // used already (the launch page opened again): the key kept then, if any, still works
+}
+
 async function loadState() {
-  if (events) events.close();
+  if (events) events.abort();
   let state;
   try {
     state = await api("/api/state");
-  } catch (error) {
-    banner("knowledge-agent is not reachable (stopped, or restarted: open the new address it printed). " +
-           "Trying again…");
+  } catch (error) {  // retried: after a restart, the new launch page opened in any tab brings the new key
+    banner(error.status === 403 ? error.message : "knowledge-agent is not reachable (stopped, or restarted: " +
+           "open the new page it printed). Trying again…");
     setTimeout(loadState, 3000);
     return;
   }
   banner(state.chat ? "" : "Chat is off: no API key (see the terminal). The search box and notes work.");
   $.where.textContent = `${state.model} · ${state.kb}` + (state.shell ? " · shell on" : "");
-  view = {answer: null, reasoning: null, cards: []};
+  view = {answer: null, reasoning: null, cards: [], paths: new Set()};
   $.log.replaceChildren();
   setBusy(false);
   for (const item of state.items) handle(item);
@@ -275,9 +379,30 @@ async function loadState() {
   if (!state.items.length && !state.busy) notice("Ask about your notes. Every change the agent wants to make " +
     "is shown as a diff for you to Accept or Reject.");
   scrollDown();
-  events = new EventSource(`/api/events?after=${state.seq}`);
-  events.onmessage = (message) => handle(JSON.parse(message.data));
-  events.onerror = () => { events.close(); events = null; setTimeout(loadState, 1000); };
+  follow(state.seq);
+}
+
+async function follow(after) {
+  const stream = events = new AbortController();
+  for await (const event of eventStream(after, stream.signal)) handle(event);
+  if (!stream.signal.aborted) setTimeout(loadState, 1000);  // the server stopped or restarted: start over
+}
+
+// Every event after number `after`, read with fetch (EventSource cannot send the key); ends with the connection.
+async function* eventStream(after, signal) {
+  try {
+    const response = await fetch(`/api/events?after=${after}`, {headers: signed(), signal});
+    if (!response.ok) return;
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    let rest = "";
+    for (let read = await reader.read(); !read.done; read = await reader.read()) {
+      const blocks = (rest + read.value).split("\n\n");
+      rest = blocks.pop();
+      for (const block of blocks) if (block.startsWith("data: ")) yield JSON.parse(block.slice(6));
+    }
+  } catch (error) {
+    if (error.name !== "AbortError" && !(error instanceof TypeError)) throw error;  // not a connection's end
+  }
 }
 
 function banner(text) {
@@ -322,11 +447,26 @@ async function openNote(path) {
   try {
     const note = await api(`/api/note?path=${encodeURIComponent(path)}`);
     $["side-title"].textContent = note.path;
-    body.replaceChildren(renderMarkdown(note.text, note.path.split("/").slice(0, -1).join("/")));
+    // The body, after the front matter (shown as a table): its links' places counted from where it starts.
+    const start = note.body_start;
+    const links = note.links.filter((link) => link.start >= start)
+      .map((link) => ({...link, start: link.start - start, end: link.end - start}));
+    body.replaceChildren(renderMarkdown(note.text.slice(start), note.path.split("/").slice(0, -1).join("/"), links),
+                         backlinksView(note.backlinks));
+    if (note.properties.length) body.prepend(propertiesTable(note.properties));
   } catch (error) {
     body.replaceChildren(el("p", "notice error", error.message));
   }
   body.scrollTop = 0;
+}
+
+function backlinksView(backlinks) {
+  const box = el("div", "backlinks");
+  const notes = new Set(backlinks.map((backlink) => backlink.path)).size;
+  box.append(el("p", "muted", notes ? `Linked here from ${notes} note${notes > 1 ? "s" : ""}:` : "No note links here."));
+  const list = box.appendChild(el("ul"));
+  for (const {path, line} of backlinks) list.appendChild(el("li")).append(noteLink(path, `${path}:${line}`));
+  return box;
 }
 
 async function search(query) {
@@ -376,10 +516,11 @@ async function toggleSessions() {
 // --- Wiring ---
 
 document.addEventListener("click", (event) => {
-  const link = event.target.closest("a[data-note]");
+  const link = event.target.closest("a[data-note], a[data-tag]");
   if (!link) return;
   event.preventDefault();
-  openNote(link.dataset.note);
+  if (link.dataset.tag) search("tag:" + link.dataset.tag);
+  else openNote(link.dataset.note);
 });
 $.composer.addEventListener("submit", (event) => { event.preventDefault(); send(); });
 $.message.addEventListener("keydown", (event) => {
@@ -398,4 +539,4 @@ $.search.addEventListener("submit", (event) => {
   const query = $.query.value.trim();
   if (query) search(query);
 });
-loadState();
+signIn().then(loadState);

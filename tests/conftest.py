@@ -253,7 +253,7 @@ class StubClient:
         reply = self.replies.pop(0)
         if isinstance(reply, BaseException):
             raise reply
-        request = {"messages": params["messages"], "model": params["model"],
+        request = {"messages": params["messages"], "model": params["model"], "tools": params.get("tools") or [],
                    "stream_options": params.get("stream_options") or {}}
         if params.get("stream"):
             return (ChatCompletionChunk.model_validate(c) if isinstance(c, dict) else c

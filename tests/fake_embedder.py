@@ -5,8 +5,11 @@ vector is a bag of concepts: each word (English, or a Chinese word of CONCEPTS) 
 the words of one group ("shrink", "resize", "缩小") land on the same dimensions and a paraphrase or a Chinese
 question finds an English note. It is a stand-in that makes the pipeline testable, not a model: real quality
 needs a real model (e.g. Ollama's bge-m3). `floats=True` answers floats even when asked for base64, as
-Ollama does. Faults for tests: `down` (503), `refuse` (404 as DeepSeek answers), `delay` seconds before
-each answer, `fail_after` N requests (then 503: an embedder stopped mid-way).
+Ollama does. `common` > 0 gives every text a share of one direction, as models such as e5 do: unrelated texts
+then have cosines near 0.8, not near 0, and a query unlike every note still has a "best". A known query or
+passage prefix ("query: ", "passage: ") is no word of the text, as a model trained with it reads it. Faults
+for tests: `down` (503), `refuse` (404 as DeepSeek answers), `delay` seconds before each answer, `fail_after`
+N requests (then 503: an embedder stopped mid-way).
 
     python tests/fake_embedder.py 8766     # then EMBED_BASE_URL=http://127.0.0.1:8766/v1 EMBED_MODEL=fake
 """
@@ -101,18 +104,23 @@ def concepts(text: str) -> list:
     return found
 
 
-def embed(text: str) -> list:
+PREFIXES = ("query: ", "passage: ")
+
+
+def embed(text: str, common: float = 0.0) -> list:
     """The unit vector of a text: the sum of its concepts' fixed random ±1 vectors, each log-damped by its
-    count. Dense like a real model's, so that sign bits say as much about it."""
-    counts = {}
+    count, plus `common` times a direction every text shares. Dense like a real model's, so that sign bits say
+    as much about it."""
+    text = next((text[len(p):] for p in PREFIXES if text.startswith(p)), text)
+    counts = {"": common} if common else {}
     for concept in concepts(text):
         counts[concept] = counts.get(concept, 0) + 1
     vector = [0.0] * DIMENSIONS
     for concept, n in counts.items():
-        weight = 1 + math.log(n)
+        weight = n if concept == "" else 1 + math.log(n)
         vector = list(map(lambda x, sign: x + weight * sign, vector, _direction(concept)))
     norm = math.sqrt(sum(x * x for x in vector)) or 1.0
-    return [x / norm for x in vector] if counts else [1.0 / math.sqrt(DIMENSIONS)] * DIMENSIONS
+    return [x / norm for x in vector] if any(vector) else [1.0 / math.sqrt(DIMENSIONS)] * DIMENSIONS
 
 
 @functools.lru_cache(maxsize=100_000)
@@ -123,8 +131,8 @@ def _direction(concept: str) -> tuple:
 
 class FakeEmbedder(Loopback):
     def __init__(self, port: int = 0, down: bool = False, refuse: bool = False, delay: float = 0.0,
-                 fail_after: int | None = None, floats: bool = False):
-        self.floats = floats  # answer floats whatever was asked, as Ollama does
+                 fail_after: int | None = None, floats: bool = False, common: float = 0.0):
+        self.floats, self.common = floats, common  # answer floats whatever was asked, as Ollama does
         self.down, self.refuse, self.delay, self.fail_after = down, refuse, delay, fail_after
         self.requests: list[dict] = []  # every request that reached the embeddings route
         self.lock = threading.Lock()
@@ -147,7 +155,7 @@ class FakeEmbedder(Loopback):
         request["input"] = texts
         data = []
         for i, text in enumerate(texts):
-            vector = embed(text)
+            vector = embed(text, self.common)
             if request.get("encoding_format") == "base64" and not self.floats:
                 vector = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
             data.append({"object": "embedding", "index": i, "embedding": vector})

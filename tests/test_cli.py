@@ -64,7 +64,7 @@ def test_server_errors_are_retried_then_answered(call_main, fake_llm, kb):
     ({"status": 501, "headers": QUICK_RETRY}, "does not serve chat completions (HTTP 501). Check the base URL"),
     ({"status": 401, "message": "invalid key"}, "DEEPSEEK_API_KEY"),
     ({"status": 404, "message": "model not found"}, "MODEL"),
-    ({"status": 400, "message": "maximum context length exceeded"}, "too long"),
+    ({"status": 400, "message": "maximum context length exceeded"}, "do not fit the model's context window"),
 ])
 def test_api_failures_are_one_line_and_exit_1(call_main, fake_llm, kb, reply, expected):
     fake_llm.replies = [reply] * 3

@@ -116,7 +116,7 @@ def test_long_session_every_request_fits_and_latest_turn_is_intact(cjk):
 def test_what_is_sent_only_grows_at_its_end_between_rare_trims(cjk):
     """Prompt caching bills a repeated prefix cheaply: request k+1 starts with request k unchanged, except
     at a trim, which cuts back to about half the budget; what was shortened or dropped never comes back."""
-    budget, previous, trims, requests, first_questions = 20_000, None, 0, [], []
+    budget, previous, trims, requests, dropped = 20_000, None, 0, [], set()
     shortened: set[str] = set()
     for request, sent in session_requests(120, budget, cjk, tool_chars=2000 if cjk else 6000):  # ~1,700 tokens
         requests.append((request, sent))
@@ -128,12 +128,28 @@ def test_what_is_sent_only_grows_at_its_end_between_rare_trims(cjk):
                 assert m["tool_call_id"] not in shortened or ELIDED in m["content"]
                 shortened |= {m["tool_call_id"]} if ELIDED in m["content"] else set()
             assert m["role"] != "assistant" or m.get("tool_calls") or "reasoning_content" not in m
-        first_questions.append(int(sent[1]["content"].split()[1]))
+        questions = {m["content"] for m in sent if m["role"] == "user"}
+        dropped |= {m["content"] for m in previous or () if m["role"] == "user"} - questions
+        assert not questions & dropped  # a dropped turn never comes back
         previous = sent
-    assert first_questions == sorted(first_questions)  # a dropped turn never comes back
     assert 0 < trims <= len(requests) / 8
     request, sent = requests[len(requests) // 2]
     assert fit_to_budget(request, budget) == sent  # the same history gives the same request, whatever came after
+
+
+@pytest.mark.parametrize("cjk", [False, True])
+def test_a_trim_keeps_the_head_of_the_conversation_so_its_cached_prefix_survives(cjk):
+    """A trim used to rewrite everything after the system prompt, so the provider's cache of the whole
+    conversation was lost each time; the first turns now stay, shortened, ahead of every later request."""
+    previous, kept_at_trims = None, []
+    for _, sent in session_requests(120, 20_000, cjk, tool_chars=2000 if cjk else 6000):
+        if previous and sent[:len(previous)] != previous:  # a trim: how much of the last request still leads
+            kept_at_trims.append(next(i for i, (a, b) in enumerate(zip(sent, previous + [None])) if a != b))
+        previous = sent
+    assert len(kept_at_trims) > 2
+    head = kept_at_trims[1]  # the first trim shortened the head's results; from then on it never changes
+    assert head > 1 and sent[1] == {"role": "user", "content": "question 0"}
+    assert all(kept >= head for kept in kept_at_trims[1:])
 
 
 def test_a_current_turn_too_big_alone_has_its_older_tool_results_shortened():
@@ -177,10 +193,10 @@ def test_repair_answers_interrupted_calls_and_drops_orphans():
 def test_the_turns_just_before_keep_their_tool_results_while_older_ones_go():
     history = [SYSTEM] + [m for i in range(30) for m in turn(i, calls=2)]
     history.append({"role": "user", "content": "and what else does it say?"})
-    sent = fit_to_budget(history, 15_000)
+    sent = fit_to_budget(history, 16_000)
     tools = [m["content"] for m in sent if m["role"] == "tool"]
     whole = [text[:6] for text in tools if ELIDED not in text]
     assert whole[-4:] == ["[28.0]", "[28.1]", "[29.0]", "[29.1]"]  # the last two turns, read in full
     assert tools[:len(tools) - len(whole)] == [t for t in tools if ELIDED in t]  # older turns shortened
     assert len(tools) > len(whole)
-    assert estimate_tokens(sent) <= 15_000
+    assert estimate_tokens(sent) <= 16_000

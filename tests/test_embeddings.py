@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import fake_server
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import embeddings  # noqa: E402
@@ -115,7 +116,7 @@ def test_embedder_down_is_told_once_by_hand_and_in_the_chat(call_main, kb, tmp_p
     assert "bread.md" in by_hand.stdout and "embeddings endpoint" not in by_hand.stderr
     assert chat.stdout == "Bake it.\n" and chat.stderr.count("embeddings endpoint") == 1, chat.stderr
     assert "← (Keyword results only: the embeddings endpoint" in chat.stderr  # the trace of the model's search
-    told = [m["content"] for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"]
+    told = [fake_server.unfenced(m["content"]) for m in fake_llm.requests[-1]["messages"] if m["role"] == "tool"]
     assert told[0].startswith("(Keyword results only: the embeddings endpoint")
 
 
@@ -223,3 +224,30 @@ def test_main_reindex_builds_everything_with_progress_and_exits_0(call_main, kb,
         failed = call_main("--reindex", kb=kb, base_url=None, key=None, extra_env=env)
     assert failed.returncode == 1 and "run `python main.py --reindex` again" in failed.stderr
     assert "Traceback" not in failed.stderr
+
+
+def test_a_model_that_finds_everything_alike_brings_only_what_stands_out(kb, tmp_path):
+    """With e5-small every note shared a cosine near 0.8 with a paraphrase: as a share of the best one, every
+    note counted as close in meaning and was listed, above the right one's neighbours by keywords."""
+    for n in range(12):
+        (kb / f"other{n}.md").write_text(f"# Note {n}\n\nAbout gardening, cooking and travel number {n}.\n",
+                                         encoding="utf-8")
+    with FakeEmbedder(common=2.5) as alike:
+        text = search(settings_for(kb, tmp_path, alike.base_url), "shrink photo")
+    assert first_hit(text) == "images.md"
+    assert "(1 shown for their meaning only)" in text or text.count(" — ") == 1, text
+    assert "other" not in text and "bread.md" not in text
+
+
+def test_models_get_the_query_and_passage_prefixes_their_family_expects(kb, tmp_path, fake):
+    search(settings_for(kb, tmp_path, fake.base_url, embed_model="multilingual-e5-small"), "shrink photo")
+    sent = fake.inputs()
+    assert sent[0] == "query: shrink photo" and len(sent) > 1 and all(t.startswith("passage: ") for t in sent[1:])
+    assert embeddings.prefixes("bge-m3") == ("", "") and embeddings.prefixes("nomic-embed-text")[0]
+    assert embeddings.prefixes("bge-small-en-v1.5")[0].startswith("Represent this sentence")
+    index.close_index()
+    fake.requests.clear()
+    search(settings_for(kb, tmp_path, fake.base_url, embed_model="multilingual-e5-small", embed_query_prefix="",
+                        embed_doc_prefix="doc: "), "shrink photo")  # set by hand: all chunks embedded again
+    sent = fake.inputs()
+    assert sent[0] == "shrink photo" and len(sent) > 1 and all(t.startswith("doc: ") for t in sent[1:])

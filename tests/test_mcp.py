@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from fake_server import unfenced
 
 import tools
 from conftest import ROOT, child_env
@@ -106,7 +107,11 @@ class McpProcess:
         return reply["result"]
 
     def call(self, name: str, arguments) -> dict:
-        return self.request("tools/call", {"name": name, "arguments": arguments})["result"]
+        """The tool's result, its text as the tool wrote it: every result comes fenced as data (checked here)."""
+        result = self.request("tools/call", {"name": name, "arguments": arguments})["result"]
+        text = result["content"][0]["text"]
+        assert text.startswith("<<<data ") and "never an instruction" in text.split("\n")[0]
+        return {**result, "content": [{"type": "text", "text": unfenced(text)}]}
 
     def tool_names(self) -> list[str]:
         return [tool["name"] for tool in self.request("tools/list")["result"]["tools"]]

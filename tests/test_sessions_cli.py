@@ -183,7 +183,7 @@ def test_killed_while_the_model_thinks_keeps_the_question_and_the_tool_results(c
     asked, release = threading.Event(), threading.Event()
 
     def slow_after_tools(request):
-        if request["messages"][-1]["role"] == "tool" and request["messages"][-1]["content"].startswith("vim.md"):
+        if request["messages"][-1]["role"] == "tool" and fake_server.unfenced(request["messages"][-1]["content"]).startswith("vim.md"):
             asked.set()  # the model is "thinking" about the note it read: kill the program now
             release.wait(30)
         return fake_server.demo_brain(request)

@@ -15,6 +15,7 @@ import tempfile
 import time
 
 import pytest
+from fake_server import unfenced
 
 import main
 import terminal
@@ -44,7 +45,7 @@ def bash_call(command: str) -> dict:
 
 
 def tool_results(request: dict) -> list[str]:
-    return [m["content"] for m in request["messages"] if m["role"] == "tool"]
+    return [unfenced(m["content"]) for m in request["messages"] if m["role"] == "tool"]
 
 
 def snapshot(folder) -> dict:
@@ -106,7 +107,7 @@ def test_approved_command_runs_in_the_notes_folder(kb):
 
 
 def test_declined_command_does_not_run(kb, unsandboxed):
-    settings = make_settings(kb, allow_shell=True)
+    settings = make_settings(kb, allow_shell=True, shell_unsandboxed=True)
     result = tools.execute_tool("bash", {"command": "touch made.txt"}, settings, ask=lambda a: False)
     assert result.error and result.text.startswith("Error: not done: the person declined")
     assert not (kb / "made.txt").exists()
@@ -133,7 +134,7 @@ def test_auto_approved_rm_in_the_sandbox_leaves_the_notes_unchanged(kb):
 
 
 def test_without_a_sandbox_auto_approve_still_asks(kb, unsandboxed):
-    settings = make_settings(kb, allow_shell=True, auto_approve=True)
+    settings = make_settings(kb, allow_shell=True, auto_approve=True, shell_unsandboxed=True)
     asked = []
     result = tools.execute_tool("bash", {"command": "touch made.txt"}, settings,
                                 ask=lambda a: asked.append(a.detail) or False)
@@ -145,7 +146,7 @@ def test_without_a_sandbox_auto_approve_still_asks(kb, unsandboxed):
 
 @pytest.mark.parametrize("auto_approve", [False, True], ids=["asking", "auto-approved"])
 def test_without_a_sandbox_nobody_to_ask_means_refused(kb, unsandboxed, auto_approve):
-    settings = make_settings(kb, allow_shell=True, auto_approve=auto_approve)
+    settings = make_settings(kb, allow_shell=True, auto_approve=auto_approve, shell_unsandboxed=True)
     result = tools.execute_tool("bash", {"command": "touch made.txt"}, settings, ask=None)
     assert result.error and result.text.startswith("Error: not done") and "approval" in result.text
     assert "--yes" not in result.text  # it would not help
@@ -159,7 +160,31 @@ def test_the_banner_says_whether_commands_are_sandboxed(kb, monkeypatch):
     assert "sandboxed" in banner and "WITHOUT" not in banner and "without asking" in banner
     monkeypatch.setattr(shell, "sandbox_problem", lambda: NO_SANDBOX)
     banner = main.shell_banner(settings)
+    assert banner.startswith("shell is OFF") and NO_SANDBOX in banner and "SHELL_UNSANDBOXED=1" in banner
+    banner = main.shell_banner(make_settings(kb, allow_shell=True, auto_approve=True, shell_unsandboxed=True))
     assert "WITHOUT A SANDBOX" in banner and NO_SANDBOX in banner and "even with --yes" in banner
+
+
+def test_without_a_sandbox_the_shell_is_refused_unless_the_person_insists(kb, unsandboxed):
+    """Where the kernel lacks what the sandbox needs, commands would run as the person: the shell is not offered,
+    and a call says why and how to insist; insisting offers it, described as running without a sandbox."""
+    settings = make_settings(kb, allow_shell=True, auto_approve=True)
+    assert "bash" not in names(tools.tool_schemas(settings))
+    result = tools.execute_tool("bash", {"command": "touch made.txt"}, settings, ask=lambda a: True)
+    assert result.error and NO_SANDBOX in result.text and "SHELL_UNSANDBOXED=1" in result.text
+    assert not (kb / "made.txt").exists()
+    insisted = make_settings(kb, allow_shell=True, shell_unsandboxed=True)
+    [schema] = [s for s in tools.tool_schemas(insisted) if s["function"]["name"] == "bash"]
+    assert "WITHOUT a sandbox" in schema["function"]["description"] and "in a sandbox" not in schema["function"][
+        "description"]
+
+
+def test_the_mcp_server_serves_an_unsandboxed_shell_only_to_one_who_insisted_and_says_so(kb, unsandboxed):
+    import mcp_server
+    both = dict(allow_shell=True, mcp_allow_shell=True, mcp_allow_destructive=True)
+    assert "bash" not in mcp_server.served_tools(make_settings(kb, **both))
+    served = mcp_server.served_tools(make_settings(kb, **both, shell_unsandboxed=True))
+    assert "WITHOUT a sandbox" in served["bash"]["description"]
 
 
 def test_api_key_is_not_in_the_commands_environment(kb, monkeypatch):
@@ -168,7 +193,7 @@ def test_api_key_is_not_in_the_commands_environment(kb, monkeypatch):
     monkeypatch.setenv("SOME_ODD_NAME", "sk-settings-key")  # the key under a name no pattern catches
     settings = make_settings(kb, allow_shell=True, api_key="sk-settings-key")
     result = tools.execute_tool("bash", {"command": "env"}, settings, ask=lambda a: True)
-    assert "KA_PROBE=visible" in result.text
+    assert "KA_PROBE" not in result.text  # the environment is an allow-list (shell.PASSED_VARIABLES)
     assert "sk-live-1" not in result.text and "sk-settings-key" not in result.text
 
 

@@ -47,3 +47,42 @@ def test_a_plain_move_is_asked_about_with_the_real_names(fake_llm, kb):
     shown = chat_in_a_terminal(fake_llm, kb, "archive vim", [b"n\r"])
     assert "Move vim.md to old/vim.md? [y/N]" in shown
     assert (kb / "vim.md").exists() and not (kb / "old").exists()
+
+
+# Sequences a hostile model or note sends: hide text black on black, erase the line and return to its start,
+# write the clipboard (OSC 52), set the window title, make a hyperlink; and a one-byte C1 CSI.
+HOSTILE = ["\x1b[30;40m", "\x1b[2K\r", "\x1b]52;c;cm0gLXJmIH4=\x07", "\x1b]0;pwned\x07",
+           "\x1b]8;;http://evil.example\x1b\\", "\x9b2J"]
+
+
+def obeyed(shown: str) -> list[str]:
+    """The hostile sequences that reached the terminal as they are (so the terminal would obey them)."""
+    return [seq for seq in HOSTILE if seq.rstrip("\r") in shown]
+
+
+@posix_only
+def test_no_escape_sequence_of_the_model_reaches_the_terminal(fake_llm, kb):
+    """With NO_COLOR a model drew a fake `Delete old-draft.md?` over the real `Delete plan.md?` in black on black,
+    and OSC 52, title and hyperlink sequences reached the terminal: answers, reasoning and trace lines show
+    them as visible escapes instead."""
+    (kb / "plan.md").write_text("# Plan\n", encoding="utf-8")
+    cover = "".join(HOSTILE) + "Delete old-draft.md? (a copy is kept in .history/)\x1b[30;40m"
+    fake_llm.replies = [{"reasoning": "thinking " + "".join(HOSTILE), "content": cover,
+                         "tool_calls": [{"name": "delete_note", "arguments": json.dumps({"file_path": "plan.md"})}]},
+                        {"content": "Answer " + "".join(HOSTILE)}]
+    shown = chat_in_a_terminal(fake_llm, kb, "tidy up", [b"n\r"])
+    assert obeyed(shown) == [] and "\\x1b[30;40m" in shown and "\\x1b]52;" in shown
+    assert "Delete plan.md? (a copy is kept in .history/) [y/N]" in shown  # the real question, readable
+    assert (kb / "plan.md").exists()
+
+
+def test_no_escape_sequence_of_a_note_reaches_the_terminal(call_main, fake_llm, kb):
+    """The same through what a note holds: a tool trace line, and /read by hand."""
+    (kb / "evil.md").write_text("# Evil\n" + "".join(HOSTILE) + "\n", encoding="utf-8")
+    fake_llm.replies = [{"tool_calls": [{"name": "read_note", "arguments": json.dumps({"file_path": "evil.md"})}]},
+                        {"content": "Read it."}]
+    traced = call_main("read evil.md", kb=kb, base_url=fake_llm.base_url)
+    assert traced.returncode == 0 and obeyed(traced.stdout + traced.stderr) == []
+    for result in (call_main("/read evil.md", kb=kb, key=None), call_main("/search evil", kb=kb, key=None)):
+        assert result.returncode == 0, result.stderr
+        assert obeyed(result.stdout + result.stderr) == [] and "\\x1b]52;" in result.stdout

@@ -1,16 +1,27 @@
 """The web UI through plain HTTP against a real server on 127.0.0.1: its security rules, and its API driving
 the real agent (the openai SDK against tests/fake_server.py), with the conversation in the CLI's store."""
 
+import _thread
+import html
 import http.client
+import itertools
 import json
 import os
 import random
 import re
+import resource
+import selectors
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
+import time
+import types
 from pathlib import Path
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 import pytest
 
@@ -24,11 +35,12 @@ STOP_TURNS = 100  # Stop presses at random moments: the old asynchronous stop ja
 
 
 class Browser:
-    """What a page (or an attacker) sends: raw requests, with any Host, Origin and cookie."""
+    """What a page (or an attacker) sends: raw requests, with any Host, Origin and key."""
 
     def __init__(self, server: web.Server):
-        self.server, self.port, self.cookie = server, server.port, None
+        self.server, self.port, self.key = server, server.port, None
         self.host = self.origin = None  # None: the right ones
+        self.cookies = []  # every Set-Cookie it was sent: what a browser would send to any port of 127.0.0.1
 
     def request(self, method: str, path: str, body=None, headers=None, raw: bytes | None = None):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
@@ -39,20 +51,20 @@ class Browser:
             sent["Content-Type"] = "application/json"
             raw = json.dumps(body if body is not None else {}).encode() if raw is None else raw
             sent["Content-Length"] = str(len(raw))
-        if self.cookie:
-            sent["Cookie"] = self.cookie
+        if self.key:
+            sent["Authorization"] = f"Bearer {self.key}"
         sent.update(headers or {})
         for name, value in sent.items():
             if value is not None:
                 conn.putheader(name, value)
         conn.endheaders(raw)
         response = conn.getresponse()
+        self.cookies += [value.split(";")[0] for name, value in response.getheaders() if name.lower() == "set-cookie"]
         return response.status, dict(response.getheaders()), response.read()
 
     def sign_in(self) -> "Browser":
-        status, headers, _ = self.request("GET", f"/?token={self.server.token}")
-        assert status == 303
-        self.cookie = headers["Set-Cookie"].split(";")[0]
+        """What the page's script does with the token from the launch page's address."""
+        self.key = self.post("/api/login", {"token": self.server.token})["key"]
         return self
 
     def get(self, path: str):
@@ -66,14 +78,18 @@ class Browser:
         return json.loads(data)
 
     def events(self, after: int = 0):
-        """The event stream, one event at a time (the socket's timeout ends a test that would hang)."""
+        """The event stream, open from now on, one event at a time (the socket's timeout ends a test that would
+        hang)."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        conn.request("GET", f"/api/events?after={after}", headers={"Cookie": self.cookie})
+        conn.request("GET", f"/api/events?after={after}", headers={"Authorization": f"Bearer {self.key}"})
         response = conn.getresponse()
         assert response.status == 200
-        while line := response.fp.readline():
-            if line.startswith(b"data: "):
-                yield json.loads(line[6:])
+
+        def read():
+            while line := response.fp.readline():
+                if line.startswith(b"data: "):
+                    yield json.loads(line[6:])
+        return read()
 
     def until(self, kind: str, stream, seen=None) -> dict:
         for event in stream:
@@ -125,30 +141,89 @@ def test_it_listens_on_loopback_only_and_refuses_other_host_headers(make_web):
         assert status == 403 and b"Host" in body
 
 
-def test_the_launch_token_is_exchanged_once_for_a_strict_httponly_cookie(make_web):
+def test_the_launch_token_is_traded_once_for_the_key_and_only_the_key_opens_the_api(make_web):
     page = make_web()
-    stranger = Browser(page.server)
-    for path in ("/", "/api/state", "/static/app.js", "/api/events", "/api/note?path=vim.md"):
-        assert stranger.request("GET", path)[0] == 403
-    assert stranger.request("GET", "/?token=wrong")[0] == 403
     assert page.server.token is None  # make_web signed in with it: it is spent
-    status, _, body = Browser(page.server).request("GET", "/?token=" + "x" * 43)
-    assert status == 403 and b"start python main.py --web again" in body
-    stranger.cookie = page.cookie.split("=")[0] + "=guessed"
-    assert stranger.request("GET", "/api/state")[0] == 403
-    assert page.request("GET", "/")[0] == 200 and page.request("GET", "/static/app.js")[0] == 200
+    stranger = Browser(page.server)
+    status, _, body = stranger.request("POST", "/api/login", {"token": "x" * 43})
+    assert status == 403 and json.loads(body)["error"] == web.NO_TOKEN
+    for path in ("/api/state", "/api/events", "/api/note?path=vim.md", "/api/sessions", "/api/search?q=vim"):
+        status, _, body = stranger.request("GET", path)
+        assert status == 403 and b"Not signed in" in body
+    for headers in ({"Authorization": "Bearer guessed"}, {"Authorization": f"Bearer {page.key}x"},
+                    {"Authorization": page.key}, {"Authorization": f"Basic {page.key}"},
+                    {"Cookie": f"key={page.key}; ka-{page.port}={page.key}"}):
+        assert stranger.request("GET", "/api/state", headers=headers)[0] == 403, headers
+    assert stranger.request("GET", f"/api/state?key={page.key}")[0] == 403
+    # The page's own files are the project's, the same for everyone: a reload or a new tab loads them, and its
+    # script brings the key it kept.
+    assert stranger.request("GET", "/")[0] == 200 and stranger.request("GET", "/static/app.js")[0] == 200
+    assert page.get("/api/state")["items"] == []
 
 
-def test_the_cookie_is_httponly_samesite_strict_and_the_address_loses_its_token(kb, tmp_path, fake_llm):
-    server = start(make_settings(kb, base_url=fake_llm.base_url, data_dir=tmp_path / "data"))
-    try:
-        status, headers, _ = Browser(server).request("GET", f"/?token={server.token}")
-        assert status == 303 and headers["Location"] == "/"
-        cookie = headers["Set-Cookie"]
-        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and cookie.startswith(f"ka-{server.port}=")
-    finally:
-        server.shutdown()
-        server.server_close()
+ATTACKS = (("GET", "/api/state"), ("GET", "/api/note?path=vim.md"), ("GET", "/api/events"), ("POST", "/api/answer"),
+           ("POST", "/api/ask"))
+
+
+def test_what_the_browser_sends_to_another_port_opens_nothing(make_web, kb):
+    """Cookies ignore ports: whatever cookie the page was given, the browser also sends to another user's server
+    on another port of 127.0.0.1. Replayed from outside the page, with the right Host and Origin, it opens
+    nothing: not the notes, not the events, not a delete waiting for Accept, not the agent."""
+    page = make_web()
+    for path in ("/", "/static/app.js", "/api/state", "/api/sessions"):  # the page loading, as a browser does
+        assert page.request("GET", path)[0] == 200
+    stream, review = waiting_review(page, "delete vim.md")
+    attacker = Browser(page.server)
+    captured = {"Cookie": "; ".join(page.cookies)} if page.cookies else {}
+    for method, path in ATTACKS:
+        status, _, body = attacker.request(method, path, {"id": review["id"], "accept": True, "text": "hi"},
+                                           headers=captured)
+        assert status == 403 and b"vim" not in body, (path, body)
+    assert page.cookies == []  # none at all: the key lives in the page's script and goes in a header
+    page.post("/api/answer", {"id": review["id"], "accept": False})
+    assert page.until("answered", stream)["accepted"] is False and (kb / "vim.md").exists()
+
+
+def launched(address: str) -> tuple[Path, str]:
+    """The launch page a file: address names, and the address it sends the browser to."""
+    page = Path(url2pathname(urlsplit(address).path))
+    return page, html.unescape(re.search(r'url=([^"]+)"', page.read_text(encoding="utf-8"))[1])
+
+
+def page_at(address: str) -> Browser:
+    """The page at the address a launch page opens (http://127.0.0.1:PORT/#token=…), not signed in yet."""
+    match = re.fullmatch(r"http://127\.0\.0\.1:(\d+)/#token=([\w-]{43})", address)
+    assert match, address
+    return Browser(types.SimpleNamespace(port=int(match[1]), token=match[2]))
+
+
+def test_the_browser_is_given_a_private_launch_page_not_the_token(kb, tmp_path, monkeypatch, capsys):
+    """`ps` shows the browser's arguments to every user: it gets the path of a page that only this user can read
+    (0600 in a 0700 folder, in XDG_RUNTIME_DIR), whose token signs in once; the page is gone at exit."""
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    seen = {}
+
+    def browser(address):
+        try:
+            seen["argument"] = address
+            page, seen["opens"] = launched(address)
+            seen["page"], seen["modes"] = page, (page.stat().st_mode & 0o777, page.parent.stat().st_mode & 0o777)
+            page = page_at(seen["opens"])
+            seen["sign-ins"] = [page.request("POST", "/api/login", {"token": page.server.token})[0] for _ in range(2)]
+        finally:
+            _thread.interrupt_main()  # Ctrl+C
+    monkeypatch.setattr(web.webbrowser, "open", browser)
+    assert web.serve(make_settings(kb, data_dir=tmp_path / "data"), 0) == 0
+    printed = capsys.readouterr()
+    assert seen["argument"].startswith(f"file://{runtime}/") and "token" not in seen["argument"]
+    assert printed.out == seen["argument"] + "\n"  # what to open, to copy or to script: no secret either
+    assert seen["page"].parent.parent == runtime and seen["modes"] == (0o600, 0o700)
+    assert seen["sign-ins"] == [200, 403]  # once
+    assert "paste this one-time address into the browser's address bar (not into a command" in printed.err
+    assert seen["opens"] in printed.err  # for a browser that cannot open files (a snap's): the terminal is private
+    assert not seen["page"].parent.exists()
 
 
 def test_state_changing_requests_need_the_pages_own_origin(make_web, kb):
@@ -201,10 +276,90 @@ def test_every_other_method_is_refused_with_the_same_headers_and_host_check(make
 
 def test_a_bad_event_number_is_a_clear_400(make_web, capfd):
     page = make_web()
-    for path, headers in (("/api/events?after=abc", {}), ("/api/events", {"Last-Event-ID": "x1"})):
-        status, _, body = page.request("GET", path, headers=headers)
-        assert status == 400 and "must be a whole number" in json.loads(body)["error"]
+    status, _, body = page.request("GET", "/api/events?after=abc")
+    assert status == 400 and "must be a whole number" in json.loads(body)["error"]
     assert "web request failed" not in capfd.readouterr().err
+
+
+def test_a_request_sent_a_byte_at_a_time_or_never_is_cut_off_after_the_header_timeout(make_web, monkeypatch):
+    monkeypatch.setattr(web, "HEADER_TIMEOUT", 0.5)
+    page = make_web()
+    idle = socket.create_connection(("127.0.0.1", page.port), timeout=5)
+    slow = socket.create_connection(("127.0.0.1", page.port), timeout=0.05)  # the wait for its end paces the bytes
+    head = itertools.chain(f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{page.port}\r\nX-Slow: ".encode(),
+                           itertools.repeat(ord("x")))
+    started = time.monotonic()
+    with slow:
+        while time.monotonic() - started < web.HEADER_TIMEOUT + 3:
+            try:
+                slow.send(bytes([next(head)]))
+                if slow.recv(1) == b"":
+                    break
+            except TimeoutError:
+                continue
+            except ConnectionError:
+                break
+        else:
+            pytest.fail("a request sent a byte at a time held its connection past the header timeout")
+    assert web.HEADER_TIMEOUT <= time.monotonic() - started < web.HEADER_TIMEOUT + 2
+    with idle:
+        assert idle.recv(1) == b""  # closed by then too
+    assert page.get("/api/state")["items"] == []
+
+
+FLOOD = 2000  # idle connections: today's server, a thread and a file each without bound, stops near 1,020
+FLOOD_PACE = 0.0005  # seconds between two: a steady flood (a burst would overflow the kernel's queue and wait there)
+
+
+def flood(port: int, count: int) -> list[socket.socket]:
+    """Open `count` connections that send nothing, one every FLOOD_PACE seconds: those the server let in."""
+    connections = []
+    with selectors.DefaultSelector() as connecting:
+        for _ in range(count):
+            connections.append(socket.socket())
+            connections[-1].setblocking(False)
+            connections[-1].connect_ex(("127.0.0.1", port))
+            connecting.register(connections[-1], selectors.EVENT_WRITE)
+            time.sleep(FLOOD_PACE)
+        deadline = time.monotonic() + 2
+        while connecting.get_map() and time.monotonic() < deadline:  # the last ones' handshakes
+            for key, _ in connecting.select(deadline - time.monotonic()):
+                connecting.unregister(key.fileobj)
+        for key in list(connecting.get_map().values()):
+            connections.remove(key.fileobj)
+            key.fileobj.close()
+    return connections
+
+
+def test_a_flood_of_idle_connections_does_not_shut_the_page_out(kb, tmp_path, fake_llm):
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < FLOOD + 200:
+        pytest.skip(f"this test opens {FLOOD} connections; the open-file limit is {hard}")
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(limit[0], FLOOD + 200), hard))
+    env = {**os.environ, "KA_DATA_DIR": str(tmp_path / "data"), "DEEPSEEK_BASE_URL": fake_llm.base_url,
+           "DEEPSEEK_API_KEY": "x", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    desktop = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))  # the usual limit of open files
+    proc = subprocess.Popen([sys.executable, str(ROOT / "main.py"), "--web", "--port", "0", "--no-browser",
+                             "--kb", str(kb)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=desktop)
+    idle = []
+    try:
+        page = page_at(launched(proc.stdout.readline())[1]).sign_in()
+        stream = page.events(page.get("/api/state")["seq"])  # the open page's stream, through the flood
+        idle = flood(page.port, FLOOD)
+        for path in web.PAGES:
+            assert page.request("GET", path)[0] == 200
+        page.post("/api/ask", {"text": "find my vim notes"})
+        assert page.until("done", stream)["status"] == "ok"
+        assert page.get("/api/state")["items"][0] == {"type": "user", "text": "find my vim notes"}
+        assert len(idle) == FLOOD  # all of them were let in
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, limit)
+        for connection in idle:
+            connection.close()
+        proc.kill()
+        proc.communicate()
 
 
 # --- The agent through the API ---
@@ -369,7 +524,8 @@ def test_search_and_notes_work_from_the_page_beside_the_agent(make_web, kb):
     assert not found["error"] and "vim.md — Vim" in found["text"]
     assert page.get("/api/search?q=")["error"]
     note = page.get("/api/note?path=work/meeting.md")
-    assert note == {"path": "work/meeting.md", "text": "# Meeting\n\nDecided: ship search in December.\n"}
+    assert (note["path"], note["text"]) == ("work/meeting.md", "# Meeting\n\nDecided: ship search in December.\n")
+    assert (note["links"], note["backlinks"], note["properties"], note["body_start"]) == ([], [], [], 0)
     (kb.parent / "secret.md").write_text("TOP-SECRET", encoding="utf-8")
     for path in ("../secret.md", "/etc/passwd", ".history/undo.jsonl", "nope.md"):
         status, _, body = page.request("GET", f"/api/note?path={path}")
@@ -377,25 +533,39 @@ def test_search_and_notes_work_from_the_page_beside_the_agent(make_web, kb):
         assert not re.search(rb"search_notes|list_notes|read_note|file_path", body)  # worded for a person
 
 
-def test_main_web_prints_the_address_and_stops_cleanly_on_ctrl_c(kb, tmp_path, fake_llm):
+def test_a_note_comes_with_its_links_resolved_as_obsidian_does_and_its_backlinks(make_web, kb):
+    text = "🍀 [[meeting|the meeting]] `[[vim]]` ![[vim#Top]] [py](python.md#x) [[gone]] ![i](pic.png) [[pic.png]]\n"
+    (kb / "work" / "links.md").write_text(text, encoding="utf-8")
+    (kb / "work" / "pic.png").write_bytes(b"GIF89a")
+    (kb / "python.md").write_text("see [[links]]\n", encoding="utf-8")
+    note = make_web().get("/api/note?path=work/links.md")
+    units = text.encode("utf-16-le")  # the page slices the text as JavaScript does, in UTF-16 code units
+    assert [(units[2 * link["start"]:2 * link["end"]].decode("utf-16-le"), link["label"], link["to"], link["found"],
+             link["embed"]) for link in note["links"]] == [
+        ("[[meeting|the meeting]]", "the meeting", "work/meeting.md", True, False),
+        ("![[vim#Top]]", "vim#Top", "vim.md", True, True), ("python.md", None, "python.md", True, False),
+        ("[[gone]]", "gone", None, False, False), ("[[pic.png]]", "pic.png", None, True, False)]
+    assert note["backlinks"] == [{"path": "python.md", "line": 1}]
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_main_web_prints_the_launch_page_and_stops_cleanly_removing_it(kb, tmp_path, fake_llm, stop):
     env = {**os.environ, "KA_DATA_DIR": str(tmp_path / "data"), "DEEPSEEK_BASE_URL": fake_llm.base_url,
-           "DEEPSEEK_API_KEY": "x", "XDG_CACHE_HOME": str(tmp_path / "cache")}
+           "DEEPSEEK_API_KEY": "x", "XDG_CACHE_HOME": str(tmp_path / "cache"), "XDG_RUNTIME_DIR": ""}
     proc = subprocess.Popen([sys.executable, str(ROOT / "main.py"), "--web", "--port", "0", "--no-browser",
                              "--kb", str(kb), "--yes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
     try:
-        url = proc.stdout.readline().strip()
-        match = re.fullmatch(r"http://127\.0\.0\.1:(\d+)/\?token=([\w-]{43})", url)
-        assert match, url
-        conn = http.client.HTTPConnection("127.0.0.1", int(match[1]), timeout=10)
-        conn.request("GET", url[url.index("/?"):])
-        assert conn.getresponse().status == 303
-        proc.send_signal(signal.SIGINT)
+        page, address = launched(proc.stdout.readline())
+        assert page.parent.parent == Path(tempfile.gettempdir()) and page.parent.stat().st_mode & 0o777 == 0o700
+        page_at(address).sign_in()
+        proc.send_signal(stop)  # Ctrl+C, or `kill`
         out, err = proc.communicate(timeout=20)
     finally:
         proc.kill()
     assert proc.returncode == 0 and "Traceback" not in err
     assert "ignored here: the page asks about every change" in err and "Stopping" in err
+    assert not page.parent.exists()
 
 
 def test_a_port_in_use_is_one_line(kb, tmp_path, capsys):

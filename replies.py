@@ -1,0 +1,247 @@
+"""What model servers send back that the openai SDK leaves to us: tool calls written as text, "the request is
+too long" in each server's words, and a prompt a server cut short without saying so.
+
+Small local models (Qwen2.5 0.5B–1.5B, Llama 3.x), and servers with no tool parser for the model's chat
+template, send a tool call as the answer's text: a bare JSON object, the same in a ```json fence, after a
+`<tools></tools>` echo, or inside Hermes/Qwen `<tool_call>` tags. text_tool_calls() recognises exactly
+those shapes; text that merely shows JSON stays an answer. While a reply streams in, could_be_tool_call()
+says whether the text so far may still become such a call, so the loop can hold it back and, when the
+reply ends, either run the calls or print the held text whole:
+
+    while streaming:  hold the text while could_be_tool_call(text), else show it (and all that follows)
+    at the end:       calls = text_tool_calls(text, offered) if still holding; run them, or show the text
+
+error_message() finds the server's own words in an error, context_window() and is_context_error() read its
+"too long" answers, and server_kept_fewer() notices a server (Ollama) that cut a prompt from the front and
+counted only what it kept.
+
+Pure functions of strings and numbers: this module does no I/O, imports nothing of the project, and never
+decides what the agent does about what it finds.
+"""
+
+import json
+import re
+
+TOOLS_ECHO = ("<tools>", "</tools>")  # Qwen's template lists the tools so; small models repeat the tags
+TAGGED = ("<tool_call>", "</tool_call>")  # Hermes / Qwen2.5 tool-call tags
+FENCE = "```"
+FENCE_LANGUAGES = ("", "json")
+CALL_KEYS = {"name", "arguments", "parameters", "type", "id"}  # Llama 3.x says "parameters"
+WRAPPER_KEYS = {"type", "id", "function"}  # {"type": "function", "function": {...}}, as the API's own calls
+FIRST_KEYS = CALL_KEYS | WRAPPER_KEYS  # a streamed object whose first key is another one is not a call
+
+# The window a server names in its "too long" answer (the number is the window, never the request or excess):
+WINDOW_WORDINGS = [
+    re.compile(r"context size \((\d[\d,]*) tokens\)", re.I),  # llama.cpp: "… available context size (1024 tokens)"
+    re.compile(r"maximum context length is (\d[\d,]*)", re.I),  # OpenAI, DeepSeek, vLLM
+    re.compile(r"(\d[\d,]*) maximum context length", re.I),  # Mistral: "too large for model with N maximum …"
+    re.compile(r"context length of (?:only )?(\d[\d,]*)", re.I),  # LM Studio: "… context length of only N tokens"
+    re.compile(r"\(context length (\d[\d,]*)\)", re.I),  # vLLM's engine: "… to fit into the model (context length N)"
+    re.compile(r"\bn_ctx\W{1,4}(\d[\d,]*)", re.I),  # llama.cpp's "n_ctx": N field; LM Studio's "n_ctx: N", "n_ctx (N)"
+]
+# "The request is longer than the model's window", as each server words it; other 400s that say "too long" or
+# "maximum" (a tool description over a length limit, say) are not. Ollama's "exceeded … by N tokens" names
+# the excess, not the window, so it has no WINDOW_WORDINGS entry.
+CONTEXT_ERROR = re.compile("|".join([
+    r"exceeds? the available context size|exceed_context_size_error|larger than the max context size",  # llama.cpp
+    r"maximum context length|context_length_exceeded|exceeds the context window",  # OpenAI, DeepSeek, vLLM
+    r"too long to fit into the model",  # vLLM's engine
+    r"prompt too long; exceeded (?:max )?context length|input length exceeds the context length",  # Ollama
+    r"greater than the context length|when context the overflows|cannot truncate prompt with n_keep",  # LM Studio
+]), re.I)
+
+# server_kept_fewer: Qwen2.5's tokenizer (llama.cpp) counted 0.73-1.12 of context.py's estimate for 600 real
+# requests (system prompt, 8 tools, a question, one note read; a Chinese vault and English tldr pages), and
+# 0.60-1.62 for a note's text alone. A server that keeps the whole prompt so reports at least ~0.6 of the
+# estimate; KEPT_SHARE times the learnt ratio stays under that even when the ratio was learnt at 1.62.
+# Below MIN_JUDGED_ESTIMATE the chat template's own tokens swamp the comparison.
+KEPT_SHARE = 0.35
+MIN_JUDGED_ESTIMATE = 1000
+
+
+def text_tool_calls(content: str, offered: set[str] | None) -> list[dict] | None:
+    """The calls, as [{"name": …, "arguments": "<JSON object>"}], when `content` is nothing but tool calls
+    (see the module docstring) naming offered tools; None when it is an answer. With `offered` None any name
+    will do: a call-shaped answer naming no offered tool may be a call to a tool that does not exist."""
+    text = _without_echo(content or "").strip()
+    if text.startswith(TAGGED[0]):
+        bodies = _tagged_bodies(text)
+    elif text.startswith(FENCE):
+        bodies = _fenced_body(text)
+    else:
+        bodies = [text]
+    calls = []
+    for body in bodies or []:
+        for value in _json_values(body) or [None]:
+            for item in value if isinstance(value, list) and value else [value]:
+                call = _call(item, offered)
+                if call is None:
+                    return None
+                calls.append(call)
+    return calls or None
+
+
+def could_be_tool_call(prefix: str) -> bool:
+    """Whether text streamed so far may still turn out to be only tool calls: hold it back while True."""
+    text = prefix.lstrip()
+    if text.startswith(TOOLS_ECHO[0]):
+        end = text.find(TOOLS_ECHO[1])
+        if end < 0:
+            return True
+        text = text[end + len(TOOLS_ECHO[1]):].lstrip()
+    if any(opening.startswith(text) for opening in (TOOLS_ECHO[0], TAGGED[0], FENCE)):
+        return True  # nothing yet, or an opening still arriving ("<tool", "``")
+    if text.startswith(TAGGED[0]):
+        body, closed, rest = text[len(TAGGED[0]):].partition(TAGGED[1])
+        return _body_may_be_call(body, closed, TAGGED[1]) and (not closed or could_be_tool_call(rest))
+    if text.startswith(FENCE):
+        language, newline, body = text[len(FENCE):].partition("\n")
+        if not newline:
+            return any(name.startswith(language.strip().lower()) for name in FENCE_LANGUAGES)
+        body, closed, rest = body.partition(FENCE)
+        return (language.strip().lower() in FENCE_LANGUAGES and _body_may_be_call(body, closed, FENCE)
+                and (not closed or could_be_tool_call(rest)))
+    return _json_may_be_call(text)
+
+
+def error_message(body, fallback: str) -> str:
+    """The server's words in an error body as the openai SDK keeps it (`exc.body`: the "error" value, an object
+    or, from LM Studio and Ollama, a bare string the SDK leaves out of `exc.message`), else `fallback`."""
+    if isinstance(body, dict):
+        body = body.get("error", body)
+        body = body.get("message") if isinstance(body, dict) else body
+    return body.strip() if isinstance(body, str) and body.strip() else fallback
+
+
+def context_window(message: str) -> int | None:
+    """The server's context window in tokens, when its "too long" answer names it."""
+    for wording in WINDOW_WORDINGS:
+        match = wording.search(message or "")
+        if match:
+            return int(match[1].replace(",", ""))
+    return None
+
+
+def is_context_error(message: str) -> bool:
+    """Whether an error says the request is longer than the model's context window."""
+    return bool(CONTEXT_ERROR.search(message or ""))
+
+
+def server_kept_fewer(sent_estimate: int, reported_prompt_tokens: int, ratio: float, cached_tokens: int = 0) -> bool:
+    """Whether the server reports far fewer prompt tokens than were sent: it cut the prompt (Ollama keeps only
+    its num_ctx, from the end, and says nothing). `ratio` is the learnt server tokens per estimated token.
+    `cached_tokens` (usage.prompt_tokens_details.cached_tokens) are added back: a server that counts only
+    what it computed (Ollama 0.30, ollama/ollama#16414) would otherwise look as if it had cut the prompt."""
+    counted = (reported_prompt_tokens or 0) + (cached_tokens or 0)
+    return sent_estimate >= MIN_JUDGED_ESTIMATE and 0 < counted < KEPT_SHARE * sent_estimate * ratio
+
+
+def _without_echo(text: str) -> str:
+    """The text without a leading or trailing <tools>…</tools> (an echo of the tool list, or empty tags)."""
+    text = text.strip()
+    opening, closing = TOOLS_ECHO
+    if text.startswith(opening) and closing in text:
+        text = text[text.index(closing) + len(closing):].strip()
+    if text.endswith(closing) and opening in text:
+        text = text[:text.rindex(opening)].strip()
+    return text
+
+
+def _tagged_bodies(text: str) -> list[str] | None:
+    """What each <tool_call>…</tool_call> holds, when the text is only such blocks (the last may be unclosed:
+    a model can stop right after its JSON)."""
+    bodies = []
+    while text:
+        if not text.startswith(TAGGED[0]):
+            return None
+        body, _, text = text[len(TAGGED[0]):].partition(TAGGED[1])
+        bodies.append(body)
+        text = text.lstrip()
+    return bodies
+
+
+def _fenced_body(text: str) -> list[str] | None:
+    """What a ```json (or bare ```) fence holds, when the text is only that fence."""
+    language, _, body = text[len(FENCE):].partition("\n")
+    body, closed, rest = body.partition(FENCE)
+    return [body] if language.strip().lower() in FENCE_LANGUAGES and closed and not rest.strip() else None
+
+
+def _json_values(text: str) -> list | None:
+    """One or more JSON values separated by whitespace (some models write one object per call), or None."""
+    decoder, values, text = json.JSONDecoder(), [], text.strip()
+    at = 0
+    while at < len(text):
+        try:
+            value, at = decoder.raw_decode(text, at)
+        except ValueError:
+            return None
+        values.append(value)
+        at = len(text) - len(text[at:].lstrip())
+    return values
+
+
+def _call(item, offered: set[str] | None) -> dict | None:
+    """{"name", "arguments"} from one call object in any known shape; None if it is not one."""
+    if isinstance(item, dict) and isinstance(item.get("function"), dict) and set(item) <= WRAPPER_KEYS:
+        item = item["function"]
+    if not isinstance(item, dict) or set(item) - CALL_KEYS or item.get("type", "function") != "function":
+        return None
+    name = item.get("name")
+    if not isinstance(name, str) or (offered is not None and name not in offered):
+        return None
+    arguments = item["arguments"] if "arguments" in item else item.get("parameters")
+    if isinstance(arguments, str):  # a JSON string holding the object, as the API itself sends arguments
+        try:
+            arguments = json.loads(arguments.strip() or "{}")
+        except ValueError:
+            return None
+    arguments = {} if arguments is None else arguments
+    if not isinstance(arguments, dict):
+        return None
+    return {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}
+
+
+def _body_may_be_call(body: str, closed: str, closing: str) -> bool:
+    """Whether what a tag or fence holds so far may be calls: once closed it must be; before, it must start so."""
+    if closed:
+        values = _json_values(body)
+        return bool(values) and all(_may_be_calls(value) for value in values)
+    for size in range(len(closing) - 1, 0, -1):  # the closing may be arriving: "</tool_" or "``"
+        if body.endswith(closing[:size]):
+            body = body[:-size]
+            break
+    return not body.strip() or _json_may_be_call(body.strip())
+
+
+def _json_may_be_call(text: str) -> bool:
+    """Whether text starting with JSON may be calls: a complete value must have a call's shape (and what follows
+    must still be possible); an incomplete one must open like a call object or a list of them."""
+    if not text.startswith(("{", "[")):
+        return False
+    try:
+        value, end = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return _opens_like_call(text)
+    return _may_be_calls(value) and could_be_tool_call(text[end:])
+
+
+def _may_be_calls(value) -> bool:
+    items = value if isinstance(value, list) else [value]
+    return bool(items) and all(_call(item, None) for item in items)
+
+
+def _opens_like_call(text: str) -> bool:
+    """An unfinished `{"name": …` or `[{"name": …`: true while its first key may still be a call's."""
+    rest = text[1:].lstrip() if text.startswith("[") else text
+    if not rest:
+        return True
+    if not rest.startswith("{"):
+        return False
+    rest = rest[1:].lstrip()
+    if not rest:
+        return True
+    key = re.match(r'"([^"\\]*)(")?', rest)
+    if key is None:
+        return False
+    return key[1] in FIRST_KEYS if key[2] else any(name.startswith(key[1]) for name in FIRST_KEYS)

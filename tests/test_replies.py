@@ -1,0 +1,404 @@
+"""replies.py: tool calls written as text, servers' "too long" answers, and prompts a server cut short; the
+server shapes come through the real openai SDK from tests/fake_server.py where the SDK could change them."""
+
+import json
+import threading
+
+import httpx2
+import openai
+import pytest
+
+import context
+import fake_server
+from fake_server import CONTEXT_ERRORS, TEXT_CALL_SHAPES, FakeLLM, as_text, context_error
+from replies import (context_window, could_be_tool_call, error_message, is_context_error, server_kept_fewer,
+                     text_tool_calls)
+
+OFFERED = {"search_notes", "read_note", "write_note", "list_notes", "edit_note"}
+WRITE = {"name": "write_note", "arguments": json.dumps({"file_path": "todo.md", "content": "# Todo\n\n- 写信\n"},
+                                                       ensure_ascii=False)}
+SEARCH = {"name": "search_notes", "arguments": json.dumps({"query": "python"})}
+
+
+def streamed(text: str, piece: int = 3) -> tuple[str, list | None]:
+    """The loop the module docstring describes: what the person sees while `text` streams in `piece`-character
+    chunks, and the calls run at the end (then nothing else is shown) or None (then the held text is shown)."""
+    shown, holding = "", True
+    for start in range(0, len(text), piece):
+        if holding and could_be_tool_call(text[:start + piece]):
+            continue
+        shown, holding = text[:start + piece], False
+    calls = text_tool_calls(text, OFFERED) if holding else None
+    return (shown if calls or not holding else text), calls
+
+
+# --- tool calls written as text ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", sorted(TEXT_CALL_SHAPES))
+@pytest.mark.parametrize("calls", [[WRITE], [WRITE, SEARCH]])
+def test_each_text_shape_becomes_the_calls_and_shows_nothing(shape, calls):
+    text = as_text(calls, shape)
+    assert text_tool_calls(text, OFFERED) == calls
+    assert streamed(text) == ("", calls)
+    assert all(could_be_tool_call(text[:end]) for end in range(len(text) + 1))  # never released early
+
+
+@pytest.mark.parametrize("content, expected", [
+    # Qwen2.5-Coder-0.5B-Instruct on llama.cpp (ctx 4096), asked "find my notes about python", sent exactly this:
+    ('```json\n{\n  "name": "list_notes",\n  "arguments": {\n    "folder": "work"\n  }\n}\n```',
+     [{"name": "list_notes", "arguments": '{"folder": "work"}'}]),
+    ("<tool_call>\n" + json.dumps({"name": "search_notes", "arguments": {"query": "python"}}) + "\n</tool_call>\n"
+     "<tool_call>\n" + json.dumps({"name": "read_note", "arguments": {"file_path": "a.md"}}) + "\n</tool_call>",
+     [SEARCH, {"name": "read_note", "arguments": '{"file_path": "a.md"}'}]),
+    ('<tool_call>\n{"name": "search_notes", "arguments": {"query": "python"}}', [SEARCH]),  # stopped before </tool_call>
+    ('<tools>\n[{"type": "function", "function": {"name": "search_notes"}}]\n</tools>\n'
+     '{"name": "search_notes", "arguments": {"query": "python"}}', [SEARCH]),  # the tool list echoed first
+    ('{"name": "search_notes", "arguments": {"query": "python"}}\n{"name": "list_notes", "arguments": {}}',
+     [SEARCH, {"name": "list_notes", "arguments": "{}"}]),
+    ('[{"name": "search_notes", "arguments": {"query": "python"}}, {"name": "list_notes"}]',
+     [SEARCH, {"name": "list_notes", "arguments": "{}"}]),
+    ('{"type": "function", "name": "search_notes", "parameters": {"query": "python"}}', [SEARCH]),  # Llama 3.2
+    ('{"type": "function", "function": {"name": "search_notes", "arguments": "{\\"query\\": \\"python\\"}"}}',
+     [SEARCH]),  # the API's own shape
+    ('  \n```\n{"name": "search_notes", "arguments": {"query": "python"}}\n```\n', [SEARCH]),
+])
+def test_calls_in_the_shapes_servers_send(content, expected):
+    assert text_tool_calls(content, OFFERED) == expected
+    assert streamed(content) == ("", expected)
+
+
+@pytest.mark.parametrize("content", [
+    # Qwen2.5-Coder-0.5B-Instruct, asked to "create todo.md …": no such tool, and not even valid JSON
+    '```json\n{\n  "name": "create_todo.md",\n  "arguments": {\n    "file_path": "work/ideas.md",\n    "content": '
+    '"1. Complete the assignment on Monday.\n  }\n}\n```',
+    '{"name": "delete_everything", "arguments": {}}',  # a name that is no offered tool
+    'To search, the agent sends {"name": "search_notes", "arguments": {"query": "python"}}.',
+    '```json\n{"name": "search_notes", "arguments": {"query": "python"}}\n```\nThis searches your notes.',
+    '```python\n{"name": "search_notes", "arguments": {}}\n```',
+    '{"name": "search_notes", "description": "Search the notes", "parameters": {"type": "object"}}',  # a schema
+    '{"name": "search_notes", "arguments": ["python"]}',
+    '{"name": "search_notes", "arguments": "not json"}',
+    '{"title": "Python", "tags": ["lang"]}',
+    '[]', '{}', '', '   ', '<tools></tools>',
+    '<tool_call>\n{"name": "search_notes", "arguments": {}}\n</tool_call>\nDone, I searched.',
+])
+def test_text_that_shows_json_is_an_answer(content):
+    assert text_tool_calls(content, OFFERED) is None
+    assert streamed(content) == (content, None)  # shown whole, whether released early or at the end
+
+
+@pytest.mark.parametrize("prose", [
+    "[python.md](python.md) says: use venv.", "[1] first step", "{{date}} is a template field",
+    "```python\nprint('hi')\n```", "```\n$ git status\n```", '{"title": "x"', "Sure, here it is",
+    "<b>bold</b>", "```json\n[1, 2, 3]\n```",
+])
+def test_prose_is_released_as_soon_as_it_is_clearly_prose(prose):
+    assert not could_be_tool_call(prose)
+    shown, calls = streamed(prose + " " + "and more words " * 20, piece=len(prose))
+    assert calls is None and shown.startswith(prose)
+
+
+def test_a_call_to_a_tool_that_does_not_exist_can_be_told_from_an_answer():
+    # what Qwen2.5-Coder-0.5B sent, twice in four tries, for "create todo.md with a list of three things to do"
+    sent = ('{"name": "create_todo.md", "arguments": {"file_path": "todo.md", "content": "To-do List:\\n\\n1. '
+            'Complete project\\n2. Review code\\n3. Update README.md"}}')
+    assert text_tool_calls(sent, OFFERED) is None
+    assert text_tool_calls(sent, None) == [{"name": "create_todo.md", "arguments": json.dumps(
+        {"file_path": "todo.md", "content": "To-do List:\n\n1. Complete project\n2. Review code\n3. Update README.md"})}]
+    assert text_tool_calls("Here it is: " + sent, None) is None
+
+
+def test_a_call_held_back_then_followed_by_prose_is_released():
+    assert could_be_tool_call('{"name": "search_notes", "arguments": {}}')
+    assert not could_be_tool_call('{"name": "search_notes", "arguments": {}} is how you search')
+
+
+# --- "too long", in each server's words ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("message, window", [
+    # llama.cpp llama-server, seen here (xllamacpp 2026.10.11549, ctx 1024, a new question with 8 tools)
+    ("request (1512 tokens) exceeds the available context size (1024 tokens), try increasing it", 1024),
+    # llama.cpp before the counts were added (quoted in several clients' tests)
+    ("the request exceeds the available context size, try increasing it", None),
+    # llama.cpp, a non-splittable input (tools/server/server-context.cpp)
+    ("input (2000 tokens) is larger than the max context size (1024 tokens)", 1024),
+    # vLLM, vllm/entrypoints/renderer.py
+    ("This model's maximum context length is 4096 tokens. However, your request has 5000 input tokens. "
+     "Please reduce the length of the input messages.", 4096),
+    # vLLM, older vllm/entrypoints/openai/serving_engine.py
+    ("This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the "
+     "messages, 1000 in the completion). Please reduce the length of the messages or completion.", 4096),
+    # vLLM's engine (vllm-project/vllm#12165)
+    ("The prompt (total length 25938) is too long to fit into the model (context length 4096). Make sure that "
+     "`max_model_len` is no smaller than the number of text tokens plus multimodal tokens.", 4096),
+    # vLLM with max_tokens set (quoted in HasanAldhahi/cross-precision-llm-deployment-biomni)
+    ("'max_tokens' or 'max_completion_tokens' is too large: 8192. This model's maximum context length is 65536 "
+     "tokens and your request has 57879 input tokens (8192 > 65536 - 57879). None", 65536),
+    # Ollama's cloud models (dyad-sh/dyad#3498): 540451 is the excess, not the window
+    ("prompt too long; exceeded max context length by 540451 tokens (ref: 00ad71bb-fea0-4639-9dc9-3ad800192057)",
+     None),
+    # Ollama with truncate false (runner/ollamarunner/runner.go, errorInputTooLong)
+    ("the input length exceeds the context length", None),
+    # LM Studio (lmstudio-ai/lmstudio-bug-tracker#2205)
+    ("The number of tokens to keep from the initial prompt is greater than the context length. Try to load the "
+     "model with a larger context length, or provide a shorter input", None),
+    # LM Studio (Gitlawb/openclaude#353)
+    ("The number of tokens to keep from the initial prompt is greater than the context length (n_keep: 13055>= "
+     "n_ctx: 4096). Try to load the model with a larger context length, or provide a shorter input.", 4096),
+    # LM Studio (lmstudio-ai/lmstudio-bug-tracker#546, cline/cline#3664)
+    ("Trying to keep the first 15857 tokens when context the overflows. However, the model is loaded with context "
+     "length of only 32768 tokens, which is not enough. Try to load the model with a larger context length, or "
+     "provide a shorter input.", 32768),
+    # LM Studio 0.4 (anomalyco/opencode#11141)
+    ("Cannot truncate prompt with n_keep (15028) >= n_ctx (7424)", 7424),
+    # OpenAI chat completions (webtimemachine/wtm2#579)
+    ("This model's maximum context length is 128000 tokens. However, your messages resulted in 204308 tokens. "
+     "Please reduce the length of the messages.", 128000),
+    # OpenAI, older, with functions (FoundationAgents/OpenManus#62)
+    ("This model's maximum context length is 8192 tokens. However, you requested 8213 tokens (6683 in the "
+     "messages, 730 in the functions, and 800 in the completion). Please reduce the length of the messages, "
+     "functions, or completion.", 8192),
+    # OpenAI Responses API, code context_length_exceeded (openai/codex tests)
+    ("Your input exceeds the context window of this model. Please adjust your input and try again.", None),
+    # DeepSeek (evalstate/fast-agent#621)
+    ("This model's maximum context length is 131072 tokens. However, you requested 131134 tokens (122942 in the "
+     "messages, 8192 in the completion). Please reduce the length of the messages or completion.", 131072),
+    # the error code alone, as OpenAI sends it beside the message
+    ("Error code: 400 - {'error': {'code': 'context_length_exceeded', 'message': 'too long'}}", None),
+    # Mistral (quoted in several clients' overflow tables)
+    ("Prompt contains 240000 tokens, too large for model with 128000 maximum context length", 128000),
+])
+def test_each_servers_too_long_answer_and_its_window(message, window):
+    assert is_context_error(message)
+    assert context_window(message) == window
+
+
+@pytest.mark.parametrize("message", [
+    "tools[0].description: string too long, maximum length 1024",
+    "Rate limit reached for requests per min. Please try again in 20s.",
+    "max_tokens must be at most 8192",
+    "The `reasoning_content` in the thinking mode must be passed back to the API.",
+    "Invalid 'messages[1].content': string too long. Expected a string with maximum length 10485760",
+    "",
+])
+def test_other_400s_are_not_context_errors(message):
+    assert not is_context_error(message) and context_window(message) is None
+
+
+@pytest.mark.parametrize("wording", sorted(CONTEXT_ERRORS))
+def test_each_wording_survives_the_sdk(wording):
+    """The SDK keeps the body's "error" value as exc.body; a bare string (LM Studio, Ollama) never reaches
+    exc.message, which is only "Error code: 400" then."""
+    with FakeLLM(replies=[context_error(wording, 1024, 1516)]) as fake:
+        client = openai.OpenAI(base_url=fake.base_url, api_key="x", max_retries=0)
+        with pytest.raises(openai.BadRequestError) as info:
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    message = error_message(info.value.body, info.value.message)
+    assert is_context_error(message)
+    assert context_window(message) == (None if wording == "ollama" else 1024)
+
+
+def test_a_too_long_request_gets_the_servers_wording():
+    with FakeLLM(context_limit=100, wording="llamacpp") as fake:
+        client = openai.OpenAI(base_url=fake.base_url, api_key="x", max_retries=0)
+        with pytest.raises(openai.BadRequestError) as info:
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x" * 1000}])
+    assert info.value.body["type"] == "exceed_context_size_error"
+    assert context_window(error_message(info.value.body, info.value.message)) == 100 and fake.rejected == 1
+
+
+@pytest.mark.parametrize("body, expected", [
+    ({"message": "too long", "type": "x"}, "too long"),  # what the SDK keeps of {"error": {...}}
+    ("prompt too long; exceeded max context length by 4 tokens", "prompt too long; exceeded max context length "
+                                                                  "by 4 tokens"),
+    ({"error": "bare"}, "bare"), ({"detail": "x"}, "Error code: 400"), (None, "Error code: 400"),
+    ("  ", "Error code: 400"),
+])
+def test_error_message_finds_the_servers_words(body, expected):
+    assert error_message(body, "Error code: 400") == expected
+
+
+# --- a prompt the server cut without saying so ----------------------------------------------------------------
+
+def _ask(fake: FakeLLM, messages: list[dict]):
+    client = openai.OpenAI(base_url=fake.base_url, api_key="x", max_retries=0)
+    parts = list(client.chat.completions.create(model="m", messages=messages, stream=True,
+                                                stream_options={"include_usage": True}))
+    return "".join(p.choices[0].delta.content or "" for p in parts if p.choices), parts[-1].usage
+
+
+LONG_CHAT = [{"role": "system", "content": "You are knowledge-agent. " * 20}] + [
+    {"role": role, "content": f"turn {n}: " + "notes about python and vim " * 40}
+    for n in range(12) for role in ("user", "assistant")][:-1]
+
+
+def test_an_ollama_like_server_is_caught_cutting_the_prompt():
+    estimate = context.estimate_tokens(LONG_CHAT)
+    with FakeLLM(keeps_tokens=2048, responder=lambda r: {"content": json.dumps(r["messages"])}) as fake:
+        answer, usage = _ask(fake, LONG_CHAT)
+    seen = json.loads(answer)
+    assert fake.requests[0]["messages"] == LONG_CHAT and fake.truncated == 1
+    assert seen == LONG_CHAT[-len(seen):] and seen[0]["role"] != "system"  # it answered from the last turns only
+    assert usage.prompt_tokens == 2048
+    assert server_kept_fewer(estimate, usage.prompt_tokens, ratio=1.0)
+
+
+def test_a_server_that_keeps_everything_is_not_suspected():
+    estimate = context.estimate_tokens(LONG_CHAT)
+    with FakeLLM(responder=lambda r: {"content": "ok"}) as fake:
+        _, usage = _ask(fake, LONG_CHAT)
+    assert usage.prompt_tokens > 2048 and not server_kept_fewer(estimate, usage.prompt_tokens, ratio=1.0)
+
+
+@pytest.mark.parametrize("estimate, reported, ratio, cached, kept_fewer", [
+    (4306, 3152, 1.0, 0, False),  # the lowest server/estimate ratio measured on real notes (Chinese, Qwen2.5)
+    (20000, 12000, 1.6, 0, False),  # Chinese text alone counted at 0.6 by a server once seen at 1.6
+    (20000, 4096, 1.0, 0, True),  # Ollama kept its num_ctx of 4096
+    (20000, 4096, 1.0, 16000, False),  # llama.cpp-like: the rest came from its cache
+    (20000, 0, 1.0, 0, False),  # no usage reported: nothing to judge
+    (900, 40, 1.0, 0, False),  # too small to judge
+])
+def test_kept_fewer_only_when_far_fewer(estimate, reported, ratio, cached, kept_fewer):
+    assert server_kept_fewer(estimate, reported, ratio, cached) is kept_fewer
+
+
+# --- the fake server's other shapes ---------------------------------------------------------------------------
+
+def test_text_call_mode_sends_calls_as_content():
+    with FakeLLM(replies=[{"tool_calls": [SEARCH]}], text_calls="tagged") as fake:
+        client = openai.OpenAI(base_url=fake.base_url, api_key="x", max_retries=0)
+        message = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}]) \
+            .choices[0].message
+    assert message.tool_calls is None and text_tool_calls(message.content, OFFERED) == [SEARCH]
+
+
+def test_no_usage_mode():
+    with FakeLLM(replies=[{"content": "hi"}, {"content": "hi"}], usage=False) as fake:
+        client = openai.OpenAI(base_url=fake.base_url, api_key="x", max_retries=0)
+        whole = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}])
+        _, streamed_usage = _ask(fake, [{"role": "user", "content": "q"}])
+    assert whole.usage is None and streamed_usage is None
+
+
+def test_silence_between_chunks_lasts_until_the_test_ends_it():
+    resume = threading.Event()
+    with FakeLLM(replies=[{"content": "first part, then silence", "hold_after": 2, "until": resume}]) as fake:
+        client = openai.OpenAI(base_url=fake.base_url, api_key="x", max_retries=0,
+                               timeout=openai.Timeout(5, read=0.5))
+        pieces = []
+        try:
+            with pytest.raises((httpx2.ReadTimeout, openai.APITimeoutError)):
+                for part in client.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}],
+                                                           stream=True):
+                    pieces.append(part.choices[0].delta.content)
+        finally:
+            resume.set()
+    assert pieces == ["", "first part, "]  # the role chunk, one piece, then nothing
+
+
+def test_a_slow_steady_stream_outlasts_the_read_timeout():
+    with FakeLLM(replies=[{"content": "x" * fake_server.PIECE * 8, "pace": 0.1}]) as fake:
+        client = openai.OpenAI(base_url=fake.base_url, api_key="x", max_retries=0,
+                               timeout=openai.Timeout(5, read=0.5))
+        parts = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}], stream=True)
+        text = "".join(p.choices[0].delta.content or "" for p in parts if p.choices)
+    assert text == "x" * fake_server.PIECE * 8  # over a second in all, never half a second silent
+
+
+# --- the agent with these servers ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", sorted(TEXT_CALL_SHAPES))
+def test_the_agent_runs_a_call_written_as_text(kb, shape):
+    from agent import run_agent
+    from conftest import Recorder, make_settings
+
+    replies = [{"tool_calls": [WRITE]}, {"content": "Created todo.md."}]
+    with FakeLLM(replies=replies, text_calls=shape) as fake:
+        ui = Recorder()
+        answer = run_agent("create todo.md", settings=make_settings(kb, base_url=fake.base_url), ui=ui)
+    assert (kb / "todo.md").read_text(encoding="utf-8") == "# Todo\n\n- 写信\n"
+    assert answer == "Created todo.md." and "write_note" not in "".join(ui.texts)  # no JSON shown
+
+
+@pytest.mark.parametrize("wording", ["lmstudio", "ollama"])
+def test_the_agent_knows_a_bare_string_too_long_answer(kb, wording):
+    from agent import ContextTooLong, run_agent
+    from conftest import make_settings
+
+    with FakeLLM(replies=[context_error(wording, 1024, 1516)] * 2) as fake:
+        with pytest.raises(ContextTooLong):
+            run_agent("q", settings=make_settings(kb, base_url=fake.base_url))
+
+
+def test_json_that_is_no_call_of_an_offered_tool_is_an_answer_printed_whole(kb):
+    from agent import run_agent
+    from conftest import Recorder, make_settings
+
+    shown = '```json\n{"name": "delete_everything", "arguments": {}}\n```'
+    with FakeLLM(replies=[{"content": shown}]) as fake:
+        ui = Recorder()
+        answer = run_agent("show me a call", settings=make_settings(kb, base_url=fake.base_url), ui=ui)
+    assert answer == shown and "".join(ui.texts) == shown and ui.calls == []
+
+
+def test_a_window_too_small_for_any_question_says_so_once_without_resending(kb):
+    """llama.cpp with --ctx-size 1024: the system prompt and tool schemas alone do not fit. It used to say
+    "Start a new conversation" of a brand-new question, after sending the same request twice."""
+    from agent import AgentError, run_agent
+    from conftest import make_settings
+
+    with FakeLLM(replies=[context_error("llamacpp", 1024, 1516)] * 2) as fake:
+        with pytest.raises(AgentError) as error:
+            run_agent("q", settings=make_settings(kb, base_url=fake.base_url))
+        assert len(fake.requests) == 1  # the same request is never sent again
+    message = str(error.value)
+    assert "context window (1,024 tokens) is too small" in message and "--ctx-size" in message
+    assert "new conversation" not in message and "\n" not in message
+
+
+def test_a_server_that_cuts_the_prompt_is_noticed_once(kb, notices):
+    """Ollama drops the start of a prompt longer than num_ctx and reports what it kept, behind an HTTP 200."""
+    from agent import Model, run_agent
+    from conftest import make_settings
+
+    history = [{"role": "user", "content": "earlier " * 3000}, {"role": "assistant", "content": "ok"}]
+    with FakeLLM(replies=[{"content": "a"}, {"content": "b"}], keeps_tokens=600) as fake:
+        model = Model(make_settings(kb, base_url=fake.base_url))
+        run_agent("q", history, model.settings, model)
+        run_agent("q2", history, model.settings, model)
+    assert len(notices) == 1 and "counted only 600 prompt tokens" in notices[0] and "cut the start" in notices[0]
+
+
+def test_every_request_caps_the_answer(kb):
+    from agent import run_agent
+    from conftest import StubClient, make_settings
+
+    for base_url, cap, default in [("http://127.0.0.1:8080/v1", "max_tokens", 2048),
+                                   ("https://api.deepseek.com", "max_tokens", 32_768),
+                                   ("https://api.openai.com/v1", "max_completion_tokens", 16_384),
+                                   ("https://example.com/v1", "max_tokens", 4096)]:
+        client = StubClient([{"content": "a"}, {"content": "b"}])
+        run_agent("q", settings=make_settings(kb, base_url=base_url), client=client)
+        run_agent("q", settings=make_settings(kb, base_url=base_url, max_output_tokens=100), client=client)
+        assert [request[cap] for request in client.requests] == [default, 100], base_url
+
+
+def test_a_stream_fails_on_silence_between_pieces_not_on_its_length(kb):
+    import threading
+    from agent import AgentError, run_agent
+    from conftest import make_settings
+
+    with FakeLLM(replies=[{"content": "x" * fake_server.PIECE * 12, "pace": 0.02}]) as fake:
+        answer = run_agent("q", settings=make_settings(kb, base_url=fake.base_url, request_timeout=0.1))
+    assert answer == "x" * fake_server.PIECE * 12  # 0.24 s in all, never 0.5 s (5 x 0.1 s, local) silent
+    released = threading.Event()
+    with FakeLLM(replies=[{"content": "slow answer " * 4, "hold_after": 3, "until": released}]) as fake:
+        with pytest.raises(AgentError, match=r"sent nothing for 0 s \(once the answer began\)"):
+            run_agent("q", settings=make_settings(kb, base_url=fake.base_url, request_timeout=0.05))
+        released.set()
+
+
+def test_missing_usage_is_said_so_not_zero(call_main, kb, tmp_path):
+    with FakeLLM(replies=[{"content": "answer"}], usage=False) as fake:
+        result = call_main("-v", "q", kb=kb, base_url=fake.base_url)
+    assert "usage: not reported by the server" in result.stderr and "0 + 0" not in result.stderr
