@@ -18,6 +18,7 @@ import time
 from datetime import date
 from urllib.parse import urlsplit
 
+import citations
 import context
 import replies
 import tools
@@ -38,7 +39,8 @@ LOCAL_OUTPUT_CAP, OTHER_OUTPUT_CAP = 2048, 4096
 SYSTEM_PROMPT = """You are knowledge-agent, an assistant for the person's own notes (a folder of Markdown files).
 Today is {today}.
 - Answer from what the notes say. Search first (search_notes), then read_note the relevant hits before
-  answering; never guess what a note contains. Name the notes you used (their paths).
+  answering; never guess what a note contains. Cite the lines you rely on as path:line or path:start-end
+  (python.md:12-14); a quote must be word for word.
 - If the notes do not cover the question, say so plainly, then answer from general knowledge if useful,
   marked as such.
 - When asked to write a note, pick a short descriptive file name (e.g. git-cheatsheet.md) and write clean
@@ -67,13 +69,19 @@ class RequestRejected(AgentError):
 
 
 class ContextTooLong(RequestRejected):
-    """The server said the request exceeds the model's window (its message quotes the server's)."""
+    """The server said the request exceeds the model's window: its message is the server's, `window` the tokens
+    the server said the window holds (None when it did not say)."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.window = replies.context_window(message)
 
 
 class Answer(str):
     """The answer's text (a notice after it when it is incomplete); `complete` is False when the round limit, the
-    model's length limit or an empty reply cut it short, and `notice` says which."""
-    complete, notice = True, ""
+    model's length limit or an empty reply cut it short, and `notice` says which; `citations`: its citations checked
+    (a citations.Report)."""
+    complete, notice, citations = True, "", citations.NOTHING
 
 
 class UI:
@@ -88,6 +96,7 @@ class UI:
     def tool_call(self, name: str, arguments: str) -> None: ...
     def tool_result(self, name: str, result: tools.Result) -> None: ...
     def notice(self, text: str) -> None: ...  # the answer is incomplete: round limit, cut off, or empty
+    def citations(self, report: citations.Report) -> None: ...  # the answer's citations, checked
     def approve(self, approval: tools.Approval) -> bool | None: return None
 
 
@@ -197,6 +206,7 @@ class Reply:
                 message["reasoning_content"] = self.reasoning
         return message
 
+
 def _valid_json(arguments: str) -> str:
     """Keep history sendable: some servers reject a call whose arguments are not a JSON object."""
     try:
@@ -279,7 +289,7 @@ class Model:
         answer began; here, once each: a stream that broke before anything was shown, and a "context too long"
         answer, with less (never the same request twice). Text shown before a failure stays in `reply`."""
         import openai
-        retried, refused = set(), None
+        retried, refused = False, None
         while True:
             messages = [{**m, "content": tools.fenced(m["content"], m["tool_call_id"])} if m["role"] == "tool" else m
                         for m in context.fit_to_budget([system_message(self.settings.kb)] + history, self.budget())]
@@ -298,12 +308,12 @@ class Model:
                     raise AgentError(f"The answer broke off midway: {str(error).rstrip('.')}. What was shown above "
                                      "is incomplete.") from None
                 if isinstance(error, ContextTooLong):
-                    self._learn_window(str(error), estimate)
+                    self._learn_window(error.window, estimate)
                     refused, refused_error = messages, error
                     continue
-                if not reply.streaming or "stream" in retried:  # the SDK already retried the rest
+                if not reply.streaming or retried:  # the SDK already retried the rest
                     raise error from None
-                retried.add("stream")
+                retried = True
                 continue
             except (AgentError, KeyboardInterrupt):
                 raise
@@ -316,15 +326,14 @@ class Model:
             self._learn_usage(reply.usage, estimate)
             return
 
-    def _learn_window(self, error: str, estimate: int) -> None:
+    def _learn_window(self, window: int | None, estimate: int) -> None:
         """After "context too long", aim below what was refused (below the window, when the server named it)."""
-        window = replies.context_window(error)
         fits = CONTEXT_SHRINK * min(estimate, (window or estimate) / self.token_ratio)
         self.token_ratio = max(self.token_ratio, self.settings.context_tokens / fits)
 
     def _too_small(self, error: ContextTooLong) -> AgentError:
         """The request that does not fit, whatever is left out: say what to do, by what takes the room."""
-        window, (fixed, _) = replies.context_window(str(error)), self.fixed_tokens()
+        window, (fixed, _) = error.window, self.fixed_tokens()
         said = f"the server said: {str(error).rstrip('.')}"
         if window and fixed > window * CONTEXT_SHRINK:  # no room left for a question and its answer
             return ContextTooLong(
@@ -376,11 +385,11 @@ def _answer(call_ids: list[str], history: list[dict], text: str) -> None:
     history.extend({"role": "tool", "tool_call_id": call_id, "content": text} for call_id in call_ids)
 
 
-def _save(history: list[dict], usage=None, called: bool = False) -> None:
+def _save(history: list[dict], usage=None, called: bool = False, endpoint: tuple[str, str] | None = None) -> None:
     """Let a history that keeps itself (sessions.Conversation's) commit what changed, and count an API call's
-    `usage` (None: the server reported none)."""
+    `usage` (None: the server reported none) and where it went (`endpoint`: base URL, model)."""
     if hasattr(history, "save"):
-        history.save(usage, called)
+        history.save(usage, called, endpoint)
 
 
 def run_agent(question: str, history: list[dict] | None = None, settings: Settings | None = None,
@@ -405,7 +414,7 @@ def run_agent(question: str, history: list[dict] | None = None, settings: Settin
                 raise
             message = reply.message(round_number)
             history.append(message)
-            _save(history, reply.usage, called=True)
+            _save(history, reply.usage, called=True, endpoint=(settings.base_url, settings.model))
             if not reply.calls:  # decided by the calls, not finish_reason: servers differ
                 notice = LENGTH_NOTICE if reply.finish_reason == "length" else "" if reply.content else EMPTY_NOTICE
                 break
@@ -429,4 +438,6 @@ def run_agent(question: str, history: list[dict] | None = None, settings: Settin
         ui.notice(notice)
     answer = Answer(reply.content + ("\n\n" if reply.content and notice else "") + notice)
     answer.complete, answer.notice = not notice, notice
+    answer.citations = citations.check(reply.content, history, turn_start, citations.reader(settings))
+    ui.citations(answer.citations)
     return answer

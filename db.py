@@ -21,6 +21,13 @@ LONG_WAIT_S = 120.0  # then the person is told, and we wait this long (another p
 notice = logging.getLogger("knowledge-agent").warning
 
 
+def show_notices(show) -> None:
+    """Make `show(text)` the one way the notices reach the person (the terminal, the page, the MCP log)."""
+    handler = logging.Handler()
+    handler.emit = lambda record: show(record.getMessage())
+    logging.getLogger("knowledge-agent").handlers[:] = [handler]
+
+
 class Damaged(sqlite3.DatabaseError):
     """Damage found without SQLite raising it: quick_check's verdict, a folder where the file should be."""
     sqlite_errorname = "SQLITE_CORRUPT"

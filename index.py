@@ -225,16 +225,14 @@ class Index:
     excluded: list = field(default_factory=list)  # the owner's Excluded files as the last walk read them
 
     def refresh(self) -> None:
-        changed, gone = self.watcher.changes() if self.watcher else None, []
         kaignore, stored = str(privacy.signature(self.kb)), self._meta("kaignore")
-        if stored not in (None, kaignore):  # the person changed what is private: every note says again if it is
-            changed = None
+        private_changed = stored not in (None, kaignore)  # the person changed what is private: every note is read
+        changed, gone = self.watcher.changes() if self.watcher and not private_changed else None, []
         if changed is None:
             on_disk, self.unnamed, self.others = self.walk()
             known = {p: (s, m) for p, s, m in self.conn.execute("SELECT path, size, mtime_ns FROM notes")}
-            changed = {p: st for p, st in on_disk.items() if known.get(p) != st}
-            if stored not in (None, kaignore):  # read whatever their stat says: what is private changed
-                changed = dict.fromkeys(on_disk)
+            changed = dict.fromkeys(on_disk) if private_changed else \
+                {p: st for p, st in on_disk.items() if known.get(p) != st}
             gone = [p for p in known if p not in on_disk]
         for path in [p for p in changed if not is_note_path(p)]:  # the watcher saw another file change
             del changed[path]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import context
 import embeddings
+import sent
 import sessions
 import shell
 import tools
@@ -77,6 +78,7 @@ COMMANDS = {
     "/history": "this conversation so far, one line a message",
     "/usage": "tokens used by the last answer and this conversation",
     "/reasoning": "the model's whole reasoning for the last answer",
+    "/sent [all]": "which notes' lines went to which endpoint, tokens, cost (all: every conversation here)",
     "/tools": "the tools the agent can use",
     "/search QUERY": "search the notes (no model needed)",
     "/list [FOLDER]": "list the notes, newest first",
@@ -225,6 +227,15 @@ class Chat:
                           "tokens in all\n"
                           f"next request: ~{tokens:,} of {settings.context_tokens:,} tokens (CONTEXT_TOKENS), "
                           f"carrying {len(sent) - 1} of {len(conversation.history)} messages")
+
+    def do_sent(self, argument: str) -> str | None:
+        """What left this machine in this conversation (`all`: in every one about these notes), on stdout."""
+        if argument.lower() not in ("", "all"):
+            self.display.error("Usage: /sent [all]")
+            return "failed"
+        conversation = self.conversation
+        print(visible(sent.report(conversation.store, conversation.session_id, self.settings.kb,
+                                  argument.lower() == "all"), lines=True), flush=True)
 
     def do_undo(self, argument: str) -> str:
         message, undone = self.conversation.undo(self.settings)

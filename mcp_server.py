@@ -17,10 +17,10 @@ import argparse
 import contextlib
 import copy
 import json
-import logging
 import os
 import sys
 
+import db
 import tools
 from config import VERSION, ConfigError, Settings, load_settings
 
@@ -204,9 +204,7 @@ def main(argv=None) -> int:
         return 2
     server = McpServer(settings)
     protocol_in, protocol_out = claim_stdio()
-    handler = logging.Handler()  # every module's notices, as this server's log lines
-    handler.emit = lambda record: log(record.getMessage())
-    logging.getLogger("knowledge-agent").handlers[:] = [handler]
+    db.show_notices(log)  # every module's notices, as this server's log lines
     log(f"serving {len(server.tools)} tools ({', '.join(server.tools)}) for the notes in {settings.kb}")
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the client went away: nobody to tell
         serve(server, protocol_in, protocol_out)

@@ -14,19 +14,26 @@ import threading
 import time
 from collections import namedtuple
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import db
 import tools
 from context import content_text, repair_history
 from db import notice
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: calls (an older file gets the table, its conversations kept)
 SCHEMA = [
     "CREATE TABLE IF NOT EXISTS sessions (id INTEGER PRIMARY KEY, started REAL NOT NULL, kb TEXT, title TEXT, "
     "prompt_tokens INTEGER NOT NULL DEFAULT 0, completion_tokens INTEGER NOT NULL DEFAULT 0)",
     "CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id INTEGER NOT NULL, "
     "created REAL NOT NULL, role TEXT NOT NULL, body TEXT NOT NULL, dropped INTEGER NOT NULL DEFAULT 0)",
     "CREATE INDEX IF NOT EXISTS messages_by_session ON messages(session_id, id)",
+    # Each API call: where it went (the base URL without credentials), the model, what the server counted
+    # (reported 0: nothing), when, and the last message stored then (its reply: it carried those before), for /sent.
+    "CREATE TABLE IF NOT EXISTS calls (id INTEGER PRIMARY KEY, session_id INTEGER NOT NULL, time REAL NOT NULL, "
+    "endpoint TEXT NOT NULL, model TEXT NOT NULL, reported INTEGER NOT NULL, prompt_tokens INTEGER NOT NULL, "
+    "completion_tokens INTEGER NOT NULL, cache_hit_tokens INTEGER NOT NULL, last_message INTEGER)",
+    "CREATE INDEX IF NOT EXISTS calls_by_session ON calls(session_id, time)",
 ]
 LIST_LIMIT = 20  # conversations a listing shows
 TITLE_CHARS, TITLE_SHOWN = 200, 60  # of the first question: kept as the title; of the title: in a listing
@@ -34,6 +41,10 @@ TITLE_CHARS, TITLE_SHOWN = 200, 60  # of the first question: kept as the title; 
 INFO = ("SELECT s.id, s.started, coalesce(s.title, ''), count(m.id), s.kb, s.prompt_tokens, s.completion_tokens "
         "FROM sessions s LEFT JOIN messages m ON m.session_id = s.id AND NOT m.dropped ")
 SessionInfo = namedtuple("SessionInfo", "id started title messages kb prompt_tokens completion_tokens")
+# What /sent reads: each call (session_id, time, endpoint, model, reported, prompt, completion, cache hits,
+# last_message), each assistant and tool message (session_id, id, body), dropped ones too (they were sent), and each
+# conversation's token totals {id: (prompt, completion)}, which also count calls made before calls were kept.
+Sent = namedtuple("Sent", "calls messages totals")
 
 
 def _open(path: Path) -> sqlite3.Connection:
@@ -73,7 +84,7 @@ class SessionStore:
             return self._in_memory(f"{self.path} is damaged ({reason}) and could not be replaced ({db.why(e)})")
         back = " && ".join(f"mv {shlex.quote(f'{aside}{s}')} {shlex.quote(f'{self.path}{s}')}" for s in moved)
         notice(f"{self.path} is damaged ({reason}); moved it to {aside.name} and started a fresh one. "
-                  f"To put it back, quit and run: {back}")
+               f"To put it back, quit and run: {back}")
         return conn
 
     def _in_memory(self, problem: str) -> sqlite3.Connection:
@@ -133,6 +144,18 @@ class SessionStore:
         rows = self._read(INFO + "WHERE s.id = ? GROUP BY s.id", (session_id,))
         return SessionInfo(*rows[0]) if rows else None
 
+    def sent(self, session_id: int | None = None, kb: Path | None = None) -> Sent:
+        """What left this machine in conversation `session_id`, or (None) in every conversation about `kb`."""
+        where, args = ("s.id = ?", (session_id,)) if session_id is not None else ("s.kb = ?", (str(kb),))
+        calls = self._read(f"SELECT c.session_id, c.time, c.endpoint, c.model, c.reported, c.prompt_tokens, "
+                           f"c.completion_tokens, c.cache_hit_tokens, c.last_message FROM calls c JOIN sessions s "
+                           f"ON s.id = c.session_id WHERE {where} ORDER BY c.id", args)
+        messages = self._read(f"SELECT m.session_id, m.id, CAST(m.body AS BLOB) FROM messages m JOIN sessions s "
+                              f"ON s.id = m.session_id WHERE {where} AND m.role IN ('assistant', 'tool') ORDER BY m.id",
+                              args)
+        totals = self._read(f"SELECT s.id, s.prompt_tokens, s.completion_tokens FROM sessions s WHERE {where}", args)
+        return Sent(calls, messages, {row[0]: row[1:] for row in totals})
+
 
 def format_session_line(info: SessionInfo, show_kb: bool = False) -> str:
     """One listing line: id, start time, message count, first question (and the notes folder)."""
@@ -149,12 +172,12 @@ class History(list):
         super().__init__(messages)
         self.conversation = conversation
 
-    def save(self, usage=None, called: bool = False) -> None:
+    def save(self, usage=None, called: bool = False, endpoint: tuple[str, str] | None = None) -> None:
         """Commit what changed (new messages, or a dropped turn's); `called`: an API call was made, its `usage`
-        counted (None: the server reported none)."""
+        counted (None: the server reported none) and, with its `endpoint` (base URL, model), kept for /sent."""
         self.conversation.sync(self)
         if called:
-            self.conversation.add_usage(usage)
+            self.conversation.add_usage(usage, endpoint)
 
 
 class Conversation:
@@ -219,14 +242,21 @@ class Conversation:
             self.told.append(f"[I ran /undo: {message}]")
         return message, undone
 
-    def add_usage(self, usage) -> None:
-        """Count one API call and its `usage` (an SDK object or a dict; None: the server reported none)."""
+    def add_usage(self, usage, endpoint: tuple[str, str] | None = None) -> None:
+        """Count one API call and its `usage` (an SDK object or a dict; None: the server reported none); with its
+        `endpoint` (base URL, model), keep the call for /sent."""
         self.turn_calls, self.run_calls = self.turn_calls + 1, self.run_calls + 1
+        if endpoint and self.session_id is not None:
+            self.store.write(lambda c: c.execute(
+                "INSERT INTO calls (session_id, time, endpoint, model, reported, prompt_tokens, completion_tokens, "
+                "cache_hit_tokens, last_message) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
+                "(SELECT max(id) FROM messages WHERE session_id = ?1))",
+                (self.session_id, time.time(), _without_credentials(endpoint[0]), endpoint[1], usage is not None,
+                 *tokens_of(usage))))
         if usage is None:
             self.turn_unreported, self.run_unreported = self.turn_unreported + 1, self.run_unreported + 1
             return
-        get = usage.get if isinstance(usage, dict) else lambda key: getattr(usage, key, None)
-        prompt, completion = int(get("prompt_tokens") or 0), int(get("completion_tokens") or 0)
+        prompt, completion, _ = tokens_of(usage)
         self.turn_usage = (self.turn_usage[0] + prompt, self.turn_usage[1] + completion)
         self.run_usage = (self.run_usage[0] + prompt, self.run_usage[1] + completion)
         self.store.write(lambda c: c.execute("UPDATE sessions SET prompt_tokens = prompt_tokens + ?, "
@@ -236,3 +266,22 @@ class Conversation:
     def session_usage(self) -> tuple[int, int]:
         info = self.store.session_info(self.session_id)  # None, before the first message: no row matches
         return (info.prompt_tokens, info.completion_tokens) if info else (0, 0)
+
+
+def tokens_of(usage) -> tuple[int, int, int]:
+    """(prompt, completion, cache-hit) tokens of a call's usage (an SDK object or a dict; None: none reported). Cache
+    hits as DeepSeek reports them (prompt_cache_hit_tokens) or as OpenAI does (prompt_tokens_details.cached_tokens)."""
+    def get(value, key):
+        return value.get(key) if isinstance(value, dict) else getattr(value, key, None)
+    if usage is None:
+        return 0, 0, 0
+    hits, details = get(usage, "prompt_cache_hit_tokens"), get(usage, "prompt_tokens_details")
+    if hits is None and details is not None:
+        hits = get(details, "cached_tokens")
+    return int(get(usage, "prompt_tokens") or 0), int(get(usage, "completion_tokens") or 0), int(hits or 0)
+
+
+def _without_credentials(url: str) -> str:
+    """A base URL as kept: no user name or password, no query."""
+    parts = urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2], query="", fragment="").geturl()

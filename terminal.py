@@ -10,7 +10,6 @@ decides what a line of input means (main.py's Chat does), nor writes the convers
 import contextlib
 import itertools
 import json
-import logging
 import os
 import shutil
 import sys
@@ -55,9 +54,7 @@ class Display(UI):
 
     def show_notices(self) -> None:
         """Let every module's notices (db.notice) reach the person here, on stderr between the other lines."""
-        handler = logging.Handler()
-        handler.emit = lambda record: self.info(f"knowledge-agent: {visible(record.getMessage())}")
-        logging.getLogger("knowledge-agent").handlers[:] = [handler]
+        db.show_notices(lambda text: self.info(f"knowledge-agent: {visible(text)}"))
 
     def _style(self, code: str, text: str) -> str:
         return f"\033[{code}m{text}\033[0m" if self.colour else text
@@ -133,6 +130,14 @@ class Display(UI):
     def notice(self, text: str) -> None:
         self.end_answer()
         self.info(self._style("33", text))
+
+    def citations(self, report) -> None:
+        """After the answer, a line for each citation that does not hold, and one if no note was read for it."""
+        lines = [f"✗ {line}" for line in report.failed()] + [f"⚠ {report.unread}"] * bool(report.unread)
+        if lines:
+            self.end_answer()
+        for line in lines:
+            self.info(self._style("33", visible(line)))
 
     def approve(self, approval: tools.Approval) -> bool | None:
         """Ask at the terminal: a command shown whole, indented; `a` approves every command this session."""

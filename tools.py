@@ -765,13 +765,14 @@ def execute_tool(name: str, arguments, settings: Settings, ask=None, review: boo
 
 
 def undo(settings: Settings) -> tuple[str, bool]:
-    """Revert the agent's last change to a note: (one line saying what happened, whether it undid one)."""
+    """Revert the agent's last change to a note: (one line for the person saying what happened, whether it undid
+    one). A person asked, so no "Error:" as in a tool result: each UI shows a failure its own way."""
     try:
         message, touched = versions.undo_last(settings.kb)
     except ToolError as exc:
-        return f"{ERROR}{exc}", False
+        return str(exc), False
     except Exception as exc:  # undo must never end the chat
-        return f"{ERROR}undo failed: {type(exc).__name__}: {exc}. Your notes and .history/ are as they were.", False
+        return f"undo failed: {type(exc).__name__}: {exc}. Your notes and .history/ are as they were.", False
     for name in touched:
         search.note_changed(settings.kb, settings.index_dir, name)
     return message, bool(touched)

@@ -224,6 +224,9 @@ def _take_back(kb: Path, entry: dict) -> None:
 
 # --- Versions in .history ---
 
+_FIRST_KEPT: dict = {}  # (notes folder, note) -> the first version this process kept: the note before this run
+
+
 def _stamp() -> str:
     return datetime.now(timezone.utc).strftime(STAMP_FORMAT)
 
@@ -244,8 +247,6 @@ def snapshot(kb: Path, rel_path: str, data: bytes | None = None) -> str:
     _FIRST_KEPT.setdefault((str(kb), rel_path), copy)
     return copy
 
-
-_FIRST_KEPT: dict = {}  # (notes folder, note) -> the first version this process kept: the note before this run
 
 
 def list_versions(kb: Path, rel_path: str) -> list[Path]:
@@ -465,25 +466,17 @@ def _common_ends(old: list[str], new: list[str]) -> tuple[int, int]:
     return head, len(os.path.commonprefix([old[head:][::-1], new[head:][::-1]]))
 
 
-def _opcodes(old: list[str], new: list[str]) -> list[tuple]:
-    """difflib's opcodes of the changed middle, or one replacement when comparing it closely would be slow."""
-    if len(old) * len(new) > DIFF_MAX_WORK:
-        return [("replace", 0, len(old), 0, len(new))]
-    return difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes()
-
-
 def diff_text(old_text: str, new_text: str) -> str:
     """A unified diff (hunks only, 3 lines of context) of a change, at most DIFF_MAX_LINES lines long."""
     old, new = old_text.splitlines(), new_text.splitlines()
     head, tail = _common_ends(old, new)
     start, cut = max(0, head - DIFF_CONTEXT), max(0, tail - DIFF_CONTEXT)
     a, b = old[start:len(old) - cut], new[start:len(new) - cut]
-    if len(a) * len(b) <= DIFF_MAX_WORK:
-        lines = list(difflib.unified_diff(a, b, lineterm="", n=DIFF_CONTEXT))[2:]  # the ---/+++ header: named apart
+    if len(a) * len(b) <= DIFF_MAX_WORK:  # the ---/+++ header dropped (the note is named apart); hunks renumbered
+        lines = [re.sub(r"(?<=[-+])\d+", lambda m: str(int(m[0]) + start), line) if line.startswith("@@") else line
+                 for line in list(difflib.unified_diff(a, b, lineterm="", n=DIFF_CONTEXT))[2:]]  # from line 1
     else:  # too big to compare closely: one hunk replacing the changed middle
         lines = [f"@@ -{start + 1},{len(a)} +{start + 1},{len(b)} @@", *("-" + x for x in a), *("+" + x for x in b)]
-    lines = [re.sub(r"(?<=[-+])\d+", lambda m: str(int(m[0]) + start), line) if line.startswith("@@") and
-             len(a) * len(b) <= DIFF_MAX_WORK else line for line in lines]  # hunks count from the note's first line
     if len(lines) > DIFF_MAX_LINES:
         lines = lines[:DIFF_MAX_LINES] + [f"[… {len(lines) - DIFF_MAX_LINES} more lines of the diff]"]
     return "\n".join(lines)
@@ -508,7 +501,7 @@ def change_summary(rel_path: str, old_text: str, new_text: str) -> str:
     if len(a) * len(b) > DIFF_MAX_WORK:  # counted as two bags of lines: linear, a close estimate
         removed, added = sum((Counter(a) - Counter(b)).values()), sum((Counter(b) - Counter(a)).values())
     else:
-        changes = [c for c in _opcodes(a, b) if c[0] != "equal"]
+        changes = [c for c in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if c[0] != "equal"]
         added, removed = sum(j2 - j1 for _, _, _, j1, j2 in changes), sum(i2 - i1 for _, i1, i2, _, _ in changes)
     return f"~ {rel_path}  +{added} {MINUS}{removed}"
 

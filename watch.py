@@ -4,7 +4,7 @@ of comparing every note's size and time (at 89,600 notes a warm search takes 1.8
 A `Watcher` watches the folders index.py's walk found; `changes()` gives the notes (and the other files links may
 lead to) that changed since, or None when only a full walk can tell (a folder changed, events were lost, a name is
 not UTF-8, or one of the files in `walk_again` changed: settings that decide which notes count). Where inotify is
-missing or its watch limit is reached, `start` fails and the index walks every time. It never reads a note.
+missing or its watch limit is reached, making a `Watcher` fails and the index walks every time. It never reads a note.
 """
 
 import ctypes

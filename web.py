@@ -22,7 +22,6 @@ import contextlib
 import hmac
 import html
 import json
-import logging
 import math
 import os
 import re
@@ -42,8 +41,11 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import agent
+import db
+import citations
 import links
 import search
+import sent
 import sessions
 import tools
 import vault
@@ -71,6 +73,8 @@ NO_TOKEN = ("Not signed in: open the page knowledge-agent printed when it starte
             "once. One already used, or from an earlier start, does not work: start python main.py --web again.")
 LAUNCH_PAGE = ('<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="0;url={url}">'
                '<title>knowledge-agent</title><p><a href="{url}">Open knowledge-agent</a></p>\n')
+
+
 def no_key() -> str:
     return f"Chat is off: no API key. {agent.key_hint()}, then start again. Meanwhile search and notes work."
 
@@ -89,10 +93,11 @@ def _number(text: str, status: int, message: str) -> int:
         raise HTTPError(status, message) from None
 
 
-def history_items(history: list[dict]) -> list[dict]:
-    """A saved conversation as the events that showed it, so the page draws both the same way."""
+def history_items(history: list[dict], checked: dict | None = None) -> list[dict]:
+    """A saved conversation as the events that showed it, so the page draws both the same way; `checked`: the
+    answers' citations.Report by their index in history (citations.checked_answers)."""
     items, names = [], {}
-    for message in history:
+    for index, message in enumerate(history):
         role, text = message.get("role"), content_text(message.get("content"))
         if role == "user":
             items.append({"type": "user", "text": text})
@@ -101,6 +106,8 @@ def history_items(history: list[dict]) -> list[dict]:
                 items.append({"type": "reasoning", "text": message["reasoning_content"]})
             if text:
                 items.append({"type": "text", "text": text})
+            if index in (checked or {}):
+                items.append(checked[index].event())
             for call in message.get("tool_calls") or []:
                 function = call.get("function") or {}
                 name = names[call.get("id")] = function.get("name", "")
@@ -153,9 +160,7 @@ class App(agent.UI):
         self.worker: threading.Thread | None = None
         self.pending: dict | None = None  # the question the worker waits on: its id and answer
         self.stopping = False
-        handler = logging.Handler()  # every module's notices: on the terminal, and in the page
-        handler.emit = lambda record: self.warn(record.getMessage())
-        logging.getLogger("knowledge-agent").handlers[:] = [handler]
+        db.show_notices(self.warn)  # every module's notices: on the terminal, and in the page
         self.conversation = sessions.Conversation(sessions.SessionStore(settings.data_dir / "sessions.db"),
                                                   settings.kb)
 
@@ -173,7 +178,8 @@ class App(agent.UI):
         with self.lock:
             busy = self.worker is not None
             history = self.conversation.history[:self.conversation.turn_start if busy else None]
-            return {"session": self.conversation.session_id, "items": history_items(history), "busy": busy,
+            checked = citations.checked_answers(history, citations.reader(self.settings))  # as the notes are now
+            return {"session": self.conversation.session_id, "items": history_items(history, checked), "busy": busy,
                     "events": [event for _, event in self.events] if busy else [], "seq": self.seq,
                     "model": self.settings.model, "kb": str(self.settings.kb), "chat": self.client is not None,
                     "shell": self.settings.allow_shell}
@@ -232,6 +238,10 @@ class App(agent.UI):
 
     def tool_result(self, name: str, result: tools.Result) -> None:
         self._show({"type": "tool_result", "name": name, "text": result.text, "error": result.error})
+
+    def citations(self, report: citations.Report) -> None:
+        if report.checks or report.unread:  # as a reloaded page draws it (citations.checked_answers)
+            self.emit(report.event())  # the answer is whole: Stop has nothing left to stop
 
     def approve(self, approval: tools.Approval) -> bool:
         """Wait for the page's Accept or Reject; Stop answers by raising KeyboardInterrupt, as Ctrl+C would."""
@@ -292,6 +302,12 @@ class App(agent.UI):
             listed = self.conversation.store.list_sessions(self.settings.kb)
         return [{"id": s.id, "started": s.started, "title": s.title or "(no question)", "messages": s.messages,
                  "current": s.id == self.conversation.session_id} for s in listed]
+
+    def sent(self, everything: bool) -> dict:
+        """/sent: what this conversation (`everything`: every one about these notes) sent, and where."""
+        with self.lock:
+            conversation = self.conversation
+            return {"text": sent.report(conversation.store, conversation.session_id, self.settings.kb, everything)}
 
     def note(self, path: str) -> dict:
         try:
@@ -500,6 +516,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._events(query.get("after") or "0")
         routes = {"/api/state": app.state, "/api/sessions": app.sessions,
                   "/api/note": lambda: app.note(query.get("path", "")),
+                  "/api/sent": lambda: app.sent(query.get("all") == "1"),
                   "/api/search": lambda: tools.execute_tool("search_notes", {"query": query.get("q", "")},
                                                             app.settings)._asdict()}
         if url.path not in routes:

@@ -5,7 +5,7 @@
 
 // The page's own elements, found once before any note or answer is drawn: HTML from those could carry the
 // same ids (clobbering), and getElementById would find theirs first.
-const $ = Object.fromEntries(["log", "send", "stop", "new", "undo", "where", "banner", "message", "composer",
+const $ = Object.fromEntries(["log", "send", "stop", "new", "undo", "sent", "where", "banner", "message", "composer",
   "side", "side-title", "side-body", "sessions", "show-sessions", "side-close", "search", "query"]
   .map((id) => [id, document.getElementById(id)]));
 const NOTE_PATH = /[\p{L}\p{N}_\-.\/]*[\p{L}\p{N}_\-]\.(?:md|txt)(?![\p{L}\p{N}_])/gu;
@@ -18,6 +18,7 @@ let events = null;  // the AbortController of the event stream
 let busy = false;
 const MAX_BODY = 1000000;  // web.py's MAX_BODY
 const PROPERTIES_OPEN = 8;  // a note with more properties shows them folded, so its text is in view
+const LINE_BREAK = /\r\n|[\n\r\v\f\x1c-\x1e\x85\u2028\u2029]/;  // where Python's str.splitlines breaks: citations count so
 // The key web.py gave this page, kept by the browser for this address only (another port is another origin) and
 // sent in a header, never as a cookie: cookies go to every port of 127.0.0.1, and another user may listen there.
 const KEY = "knowledge-agent key";
@@ -108,11 +109,12 @@ const PURIFY = {RETURN_DOM_FRAGMENT: true, SANITIZE_NAMED_PROPS: true, FORBID_AT
   FORBID_TAGS: ["style", "form", "input", "button", "textarea", "select", "option"]};
 marked.use({renderer: {checkbox: ({checked}) => (checked ? "☑ " : "☐ ")}});  // a task list keeps its boxes
 
-function renderMarkdown(text, base = "", links = null) {
+function renderMarkdown(text, base = "", links = null, checked = null) {
   linkBase = base;
   const html = marked.parse(links ? withLinks(text, links) : text, {gfm: true, async: false});
   const fragment = DOMPurify.sanitize(html, PURIFY);
   noteLinks = {prefix: null, links: []};
+  if (checked) markCitations(fragment, checked);
   linkNotePaths(fragment);
   linkMatches(fragment, TAG, "a, pre, code", (match) => tagLink(match[1].replace(/\/+$/, "")));
   return fragment;
@@ -121,7 +123,52 @@ function renderMarkdown(text, base = "", links = null) {
 // Cited paths ("see python.md") become links that open the note beside the chat; a path a tool named this
 // conversation is linked whole, spaces and all ("Projects/Alpha/Alpha roadmap.md").
 function linkNotePaths(root) {
-  linkMatches(root, notePathPattern(), "a, pre", (match) => noteLink(match[0]));
+  linkMatches(root, notePathPattern(), "a, pre, .cite", (match) => noteLink(match[0]));
+}
+
+// An answer's citations as citations.py checked them (its "citations" event): one that holds opens its note at the
+// lines cited; one that does not is marked, its reason shown on hover and on a tap. Each is found by its text and
+// its place among the same texts in the answer's prose (`nth`), as citations.py counted them. Those not found (cut
+// by formatting) are listed under the answer, and so is the line saying no note was read for it.
+function markCitations(root, checked) {
+  const byPlace = new Map(checked.checks.map((check) => [`${check.text}\n${check.nth}`, check]));
+  const texts = [...new Set(checked.checks.map((check) => check.text))].sort((a, b) => b.length - a.length);
+  const placed = new Set(), counted = new Map();
+  if (texts.length) {
+    const escaped = texts.map((text) => text.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&"));
+    const pattern = new RegExp(`(?<![A-Za-z0-9_\\-./~\\\\])(?:${escaped.join("|")})` +
+                               "(?![\\p{L}\\p{N}_]|\\.[\\p{L}\\p{N}_]|[:：\\-–]L?\\d)", "gu");
+    linkMatches(root, pattern, "pre", (match) => {
+      const nth = counted.get(match[0]) || 0;
+      counted.set(match[0], nth + 1);
+      const check = byPlace.get(`${match[0]}\n${nth}`);
+      if (check) placed.add(check);
+      return check ? citation(check, match[0]) : document.createTextNode(match[0]);
+    });
+  }
+  const unplaced = checked.checks.filter((check) => check.problem && !placed.has(check));
+  if (unplaced.length) {
+    const list = root.appendChild(el("p", "notice cite-list", "Not confirmed: "));
+    unplaced.forEach((check, i) => list.append(i ? "; " : "", citation(check, check.text), ` — ${check.problem}`));
+  }
+  if (checked.unread) root.appendChild(el("p", "notice warn", checked.unread));
+}
+
+function citation(check, text) {
+  if (!check.problem) {
+    const link = noteLink(check.path, text);
+    link.classList.add("cite");
+    if (check.line) Object.assign(link.dataset, {line: check.line, end: check.end});
+    link.title = check.line ? `${check.path}, line${check.end > check.line ? "s" : ""} ${check.line}` +
+      (check.end > check.line ? `–${check.end}` : "") + ": checked" : `${check.path}: the quote is there`;
+    return link;
+  }
+  const mark = el("span", "cite bad", text);
+  mark.title = mark.dataset.reason = check.problem;
+  mark.tabIndex = 0;
+  mark.setAttribute("role", "button");
+  mark.setAttribute("aria-label", `${text}: ${check.problem}`);
+  return mark;
 }
 
 function notePathPattern() {
@@ -208,17 +255,29 @@ function notice(text, kind = "") { return add(el("div", "notice " + kind, text))
 function showText(text) {
   if (!view.answer) {
     view.reasoning = null;
-    view.answer = {node: add(el("div", "msg answer")), text: "", drawn: false};
+    view.answer = {node: add(el("div", "msg answer")), text: "", drawn: false, checked: null};
   }
-  const answer = view.answer;
-  answer.text += text;
+  view.answer.text += text;
+  drawAnswer(view.answer);
+}
+
+function drawAnswer(answer) {
   if (answer.drawn) return;
   answer.drawn = true;
   requestAnimationFrame(() => {  // once per frame, however many pieces arrived
     answer.drawn = false;
-    answer.node.replaceChildren(renderMarkdown(answer.text));
+    answer.node.replaceChildren(renderMarkdown(answer.text, "", null, answer.checked));
     scrollDown();
   });
+}
+
+function showCitations(event) {
+  if (!view.answer) {  // an answer without text: only the line saying no note was read, if any
+    if (event.unread) notice(event.unread, "warn");
+    return;
+  }
+  view.answer.checked = event;
+  drawAnswer(view.answer);
 }
 
 function showReasoning(text) {
@@ -328,6 +387,7 @@ const HANDLERS = {
   confirm: showReview,
   answered: showAnswered,
   done: showDone,
+  citations: showCitations,
   notice: (event) => notice(event.text),
   reset: () => loadState(),
 };
@@ -441,12 +501,19 @@ function openSide(title) {
   return $["side-body"];
 }
 
-async function openNote(path) {
+// A note beside the chat, formatted; at a cited line (a citation that holds), as its numbered lines instead, the
+// cited ones highlighted and in view.
+async function openNote(path, line = 0, end = line) {
   const body = openSide(path);
   body.replaceChildren(el("p", "muted", "Opening…"));
   try {
     const note = await api(`/api/note?path=${encodeURIComponent(path)}`);
     $["side-title"].textContent = note.path;
+    if (line) {
+      body.replaceChildren(numberedLines(note, line, end));
+      body.querySelector(".line.cited").scrollIntoView({block: "center"});
+      return;
+    }
     // The body, after the front matter (shown as a table): its links' places counted from where it starts.
     const start = note.body_start;
     const links = note.links.filter((link) => link.start >= start)
@@ -458,6 +525,20 @@ async function openNote(path) {
     body.replaceChildren(el("p", "notice error", error.message));
   }
   body.scrollTop = 0;
+}
+
+function numberedLines(note, first, last) {
+  const lines = note.text.split(LINE_BREAK);
+  if (lines[lines.length - 1] === "") lines.pop();  // the break after the last line ends it: no line follows
+  const box = el("div", "numbered");
+  const formatted = noteLink(note.path, "show it formatted");
+  box.appendChild(el("p", "muted", `Line${last > first ? `s ${first}–${last}` : ` ${first}`} cited · `)).append(formatted);
+  const pre = box.appendChild(el("pre", "source"));
+  lines.forEach((text, index) => {
+    const number = index + 1;
+    pre.appendChild(el("span", number >= first && number <= last ? "line cited" : "line", text)).dataset.n = number;
+  });
+  return box;
 }
 
 function backlinksView(backlinks) {
@@ -495,6 +576,23 @@ async function search(query) {
   }
 }
 
+// /sent: which notes' lines went to which endpoint, the tokens and their cost, for this conversation or for all.
+async function showSent(everything) {
+  const body = openSide("What left this machine");
+  body.replaceChildren(el("p", "muted", "Reading the record…"));
+  try {
+    const report = await api(`/api/sent?all=${everything ? 1 : 0}`);
+    const other = el("a", "", everything ? "Only this conversation" : "Every conversation about these notes");
+    other.href = "#";
+    other.onclick = (event) => { event.preventDefault(); showSent(!everything); };
+    body.replaceChildren(el("p"), el("pre", "sent-report", report.text));
+    body.firstChild.append(other);
+  } catch (error) {
+    body.replaceChildren(el("p", "notice error", error.message));
+  }
+  body.scrollTop = 0;
+}
+
 async function toggleSessions() {
   const drawer = $.sessions;
   if (!drawer.hidden) { drawer.hidden = true; $["show-sessions"].setAttribute("aria-expanded", "false"); return; }
@@ -516,11 +614,19 @@ async function toggleSessions() {
 // --- Wiring ---
 
 document.addEventListener("click", (event) => {
+  const failed = event.target.closest(".cite.bad");
+  if (failed) failed.classList.toggle("open");  // its reason, for a tap (a mouse also has the title)
   const link = event.target.closest("a[data-note], a[data-tag]");
   if (!link) return;
   event.preventDefault();
   if (link.dataset.tag) search("tag:" + link.dataset.tag);
-  else openNote(link.dataset.note);
+  else openNote(link.dataset.note, Number(link.dataset.line || 0), Number(link.dataset.end || 0));
+});
+document.addEventListener("keydown", (event) => {
+  if ((event.key === "Enter" || event.key === " ") && event.target.matches(".cite.bad")) {
+    event.preventDefault();
+    event.target.classList.toggle("open");
+  }
 });
 $.composer.addEventListener("submit", (event) => { event.preventDefault(); send(); });
 $.message.addEventListener("keydown", (event) => {
@@ -532,6 +638,7 @@ $.message.addEventListener("keydown", (event) => {
 $.stop.onclick = () => act("/api/stop");
 $.new.onclick = () => act("/api/new");
 $.undo.onclick = () => act("/api/undo");
+$.sent.onclick = () => showSent(false);
 $["show-sessions"].onclick = toggleSessions;
 $["side-close"].onclick = () => { $.side.hidden = true; };
 $.search.addEventListener("submit", (event) => {

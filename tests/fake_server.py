@@ -11,11 +11,13 @@ JSON, so the whole client path is exercised. A reply is a dict:
     {"content": "slow", "hold_after": 1, "until": event}   stream 1 piece, then nothing until event.set()
     {"content": "steady", "pace": 0.05}   seconds between streamed pieces
     {"content": "hi", "prompt_tokens": 10}   the usage it reports; {"content": "hi", "usage": False}: none
+    {"content": "hi", "cache_hit_tokens": 8}   cache hits as DeepSeek reports them; "cached_tokens": as OpenAI does
     context_error("llamacpp", 1024, 1516)   HTTP 400 "too long" in that server's words (CONTEXT_ERRORS)
     {"content": as_text([{"name": "read_note", "arguments": "{…}"}], "tagged")}   a tool call written as text
 
 When the queue is empty, `responder(request_json)` makes the reply (default: a "demo brain" that searches,
-reads the first hit and answers from it, so `python tests/fake_server.py` gives a working offline demo).
+reads the first hit and answers from it, citing the lines it used, so `python tests/fake_server.py` gives a
+working offline demo).
 
 Modes of the whole server, as real ones behave:
 - `FakeLLM(context_limit=N, wording="openai")` answers 400 "too long" in CONTEXT_ERRORS[wording] when a
@@ -110,9 +112,15 @@ def demo_brain(request: dict) -> dict:
             if match:
                 return {"tool_calls": [{"name": "read_note", "arguments": json.dumps({"file_path": match[1]})}]}
             return {"content": "I found no note about that."}
-        if name == "read_note":
-            body = [line for line in last["content"].splitlines()[1:] if line.strip()][:3]
-            return {"content": "According to your note: " + " / ".join(body)}
+        if name == "read_note":  # the first three lines with text, and where they are: "python.md:1-4"
+            lines = last["content"].splitlines()
+            head = next((i for i, line in enumerate(lines) if re.match(r".+ \(lines \d+-", line)), None)
+            if head is None:
+                return {"content": "According to your note: " + " / ".join(lines[:3])}
+            path, first = re.match(r"(.+) \(lines (\d+)-", lines[head]).groups()
+            used = [(n, line) for n, line in enumerate(lines[head + 1:], int(first)) if line.strip()][:3]
+            cited = f" ({path}:{used[0][0]}-{used[-1][0]})" if used else ""
+            return {"content": "According to your note: " + " / ".join(line for _, line in used) + cited}
         return {"content": "Done:\n" + last["content"][:600]}
     question = last["content"]
     direct = _direct_request(question)
@@ -331,7 +339,13 @@ def _usage(request: dict, reply: dict) -> dict | None:
         return None
     prompt = reply["prompt_tokens"] if "prompt_tokens" in reply else prompt_tokens(request)
     completion = len(reply.get("content") or "") // 4 + 1
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    if "cache_hit_tokens" in reply:  # DeepSeek's fields
+        usage |= {"prompt_cache_hit_tokens": reply["cache_hit_tokens"],
+                  "prompt_cache_miss_tokens": prompt - reply["cache_hit_tokens"]}
+    if "cached_tokens" in reply:  # OpenAI's
+        usage["prompt_tokens_details"] = {"cached_tokens": reply["cached_tokens"]}
+    return usage
 
 
 def _completion(request: dict, reply: dict) -> dict:

@@ -131,7 +131,7 @@ def test_a_folder_swapped_for_a_link_mid_change_never_leads_outside(tmp_path, kb
                 for entry in os.listdir(real) if real.is_dir() else ():
                     try:
                         os.replace(real / entry, aside / entry)
-                    except FileNotFoundError:  # a temp file the write renamed meanwhile: its note is listed next time
+                    except FileNotFoundError:  # a writer's temp file, removed by the writer since listed
                         pass
                 try:
                     os.rename(aside, real)  # over a missing or empty folder

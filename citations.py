@@ -1,0 +1,326 @@
+"""Citations in an answer, checked against the notes and against what the model was shown, with no model call.
+
+    check(answer, history, turn_start, read) -> Report   after each answer (run_agent; checked_answers for a page)
+    shown(tool, arguments, result) -> {path: {line, ...}}  the note lines one tool result put before the model
+
+The system prompt asks the model to cite the lines it relies on as `path:line` or `path:start-end`. Each citation
+is checked in this order, and the first problem is its reason: the note exists; some of its text reached the model
+in this conversation; the lines exist; those lines reached the model; a passage quoted beside it ("…", “…”, 「…」,
+on the same line of the answer) occurs in those lines, ignoring case, whitespace and Markdown emphasis (`*`, `_`,
+`` ` ``; "…" in a quote stands for left-out text). A path alone is a citation only with a quote beside it; its quote
+must be in what the model was shown of the note. What reached the model is read from the tool results: read_note's
+`name (lines a-b of n)` and its outline's `(line N)`, search_notes' `  N: text` under `path — title`, the lines
+`links` names, a failed edit_note's closest lines, and `path:N:` lines a shell command printed (grep -n).
+
+A note the model was never shown fails as "never reached the model" before anything is said of its length or words,
+so a private note's content is never told. An answer is about the notes when it cites one, names a note that exists
+and that no tool named during its turn, or, in a turn without a tool call, names a note path or says "your notes"
+(ABOUT_THE_NOTES); if no note's text reached the model in that turn, the report's `unread` line says so.
+
+This module reads notes only through `read` (tools.note_text: the path guard, race-free) and never writes, sends or
+shows anything: each UI shows the Report its own way.
+"""
+
+import json
+import re
+from typing import Callable, NamedTuple
+
+import tools
+from context import content_text
+from notes import ToolError
+
+Reader = Callable[[str], tuple[str, str]]  # a path as the model wrote it -> (the note's name, its text)
+
+NO_NOTE = "no such note"
+A_FOLDER = "a folder, not a note"
+NEVER_SHOWN = "its text never reached the model in this conversation"
+NOT_THERE = "the quoted text is not there"
+QUOTE_NOT_SHOWN = "the quoted text never reached the model"
+UNREAD = "No note was read for this answer, yet it speaks of your notes."
+READ_BEFORE = " It may rest on what was read earlier in this conversation."
+# "Your notes" in the words of an answer that speaks of them (English and Chinese).
+ABOUT_THE_NOTES = re.compile(r"\byour (?:own )?(?:notes?|knowledge base|vault)\b|\baccording to (?:the|your) notes?\b"
+                             r"|\bthe notes? (?:says?|said|mentions?)\b|你的笔记|您的笔记|笔记(?:里|中|上)|根据笔记", re.I)
+QUOTE_CHARS = 500  # a quoted passage longer than this is not looked for
+
+_PATH = r"[\w\-./]*[\w\-]\.(?:md|txt)"
+_BEFORE = r"(?<![\w\-./~\\])"
+_LINES = r"(?:[:：]L?(?P<start>\d+)(?:[-–]L?(?P<end>\d+))?)?"
+_AFTER = r"(?!\w|\.\w|[:：\-–]L?\d)"
+_QUOTE = re.compile('|'.join(rf"{a}([^{b}\n]{{1,{QUOTE_CHARS}}}){b}" for a, b in ('""', "“”", "「」", "『』")))
+_FENCE = re.compile(r"^ {0,3}(```|~~~).*?(?:^ {0,3}\1[^\n]*$|\Z)", re.M | re.S)
+_LINK_TARGET = re.compile(r"\]\([^)\n]*\)")
+_CJK = "\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef"
+_CJK_HEAD = re.compile(f"^[{_CJK}]+(?=[^{_CJK}])")
+_EMPHASIS = re.compile(r"[\s*_`]+")
+_ELLIPSIS = re.compile(r"…|\.\.\.")
+
+# What the tools print (tools.py, search.py), a line at a time; <<< and >>> may mark where note text starts and ends.
+_MARKS = re.compile(r"^\s*(?:<<<|>>>)\s*|\s*(?:<<<|>>>)\s*$")
+_READ_HEAD = re.compile(r"^(.+?) \(lines (\d+)-(\d+) of \d+")
+_OUTLINE_LINE = re.compile(r"\(line (\d+)\)$")
+_HIT = re.compile(r"^(\S.*?\.(?:md|txt)) — ")
+_HIT_LINE = re.compile(r"^\s+(\d+): ")
+_CLOSE_LINE = re.compile(r"^\s+line (\d+): ")
+_LINKS_HEAD = re.compile(r"^(.+?): \d+ links? out")
+_EDIT_MISS = re.compile(r"old_text was not found in (.+?) \(0 matches\)")
+_GREP = re.compile(r"^(?:\./)?([^\s:][^:\n]*?\.(?:md|txt))[:-](\d+)[:-]", re.M)
+# Paths a tool named at a line's start ("path — title", "path (lines …", "~ path  +3 −1", "→ a.md → b.md").
+_NAMED = re.compile(r"^(?:[~+\-→] )?(.+?\.(?:md|txt))(?= — | \(| {2}| has \d| is empty| → |: |$)", re.M)
+
+
+class Check(NamedTuple):
+    text: str  # the citation as the answer wrote it: "python.md:5-7"
+    path: str  # the note, as the answer named it
+    start: int | None  # the lines cited (None: a path with a quote beside it)
+    end: int | None
+    problem: str  # "" when it holds
+    nth: int  # this citation's text is the nth (from 0) of its kind in the answer's prose: the page marks that one
+
+    def line(self) -> str:
+        return f"{self.text} — {self.problem}"
+
+
+class Report(NamedTuple):
+    checks: list  # of Check, in the answer's order
+    unread: str = ""  # one line when the answer speaks of the notes but no note was read for it, else ""
+
+    def failed(self) -> list[str]:
+        """One line per citation that does not hold ("python.md:99 — the note has 11 lines"), each once."""
+        return list(dict.fromkeys(check.line() for check in self.checks if check.problem))
+
+    def event(self) -> dict:
+        """The report as the page's event."""
+        return {"type": "citations", "unread": self.unread, "checks": [
+            {"text": c.text, "path": c.path, "line": c.start, "end": c.end or c.start, "problem": c.problem,
+             "nth": c.nth} for c in self.checks]}
+
+
+NOTHING = Report([])
+
+
+def reader(settings) -> Reader:
+    """Reading a note as the tools do (the path guard, race-free, any encoding): tools.note_text."""
+    return lambda path: tools.note_text(settings, path, "")
+
+
+# --- What the model was shown ---
+
+def shown(tool: str, arguments: str, result: str) -> dict[str, set[int]]:
+    """The line numbers of each note whose text this tool result showed the model."""
+    lines = [_MARKS.sub("", line) for line in result.splitlines()]
+    found: dict[str, set[int]] = {}
+    if tool == "read_note":
+        head = next((i for i, line in enumerate(lines) if _READ_HEAD.match(line)), None)
+        if head is not None:
+            name, first, last = _READ_HEAD.match(lines[head]).groups()
+            found[name] = set(range(int(first), int(last) + 1))
+            found[name] |= {int(m[1]) for line in lines[:head] if (m := _OUTLINE_LINE.search(line))}
+    elif tool in ("search_notes", "links"):
+        path = None
+        for line in lines:
+            if line.startswith("Backlinks"):
+                break  # a backlink names another note's line, not its text
+            if head := (_HIT if tool == "search_notes" else _LINKS_HEAD).match(line):
+                path = head[1]
+            elif path and (numbered := _HIT_LINE.match(line)):
+                found.setdefault(path, set()).add(int(numbered[1]))
+    elif tool == "edit_note" and (missed := _EDIT_MISS.search(result)):
+        found[missed[1]] = {int(m[1]) for line in lines if (m := _CLOSE_LINE.match(line))}
+    elif tool == "bash":
+        for match in _GREP.finditer(result):
+            found.setdefault(match[1], set()).add(int(match[2]))
+    return {path: numbers for path, numbers in found.items() if numbers}
+
+
+def tool_results(history: list[dict]) -> list[tuple[int, str, str, str]]:
+    """(index in history, tool name, its arguments, its result) of every tool result, in order."""
+    calls, results = {}, []
+    for index, message in enumerate(history):
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            calls[call.get("id")] = (str(function.get("name") or ""), str(function.get("arguments") or ""))
+        if message.get("role") == "tool":
+            name, arguments = calls.get(message.get("tool_call_id"), ("", ""))
+            results.append((index, name, arguments, content_text(message.get("content"))))
+    return results
+
+
+def merge(into: dict, more: dict) -> dict:
+    for path, numbers in more.items():
+        into.setdefault(path, set()).update(numbers)
+    return into
+
+
+def _named(arguments: str, result: str) -> set[str]:
+    """Every note path a tool call named in its arguments or its result."""
+    try:
+        values = [v for v in json.loads(arguments or "{}").values() if isinstance(v, str)]
+    except (ValueError, AttributeError):
+        values = []
+    text = "\n".join([result, *values])
+    return {m[1] for m in _NAMED.finditer(text)} | set(re.findall(_BEFORE + "(" + _PATH + ")", text))
+
+
+# --- The answer's citations ---
+
+class _Mention(NamedTuple):
+    start: int  # where it is in the answer
+    end: int
+    path: str
+    first: int | None
+    last: int | None
+
+
+def _prose(answer: str) -> str:
+    """The answer as the page shows its words: code blocks and link targets blanked (same length, same lines)."""
+    blank = lambda m: re.sub(r"[^\n]", " ", m[0])  # noqa: E731
+    return _LINK_TARGET.sub(lambda m: "]" + blank(m)[1:], _FENCE.sub(blank, answer))
+
+
+def _mentions(prose: str, known: set[str], exists: Callable[[str], bool]) -> list[_Mention]:
+    """Every note path in the prose, with the lines cited after it. Paths a tool named are found whole, spaces and
+    all; a run of Chinese glued before a path ("见python.md") is not part of it unless such a note exists."""
+    names = "|".join(re.escape(path) for path in sorted(known, key=len, reverse=True))
+    pattern = re.compile(_BEFORE + "(?P<path>" + (names + "|" if names else "") + _PATH + ")" + _LINES + _AFTER)
+    found = []
+    for match in pattern.finditer(prose):
+        path, start = match["path"], match.start()
+        head = _CJK_HEAD.match(path)
+        if head and path not in known and not exists(path):
+            path, start = path[head.end():], start + head.end()
+        first = int(match["start"]) if match["start"] else None
+        last = int(match["end"]) if match["end"] else first
+        found.append(_Mention(start, match.end(), path.removeprefix("./"), first, last))
+    return found
+
+
+def _quotes_beside(prose: str, mentions: list[_Mention]) -> dict[int, list[str]]:
+    """Each quoted passage given to the nearest path on its line of the answer: {mention's index: [quotes]}."""
+    beside: dict[int, list[str]] = {}
+    for quote in _QUOTE.finditer(prose):
+        line_start, line_end = prose.rfind("\n", 0, quote.start()) + 1, prose.find("\n", quote.end())
+        on_line = [i for i, m in enumerate(mentions) if line_start <= m.start and (line_end < 0 or m.end <= line_end)]
+        if on_line:
+            distance = lambda i: max(mentions[i].start - quote.end(), quote.start() - mentions[i].end)  # noqa: E731
+            beside.setdefault(min(on_line, key=distance), []).append(next(filter(None, quote.groups())))
+    return beside
+
+
+def _squeezed(text: str) -> str:
+    return _EMPHASIS.sub("", text).casefold()
+
+
+def _holds(text: str, quote: str) -> bool:
+    """The quote occurs in the text, ignoring case, whitespace and emphasis; "…" stands for text left out."""
+    at, text = 0, _squeezed(text)
+    for piece in filter(None, map(_squeezed, _ELLIPSIS.split(quote))):
+        at = text.find(piece, at)
+        if at < 0:
+            return False
+        at += len(piece)
+    return True
+
+
+def ranges(numbers: list[int]) -> str:
+    """[3, 4, 5, 9] -> "lines 3-5, 9"; [7] -> "line 7"."""
+    spans = []
+    for n in sorted(numbers):
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    text = ", ".join(f"{a}-{b}" if a < b else str(a) for a, b in spans)
+    return ("lines " if len(numbers) > 1 else "line ") + text
+
+
+def _problem(mention: _Mention, quotes: list[str], seen: dict, note) -> str:
+    """Why the citation does not hold ("" when it does); `note()` -> (name, lines) or raises ToolError."""
+    try:
+        name, lines = note()
+    except ToolError as exc:
+        return NO_NOTE if exc.kind == "missing" else A_FOLDER if exc.kind == "folder" else NEVER_SHOWN
+    except OSError as exc:
+        return f"it could not be read ({exc.strerror or exc})"
+    shown_lines = seen.get(name) or seen.get(mention.path) or set()
+    if not shown_lines:  # before anything about the note's length or words: a note the model could not read
+        return NEVER_SHOWN
+    if mention.first is None:
+        seen_text = "\n".join(lines[n - 1] for n in sorted(shown_lines) if n <= len(lines))
+        bad = next((q for q in quotes if not _holds(seen_text, q)), None)
+        return "" if bad is None else QUOTE_NOT_SHOWN if _holds("\n".join(lines), bad) else NOT_THERE
+    first, last = mention.first, mention.last
+    if first < 1 or last < first:
+        return f"{first}-{last} is not a range of lines"
+    if last > len(lines):
+        return f"the note has {len(lines)} line{'s' * (len(lines) != 1)}"
+    if unseen := [n for n in range(first, last + 1) if n not in shown_lines]:
+        return f"{ranges(unseen)} never reached the model"
+    cited = "\n".join(lines[first - 1:last])
+    return "" if all(_holds(cited, quote) for quote in quotes) else NOT_THERE
+
+
+def check(answer: str, history: list[dict], turn_start: int, read: Reader) -> Report:
+    """The answer's citations checked against the notes and against what the tool results of `history` (the
+    conversation up to the answer; its turn begins at `turn_start`) showed the model."""
+    if not answer.strip():
+        return NOTHING
+    results = tool_results(history)
+    seen, this_turn, named, named_now = {}, {}, set(), set()
+    for index, tool, arguments, result in results:
+        lines, paths = shown(tool, arguments, result), _named(arguments, result)
+        merge(seen, lines)
+        named |= paths
+        if index >= turn_start:
+            merge(this_turn, lines)
+            named_now |= paths
+    notes: dict = {}
+
+    def note(path: str):
+        if path not in notes:
+            try:
+                name, text = read(path)
+                notes[path] = (name, text.splitlines())
+            except (ToolError, OSError) as exc:
+                notes[path] = exc
+        if isinstance(notes[path], Exception):
+            raise notes[path]
+        return notes[path]
+
+    def exists(path: str) -> bool:
+        try:
+            return bool(note(path))
+        except (ToolError, OSError):
+            return False
+
+    prose = _prose(answer)
+    mentions = _mentions(prose, named | set(seen), exists)
+    quotes = _quotes_beside(prose, mentions)
+    checks, counted = [], {}
+    for index, mention in enumerate(mentions):
+        text = prose[mention.start:mention.end]
+        nth = counted[text] = counted.get(text, -1) + 1
+        if mention.first is None and index not in quotes:
+            continue  # a path named, not cited
+        problem = _problem(mention, quotes.get(index, []), seen, lambda: note(mention.path))
+        checks.append(Check(text, mention.path, mention.first, mention.last, problem, nth))
+    called = any(index >= turn_start for index, *_ in results)
+    about = (checks or any(m.path not in named_now and exists(m.path) for m in mentions)
+             or (not called and (mentions or ABOUT_THE_NOTES.search(prose))))
+    unread = UNREAD + READ_BEFORE * bool(seen) if about and not this_turn else ""
+    return Report(checks, unread)
+
+
+def checked_answers(history: list[dict], read: Reader) -> dict[int, Report]:
+    """Each turn's answer (the last assistant message with text and no tool call before the next question) checked
+    as it was when given: {its index in history: its report}, for a page drawing a saved conversation."""
+    reports, turn_start, answer = {}, 0, None
+    for index, message in enumerate(history + [{"role": "user"}]):
+        if message.get("role") == "user":
+            if answer is not None:
+                reports[answer] = check(content_text(history[answer].get("content")), history[:answer + 1],
+                                        turn_start, read)
+            turn_start, answer = index, None
+        elif message.get("role") == "assistant" and not message.get("tool_calls") and message.get("content"):
+            answer = index
+    return {index: report for index, report in reports.items() if report.checks or report.unread}

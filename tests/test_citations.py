@@ -1,0 +1,179 @@
+"""Citations checked after each answer, with no model call: against the notes and against what the tools showed the
+model, through run_agent and the real tools (the stub client plays the model), and as the terminal shows them."""
+
+import json
+
+import pytest
+
+import citations
+import tools
+from agent import run_agent
+from conftest import Recorder, StubClient, Terminal, child_env, make_settings, posix_only
+from test_web import make_web  # noqa: F401  (a fixture)
+
+
+def call(name: str, **arguments) -> dict:
+    return {"tool_calls": [{"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}]}
+
+
+def answered(settings, replies: list, history: list | None = None, question: str = "q"):
+    """run_agent with the model's replies scripted: the answer, and the conversation after it."""
+    history = [] if history is None else history
+    return run_agent(question, history, settings, StubClient(replies), Recorder()), history
+
+
+def problems(answer) -> dict:
+    return {check.text: check.problem for check in answer.citations.checks}
+
+
+def test_each_citation_is_checked_against_the_note_and_what_the_model_read(settings):
+    answer, _ = answered(settings, [call("read_note", file_path="python.md"), {"content": (
+        'Your note says "装饰器 很有用" (python.md:3). Also python.md:99, ghost.md:2 and vim.md:3.\n'
+        '"Use uv for projects" python.md:4, and 「USE venv … projects」 python.md:2-4.')}])
+    assert problems(answer) == {
+        "python.md:3": "",
+        "python.md:99": "the note has 4 lines",
+        "ghost.md:2": "no such note",
+        "vim.md:3": "its text never reached the model in this conversation",
+        "python.md:4": "the quoted text is not there",
+        "python.md:2-4": "",
+    }
+    assert answer.citations.failed() == [
+        "python.md:99 — the note has 4 lines", "ghost.md:2 — no such note",
+        "vim.md:3 — its text never reached the model in this conversation",
+        "python.md:4 — the quoted text is not there"]
+    assert answer.citations.unread == ""  # a note was read for it
+
+
+def test_lines_a_search_showed_reached_the_model_and_the_others_did_not(settings):
+    answer, history = answered(settings, [call("search_notes", query="venv"), {"content": (
+        'python.md:4 says "use venv for projects"; python.md:2-3 and python.md:1 are not what it read.')}])
+    assert "  4: Use venv for projects." in history[2]["content"]  # what the search showed, and nothing more of it
+    assert problems(answer) == {"python.md:4": "", "python.md:2-3": "lines 2-3 never reached the model",
+                                "python.md:1": "line 1 never reached the model"}
+
+
+def test_a_note_the_model_never_read_fails_before_its_length_or_words_are_told(settings):
+    """As for a private note: the check is local, and still says nothing of the note's content."""
+    answer, _ = answered(settings, [call("read_note", file_path="python.md"),
+                                    {"content": 'vim.md:99 says "nothing like this"; "dd" (vim.md).'}])
+    assert problems(answer) == {"vim.md:99": citations.NEVER_SHOWN, "vim.md": citations.NEVER_SHOWN}
+
+
+def test_an_invented_note_quoted_without_any_tool_call_is_caught(settings):
+    answer, _ = answered(settings, [{"content": 'Your notes say "@wraps keeps the name" in python-decorators.md.'}])
+    assert answer.citations.failed() == ["python-decorators.md — no such note"]
+    assert answer.citations.unread == "No note was read for this answer, yet it speaks of your notes."
+
+
+@pytest.mark.parametrize("reply, unread", [
+    ("Hello! Ask me about your notes.", True),  # "your notes" with no tool call
+    ("python.md covers Python.", True),  # names a note no tool named
+    ("Hello, how can I help?", False),
+    ("You could call it git-tips.md if you like.", True),  # a path, with no tool call at all
+])
+def test_an_answer_about_the_notes_with_none_read_says_so(settings, reply, unread):
+    answer, _ = answered(settings, [{"content": reply}])
+    assert bool(answer.citations.unread) is unread
+
+
+def test_what_counts_as_reading_in_a_turn(settings, kb):
+    # listing names notes but shows none of their text: naming one it listed is no claim about its words
+    answer, history = answered(settings, [call("list_notes"), {"content": "You have python.md and vim.md."}])
+    assert answer.citations.unread == ""
+    # a later turn resting on what an earlier one read is told so, with that nuance
+    answer, history = answered(settings, [call("read_note", file_path="vim.md"), {"content": "ok"}], history)
+    answer, history = answered(settings, [{"content": '"dd" deletes a line (vim.md:3).'}], history)
+    assert problems(answer) == {"vim.md:3": ""}
+    assert answer.citations.unread == citations.UNREAD + citations.READ_BEFORE
+    # a note it just wrote is named, not cited
+    answer, _ = answered(make_settings(kb, auto_approve=True), [
+        call("write_note", file_path="git.md", content="# Git\n"), {"content": "I wrote git.md for you."}])
+    assert answer.citations == citations.NOTHING
+
+
+def test_code_blocks_link_targets_and_glued_chinese_are_read_as_a_person_reads_them(settings):
+    answer, _ = answered(settings, [call("read_note", file_path="python.md"), {"content": (
+        "见python.md:3「装饰器很有用」。\n```\nghost.md:1\n```\n[python.md：4](python.md) and ./python.md:1")}])
+    assert [(c.text, c.path, c.start, c.problem) for c in answer.citations.checks] == [
+        ("python.md:3", "python.md", 3, ""), ("python.md：4", "python.md", 4, ""), ("./python.md:1", "python.md", 1, "")]
+
+
+def test_every_tool_that_shows_note_text_counts_and_its_lines_are_the_notes_own(settings, kb):
+    long = "# Long\n\n" + "\n".join(f"## Part {n}\n\n{'words ' * 60}" for n in range(1, 80)) + "\n"
+    (kb / "long.md").write_text(long, encoding="utf-8")
+    first = tools.read_note(settings, "long.md")  # the outline first, then as many lines as fit
+    seen = citations.shown("read_note", "", first)["long.md"]
+    assert {1, 2, 3, 4, 5, 237} <= seen and 236 not in seen  # what was read, and the outline's heading lines
+    later = tools.read_note(settings, "long.md", start_line=200)
+    assert min(citations.shown("read_note", "", later)["long.md"]) == 200
+    section = tools.read_note(settings, "long.md", section="Part 2")
+    assert citations.shown("read_note", "", section) == {"long.md": {6, 7, 8}}
+    (kb / "links.md").write_text("# L\n\nSee [[python]].\n", encoding="utf-8")
+    assert citations.shown("links", "", tools.links(settings, "links.md")) == {"links.md": {3}}
+    missed = tools.execute_tool("edit_note", {"file_path": "python.md", "old_text": "Use venv for project!",
+                                              "new_text": "x"}, settings)
+    assert citations.shown("edit_note", "", missed.text) == {"python.md": {4}}
+    grep = "python.md:4:Use venv for projects.\n./work/meeting.md:3:Decided: ship search in December.\n"
+    assert citations.shown("bash", "", grep) == {"python.md": {4}, "work/meeting.md": {3}}
+
+
+def test_a_saved_conversation_is_checked_again_for_a_page_drawing_it(settings):
+    replies = [call("read_note", file_path="python.md"), {"content": "See python.md:99."},
+               {"content": "Hi."}, {"content": "ghost.md:1 has it."}]
+    history = []
+    reports = [answered(settings, replies[i:i + n], history)[0].citations for i, n in ((0, 2), (2, 1), (3, 1))]
+    checked = citations.checked_answers(history, citations.reader(settings))
+    assert checked == {3: reports[0], 7: reports[2]}  # the answer with no citation and no claim has no report
+    assert checked[7].failed() == ["ghost.md:1 — no such note"]
+
+
+def test_the_one_shot_answer_is_stdout_and_each_failed_citation_a_line_on_stderr(call_main, fake_llm, kb):
+    fake_llm.replies = [call("read_note", file_path="python.md"),
+                        {"content": 'It says "装饰器很有用" (python.md:3), and python.md:99 "x\x1b[2J".'}]
+    result = call_main("what does my python note say?", kb=kb, base_url=fake_llm.base_url)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == 'It says "装饰器很有用" (python.md:3), and python.md:99 "x\\x1b[2J".\n'
+    assert "✗ python.md:99 — the note has 4 lines" in result.stderr.splitlines()
+    assert "python.md:3 —" not in result.stderr and "\x1b" not in result.stderr
+
+
+@posix_only
+def test_in_the_chat_the_failed_citations_follow_the_answer_before_the_next_prompt(kb, fake_llm, tmp_path):
+    env = child_env(DEEPSEEK_API_KEY="x", DEEPSEEK_BASE_URL=fake_llm.base_url, KNOWLEDGE_BASE=str(kb), NO_COLOR="1",
+                    XDG_STATE_HOME=str(tmp_path / "state"), XDG_DATA_HOME=str(tmp_path / "data"), TERM="xterm")
+    fake_llm.replies = [{"content": 'Your notes say "use pipenv" (python.md:4).'}]
+    chat = Terminal(env)
+    chat.expect("\n> ")
+    chat.send(b"what do my notes say about venv?\r")
+    screen = chat.expect("\n> ", count=2)
+    after = screen.split("what do my notes say about venv?", 1)[1]
+    assert after.index("(python.md:4).") < after.index("✗ python.md:4 — its text never reached the model")
+    assert after.index("⚠ No note was read for this answer") < after.rindex("\n> ")
+    chat.send(b"\x04")
+    assert chat.close() == 0
+
+
+def test_the_page_gets_the_report_before_done_and_again_after_a_reload(make_web, fake_llm):
+    fake_llm.replies = [call("read_note", file_path="python.md"),
+                        {"content": 'It says "装饰器很有用" (python.md:3); see python.md:99.'}]
+    page = make_web()
+    seen = []
+    page.until("done", page.ask("what does my python note say?"), seen)
+    kinds = [event["type"] for event in seen]
+    assert kinds.index("citations") == len(kinds) - 2  # after the whole answer, before done
+    event = seen[-2]
+    assert event == {"type": "citations", "unread": "", "checks": [
+        {"text": "python.md:3", "path": "python.md", "line": 3, "end": 3, "problem": "", "nth": 0},
+        {"text": "python.md:99", "path": "python.md", "line": 99, "end": 99, "problem": "the note has 4 lines",
+         "nth": 0}]}
+    items = page.get("/api/state")["items"]
+    assert [item["type"] for item in items][-2:] == ["text", "citations"] and items[-1] == event
+
+
+def test_a_private_note_cited_fails_as_never_reached_and_nothing_of_it_is_told(settings, kb):
+    (kb / "diary.md").write_text("---\nprivate: true\n---\n# Diary\n\nI told nobody.\n", encoding="utf-8")
+    answer, history = answered(settings, [call("read_note", file_path="diary.md"), call("search_notes", query="nobody"),
+                                          {"content": 'It says "I told nobody." (diary.md:6), see diary.md:60.'}])
+    assert history[2]["content"].startswith("Error: no such note.")  # to the model it is no note
+    assert problems(answer) == {"diary.md:6": citations.NEVER_SHOWN, "diary.md:60": citations.NEVER_SHOWN}
