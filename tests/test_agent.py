@@ -1,22 +1,12 @@
 """The tool loop against a stubbed OpenAI client: round trips, parallel calls, limits, history validity."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import httpx2
 import openai
 import pytest
-from conftest import Recorder, StubClient, make_settings
+from conftest import Recorder, StubClient, make_settings, tool_call
 
 from agent import AgentError, run_agent
 from context import INTERRUPTED_RESULT as CANCELLED
-
-
-def call(name, **args):
-    return {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}
 
 
 def assert_valid_history(history):
@@ -37,8 +27,8 @@ def assert_valid_history(history):
 @pytest.mark.parametrize("stream", [True, False])
 def test_search_read_answer_round_trip(kb, stream):
     client = StubClient([
-        {"tool_calls": [call("search_notes", query="装饰器")]},
-        {"tool_calls": [call("read_note", file_path="python.md")]},
+        {"tool_calls": [tool_call("search_notes", query="装饰器")]},
+        {"tool_calls": [tool_call("read_note", file_path="python.md")]},
         {"content": "你的笔记说：装饰器很有用。"},
     ])
     ui = Recorder()
@@ -54,8 +44,8 @@ def test_search_read_answer_round_trip(kb, stream):
 def test_parallel_calls_each_get_one_answer(kb):
     history = []
     client = StubClient([
-        {"tool_calls": [call("read_note", file_path="python.md"), call("read_note", file_path="vim.md"),
-                        call("list_notes")]},
+        {"tool_calls": [tool_call("read_note", file_path="python.md"), tool_call("read_note", file_path="vim.md"),
+                        tool_call("list_notes")]},
         {"content": "done"},
     ])
     run_agent("compare", history, settings=make_settings(kb), client=client)
@@ -81,7 +71,7 @@ def test_malformed_calls_are_survived(kb):
 
 def test_round_cap_gives_a_clear_notice(kb):
     history = []
-    client = StubClient([{"tool_calls": [call("list_notes")]} for _ in range(5)])
+    client = StubClient([{"tool_calls": [tool_call("list_notes")]} for _ in range(5)])
     answer = run_agent("loop forever", history, settings=make_settings(kb, max_rounds=3), client=client)
     assert len(client.requests) == 3 and "limit of 3 model calls" in answer
     assert_valid_history(history)
@@ -102,7 +92,7 @@ def test_finish_reason_length_is_reported_as_cut(kb):
 
 
 def test_tool_calls_with_stop_finish_reason_still_run(kb):
-    client = StubClient([{"tool_calls": [call("list_notes")], "finish_reason": "stop"}, {"content": "ok"}])
+    client = StubClient([{"tool_calls": [tool_call("list_notes")], "finish_reason": "stop"}, {"content": "ok"}])
     assert run_agent("x", settings=make_settings(kb), client=client) == "ok"
     assert len(client.requests) == 2
 
@@ -110,7 +100,7 @@ def test_tool_calls_with_stop_finish_reason_still_run(kb):
 def test_reasoning_is_sent_back_only_with_tool_calls(kb):
     history = []
     client = StubClient([
-        {"reasoning": "I should search.", "tool_calls": [call("search_notes", query="vim")]},
+        {"reasoning": "I should search.", "tool_calls": [tool_call("search_notes", query="vim")]},
         {"reasoning": "Now answer.", "content": "dd deletes a line"},
         {"content": "ok"},
     ])
@@ -162,7 +152,7 @@ def test_api_errors_become_one_readable_line(kb, status, message, expected):
 
 def test_failure_after_tools_ran_keeps_a_valid_history(kb):
     history = []
-    client = StubClient([{"tool_calls": [call("list_notes")]}, _status_error(500, "boom")])
+    client = StubClient([{"tool_calls": [tool_call("list_notes")]}, _status_error(500, "boom")])
     with pytest.raises(AgentError):
         run_agent("x", history, settings=make_settings(kb), client=client)
     assert_valid_history(history)
@@ -180,8 +170,8 @@ def test_ctrl_c_during_a_tool_answers_every_call(kb, monkeypatch):
         return real(name, *args, **kwargs)
 
     monkeypatch.setattr(tools, "execute_tool", interrupted)
-    client = StubClient([{"tool_calls": [call("list_notes"), call("read_note", file_path="vim.md"),
-                                         call("list_notes")]}])
+    client = StubClient([{"tool_calls": [tool_call("list_notes"), tool_call("read_note", file_path="vim.md"),
+                                         tool_call("list_notes")]}])
     with pytest.raises(KeyboardInterrupt):
         run_agent("x", history, settings=make_settings(kb), client=client)
     assert_valid_history(history)
@@ -212,7 +202,7 @@ def test_timeouts_and_refused_connections_are_explained(kb, error, expected):
 
 def test_a_rejected_request_does_not_poison_the_conversation(kb):
     history = []
-    client = StubClient([{"tool_calls": [call("list_notes")]}, _status_error(400, "invalid message"),
+    client = StubClient([{"tool_calls": [tool_call("list_notes")]}, _status_error(400, "invalid message"),
                          {"content": "fine"}])
     with pytest.raises(AgentError):
         run_agent("first", history, settings=make_settings(kb), client=client)
@@ -274,15 +264,13 @@ def test_ctrl_c_mid_answer_keeps_the_text_already_shown(kb):
     assert "Vim: dd deletes a line" in [m.get("content", "").split("\n")[0] for m in client.requests[-1]["messages"]]
 
 
-def test_the_no_key_hint_names_the_config_file_really_read(tmp_path, kb):
+def test_the_no_key_hint_names_the_config_file_really_read(call_main, tmp_path, kb, monkeypatch):
     """XDG_CONFIG_HOME moves the user config file; the advice to put the key there must follow it."""
-    project = Path(__file__).resolve().parent.parent
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env.update({"XDG_CONFIG_HOME": str(tmp_path / "elsewhere"), "KNOWLEDGE_BASE": str(kb), "PYTHONIOENCODING": "utf-8"})
+    import web
+    elsewhere = {"XDG_CONFIG_HOME": str(tmp_path / "elsewhere")}
     expected = str(tmp_path / "elsewhere" / "knowledge-agent" / "config.env")
-    chat = subprocess.run([sys.executable, str(project / "main.py")], input="what is in my notes?\n", env=env,
-                          capture_output=True, text=True, encoding="utf-8", timeout=60)
+    chat = call_main(kb=kb, base_url=None, key=None, stdin="what is in my notes?\n", extra_env=elsewhere)
     assert "no API key" in chat.stderr and expected in chat.stderr, chat.stderr
-    page = subprocess.run([sys.executable, "-c", "import web; print(web.no_key())"], cwd=project, env=env,
-                          capture_output=True, text=True, encoding="utf-8", timeout=60)
-    assert expected in page.stdout and "~/.config" not in page.stdout, page.stderr
+    monkeypatch.setenv("XDG_CONFIG_HOME", elsewhere["XDG_CONFIG_HOME"])
+    page = web.no_key()
+    assert expected in page and "~/.config" not in page, page

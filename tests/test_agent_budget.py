@@ -4,8 +4,8 @@ import json
 import sqlite3
 
 import pytest
-from conftest import Recorder, StubClient, make_settings
-from test_agent import _status_error, assert_valid_history, call
+from conftest import Recorder, StubClient, make_settings, tool_call
+from test_agent import _status_error, assert_valid_history
 
 import agent
 import context
@@ -43,7 +43,7 @@ def test_every_message_reaches_the_store_as_it_happens(kb, tmp_path):
     original = tools.TOOLS["read_note"]
     tools.TOOLS["read_note"] = dataclasses.replace(original, function=read_note_and_look)
     try:
-        client = StubClient([{"tool_calls": [call("read_note", file_path="vim.md")], "reasoning": "hm"},
+        client = StubClient([{"tool_calls": [tool_call("read_note", file_path="vim.md")], "reasoning": "hm"},
                              {"content": "done"}])
         run_agent("read vim", conversation.history, settings=make_settings(kb), client=client,
                   ui=Recorder())
@@ -74,7 +74,7 @@ def test_a_refused_turn_is_kept_in_the_file_but_not_resumed(kb, tmp_path):
     conversation = Conversation(store(tmp_path), kb)
     run_agent("first", conversation.history, settings=make_settings(kb),
               client=StubClient([{"content": "one"}]), ui=Recorder())
-    refused = StubClient([{"tool_calls": [call("list_notes")]}, _status_error(400, "invalid message")])
+    refused = StubClient([{"tool_calls": [tool_call("list_notes")]}, _status_error(400, "invalid message")])
     with pytest.raises(AgentError):
         run_agent("second", conversation.history, settings=make_settings(kb), client=refused, ui=Recorder())
     assert [m["content"] for m in conversation.history] == ["first", "one"]

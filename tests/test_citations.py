@@ -8,9 +8,7 @@ import pytest
 import citations
 import tools
 from agent import run_agent
-from conftest import Recorder, StubClient, make_settings
-from test_cli import run_main
-from test_cli_habits import Terminal, clean_env, posix_only
+from conftest import Recorder, StubClient, Terminal, child_env, make_settings, posix_only
 from test_web import make_web  # noqa: F401  (a fixture)
 
 
@@ -130,10 +128,10 @@ def test_a_saved_conversation_is_checked_again_for_a_page_drawing_it(settings):
     assert checked[7].failed() == ["ghost.md:1 — no such note"]
 
 
-def test_the_one_shot_answer_is_stdout_and_each_failed_citation_a_line_on_stderr(fake_llm, kb):
+def test_the_one_shot_answer_is_stdout_and_each_failed_citation_a_line_on_stderr(call_main, fake_llm, kb):
     fake_llm.replies = [call("read_note", file_path="python.md"),
                         {"content": 'It says "装饰器很有用" (python.md:3), and python.md:99 "x\x1b[2J".'}]
-    result = run_main("what does my python note say?", kb=kb, base_url=fake_llm.base_url)
+    result = call_main("what does my python note say?", kb=kb, base_url=fake_llm.base_url)
     assert result.returncode == 0, result.stderr
     assert result.stdout == 'It says "装饰器很有用" (python.md:3), and python.md:99 "x\\x1b[2J".\n'
     assert "✗ python.md:99 — the note has 4 lines" in result.stderr.splitlines()
@@ -142,7 +140,7 @@ def test_the_one_shot_answer_is_stdout_and_each_failed_citation_a_line_on_stderr
 
 @posix_only
 def test_in_the_chat_the_failed_citations_follow_the_answer_before_the_next_prompt(kb, fake_llm, tmp_path):
-    env = clean_env(DEEPSEEK_API_KEY="x", DEEPSEEK_BASE_URL=fake_llm.base_url, KNOWLEDGE_BASE=str(kb), NO_COLOR="1",
+    env = child_env(DEEPSEEK_API_KEY="x", DEEPSEEK_BASE_URL=fake_llm.base_url, KNOWLEDGE_BASE=str(kb), NO_COLOR="1",
                     XDG_STATE_HOME=str(tmp_path / "state"), XDG_DATA_HOME=str(tmp_path / "data"), TERM="xterm")
     fake_llm.replies = [{"content": 'Your notes say "use pipenv" (python.md:4).'}]
     chat = Terminal(env)

@@ -1,58 +1,48 @@
-"""The habits users of llm, aider and any Unix tool expect, through the real entry point: subprocesses for the
-scripting contract, a real terminal (a pty that is the program's controlling terminal) for the chat."""
+"""The habits users of llm, aider and any Unix tool expect, through the real entry point: main.main in this
+process for what a flag, a setting or piped text does (`call_main`), a process for the scripting contract (exit
+status, the real streams, what a fresh start imports) and the installed command, and a real terminal (a pty
+that is the program's controlling terminal, conftest.Terminal) for the chat."""
 
 import importlib.util
 import json
-import os
 import re
-import select
 import shutil
-import signal
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
 import pytest
 
 import fake_server
-from test_cli import MAIN, run_main
+from conftest import MAIN, ROOT, Terminal, child_env, posix_only, run_main
 
-posix_only = pytest.mark.skipif(os.name == "nt", reason="needs a pty")
 PASTE_START, PASTE_END = b"\x1b[200~", b"\x1b[201~"
-
-
-def clean_env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if "API_KEY" not in k and "BASE_URL" not in k and k != "MODEL"}
-    return env | {"PYTHONIOENCODING": "utf-8"} | extra
 
 
 # --- Providers: a key goes to its own provider only ---
 
-def test_an_openai_key_is_sent_to_openai_base_url_only(kb):
+def test_an_openai_key_is_sent_to_openai_base_url_only(call_main, kb):
     with fake_server.FakeLLM(replies=[{"content": "hi"}]) as openai_like:
-        result = subprocess.run([sys.executable, str(MAIN), "-v", "hello"], capture_output=True, text=True,
-                                env=clean_env(OPENAI_API_KEY="sk-openai", OPENAI_BASE_URL=openai_like.base_url,
-                                              KNOWLEDGE_BASE=str(kb)), stdin=subprocess.DEVNULL, timeout=60)
+        result = call_main("-v", "hello", kb=kb, base_url=None, key=None,
+                           extra_env={"OPENAI_API_KEY": "sk-openai", "OPENAI_BASE_URL": openai_like.base_url})
     assert result.returncode == 0, result.stderr
     assert openai_like.authorizations == ["Bearer sk-openai"]
     assert openai_like.requests[0]["model"] == "gpt-5.4-mini"  # OpenAI's default, not DeepSeek's
     assert f"model gpt-5.4-mini at {openai_like.base_url}" in result.stderr
 
 
-def test_a_deepseek_endpoint_never_receives_the_openai_key(kb):
+def test_a_deepseek_endpoint_never_receives_the_openai_key(call_main, kb):
     with fake_server.FakeLLM(replies=[{"content": "hi"}]) as deepseek_like:
-        result = subprocess.run([sys.executable, str(MAIN), "hello"], capture_output=True, text=True, timeout=60,
-                                env=clean_env(OPENAI_API_KEY="sk-openai", DEEPSEEK_BASE_URL=deepseek_like.base_url,
-                                              KNOWLEDGE_BASE=str(kb)), stdin=subprocess.DEVNULL)
+        result = call_main("hello", kb=kb, base_url=deepseek_like.base_url, key=None,
+                           extra_env={"OPENAI_API_KEY": "sk-openai"})
     assert result.returncode == 2 and "No API key" in result.stderr
     assert deepseek_like.authorizations == []
 
 
-def test_flags_for_key_model_thinking_and_effort(fake_llm, kb):
+def test_flags_for_key_model_thinking_and_effort(call_main, fake_llm, kb):
     fake_llm.replies = [{"content": "ok"}]
-    result = run_main("--api-key", "sk-flag", "-m", "my-model", "--thinking", "off", "--effort", "high", "q",
+    result = call_main("--api-key", "sk-flag", "-m", "my-model", "--thinking", "off", "--effort", "high", "q",
                       kb=kb, base_url=fake_llm.base_url, key=None)
     assert result.returncode == 0, result.stderr
     request = fake_llm.requests[0]
@@ -60,11 +50,11 @@ def test_flags_for_key_model_thinking_and_effort(fake_llm, kb):
     assert request["thinking"] == {"type": "disabled"} and request["reasoning_effort"] == "high"
 
 
-def test_version_and_bad_base_url(kb):
-    version = run_main("--version", kb=kb)
+def test_version_and_bad_base_url(call_main, kb):
+    version = call_main("--version", kb=kb)
     assert version.returncode == 0 and re.fullmatch(r"knowledge-agent \d+\.\d+\.\d+\n", version.stdout)
     for url in ("notaurl", "https://api.openai.com/v1   (Ollama: http://localhost:11434/v1)"):
-        bad = run_main("q", kb=kb, base_url=url)
+        bad = call_main("q", kb=kb, base_url=url)
         assert bad.returncode == 2 and f"DEEPSEEK_BASE_URL={url!r} is not an API address" in bad.stderr
         assert "Traceback" not in bad.stderr and bad.stderr.count("\n") == 1
 
@@ -83,26 +73,26 @@ def test_an_incomplete_answer_says_so_on_stderr_and_exits_3(fake_llm, kb, reply,
     assert result.stdout.strip() == reply["content"]
 
 
-def test_the_round_limit_is_not_part_of_the_answer(fake_llm, kb):
+def test_the_round_limit_is_not_part_of_the_answer(call_main, fake_llm, kb):
     fake_llm.replies = [{"tool_calls": [{"name": "list_notes", "arguments": "{}"}]}] * 2
-    result = run_main("--max-rounds", "2", "loop", kb=kb, base_url=fake_llm.base_url)
+    result = call_main("--max-rounds", "2", "loop", kb=kb, base_url=fake_llm.base_url)
     assert result.returncode == 3 and "limit of 2 model calls" in result.stderr
     assert "limit" not in result.stdout
 
 
 # --- Piped input ---
 
-def test_piped_text_goes_with_the_question(fake_llm, kb):
+def test_piped_text_goes_with_the_question(call_main, fake_llm, kb):
     fake_llm.replies = [{"content": "a summary"}]
-    result = run_main("summarise this", kb=kb, base_url=fake_llm.base_url, stdin="line one\nline two\n")
+    result = call_main("summarise this", kb=kb, base_url=fake_llm.base_url, stdin="line one\nline two\n")
     assert result.returncode == 0 and result.stdout == "a summary\n"
     sent = fake_llm.requests[0]["messages"][-1]["content"]
     assert sent.startswith("summarise this") and "line one\nline two" in sent
     assert len(fake_llm.requests) == 1  # one question, not one per piped line
 
 
-def test_huge_piped_text_is_refused_before_any_call(fake_llm, kb):
-    result = run_main("summarise this", kb=kb, base_url=fake_llm.base_url, stdin="word " * 100_000,
+def test_huge_piped_text_is_refused_before_any_call(call_main, fake_llm, kb):
+    result = call_main("summarise this", kb=kb, base_url=fake_llm.base_url, stdin="word " * 100_000,
                       extra_env={"CONTEXT_TOKENS": "8000"})
     assert result.returncode == 2 and "piped text is too long" in result.stderr
     assert fake_llm.requests == []
@@ -110,85 +100,29 @@ def test_huge_piped_text_is_refused_before_any_call(fake_llm, kb):
 
 # --- Conversations belong to a notes folder ---
 
-def test_continue_and_sessions_are_per_notes_folder(fake_llm, kb, tmp_path):
+def test_continue_and_sessions_are_per_notes_folder(call_main, fake_llm, kb, tmp_path):
     recipes = tmp_path / "recipes"
     recipes.mkdir()
     (recipes / "soup.md").write_text("# Soup\n")
     fake_llm.replies = [{"content": "work answer"}, {"content": "recipe answer"}, {"content": "again"},
                         {"content": "other"}]
-    assert run_main("about work", kb=kb, base_url=fake_llm.base_url).returncode == 0
-    assert run_main("about soup", kb=recipes, base_url=fake_llm.base_url).returncode == 0
-    again = run_main("--continue", "and then?", kb=kb, base_url=fake_llm.base_url)
+    assert call_main("about work", kb=kb, base_url=fake_llm.base_url).returncode == 0
+    assert call_main("about soup", kb=recipes, base_url=fake_llm.base_url).returncode == 0
+    again = call_main("--continue", "and then?", kb=kb, base_url=fake_llm.base_url)
     sent = [m["content"] for m in fake_llm.requests[2]["messages"] if m["role"] == "user"]
     assert sent == ["about work", "and then?"], again.stderr
-    listed = run_main("--list-sessions", kb=kb)
+    listed = call_main("--list-sessions", kb=kb)
     assert f"(notes: {kb})" in listed.stdout and f"(notes: {recipes})" in listed.stdout
     soup_id = re.search(r"(\d+) .*about soup", listed.stdout)[1]
-    other = run_main("--resume", soup_id, "q", kb=kb, base_url=fake_llm.base_url)
+    other = call_main("--resume", soup_id, "q", kb=kb, base_url=fake_llm.base_url)
     assert f"was about {recipes}" in other.stderr
 
 
 # --- The chat in a real terminal ---
 
-class Terminal:
-    """The program on a pty that is its controlling terminal, so Ctrl+C is a real SIGINT."""
-
-    def __init__(self, env: dict, *args):
-        import fcntl
-        import pty
-        import termios
-        self.controller, terminal = pty.openpty()
-
-        def become_controlling_terminal():
-            signal.signal(signal.SIGINT, signal.SIG_DFL)  # a test run in the background ignores it
-            os.setsid()
-            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-        self.proc = subprocess.Popen([sys.executable, str(MAIN), *args], stdin=terminal, stdout=terminal,
-                                     stderr=terminal, env=env, close_fds=True, preexec_fn=become_controlling_terminal)
-        os.close(terminal)
-        self.shown = b""
-
-    def expect(self, text: str | bytes, count: int = 1, timeout: float = 30) -> str:
-        """Read until `text` has been shown `count` times in all (or the program ends); the screen so far."""
-        text = text.encode() if isinstance(text, str) else text
-        deadline = time.monotonic() + timeout
-        while self.shown.count(text) < count and time.monotonic() < deadline:
-            if select.select([self.controller], [], [], 0.1)[0]:
-                try:
-                    self.shown += os.read(self.controller, 65536)
-                except OSError:
-                    break
-        assert self.shown.count(text) >= count, self.shown.decode(errors="replace")[-2000:]
-        return self.shown.decode(errors="replace")
-
-    def send(self, data: bytes) -> None:
-        os.write(self.controller, data)
-
-    def interrupt(self) -> None:
-        """Ctrl+C once the program waits for a key: CPython's readline misses a SIGINT that comes while it
-        is handling the key before (it only looks for one when select() is interrupted)."""
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not self._waiting_for_a_key():
-            select.select([self.controller], [], [], 0.01)
-        self.send(b"\x03")
-
-    def _waiting_for_a_key(self) -> bool:
-        try:
-            with open(f"/proc/{self.proc.pid}/wchan") as wchan:
-                return wchan.read().startswith(("poll_schedule_timeout", "do_select"))
-        except OSError:  # no /proc: nothing better to wait on
-            return True
-
-    def close(self) -> int:
-        try:
-            return self.proc.wait(30)
-        finally:
-            os.close(self.controller)
-
-
 @pytest.fixture
 def terminal_env(kb, fake_llm, tmp_path):
-    return clean_env(DEEPSEEK_API_KEY="x", DEEPSEEK_BASE_URL=fake_llm.base_url, KNOWLEDGE_BASE=str(kb),
+    return child_env(DEEPSEEK_API_KEY="x", DEEPSEEK_BASE_URL=fake_llm.base_url, KNOWLEDGE_BASE=str(kb),
                      NO_COLOR="1", XDG_STATE_HOME=str(tmp_path / "state"), XDG_DATA_HOME=str(tmp_path / "data"),
                      TERM="xterm")
 
@@ -254,17 +188,17 @@ def test_waiting_and_reasoning_fold_to_one_line(terminal_env, fake_llm):
     assert chat.close() == 0
 
 
-def test_no_status_line_when_stderr_is_not_a_terminal(fake_llm, kb):
+def test_no_status_line_when_stderr_is_not_a_terminal(call_main, fake_llm, kb):
     fake_llm.replies = [{"reasoning": "pondering", "content": "ok"}]
-    result = run_main("q", kb=kb, base_url=fake_llm.base_url)
+    result = call_main("q", kb=kb, base_url=fake_llm.base_url)
     assert "waiting" not in result.stderr and "thinking: pondering" in result.stderr
 
 
 # --- /read for a person ---
 
-def test_read_goes_past_the_first_screenful_in_a_persons_words(kb):
+def test_read_goes_past_the_first_screenful_in_a_persons_words(call_main, kb):
     (kb / "long.md").write_text("".join(f"line {n}\n" for n in range(1, 501)))
-    result = run_main(kb=kb, stdin="/read long.md\n/read long.md 450\n/read long.md 900\n/read nothing.md\n", key=None)
+    result = call_main(kb=kb, stdin="/read long.md\n/read long.md 450\n/read long.md 900\n/read nothing.md\n", key=None)
     first, second = result.stdout.split("long.md (lines ")[1:]
     assert first.startswith("1-200 of 500") and "[… more: /read long.md 201]" in first
     assert second.startswith("450-500 of 500") and "line 500" in second
@@ -280,18 +214,16 @@ def test_a_failed_command_is_not_output_and_exits_1(kb):
     assert run_main("/read vim.md", kb=kb, key=None).returncode == 0
 
 
-def test_piped_text_in_a_legacy_encoding_is_decoded(fake_llm, kb):
+def test_piped_text_in_a_legacy_encoding_is_decoded(call_main, fake_llm, kb):
     fake_llm.replies = [{"content": "好"}]
-    result = subprocess.run([sys.executable, str(MAIN), "总结一下"], input="会议纪要：明天发布".encode("gbk"),
-                            capture_output=True, env=clean_env(DEEPSEEK_API_KEY="x", KNOWLEDGE_BASE=str(kb),
-                                                               DEEPSEEK_BASE_URL=fake_llm.base_url), timeout=60)
-    assert result.returncode == 0, result.stderr.decode()
+    result = call_main("总结一下", kb=kb, base_url=fake_llm.base_url, key="x",
+                       stdin="会议纪要：明天发布".encode("gbk"))
+    assert result.returncode == 0, result.stderr
     assert "会议纪要：明天发布" in fake_llm.requests[0]["messages"][-1]["content"]
 
 
 # --- An installable command: one package, nothing generic at the top level of site-packages ---
 
-ROOT = MAIN.parent
 MCP_SERVER = ROOT / "mcp_server.py"
 TOOLS_LIST = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}\n'
 
@@ -344,19 +276,19 @@ def test_the_wheel_is_one_package_of_the_modules_and_the_page(wheel):
 
 
 def test_pip_installs_a_knowledge_agent_command(installed, kb, tmp_path):
-    env = clean_env(KNOWLEDGE_BASE=str(kb))
+    env = child_env(KNOWLEDGE_BASE=str(kb))
     for command in ("knowledge-agent", "ka"):
         result = subprocess.run([installed / "bin" / command, "--version"], capture_output=True, text=True,
                                 env=env, cwd=tmp_path, timeout=60)
         assert result.returncode == 0 and result.stdout.startswith("knowledge-agent "), result.stderr
     listed = subprocess.run([installed / "bin" / "ka", "--kb", str(kb), "/list"], capture_output=True, text=True,
-                            env=clean_env(DEEPSEEK_API_KEY="x"), cwd=tmp_path, timeout=60)
+                            env=child_env(DEEPSEEK_API_KEY="x"), cwd=tmp_path, timeout=60)
     assert listed.returncode == 0 and "vim.md" in listed.stdout, listed.stderr
     unset = subprocess.run([installed / "bin" / "ka", "q"], capture_output=True, text=True, timeout=60,
-                           env=clean_env(DEEPSEEK_API_KEY="x"), cwd=tmp_path)
+                           env=child_env(DEEPSEEK_API_KEY="x"), cwd=tmp_path)
     assert unset.returncode == 2 and "config.env" in unset.stderr  # no sample notes: says where to set them
     served = subprocess.run([installed / "bin" / "knowledge-agent-mcp", "--kb", str(kb)], input=TOOLS_LIST,
-                            capture_output=True, text=True, env=clean_env(), cwd=tmp_path, timeout=60)
+                            capture_output=True, text=True, env=child_env(), cwd=tmp_path, timeout=60)
     assert "search_notes" in [tool["name"] for tool in json.loads(served.stdout)["result"]["tools"]], served.stderr
 
 
@@ -380,7 +312,7 @@ def test_commands_without_the_model_never_import_openai(kb, command):
     mcp = command.startswith("mcp_server.py")
     script, argument, stdin = (MCP_SERVER, [], TOOLS_LIST) if mcp else (MAIN, [command], "")
     result = subprocess.run([sys.executable, "-X", "importtime", script, "--kb", str(kb), *argument], input=stdin,
-                            capture_output=True, text=True, env=clean_env(DEEPSEEK_API_KEY="x"), timeout=60)
+                            capture_output=True, text=True, env=child_env(DEEPSEEK_API_KEY="x"), timeout=60)
     assert result.returncode == 0, result.stderr[-2000:]
     assert re.search(r"\| +config$", result.stderr, re.M)  # -X importtime names every module imported
     assert not re.search(r"\| +openai$", result.stderr, re.M)
@@ -388,12 +320,12 @@ def test_commands_without_the_model_never_import_openai(kb, command):
 
 def test_a_question_imports_openai(fake_llm, kb):
     result = subprocess.run([sys.executable, "-X", "importtime", MAIN, "--kb", str(kb), "hello"], capture_output=True,
-                            text=True, env=clean_env(DEEPSEEK_API_KEY="x", DEEPSEEK_BASE_URL=fake_llm.base_url),
+                            text=True, env=child_env(DEEPSEEK_API_KEY="x", DEEPSEEK_BASE_URL=fake_llm.base_url),
                             stdin=subprocess.DEVNULL, timeout=60)
     assert result.returncode == 0 and re.search(r"\| +openai$", result.stderr, re.M)
 
 
 def test_piped_lines_that_are_not_utf8_never_crash(kb):
     result = subprocess.run([sys.executable, str(MAIN)], input=b"/search vim\n/search \xc4\xe3\n", capture_output=True,
-                            env=clean_env(KNOWLEDGE_BASE=str(kb), PYTHONIOENCODING="utf-8:strict"), timeout=60)
+                            env=child_env(KNOWLEDGE_BASE=str(kb), PYTHONIOENCODING="utf-8:strict"), timeout=60)
     assert b"Traceback" not in result.stderr and b"vim.md" in result.stdout

@@ -1,14 +1,13 @@
 """Tests for search by meaning (embeddings.py and its part in search.py), through tools.execute_tool and
-`python main.py --reindex`, with the real openai SDK against tests/fake_embedder.py on 127.0.0.1.
+`python main.py --reindex` (main.main in this process), with the real openai SDK against tests/fake_embedder.py
+on 127.0.0.1.
 
 The fake's vectors are bags of concepts (shrink ~ resize, photo ~ image, 缩小 ~ resize): these tests check
 the pipeline (chunks, vectors kept and resumed, fusion, failures), not the quality of a real model.
 """
 
-import os
 import logging
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,8 +21,6 @@ import index  # noqa: E402
 import tools  # noqa: E402
 from conftest import make_settings  # noqa: E402
 from fake_embedder import FakeEmbedder  # noqa: E402
-
-HERE = Path(tools.__file__).parent
 
 
 @pytest.fixture(autouse=True)
@@ -108,18 +105,13 @@ def test_embedder_down_answers_from_keywords_at_once_with_one_line(kb, tmp_path,
     assert cold == []  # the result says it, and every interface shows a result's first line
 
 
-def test_embedder_down_is_told_once_by_hand_and_in_the_chat(kb, tmp_path, fake_llm):
+def test_embedder_down_is_told_once_by_hand_and_in_the_chat(call_main, kb, tmp_path, fake_llm):
     with FakeEmbedder(down=True) as down:
-        env = dict(os.environ, KNOWLEDGE_BASE=str(kb), KA_INDEX_DIR=str(tmp_path / "index"), EMBED_MODEL="fake",
-                   EMBED_BASE_URL=down.base_url, DEEPSEEK_API_KEY="test-key", DEEPSEEK_BASE_URL=fake_llm.base_url,
-                   PYTHONIOENCODING="utf-8")
-        main = [sys.executable, str(HERE / "main.py")]
-        by_hand = subprocess.run(main, input="/search sourdough\n", env=env, capture_output=True, text=True,
-                                 encoding="utf-8", timeout=60)
+        env = {"KA_INDEX_DIR": str(tmp_path / "index"), "EMBED_MODEL": "fake", "EMBED_BASE_URL": down.base_url}
+        by_hand = call_main(kb=kb, base_url=fake_llm.base_url, stdin="/search sourdough\n", extra_env=env)
         fake_llm.replies = [{"tool_calls": [{"name": "search_notes", "arguments": '{"query": "sourdough"}'}]},
                             {"content": "Bake it."}]
-        chat = subprocess.run([*main, "how do I bake bread?"], env=env, capture_output=True, text=True,
-                              encoding="utf-8", timeout=60)
+        chat = call_main("how do I bake bread?", kb=kb, base_url=fake_llm.base_url, extra_env=env)
     assert by_hand.stdout.startswith("(Keyword results only: the embeddings endpoint"), by_hand.stderr
     assert "bread.md" in by_hand.stdout and "embeddings endpoint" not in by_hand.stderr
     assert chat.stdout == "Bake it.\n" and chat.stderr.count("embeddings endpoint") == 1, chat.stderr
@@ -220,19 +212,16 @@ def test_chunks_start_at_headings_and_stay_near_the_size():
     assert all(len(body) <= embeddings.EMBED_CHUNK_CHARS + 100 for _, body in chunks)
 
 
-def test_main_reindex_builds_everything_with_progress_and_exits_0(kb, tmp_path, fake):
-    env = dict(os.environ, KNOWLEDGE_BASE=str(kb), KA_INDEX_DIR=str(tmp_path / "index"), EMBED_MODEL="fake",
-               EMBED_BASE_URL=fake.base_url, DEEPSEEK_API_KEY="")
-    done = subprocess.run([sys.executable, str(HERE / "main.py"), "--reindex"], env=env, capture_output=True,
-                          text=True, timeout=60)
+def test_main_reindex_builds_everything_with_progress_and_exits_0(call_main, kb, tmp_path, fake):
+    env = {"KA_INDEX_DIR": str(tmp_path / "index"), "EMBED_MODEL": "fake", "EMBED_BASE_URL": fake.base_url}
+    done = call_main("--reindex", kb=kb, base_url=None, key=None, extra_env=env)
     assert done.returncode == 0, done.stderr
     assert "keyword index: 3 notes up to date" in done.stderr and "all 4 chunks embedded" in done.stderr
     assert done.stdout == ""
     with FakeEmbedder(refuse=True) as refusing:  # answered at once: the SDK does not retry a 404
         env["EMBED_BASE_URL"] = refusing.base_url
         (kb / "new.md").write_text("# New\n\nfresh words\n")
-        failed = subprocess.run([sys.executable, str(HERE / "main.py"), "--reindex"], env=env,
-                                capture_output=True, text=True, timeout=60)
+        failed = call_main("--reindex", kb=kb, base_url=None, key=None, extra_env=env)
     assert failed.returncode == 1 and "run `python main.py --reindex` again" in failed.stderr
     assert "Traceback" not in failed.stderr
 

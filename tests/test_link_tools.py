@@ -8,7 +8,6 @@ the moved note under its new name, and files the move need not touch keep every 
 
 import hashlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -22,9 +21,8 @@ import links
 import terminal
 import tools
 import versions
-from conftest import make_settings
-from test_cli import run_main
-from test_editing import call, run_repl
+from conftest import child_env, make_settings, tool_call
+from test_editing import run_repl
 from test_mcp import McpProcess, server_env
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,8 +151,8 @@ def test_links_of_what_is_no_note_is_a_clear_error(vault):
     assert "outside" in tools.execute_tool("links", {"file_path": "../x.md"}, settings).text
 
 
-def test_the_links_command_runs_without_the_model(vault):
-    result = run_main(kb=vault, key=None, stdin="/links 读书/三体.md\n/links\n/links nope.md\n")
+def test_the_links_command_runs_without_the_model(call_main, vault):
+    result = call_main(kb=vault, key=None, stdin="/links 读书/三体.md\n/links\n/links nope.md\n")
     assert result.stdout.startswith("读书/三体.md: 3 links out; 7 links from 2 notes lead here.")
     assert "Usage: /links PATH" in result.stderr and "no such note. Use /search or /list" in result.stderr
     assert result.returncode == 1 and "Traceback" not in result.stderr
@@ -349,8 +347,8 @@ def test_a_kill_between_two_writes_leaves_what_undo_puts_back(vault, tmp_path):
     old = hashes(vault)
     script = tmp_path / "killed.py"
     script.write_text(KILLED_MIDWAY.format(root=str(ROOT), kb=str(vault)))
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "tests")}
-    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env)
+    child = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                             env=child_env(PYTHONPATH=str(ROOT / "tests")))
     assert child.stdout.readline() == "one note written\n"
     child.send_signal(signal.SIGKILL)
     child.wait()
@@ -363,7 +361,7 @@ def test_a_kill_between_two_writes_leaves_what_undo_puts_back(vault, tmp_path):
 def test_the_terminal_lists_the_files_a_move_touches_under_its_question(vault, monkeypatch, capsys):
     old = hashes(vault)
     run_repl(monkeypatch, make_settings(vault), ["rename it", "/undo"], [
-        {"tool_calls": [call("move_note", from_path="读书/三体.md", to_path="三体新.md")]}, {"content": "Moved."}],
+        {"tool_calls": [tool_call("move_note", from_path="读书/三体.md", to_path="三体新.md")]}, {"content": "Moved."}],
         answers=["y"])
     err = capsys.readouterr().err
     files = "→ 读书/三体.md → 三体新.md|~ 三体新.md  +1 −1|~ 书单.md  +4 −4|~ 人物/刘慈欣.md  +1 −1|~ 板.canvas  +1 −1"
@@ -382,19 +380,19 @@ def test_a_question_lists_at_most_twenty_files_and_says_how_many_more(vault):
     assert len(listed) == 1 + terminal.QUESTION_FILES + 1
 
 
-def test_one_shot_yes_moves_with_every_link_and_undo_puts_it_back(fake_llm, vault):
+def test_one_shot_yes_moves_with_every_link_and_undo_puts_it_back(call_main, fake_llm, vault):
     fake_llm.replies = [{"tool_calls": [{"name": "move_note", "arguments": json.dumps(
         {"from_path": "读书/三体.md", "to_path": "科幻/三体.md"}, ensure_ascii=False)}]}, {"content": "Done."}]
     before, old = every_file(vault), hashes(vault)
-    refused = run_main("move it", kb=vault, base_url=fake_llm.base_url)
+    refused = call_main("move it", kb=vault, base_url=fake_llm.base_url)
     assert "rerun with --yes" in refused.stderr and hashes(vault) == old
     fake_llm.replies = [{"tool_calls": [{"name": "move_note", "arguments": json.dumps(
         {"from_path": "读书/三体.md", "to_path": "科幻/三体.md"}, ensure_ascii=False)}]}, {"content": "Done."}]
-    result = run_main("--yes", "move it", kb=vault, base_url=fake_llm.base_url)
+    result = call_main("--yes", "move it", kb=vault, base_url=fake_llm.base_url)
     assert result.returncode == 0 and result.stdout == "Done.\n", result.stderr
     assert "→ 读书/三体.md → 科幻/三体.md\n  ~ 书单.md  +1 −1\n  ~ 人物/刘慈欣.md  +1 −1\n  ~ 板.canvas" in result.stderr
     assert links.resolve_all(every_file(vault)) == expected_after(before, "读书/三体.md", "科幻/三体.md")
-    result = run_main("/undo", kb=vault, key=None)
+    result = call_main("/undo", kb=vault, key=None)
     assert "Undid the move of 读书/三体.md → 科幻/三体.md" in result.stderr and hashes(vault) == old
 
 

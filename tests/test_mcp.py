@@ -6,7 +6,6 @@ official `mcp` Python SDK's stdio client and is skipped when that package is not
 """
 
 import json
-import os
 import queue
 import shutil
 import signal
@@ -19,9 +18,9 @@ import pytest
 from fake_server import unfenced
 
 import tools
+from conftest import ROOT, child_env
 from mcp_server import MCP_MAX_MESSAGE_BYTES
 
-ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "mcp_server.py"
 REPLY_TIMEOUT = 30  # seconds; only reached when a reply that should come never does
 LATEST = "2025-11-25"
@@ -59,11 +58,8 @@ sys.exit(mcp_server.main())
 
 def server_env(**extra) -> dict:
     """The test's environment without settings that would change what the server serves."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("KNOWLEDGE_BASE", "AUTO_APPROVE") and not k.startswith("MCP_")}
-    env.update({"MCP_ALLOW_DESTRUCTIVE": "0", "MCP_ALLOW_SHELL": "0", "AUTO_APPROVE": "0"})  # beat any .env
-    env.update(extra)
-    return env
+    return child_env(**{"MCP_ALLOW_DESTRUCTIVE": "0", "MCP_ALLOW_SHELL": "0", "AUTO_APPROVE": "0"}  # beat any .env
+                     | extra)
 
 
 class McpProcess:

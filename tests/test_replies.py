@@ -398,8 +398,7 @@ def test_a_stream_fails_on_silence_between_pieces_not_on_its_length(kb):
         released.set()
 
 
-def test_missing_usage_is_said_so_not_zero(kb, tmp_path):
-    from test_cli import run_main
+def test_missing_usage_is_said_so_not_zero(call_main, kb, tmp_path):
     with FakeLLM(replies=[{"content": "answer"}], usage=False) as fake:
-        result = run_main("-v", "q", kb=kb, base_url=fake.base_url)
+        result = call_main("-v", "q", kb=kb, base_url=fake.base_url)
     assert "usage: not reported by the server" in result.stderr and "0 + 0" not in result.stderr

@@ -12,9 +12,7 @@ import pytest
 import sent
 import sessions
 from agent import run_agent
-from conftest import Recorder, StubClient, make_settings
-from test_cli import run_main
-from test_cli_habits import Terminal, clean_env, posix_only
+from conftest import Recorder, StubClient, Terminal, child_env, make_settings, posix_only
 from test_web import make_web  # noqa: F401  (a fixture)
 
 
@@ -113,30 +111,30 @@ def test_an_older_sessions_file_is_upgraded_and_its_conversations_reported(kb, t
         "Each request also carried the instructions, your questions, the answers and the tool calls so far.")
 
 
-def test_sent_one_shot_after_continue_and_for_every_conversation(fake_llm, kb):
-    assert run_main("find my python notes", kb=kb, base_url=fake_llm.base_url).returncode == 0
-    result = run_main("--continue", "/sent", kb=kb, base_url=fake_llm.base_url)
+def test_sent_one_shot_after_continue_and_for_every_conversation(call_main, fake_llm, kb):
+    assert call_main("find my python notes", kb=kb, base_url=fake_llm.base_url).returncode == 0
+    result = call_main("--continue", "/sent", kb=kb, base_url=fake_llm.base_url)
     assert result.returncode == 0, result.stderr
     host = fake_llm.base_url.split("/")[2]
     assert result.stdout.splitlines()[1:5] == [
         f"{host} · deepseek-flash · 3 API calls: on this machine/network, nothing left the machine",
         result.stdout.splitlines()[2], "  notes' text in the requests:", "    python.md  lines 1-4"]
     assert result.stdout.splitlines()[2].startswith("  tokens: ")
-    assert run_main("find my vim notes", kb=kb, base_url=fake_llm.base_url).returncode == 0
-    this = run_main("--continue", "/sent", kb=kb, base_url=fake_llm.base_url).stdout
-    everything = run_main("--continue", "/sent all", kb=kb, base_url=fake_llm.base_url).stdout
+    assert call_main("find my vim notes", kb=kb, base_url=fake_llm.base_url).returncode == 0
+    this = call_main("--continue", "/sent", kb=kb, base_url=fake_llm.base_url).stdout
+    everything = call_main("--continue", "/sent all", kb=kb, base_url=fake_llm.base_url).stdout
     assert "vim.md" in this and "python.md" not in this
     assert everything.startswith(f"What every conversation about {kb} (2) sent, and where:")
     assert "    python.md  lines 1-4\n    vim.md  lines 1-4\n" in everything
-    wrong = run_main("/sent some", kb=kb)
+    wrong = call_main("/sent some", kb=kb)
     assert wrong.returncode == 1 and wrong.stderr.strip() == "error: Usage: /sent [all]"
-    fresh = run_main("/sent", kb=kb)
+    fresh = call_main("/sent", kb=kb)
     assert fresh.stdout == "Nothing has been sent in this conversation yet.\n"
 
 
 @posix_only
 def test_sent_in_the_chat(kb, fake_llm, tmp_path):
-    env = clean_env(DEEPSEEK_API_KEY="x", DEEPSEEK_BASE_URL=fake_llm.base_url, KNOWLEDGE_BASE=str(kb), NO_COLOR="1",
+    env = child_env(DEEPSEEK_API_KEY="x", DEEPSEEK_BASE_URL=fake_llm.base_url, KNOWLEDGE_BASE=str(kb), NO_COLOR="1",
                     XDG_STATE_HOME=str(tmp_path / "state"), XDG_DATA_HOME=str(tmp_path / "data"), TERM="xterm")
     chat = Terminal(env)
     chat.expect("\n> ")

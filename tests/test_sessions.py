@@ -14,9 +14,8 @@ import pytest
 
 import db
 import sessions
+from conftest import ROOT, child_env
 from sessions import Conversation, SessionStore
-
-ROOT = Path(__file__).resolve().parent.parent
 
 TOOL_TURN = [
     {"role": "user", "content": "我的笔记里关于 Rust 的内容有哪些？"},
@@ -58,7 +57,7 @@ def resumed(folder: Path, session_id: int, warnings: list | None = None) -> list
 
 def child(code: str, *args: str) -> subprocess.Popen:
     """A separate Python process using the store, as a second REPL or a killed one would."""
-    return subprocess.Popen([sys.executable, "-c", code, *args], env={**os.environ, "PYTHONPATH": str(ROOT)},
+    return subprocess.Popen([sys.executable, "-c", code, *args], env=child_env(PYTHONPATH=str(ROOT)),
                             text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
@@ -360,7 +359,8 @@ def reachable_dir():
     folder.chmod(0o777)
     yield folder
     for path in [folder, *folder.rglob("*")]:
-        path.chmod(0o700)
+        if path.is_dir():  # files need no rights to be removed; a -wal file may go while this runs
+            path.chmod(0o700)
     shutil.rmtree(folder)
 
 

@@ -1,13 +1,17 @@
-"""Conversations across runs and long sessions, as a person meets them through main.py."""
+"""Conversations across runs and long sessions, as a person meets them through main.py: run through main.main in
+this process (each run starts afresh and finds only what the last one saved), and killed as a process."""
 
 import io
+import subprocess
 import sys
+import threading
 
 import pytest
 
 import fake_server
 import main
-from test_cli import assert_clean_failure, run_main
+from conftest import MAIN, child_env
+from test_cli import assert_clean_failure
 
 TOPICS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
 
@@ -25,17 +29,17 @@ def big_kb(tmp_path):
     return root
 
 
-def ask_each(fake, kb, questions, *args, extra_env=None):
-    return run_main(*args, kb=kb, base_url=fake.base_url, stdin="".join(q + "\n" for q in questions),
-                    extra_env=extra_env)
+def ask_each(call_main, fake, kb, questions, *args, extra_env=None):
+    return call_main(*args, kb=kb, base_url=fake.base_url, stdin="".join(q + "\n" for q in questions),
+                     extra_env=extra_env)
 
 
-def test_hundred_turns_with_big_notes_never_overflow_the_context(big_kb):
+def test_hundred_turns_with_big_notes_never_overflow_the_context(call_main, big_kb):
     # The fake counts English ~25% above the client's estimate: without the factor learnt from `usage`
     # a 7000-token budget would overflow its 8000-token window.
     questions = [f"find {TOPICS[i % len(TOPICS)]} notes" for i in range(100)]
     with fake_server.FakeLLM(context_limit=8000) as fake:
-        result = ask_each(fake, big_kb, questions, "-v", extra_env={"CONTEXT_TOKENS": "7000"})
+        result = ask_each(call_main, fake, big_kb, questions, "-v", extra_env={"CONTEXT_TOKENS": "7000"})
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.count("According to your note") == 100
     assert fake.rejected == 0 and fake.max_prompt_tokens <= 8000
@@ -46,22 +50,22 @@ def test_hundred_turns_with_big_notes_never_overflow_the_context(big_kb):
     assert any("[… elided, " in str(m.get("content")) for r in fake.requests for m in r["messages"])
 
 
-def test_a_budget_too_big_for_the_model_costs_one_refusal_not_the_conversation(big_kb):
+def test_a_budget_too_big_for_the_model_costs_one_refusal_not_the_conversation(call_main, big_kb):
     """CONTEXT_TOKENS far above the server's window: the first refusal teaches the window, then all fits."""
     questions = [f"find {topic} notes" for topic in TOPICS[:8]]
     with fake_server.FakeLLM(context_limit=8000) as fake:
-        result = ask_each(fake, big_kb, questions, extra_env={"CONTEXT_TOKENS": "1000000"})
+        result = ask_each(call_main, fake, big_kb, questions, extra_env={"CONTEXT_TOKENS": "1000000"})
     assert result.returncode == 0, result.stderr[-1000:]
     assert result.stdout.count("According to your note") == 8
     assert fake.rejected == 1  # the limit is real, and is hit once
 
 
-def test_continue_after_a_restart_carries_the_earlier_turns(fake_llm, kb):
-    first = run_main("find vim notes", kb=kb, base_url=fake_llm.base_url)
+def test_continue_after_a_restart_carries_the_earlier_turns(call_main, fake_llm, kb):
+    first = call_main("find vim notes", kb=kb, base_url=fake_llm.base_url)
     assert first.returncode == 0, first.stderr
     fake_llm.requests.clear()
 
-    again = run_main("--continue", "summarise it in one line", kb=kb, base_url=fake_llm.base_url)
+    again = call_main("--continue", "summarise it in one line", kb=kb, base_url=fake_llm.base_url)
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith("In one line: According to your note: # Vim")
     sent = [m.get("content") for m in fake_llm.requests[0]["messages"]]
@@ -69,43 +73,43 @@ def test_continue_after_a_restart_carries_the_earlier_turns(fake_llm, kb):
     assert "Continuing conversation 1" in again.stderr
 
 
-def test_list_sessions_and_resume_by_id(fake_llm, kb):
-    run_main("find vim notes", kb=kb, base_url=fake_llm.base_url)
-    run_main("帮我找关于 Python 的笔记", kb=kb, base_url=fake_llm.base_url)
-    listed = run_main("--list-sessions", kb=kb, key=None)
+def test_list_sessions_and_resume_by_id(call_main, fake_llm, kb):
+    call_main("find vim notes", kb=kb, base_url=fake_llm.base_url)
+    call_main("帮我找关于 Python 的笔记", kb=kb, base_url=fake_llm.base_url)
+    listed = call_main("--list-sessions", kb=kb, key=None)
     assert listed.returncode == 0
     lines = listed.stdout.splitlines()
     assert len(lines) == 2 and "帮我找关于 Python 的笔记" in lines[0] and "find vim notes" in lines[1]
     assert lines[1].split()[0] == "1" and "msgs" in lines[1]
 
     fake_llm.requests.clear()
-    resumed = run_main("--resume", "1", "summarise it in one line", kb=kb, base_url=fake_llm.base_url)
+    resumed = call_main("--resume", "1", "summarise it in one line", kb=kb, base_url=fake_llm.base_url)
     assert resumed.stdout.startswith("In one line: According to your note: # Vim")
 
 
-def test_resume_of_an_unknown_conversation_is_one_line(kb):
-    result = run_main("--resume", "42", "q", kb=kb)
+def test_resume_of_an_unknown_conversation_is_one_line(call_main, kb):
+    result = call_main("--resume", "42", "q", kb=kb)
     assert_clean_failure(result, 2)
     assert "No conversation 42" in result.stderr
 
 
-def test_verbose_one_shot_reports_usage_on_stderr(fake_llm, kb):
-    result = run_main("-v", "find vim notes", kb=kb, base_url=fake_llm.base_url)
+def test_verbose_one_shot_reports_usage_on_stderr(call_main, fake_llm, kb):
+    result = call_main("-v", "find vim notes", kb=kb, base_url=fake_llm.base_url)
     assert result.returncode == 0
     assert "usage: " in result.stderr and "prompt" in result.stderr and "usage" not in result.stdout
 
 
-def test_a_damaged_history_file_does_not_stop_the_program(fake_llm, kb, tmp_path):
+def test_a_damaged_history_file_does_not_stop_the_program(call_main, fake_llm, kb, tmp_path):
     data = tmp_path / "data" / "knowledge-agent"
     data.mkdir(parents=True)
     (data / "sessions.db").write_bytes(b"\x00garbage" * 1000)
-    result = run_main("find vim notes", kb=kb, base_url=fake_llm.base_url)
+    result = call_main("find vim notes", kb=kb, base_url=fake_llm.base_url)
     assert result.returncode == 0 and "moved it to sessions.db.damaged-" in result.stderr
-    assert run_main("--list-sessions", kb=kb).stdout.count("\n") == 1
+    assert call_main("--list-sessions", kb=kb).stdout.count("\n") == 1
 
 
 # -- the REPL, driven in-process through input() -------------------------------------------------------
-class Terminal(io.StringIO):
+class TypedAtATerminal(io.StringIO):
     def isatty(self):
         return True
 
@@ -121,7 +125,7 @@ def run_repl(monkeypatch, capsys, lines, *args):
             raise EOFError from None
 
     monkeypatch.setattr("builtins.input", fake_input)
-    monkeypatch.setattr(sys, "stdin", Terminal())
+    monkeypatch.setattr(sys, "stdin", TypedAtATerminal())
     assert main.main(list(args)) == 0
     return capsys.readouterr()
 
@@ -167,21 +171,15 @@ def test_note_commands_work_without_an_api_key(monkeypatch, capsys, kb):
     assert "search_notes" in err and "/resume ID" in err
 
 
-def test_conversations_go_where_ka_data_dir_says(fake_llm, kb, tmp_path):
-    result = run_main("find vim notes", kb=kb, base_url=fake_llm.base_url,
+def test_conversations_go_where_ka_data_dir_says(call_main, fake_llm, kb, tmp_path):
+    result = call_main("find vim notes", kb=kb, base_url=fake_llm.base_url,
                       extra_env={"KA_DATA_DIR": str(tmp_path / "mine")})
     assert result.returncode == 0
     assert (tmp_path / "mine" / "sessions.db").is_file()
     assert not (tmp_path / "data" / "knowledge-agent" / "sessions.db").exists()
 
 
-def test_killed_while_the_model_thinks_keeps_the_question_and_the_tool_results(kb, tmp_path):
-    import os
-    import subprocess
-    import threading
-
-    from test_cli import MAIN
-
+def test_killed_while_the_model_thinks_keeps_the_question_and_the_tool_results(call_main, kb, tmp_path):
     asked, release = threading.Event(), threading.Event()
 
     def slow_after_tools(request):
@@ -191,7 +189,7 @@ def test_killed_while_the_model_thinks_keeps_the_question_and_the_tool_results(k
         return fake_server.demo_brain(request)
 
     with fake_server.FakeLLM(responder=slow_after_tools) as fake:
-        env = {**os.environ, "DEEPSEEK_API_KEY": "k", "DEEPSEEK_BASE_URL": fake.base_url, "KNOWLEDGE_BASE": str(kb)}
+        env = child_env(DEEPSEEK_API_KEY="k", DEEPSEEK_BASE_URL=fake.base_url, KNOWLEDGE_BASE=str(kb))
         proc = subprocess.Popen([sys.executable, str(MAIN), "find vim notes"], env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
@@ -200,7 +198,7 @@ def test_killed_while_the_model_thinks_keeps_the_question_and_the_tool_results(k
             proc.wait()
         finally:
             release.set()
-        again = run_main("--continue", "summarise it in one line", kb=kb, base_url=fake.base_url)
+        again = call_main("--continue", "summarise it in one line", kb=kb, base_url=fake.base_url)
     roles = [m["role"] for m in fake.requests[-1]["messages"]]
     assert roles == ["system", "user", "assistant", "tool", "assistant", "tool", "user"]
     assert "`dd` deletes a line." in fake.requests[-1]["messages"][5]["content"]  # the note read before the kill

@@ -4,48 +4,26 @@ The chat runs in a real terminal (a pty) against the fake OpenAI-compatible serv
 """
 
 import json
-import os
-import select
-import subprocess
-import sys
-import time
 
-import pytest
+from conftest import Terminal, child_env, posix_only
 
-from test_cli import MAIN
-
-posix_only = pytest.mark.skipif(os.name == "nt", reason="needs a pty")
 # Erase the line, go back to its start and write an innocent question over it.
 SPOOF = "old/scratch.md\x1b[2K\rMove scratch.md to old/scratch.md"
 
 
 def chat_in_a_terminal(fake_llm, kb, question: str, answers: list[bytes]) -> str:
     """The terminal's text after typing `question`, then each of `answers` at each [y/N] prompt, then Ctrl+D."""
-    import pty
-    controller, terminal = pty.openpty()
-    env = {k: v for k, v in os.environ.items() if "API_KEY" not in k and "BASE_URL" not in k}
-    env.update(DEEPSEEK_API_KEY="x", DEEPSEEK_BASE_URL=fake_llm.base_url, KNOWLEDGE_BASE=str(kb), NO_COLOR="1")
-    proc = subprocess.Popen([sys.executable, str(MAIN)], stdin=terminal, stdout=terminal, stderr=terminal,
-                            close_fds=True, env=env)
-    os.close(terminal)
-    shown, steps = b"", [question.encode() + b"\r", *answers, b"\x04"]
-    prompts_seen, deadline = 0, time.monotonic() + 30
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            waiting = shown.count(b"\n> ") + shown.count(b"[y/N] ")
-            if steps and waiting > prompts_seen:
-                prompts_seen = waiting
-                os.write(controller, steps.pop(0))
-            if select.select([controller], [], [], 0.05)[0]:
-                try:
-                    shown += os.read(controller, 65536)
-                except OSError:
-                    break
-    finally:
-        os.close(controller)
-        proc.kill()
-        proc.wait()
-    return shown.decode(errors="replace")
+    chat = Terminal(child_env(DEEPSEEK_API_KEY="x", DEEPSEEK_BASE_URL=fake_llm.base_url, KNOWLEDGE_BASE=str(kb),
+                              NO_COLOR="1"))
+    chat.expect("\n> ")
+    chat.send(question.encode() + b"\r")
+    for count, answer in enumerate(answers, 1):
+        chat.expect("[y/N] ", count)
+        chat.send(answer)
+    chat.expect("\n> ", 2)  # the answer is done
+    chat.send(b"\x04")
+    assert chat.close() == 0
+    return chat.shown.decode(errors="replace")
 
 
 def move_call(from_path: str, to_path: str) -> dict:
@@ -98,14 +76,13 @@ def test_no_escape_sequence_of_the_model_reaches_the_terminal(fake_llm, kb):
     assert (kb / "plan.md").exists()
 
 
-def test_no_escape_sequence_of_a_note_reaches_the_terminal(fake_llm, kb):
+def test_no_escape_sequence_of_a_note_reaches_the_terminal(call_main, fake_llm, kb):
     """The same through what a note holds: a tool trace line, and /read by hand."""
-    from test_cli import run_main
     (kb / "evil.md").write_text("# Evil\n" + "".join(HOSTILE) + "\n", encoding="utf-8")
     fake_llm.replies = [{"tool_calls": [{"name": "read_note", "arguments": json.dumps({"file_path": "evil.md"})}]},
                         {"content": "Read it."}]
-    traced = run_main("read evil.md", kb=kb, base_url=fake_llm.base_url)
+    traced = call_main("read evil.md", kb=kb, base_url=fake_llm.base_url)
     assert traced.returncode == 0 and obeyed(traced.stdout + traced.stderr) == []
-    for result in (run_main("/read evil.md", kb=kb, key=None), run_main("/search evil", kb=kb, key=None)):
+    for result in (call_main("/read evil.md", kb=kb, key=None), call_main("/search evil", kb=kb, key=None)):
         assert result.returncode == 0, result.stderr
         assert obeyed(result.stdout + result.stderr) == [] and "\\x1b]52;" in result.stdout
