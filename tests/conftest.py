@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -39,20 +40,11 @@ SETTINGS_VARIABLES = tuple(dict.fromkeys(field.metadata["variable"].format(provi
 CLEARED = SETTINGS_VARIABLES + ("NO_COLOR",)
 
 
-class QuickStopServer(fake_server.ThreadingHTTPServer):
-    """The fakes' server: it looks whether to stop every 10 ms, not socketserver's 500 ms, so ending a fake
-    server (once for each test that uses one) takes no half second."""
-
-    def serve_forever(self, poll_interval=0.01):
-        super().serve_forever(poll_interval)
-
-
-fake_server.ThreadingHTTPServer = QuickStopServer  # fake_server.Loopback and so fake_embedder serve with it
-
 # The tests' folders (tmp_path) in memory where there is a RAM disk: the tests write and fsync thousands of small
 # files (notes, versions, SQLite), which on a disk takes longer than all they compute. PYTEST_DEBUG_TEMPROOT
 # (where pytest makes them) or --basetemp puts them elsewhere.
-if os.access("/dev/shm", os.W_OK | os.X_OK):
+SHM_NEEDED = 2 * 1024 ** 3  # bytes free: a container's 64 MB /dev/shm would fill up, so the tests stay on disk
+if os.access("/dev/shm", os.W_OK | os.X_OK) and shutil.disk_usage("/dev/shm").free > SHM_NEEDED:
     os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", "/dev/shm")
 
 
