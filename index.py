@@ -142,7 +142,7 @@ def _keys(values) -> str:
     return "\n" + "\n".join(values) + "\n" if values else ""
 
 
-def _row(kb: Path, path: str, size_mtime):
+def _row(kb: Path, path: str, size_mtime, private_rules: list):
     """The index row of a note (size_mtime None: stat it now), or None if it cannot be read: its `notes` columns,
     then its `fts` columns."""
     try:
@@ -164,7 +164,7 @@ def _row(kb: Path, path: str, size_mtime):
     aliases = properties.get("aliases", [])
     tags = sorted({tag.casefold() for tag in vault.tags_of(text)})
     words = cjk_words if CJK_RUN.search(text) or CJK_RUN.search(path) else str  # most have no CJK
-    if privacy.is_private(kb, path, text):  # counted, and its links kept working by moves; never found
+    if privacy.ignored(path, private_rules) or privacy.says_private(properties):  # counted, links kept; never found
         return (path, *size_mtime, "", "", "", "", "", None, 1, "", "", "", "", links.rows(text, path))
     return (path, *size_mtime, title.strip(), title_key(title), title_key(stem),
             _keys([title_key(alias) for alias in aliases]), _keys(tags), vault.conflict_of(path), 0,
@@ -273,14 +273,14 @@ class Index:
         if not changed and not gone:
             return
         self.touched.update(changed, gone)
-        started, told = time.monotonic(), False
+        started, told, private_rules = time.monotonic(), False, privacy.rules(self.kb)
         with writing(self.conn):  # on an error the index is closed
             stored = "SELECT size, mtime_ns FROM notes WHERE path=?"  # another process may have indexed it
             items = [(p, st) for p, st in changed.items()
                      if st is None or self.conn.execute(stored, (p,)).fetchone() != st]
             for first in range(0, len(items), INDEX_BATCH):
                 batch = items[first:first + INDEX_BATCH]
-                rows = [row for row in (_row(self.kb, p, st) for p, st in batch) if row]
+                rows = [row for row in (_row(self.kb, p, st, private_rules) for p, st in batch) if row]
                 self.remove([p for p, _ in batch])  # the unreadable ones leave the index
                 self.conn.executemany("INSERT INTO notes(path, size, mtime_ns, title, title_key, stem_key, alias_keys, "
                                       "tags, conflict_of, private) VALUES (?,?,?,?,?,?,?,?,?,?)", [r[:10] for r in rows])

@@ -180,17 +180,18 @@ def in_folder(kb: Path, rel_path: str, create: bool = False, made: list | None =
     `create`: missing folders are made, and `made` gets the path of each one this call made; if what is done
     there fails, they are removed again."""
     made = [] if made is None else made
+    *folders, name = str(rel_path).split("/")  # plain strings: this runs for every note an index build reads
     fd = os.open(kb, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        for folder in reversed(PurePosixPath(rel_path).parents[:-1]):  # "a", then "a/b" for "a/b/c.md"
+        for depth, folder in enumerate(folders):  # "a", then "b" inside it, for "a/b/c.md"
             if create:
                 with contextlib.suppress(FileExistsError):
-                    os.mkdir(folder.name, dir_fd=fd)
-                    made.append(folder.as_posix())
-            inner = os.open(folder.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                    os.mkdir(folder, dir_fd=fd)
+                    made.append("/".join(folders[:depth + 1]))
+            inner = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             os.close(fd)
             fd = inner
-        yield fd, PurePosixPath(rel_path).name
+        yield fd, name
     except BaseException:
         remove_folders(kb, made)
         raise

@@ -104,13 +104,19 @@ def ignored(rel_path: str, found: list) -> bool:
 
 def marked(text: str) -> bool:
     """Whether a note's front matter says `private: true`."""
-    value = vault.front_matter(text)[0].get("private") if text.startswith(("---", "\ufeff---")) else None
+    return says_private(vault.front_matter(text)[0]) if text.startswith(("---", "\ufeff---")) else False
+
+
+def says_private(properties: dict) -> bool:
+    """Whether a note's properties (vault.front_matter's) say `private: true`."""
+    value = properties.get("private")
     return isinstance(value, str) and value.strip().lower() in TRUE
 
 
-def is_private(kb: Path, rel_path: str, text: str | None = None) -> bool:
-    """Whether the note is private; its text is read (its start, race-free) when not given."""
-    if ignored(rel_path, rules(kb)):
+def is_private(kb: Path, rel_path: str, text: str | None = None, found: list | None = None) -> bool:
+    """Whether the note is private; its text is read (its start, race-free) when not given; `found`: the
+    .kaignore rules, when the caller has them (an index build asks for thousands of notes)."""
+    if ignored(rel_path, rules(kb) if found is None else found):
         return True
     if text is None:
         try:

@@ -74,7 +74,7 @@ def test_the_title_comes_from_front_matter_and_the_lead_starts_after_it(tmp_path
     write(kb, "b.md", "---\n# not a heading\nstatus: draft\n---\n## Real heading\n\nBody.\n")
     out = find(kb.resolve(), "draft")
     assert "a.md — Re: the plan" in out and "b.md — Real heading" in out
-    row = index._row(kb.resolve(), "a.md", None)
+    row = index._row(kb.resolve(), "a.md", None, [])
     assert "Intro words." in row[-3] and "status" not in row[-3]  # the lead: the body's first paragraph
 
 
