@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import citations
 from agent import is_local
+from tools import plural
 
 # USD per 1M tokens, (cache hit, cache miss, output), off-peak and peak, from DeepSeek's own pricing page
 # (api-docs.deepseek.com/quick_start/pricing), checked November 2026. Peak hours are PEAK_HOURS_UTC.
@@ -54,10 +55,6 @@ def _dollars(amount: float) -> str:
     return "$" + format(Decimal(f"{amount:.2g}"), "f")
 
 
-def _count(number: int, thing: str) -> str:
-    return f"{number} {thing}{'s' * (number != 1)}"
-
-
 class _Endpoint:
     """What went to one endpoint and model: calls, tokens, cost, and the notes' lines."""
 
@@ -78,20 +75,16 @@ class _Endpoint:
             self.cost = [a + b for a, b in zip(self.cost, cost)]
             self.peak += is_peak(when)
 
-    @property
-    def cost_total(self) -> float:
-        return sum(self.cost)
-
     def lines(self) -> list[str]:
         local = bool(self.endpoint) and is_local(self.endpoint)
         if (self.endpoint, self.model) == EARLIER:
             out = ["API calls made before knowledge-agent recorded where each one went:"]
         else:
-            out = [f"{urlsplit(self.endpoint).netloc} · {self.model} · {_count(self.calls, 'API call')}"
+            out = [f"{urlsplit(self.endpoint).netloc} · {self.model} · {plural(self.calls, 'API call')}"
                    + (": on this machine/network, nothing left the machine" if local else "")]
         tokens = f"  tokens: {self.prompt:,} sent" + (f" ({self.hits:,} cache hits)" if self.hits else "")
         out.append(tokens + f", {self.completion:,} received"
-                   + (f" ({_count(self.unreported, 'call')} reported none)" if self.unreported else ""))
+                   + (f" ({plural(self.unreported, 'call')} reported none)" if self.unreported else ""))
         if self.calls and not local:
             out += self._cost()
         if self.notes or self.commands:
@@ -99,7 +92,7 @@ class _Endpoint:
             out += [f"    {path}  {citations.ranges(sorted(self.notes[path]))}"
                     for path in sorted(self.notes)[:NOTES_LISTED]]
             out += [f"    … and {len(self.notes) - NOTES_LISTED} more notes"] * (len(self.notes) > NOTES_LISTED)
-            out += [f"    and the output of {_count(self.commands, 'shell command')} (it may hold note text)"
+            out += [f"    and the output of {plural(self.commands, 'shell command')} (it may hold note text)"
                     ] * bool(self.commands)
         return out
 
@@ -110,7 +103,7 @@ class _Endpoint:
             return ["  cost: unknown (the server reported no tokens)"]
         hits, misses, output = self.cost
         peak = f"; {self.peak} of {self.calls - self.unreported} at peak-hour prices" if self.peak else ""
-        return [f"  estimated cost: {_dollars(self.cost_total)} (cache hits {_dollars(hits)}, cache misses "
+        return [f"  estimated cost: {_dollars(sum(self.cost))} (cache hits {_dollars(hits)}, cache misses "
                 f"{_dollars(misses)}, output {_dollars(output)}{peak})", f"  at {PRICES_SOURCE}"]
 
 
@@ -162,8 +155,8 @@ def report(store, session_id: int | None, kb, everything: bool = False) -> str:
     out = [f"What {what} sent, and where:"]
     for key in sorted(endpoints, key=lambda key: key == EARLIER):
         out += endpoints[key].lines()
-    prompt, hits, completion, cost = (sum(getattr(e, name) for e in endpoints.values())
-                                      for name in ("prompt", "hits", "completion", "cost_total"))
+    totals = [(e.prompt, e.hits, e.completion, sum(e.cost)) for e in endpoints.values()]
+    prompt, hits, completion, cost = map(sum, zip(*totals))
     out.append(f"In all: {prompt:,} tokens sent" + (f" ({hits:,} cache hits)" if hits else "")
                + f", {completion:,} received" + (f"; estimated cost {_dollars(cost)}" if cost else "") + ".")
     return "\n".join(out + [ALSO_SENT])

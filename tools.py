@@ -195,19 +195,10 @@ def read_lines(text: str, start_line: int, last_line: int | None = None, room: i
         raise ToolError(f"line {start_line} is outside the note, which has {len(lines)} lines.",
                         f"Pass start_line from 1 to {len(lines)}.", "lines")
     window = lines[start_line - 1:min(start_line - 1 + READ_MAX_LINES, last_line or len(lines))]
-    ends = itertools.accumulate(len(line) + 1 for line in window)  # where each line ends in the result
-    shown = window[:sum(end <= room + 1 for end in ends)]
+    shown, _ = _fit(window, room + 1)  # the last line shown needs no "\n" after it
     if not shown:  # a single enormous line
         shown = [lines[start_line - 1][:room] + " [… line cut]"]
     return shown, start_line + len(shown) - 1, len(lines)
-
-
-def section_lines(text: str, section: str) -> tuple[int, int]:
-    """(heading line, last line) of a section of the note, by its heading (vault.find_section's rules)."""
-    try:
-        return vault.find_section(text, section)
-    except ValueError as exc:
-        raise ToolError(str(exc), kind="section") from None
 
 
 def note_part(name: str, text: str, start_line: int = 1, section: str | None = None, read_on=None) -> str:
@@ -219,7 +210,10 @@ def note_part(name: str, text: str, start_line: int = 1, section: str | None = N
                           + " to read on]")
     if not text.splitlines():
         return f"{name} is empty."
-    first, last = section_lines(text, section) if section else (1, None)
+    try:
+        first, last = vault.find_section(text, section) if section else (1, None)
+    except ValueError as exc:
+        raise ToolError(str(exc), kind="section") from None
     start = start_line if section is None or first <= start_line <= last else first
     shown, end, total = read_lines(text, start, last)
     outline = vault.outline(text) if start == 1 and section is None and end < total else ""
@@ -255,8 +249,8 @@ def links(settings: Settings, file_path: str) -> str:
         raise ToolError(*MISSING)
     outgoing, backlinks = _note_links(settings, name)
     unresolved = sum(path is None for _, _, _, path, _ in outgoing)
-    text = [f"{name}: {_count(len(outgoing), 'link')} out" + f" ({unresolved} unresolved)" * bool(unresolved)
-            + f"; {_count(len(backlinks), 'link')} from {_count(len(_sources(backlinks)), 'note')} "
+    text = [f"{name}: {plural(len(outgoing), 'link')} out" + f" ({unresolved} unresolved)" * bool(unresolved)
+            + f"; {plural(len(backlinks), 'link')} from {plural(len(_sources(backlinks)), 'note')} "
             + f"lead{'s' * (len(backlinks) == 1)} here."]
     out = [f"  {line}: {'!' * embed}{target}{'#' * bool(fragment)}{fragment} → "
            + ("this note" if path == name else path or "unresolved (no such note or file)")
@@ -272,8 +266,8 @@ def links(settings: Settings, file_path: str) -> str:
     if back:
         text += ["", "Backlinks (note:line):", *shown_back]
         if hidden := list(places)[len(shown_back):]:
-            text.append(f"  [… {_count(sum(places[place] for place in hidden), 'more backlink')} from "
-                        f"{_count(len(_sources(hidden)), 'note')} not shown]")
+            text.append(f"  [… {plural(sum(places[place] for place in hidden), 'more backlink')} from "
+                        f"{plural(len(_sources(hidden)), 'note')} not shown]")
     return "\n".join(text)
 
 
@@ -295,7 +289,7 @@ def _sources(backlinks: list) -> list:
     return list(dict.fromkeys(backlink.rsplit(":", 1)[0] for backlink in backlinks))
 
 
-def _count(number: int, thing: str) -> str:
+def plural(number: int, thing: str) -> str:
     return f"{number} {thing}{'s' * (number != 1)}"
 
 
@@ -549,7 +543,7 @@ def move_note(settings: Settings, from_path: str, to_path: str, *, approve) -> s
 
     def links_in(files: dict) -> str:  # "27 links in 12 notes"
         kind = "note" if all(is_note_path(path) for path in files) else "file"
-        return f"{_count(sum(files.values()), 'link')} in {_count(len(files), kind)}"
+        return f"{plural(sum(files.values()), 'link')} in {plural(len(files), kind)}"
 
     def title(change: versions.Change) -> str:
         return f"Move {src} to {dst} and update {links_in(rewritten)}?" if rewritten else f"Move {src} to {dst}?"
@@ -622,7 +616,7 @@ def _linked_here(backlinks: list) -> str:
     if not sources:
         return ""
     named = ", ".join(sources[:LINKERS_NAMED]) + (", …" if len(sources) > LINKERS_NAMED else "")
-    return f" {_count(len(sources), 'note')} link{'s' * (len(sources) == 1)} here: {named}."
+    return f" {plural(len(sources), 'note')} link{'s' * (len(sources) == 1)} here: {named}."
 
 
 SANDBOXED = ("It runs in a sandbox: it can read the notes but not change them (use the note tools, which can be "
