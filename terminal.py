@@ -121,8 +121,9 @@ class Display(UI):
     def tool_result(self, name: str, result: tools.Result) -> None:
         first = result.text.splitlines()[0] if result.text else "(empty)"
         if getattr(tools.TOOLS.get(name), "changes_notes", False) and not result.error:
-            for line in listed(list(itertools.takewhile(is_summary, result.text.splitlines()))):
-                self.info(self._style("32", "  " + visible(line)))  # the change summary: `~ notes/git.md  +3 −1`
+            summary = itertools.takewhile(lambda line: line[:2] in ("~ ", "+ ", "- ", "→ "), result.text.splitlines())
+            for line in listed(list(summary)):  # versions.summary's: `~ notes/git.md  +3 −1`, `→ a.md → b.md`
+                self.info(self._style("32", "  " + visible(line)))
         else:
             self.info(self._style("31" if result.error else "2", "  ← " + shorten(first)))
         self.waiting()  # for the model's next call
@@ -167,11 +168,6 @@ def touched(change: versions.Change | None) -> str:
     the next line; "" for one file."""
     lines = versions.summary(change).splitlines() if change else []
     return "".join(f"\n    {visible(line)}" for line in listed(lines)) + "\n" if len(lines) > 1 else ""
-
-
-def is_summary(line: str) -> bool:
-    """A line of versions.summary at the head of a change's result: `~ git.md  +3 −1`, `→ a.md → b.md`, …"""
-    return line[:2] in ("~ ", "+ ", "- ", "→ ")
 
 
 def listed(lines: list) -> list:
