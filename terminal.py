@@ -120,9 +120,10 @@ class Display(UI):
 
     def tool_result(self, name: str, result: tools.Result) -> None:
         first = result.text.splitlines()[0] if result.text else "(empty)"
-        if getattr(tools.TOOLS.get(name), "changes_notes", False) and not result.error:
+        chosen = tools.TOOLS.get(name)
+        if chosen and not (chosen.read_only or chosen.opt_in or result.error):  # it changed notes
             summary = itertools.takewhile(lambda line: line[:2] in ("~ ", "+ ", "- ", "→ "), result.text.splitlines())
-            for line in listed(list(summary)):  # versions.summary's: `~ notes/git.md  +3 −1`, `→ a.md → b.md`
+            for line in listed(list(summary)):  # the change's summary: `~ notes/git.md  +3 −1`, …
                 self.info(self._style("32", "  " + visible(line)))
         else:
             self.info(self._style("31" if result.error else "2", "  ← " + shorten(first)))

@@ -71,11 +71,6 @@ class Tool:
     asks: bool  # always asks the person first (where every change is reviewed, every change asks)
     opt_in: str | None  # the Settings flag that offers it to the model
 
-    @property
-    def changes_notes(self) -> bool:
-        """Its results start with a change summary line (`~ notes/git.md  +3 −1`)."""
-        return not self.read_only and self.opt_in is None
-
 
 class Result(NamedTuple):
     text: str  # what the model sees
@@ -350,20 +345,17 @@ def _summary(settings: Settings, change: versions.Change) -> str:
 def _new_name(name: str) -> str:
     """A name for a new note: no invisible formatting character (zero-width space, U+061C, direction marks), so
     two notes can never look the same."""
-    hidden = next((c for c in name if unicodedata.category(c) == "Cf"), None)
-    if hidden:
+    if hidden := next((c for c in name if unicodedata.category(c) == "Cf"), None):
         raise ToolError(f"the name {notes.visible(name)!r} holds an invisible formatting character "
                         f"(U+{ord(hidden):04X}); a new note's name may not.", "Choose the name without it.")
     return name
 
 
-def _text_change(settings: Settings, approve, name: str, new_text, op: str, done: str) -> str:
-    """A change of a note's text (`new_text`: the text, or a function of the text now); refused, nothing written,
-    if it would leave the note's front matter unreadable to Obsidian."""
-    compute = new_text if callable(new_text) else lambda text: new_text
-
+def _text_change(settings: Settings, approve, name: str, new_text: Callable[[str], str], op: str, done: str) -> str:
+    """A change of a note's text (`new_text`: a function of the text now); refused, nothing written, if it would
+    leave the note's front matter unreadable to Obsidian."""
     def checked(text: str) -> str:
-        new = compute(text)
+        new = new_text(text)
         if problem := vault.front_matter_broken(text, new):
             raise ToolError(f"that change would break the front matter (the properties between the '---' lines) of "
                             f"{name}: {problem}. Nothing was written.", "read_note it, then change the text so the "
@@ -503,13 +495,13 @@ def write_note(settings: Settings, file_path: str, content: str, overwrite: bool
     if not path.exists() and not path.is_symlink():
         start, how = _new_note(settings, _new_name(name))
         text = start + ("" if not start or start.endswith("\n") else "\n") + _lf(content)
-        return _text_change(settings, approve, name, text, "write", f"Created {name}{how}"
+        return _text_change(settings, approve, name, lambda _: text, "write", f"Created {name}{how}"
                             + (", with the content after it." if start else "."))
     _changeable(settings, path)
     if not overwrite:
         raise ToolError(f"{name} already exists; nothing was written.", "To change part of it use edit_note, to add "
                         "to its end use append_note; pass overwrite: true only if the person asked for a full rewrite.")
-    return _text_change(settings, approve, name, _lf(content), "overwrite", f"Replaced {name}; {KEPT}")
+    return _text_change(settings, approve, name, lambda _: _lf(content), "overwrite", f"Replaced {name}; {KEPT}")
 
 
 @tool("Move or rename a note. Every link to it in the notes (and each relative link of its own) is rewritten so "
@@ -689,8 +681,7 @@ def _arguments(schema: dict, arguments) -> dict:
     if not isinstance(arguments, dict):
         raise ToolError("the arguments must be a JSON object, like {\"query\": \"python\"}.")
     params = schema["function"]["parameters"]
-    missing = [name for name in params["required"] if name not in arguments]
-    if missing:
+    if missing := [name for name in params["required"] if name not in arguments]:
         raise ToolError(f"missing argument(s): {', '.join(missing)}.")
     checked = {}
     for name, value in arguments.items():
