@@ -110,8 +110,7 @@ class Chat:
         if line.startswith("/"):
             return self.command(line)
         if not self.client:
-            self.display.error(NO_KEY.format(key_hint()))
-            return "failed"
+            return self.failed(NO_KEY.format(key_hint()))
         question = self.conversation.begin_turn(line)
         self.display.begin_answer()
         try:
@@ -119,10 +118,13 @@ class Chat:
             self.display.end_answer()
             return "ok" if answer.complete else "incomplete"
         except AgentError as exc:
-            self.display.error(str(exc))
-            return "failed"
+            return self.failed(str(exc))
         finally:
             self.conversation.end_turn()
+
+    def failed(self, message: str) -> str:
+        self.display.error(message)
+        return "failed"
 
     def command(self, line: str) -> str:
         name, _, argument = line.partition(" ")
@@ -133,9 +135,8 @@ class Chat:
         if name not in known:
             # A cut-short name ("/hist") means the command it begins; otherwise the most similar spelling.
             close = [c for c in known if c.startswith(name)] or difflib.get_close_matches(name, known, n=1, cutoff=0.5)
-            self.display.error(f"Unknown command {name}." + (f" Did you mean {close[0]}?" if close else "")
+            return self.failed(f"Unknown command {name}." + (f" Did you mean {close[0]}?" if close else "")
                                + " /help lists the commands.")
-            return "failed"
         if name in NOTE_COMMANDS:  # the agent's own tools, run by hand: their text goes to stdout
             return self.note_command(name, argument)
         return getattr(self, "do_" + name[1:])(argument) or "ok"
@@ -145,17 +146,14 @@ class Chat:
         not output (`python main.py "/read x.md" > x.txt` must not keep it) and is worded for a person."""
         tool, parameter = NOTE_COMMANDS[name]
         if not argument and name != "/list":
-            self.display.error(f"Usage: {next(usage for usage in COMMANDS if usage.split()[0] == name)}")
-            return "failed"
+            return self.failed(f"Usage: {next(usage for usage in COMMANDS if usage.split()[0] == name)}")
         try:
             text = self.read(argument) if name == "/read" else getattr(tools, tool)(
                 self.settings, **({parameter: argument} if argument else {}))
         except ToolError as exc:
-            self.display.error(" ".join(filter(None, (exc.message, PERSON_ADVICE.get(exc.kind, "")))))
-            return "failed"
+            return self.failed(" ".join(filter(None, (exc.message, PERSON_ADVICE.get(exc.kind, "")))))
         except Exception as exc:  # a disk error, or a bug: one line, never a traceback
-            self.display.error(f"{name} failed: {getattr(exc, 'strerror', None) or exc}.")
-            return "failed"
+            return self.failed(f"{name} failed: {getattr(exc, 'strerror', None) or exc}.")
         print(visible(tools.clean_text(text), lines=True), flush=True)
         return "ok"
 
@@ -192,11 +190,9 @@ class Chat:
 
     def do_resume(self, argument: str) -> str:
         if not (argument.isascii() and argument.isdigit()):  # "²".isdigit() is True, int("²") is not
-            self.display.error("Usage: /resume ID (the numbers /sessions shows)")
-            return "failed"
+            return self.failed("Usage: /resume ID (the numbers /sessions shows)")
         if not self.conversation.resume(int(argument)):
-            self.display.error(f"No conversation {argument}. /sessions lists them.")
-            return "failed"
+            return self.failed(f"No conversation {argument}. /sessions lists them.")
         self.display.info(continuing(self.conversation, "/history shows it."))
         return "ok"
 
@@ -231,8 +227,7 @@ class Chat:
     def do_sent(self, argument: str) -> str | None:
         """What left this machine in this conversation (`all`: in every one about these notes), on stdout."""
         if argument.lower() not in ("", "all"):
-            self.display.error("Usage: /sent [all]")
-            return "failed"
+            return self.failed("Usage: /sent [all]")
         conversation = self.conversation
         print(visible(sent.report(conversation.store, conversation.session_id, self.settings.kb,
                                   argument.lower() == "all"), lines=True), flush=True)
