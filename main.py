@@ -16,6 +16,7 @@ import threading
 from pathlib import Path
 
 import context
+import db
 import embeddings
 import sent
 import sessions
@@ -387,7 +388,7 @@ def main(argv=None) -> int:
             stream.reconfigure(errors="replace")
     args = parse_args(argv)
     display = Display()
-    display.show_notices()
+    db.show_notices(lambda text: display.info(f"knowledge-agent: {visible(text)}"))  # every module's, on stderr
     try:
         return run(args, display)
     except (ConfigError, AgentError, ToolError) as exc:

@@ -5,10 +5,10 @@
 Everything comes from the session store, as it was recorded when it happened: each API call's row (its endpoint,
 model, tokens, cache hits, time, and the last message stored then: sessions.Conversation.add_usage) and the stored
 tool results, whose note lines (citations.shown) went out with every later call of their conversation (a request
-carries the conversation so far; a trimmed request may have carried less). Each call is priced at its own hour at the provider's published prices
-(PRICES), cache hits apart; a provider or model without known prices gets tokens only. A server on this machine or
-its network (agent.is_local) is named as such: nothing left the machine for it. This module only reads: it never
-writes, nor calls a model.
+carries the conversation so far; a trimmed request may have carried less). Each call is priced at its own hour at the
+provider's published prices (PRICES), cache hits apart; a provider or model without known prices gets tokens only. A
+server on this machine or its network (agent.is_local) is named as such: nothing left the machine for it. This module
+only reads: it never writes, nor calls a model.
 """
 
 import json

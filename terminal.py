@@ -52,10 +52,6 @@ class Display(UI):
         self.text_open = self.shell_always = False
         self.held_cr = ""  # a stream piece's last "\r", until the next shows whether "\n" follows
 
-    def show_notices(self) -> None:
-        """Let every module's notices (db.notice) reach the person here, on stderr between the other lines."""
-        db.show_notices(lambda text: self.info(f"knowledge-agent: {visible(text)}"))
-
     def _style(self, code: str, text: str) -> str:
         return f"\033[{code}m{text}\033[0m" if self.colour else text
 
