@@ -443,8 +443,7 @@ def edit_note(settings: Settings, file_path: str, old_text: str, new_text: str, 
                             f"{closest_lines(text, old_text)}", "Copy the passage exactly, spaces and punctuation "
                             "included.")
         if len(found) > 1:
-            many = len(found) > EDIT_MAX_MATCHES_COUNTED
-            count = f"more than {EDIT_MAX_MATCHES_COUNTED}" if many else str(len(found))
+            count = f"more than {EDIT_MAX_MATCHES_COUNTED}" if len(found) > EDIT_MAX_MATCHES_COUNTED else len(found)
             raise ToolError(f"old_text occurs {count} times in {name}; nothing was changed.",
                             "Include more of the surrounding text so it matches exactly once.")
         start, end = found[0]
