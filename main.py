@@ -159,8 +159,7 @@ class Chat:
         return "ok"
 
     def read(self, argument: str) -> str:
-        """/read PATH[#Heading] [LINE]: a screenful of the note (or of that section) from that line, and the command
-        that shows the next."""
+        """/read PATH[#Heading] [LINE]: a screenful of the note (or section) from LINE, and the command for the next."""
         path, _, line = argument.rpartition(" ")
         path, start = (path.strip(), int(line)) if path.strip() and line.isascii() and line.isdigit() else (argument, 1)
         heading = re.fullmatch(r"(.+?\.(?:md|txt))#(.*\S.*)", path, re.I | re.S)  # notes/x.md#Setup > Linux

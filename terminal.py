@@ -161,8 +161,7 @@ class Display(UI):
 
 
 def touched(change: versions.Change | None) -> str:
-    """The files a change of several touches, one summary line each under its question, the answer asked for on
-    the next line; "" for one file."""
+    """A change's files, one summary line each under its question, the answer asked on the next line; "" for one."""
     lines = versions.summary(change).splitlines() if change else []
     return "".join(f"\n    {visible(line)}" for line in listed(lines)) + "\n" if len(lines) > 1 else ""
 

@@ -183,8 +183,7 @@ def note_text(settings: Settings, file_path: str, what: str = "file_path") -> tu
 
 
 def read_lines(text: str, start_line: int, last_line: int | None = None, room: int = READ_ROOM) -> tuple:
-    """(the lines shown from start_line on, to last_line at most, as many as fit `room` characters; the last one's
-    number; all lines)."""
+    """(the lines from start_line to last_line at most that fit `room` characters; the last's number; all lines)."""
     lines = text.splitlines()
     if not 1 <= start_line <= len(lines):
         raise ToolError(f"line {start_line} is outside the note, which has {len(lines)} lines.",
@@ -336,8 +335,7 @@ def _change(settings: Settings, approve, plan: Callable[[], versions.Change], ti
 
 
 def _summary(settings: Settings, change: versions.Change) -> str:
-    """versions.summary, for the model: a private note the change touched (a move rewrote its links) is counted,
-    not named."""
+    """versions.summary for the model: a private note the change touched (by a move's links) is counted, not named."""
     return versions.summary(change, hidden={change.final_path(f.path) for f in change.files if privacy.is_private(
         settings.kb, change.final_path(f.path), notes.readable_text(f.new or f.old or b"") or "")})
 
@@ -656,8 +654,7 @@ def tool_schemas(settings: Settings) -> list[dict]:
 
 
 def fenced(text: str, call_id: str | None) -> str:
-    """A tool's result as the model reads it: between marks saying it is data, with a tag no note can know (random
-    without a call id)."""
+    """A tool's result for the model: between marks saying it is data, with a tag no note knows (random, no call id)."""
     tag = hmac.new(FENCE_KEY, str(call_id).encode(), "sha256").hexdigest()[:10] if call_id else os.urandom(5).hex()
     return FENCE.format(tag=tag) + text + f"\n>>>end {tag}"
 
