@@ -152,8 +152,7 @@ class McpServer:
 
 def claim_stdio():
     """Keep private copies of stdin/stdout for the protocol; point fds 0 and 1 away from the client."""
-    protocol_in = os.fdopen(os.dup(0), "rb")
-    protocol_out = os.dup(1)
+    protocol_in, protocol_out = os.fdopen(os.dup(0), "rb"), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)  # nothing else may read the client's messages
     try:
