@@ -341,8 +341,7 @@ def _summary(settings: Settings, change: versions.Change) -> str:
 
 
 def _new_name(name: str) -> str:
-    """A name for a new note: no invisible formatting character (zero-width space, U+061C, direction marks), so
-    two notes can never look the same."""
+    """A new note's name, free of invisible formatting characters (U+200B, U+061C, …): no two notes look alike."""
     if hidden := next((c for c in name if unicodedata.category(c) == "Cf"), None):
         raise ToolError(f"the name {notes.visible(name)!r} holds an invisible formatting character "
                         f"(U+{ord(hidden):04X}); a new note's name may not.", "Choose the name without it.")
