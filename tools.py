@@ -349,8 +349,7 @@ def _new_name(name: str) -> str:
 
 
 def _text_change(settings: Settings, approve, name: str, new_text: Callable[[str], str], op: str, done: str) -> str:
-    """A change of a note's text (`new_text`: a function of the text now); refused, nothing written, if it would
-    leave the note's front matter unreadable to Obsidian."""
+    """A change of a note's text (a function of it); refused, nothing written, if it breaks the front matter."""
     def checked(text: str) -> str:
         new = new_text(text)
         if problem := vault.front_matter_broken(text, new):
