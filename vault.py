@@ -97,8 +97,7 @@ def _joined(value: str, more: list) -> str:
 def _properties(lines: list) -> dict:
     properties, key = {}, None
     for _, line, more in _entries(lines):
-        item = _ITEM.match(line) if line[0] == "-" else None
-        if item:  # `key:` then `- a` lines at the key's own indent
+        if line[0] == "-" and (item := _ITEM.match(line)):  # `key:` then `- a` lines at the key's own indent
             if key is not None and (properties[key] is None or isinstance(properties[key], list)):
                 properties[key] = (properties[key] or []) + [_value(_joined(item[1] or "", more))]
             continue
