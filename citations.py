@@ -297,7 +297,6 @@ def check(answer: str, history: list[dict], turn_start: int, read: Reader) -> Re
         if mention.first is None and index not in quotes:
             continue  # a path named, not cited
         problem = _problem(mention, quotes.get(index, []), seen, note(mention.path))
-
         checks.append(Check(text, mention.path, mention.first, mention.last, problem, nth))
     called = any(index >= turn_start for index, *_ in results)
     about = (checks or any(m.path not in named_now and exists(m.path) for m in mentions)

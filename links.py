@@ -214,7 +214,6 @@ def _exact(candidates: list, want: str) -> str | None:
     return next((path for wanted in (want, want + ".md") for lower, path in candidates if lower == wanted), None)
 
 
-
 def _join(source: str, target: str) -> str | None:
     """target read from the folder of the note at source, as a vault path; None if it leaves the vault."""
     joined = posixpath.normpath(posixpath.join(posixpath.dirname(source), target))

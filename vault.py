@@ -362,7 +362,6 @@ def headings(text: str) -> list:
             if line.lstrip(" ")[:1] == "#" and (heading := _ATX.match(line))]
 
 
-
 def _without_closing(title: str) -> str:
     """A heading's title without its optional closing '#'s (`## Title ##`); `C#` keeps its '#'."""
     bare = title.rstrip("#")
@@ -588,7 +587,6 @@ def fill_template(template_text: str, title: str, now, date_format: str = DAILY_
         if name == "title":
             return title
         return moment_format(fmt or (date_format if name == "date" else TEMPLATE_TIME_FORMAT), now)
-
     return _TEMPLATE_FIELD.sub(field, template_text)
 
 
