@@ -77,9 +77,6 @@ class Check(NamedTuple):
     problem: str  # "" when it holds
     nth: int  # this citation's text is the nth (from 0) of its kind in the answer's prose: the page marks that one
 
-    def line(self) -> str:
-        return f"{self.text} — {self.problem}"
-
 
 class Report(NamedTuple):
     checks: list  # of Check, in the answer's order
@@ -87,10 +84,9 @@ class Report(NamedTuple):
 
     def failed(self) -> list[str]:
         """One line per citation that does not hold ("python.md:99 — the note has 11 lines"), each once."""
-        return list(dict.fromkeys(check.line() for check in self.checks if check.problem))
+        return list(dict.fromkeys(f"{check.text} — {check.problem}" for check in self.checks if check.problem))
 
-    def event(self) -> dict:
-        """The report as the page's event."""
+    def event(self) -> dict:  # for the page
         return {"type": "citations", "unread": self.unread, "checks": [
             {"text": c.text, "path": c.path, "line": c.start, "end": c.end or c.start, "problem": c.problem,
              "nth": c.nth} for c in self.checks]}
