@@ -211,7 +211,11 @@ class Resolver:
 
 
 def _exact(candidates: list, want: str) -> str | None:
-    return next((path for wanted in (want, want + ".md") for lower, path in candidates if lower == wanted), None)
+    for wanted in (want, want + ".md"):
+        for lower, path in candidates:
+            if lower == wanted:
+                return path
+    return None
 
 
 def _join(source: str, target: str) -> str | None:
