@@ -166,8 +166,10 @@ def _closing_fence(char: str, length: int) -> re.Pattern:
 
 def _clear(spans: list, start: int, end: int) -> bool:
     """No span of the ordered, disjoint spans overlaps text[start:end]."""
-    i = bisect_right(spans, (start, float("inf")))  # the first span that starts after `start`
-    return (i == 0 or spans[i - 1][1] <= start) and (i == len(spans) or spans[i][0] >= end)
+    i = bisect_right(spans, (start, float("inf"))) - 1
+    if i >= 0 and spans[i][1] > start:
+        return False
+    return i + 1 >= len(spans) or spans[i + 1][0] >= end
 
 
 def _canvas_links(text: str) -> list[tuple]:
