@@ -62,8 +62,7 @@ def rules(kb: Path) -> list:
     key = signature(kb)
     if key is None:
         return []
-    cached = _RULES.get(kb)
-    if cached and cached[0] == key:
+    if (cached := _RULES.get(kb)) and cached[0] == key:
         return cached[1]
     try:
         text = notes.readable_text(notes.read_bytes(kb, KAIGNORE, KAIGNORE_MAX_BYTES)) or ""

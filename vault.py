@@ -612,21 +612,16 @@ def style_prompt(kb: Path) -> str:
     links = "Markdown links like [Note](Note.md)" if style.get("useMarkdownLinks") else "[[wikilinks]] like [[Note]]"
     form = _LINK_FORMS.get(style.get("newLinkFormat", ""))
     parts = [f"links notes with {links}" + (f", {form}" if form else "")]
-    location, folder = style.get("newFileLocation"), style.get("newFileFolderPath", "").strip("/")
-    if location == "folder" and folder:
-        parts.append(f"new notes go in {folder}/")
-    elif location == "current":
-        parts.append("new notes go in the folder of the note they come from")
-    elif location in ("root", "folder"):
-        parts.append("new notes go in the top folder")
+    folder = style.get("newFileFolderPath", "").strip("/")
+    if where := {"root": "the top folder", "current": "the folder of the note they come from",
+                 "folder": f"{folder}/" if folder else "the top folder"}.get(style.get("newFileLocation")):
+        parts.append(f"new notes go in {where}")
     if (attachments := style.get("attachmentFolderPath")) is not None:
-        where = attachments.strip()
-        if where.startswith("./"):
-            sub = where[2:].strip("/")
+        sub = attachments.strip().removeprefix("./").strip("/")
+        if attachments.strip().startswith("./"):
             parts.append(f"attachments go in {sub}/ beside their note" if sub else "attachments go beside their note")
         else:
-            where = where.strip("/")
-            parts.append(f"attachments go in {where}/" if where else "attachments go in the top folder")
+            parts.append(f"attachments go in {sub}/" if sub else "attachments go in the top folder")
     return "This vault " + "; ".join(parts) + "."
 
 
