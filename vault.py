@@ -460,8 +460,7 @@ def append_to_section(text: str, wanted: str, content: str) -> str:
 
 # --- Files the owner excluded, drawings, and sync-conflict copies ---
 def _settings(kb: Path, name: str) -> dict:
-    """A settings file (`.obsidian/*.json`, by its path in the vault) as a dict; {} if missing, unreadable, a link,
-    or not a JSON object."""
+    """A `.obsidian/*.json` settings file as a dict; {} if missing, unreadable, a link, or not a JSON object."""
     try:
         value = json.loads(notes.read_bytes(Path(kb), name, SETTINGS_MAX_BYTES).decode("utf-8-sig"))
     except (OSError, ValueError, RecursionError, notes.ToolError):
@@ -598,8 +597,7 @@ _LINK_FORMS = {"shortest": "by the shortest name that is unique", "relative": "b
 
 
 def vault_style(kb: Path) -> dict:
-    """The settings of `.obsidian/app.json` that say how the owner writes links and where new files go: only those
-    the vault sets, with the right types."""
+    """The settings of `.obsidian/app.json` on links and new files that the vault sets, with the right types."""
     app = _settings(kb, APP_SETTINGS)
     return {key: app[key] for key, kind in _STYLE_KEYS.items() if isinstance(app.get(key), kind)}
 
