@@ -311,8 +311,7 @@ _FENCE = re.compile(r"[ \t>]*(`{3,}|~{3,})")
 def _outside_code(lines: list, first: int = 0):
     """(index, line) of the lines from `first` on that are neither in a fenced code block nor one of its fences."""
     fence = None
-    for i in range(first, len(lines)):
-        line = lines[i]
+    for i, line in enumerate(lines[first:], first):
         opening = _FENCE.match(line) if "`" in line or "~" in line else None
         if fence:
             if opening and opening[1][0] == fence[0] and len(opening[1]) >= len(fence) \
