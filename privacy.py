@@ -26,8 +26,7 @@ _GLOB_REGEX = {"**/": "(?:.*/)?", "/**": "/.*", "**": ".*", "*": "[^/]*", "?": "
 
 
 def _pattern(line: str) -> tuple[re.Pattern, bool] | None:
-    """A .kaignore line as (regex over a path relative to the notes, negated), or None."""
-    line = line.rstrip("\n").rstrip("\r")
+    """A .kaignore line (from str.splitlines) as (regex over a path relative to the notes, negated), or None."""
     if not line.strip() or line.startswith("#"):
         return None
     negated = line.startswith("!")

@@ -131,8 +131,7 @@ def _read_value(value: str, more: list):
         return "\n".join(line[indent:] if not line[:indent].strip() else line.strip() for line in lines)
     items = []
     for line in lines:
-        item = _ITEM.match(line[indent:]) if len(line) - len(line.lstrip()) == indent else None
-        if item:
+        if len(line) - len(line.lstrip()) == indent and (item := _ITEM.match(line[indent:])):
             items.append([item[1] or ""])
         else:
             items[-1].append(line.strip())
