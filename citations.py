@@ -77,9 +77,6 @@ class Check(NamedTuple):
     problem: str  # "" when it holds
     nth: int  # this citation's text is the nth (from 0) of its kind in the answer's prose: the page marks that one
 
-    def line(self) -> str:
-        return f"{self.text} — {self.problem}"
-
 
 class Report(NamedTuple):
     checks: list  # of Check, in the answer's order
@@ -87,10 +84,9 @@ class Report(NamedTuple):
 
     def failed(self) -> list[str]:
         """One line per citation that does not hold ("python.md:99 — the note has 11 lines"), each once."""
-        return list(dict.fromkeys(check.line() for check in self.checks if check.problem))
+        return list(dict.fromkeys(f"{check.text} — {check.problem}" for check in self.checks if check.problem))
 
-    def event(self) -> dict:
-        """The report as the page's event."""
+    def event(self) -> dict:  # for the page
         return {"type": "citations", "unread": self.unread, "checks": [
             {"text": c.text, "path": c.path, "line": c.start, "end": c.end or c.start, "problem": c.problem,
              "nth": c.nth} for c in self.checks]}
@@ -146,10 +142,9 @@ def tool_results(history: list[dict]) -> list[tuple[int, str, str, str]]:
     return results
 
 
-def merge(into: dict, more: dict) -> dict:
+def merge(into: dict, more: dict) -> None:
     for path, numbers in more.items():
         into.setdefault(path, set()).update(numbers)
-    return into
 
 
 def _named(arguments: str, result: str) -> set[str]:
@@ -235,13 +230,12 @@ def ranges(numbers: list[int]) -> str:
 
 
 def _problem(mention: _Mention, quotes: list[str], seen: dict, note) -> str:
-    """Why the citation does not hold ("" when it does); `note()` -> (name, lines) or raises ToolError."""
-    try:
-        name, lines = note()
-    except ToolError as exc:
-        return NO_NOTE if exc.kind == "missing" else A_FOLDER if exc.kind == "folder" else NEVER_SHOWN
-    except OSError as exc:
-        return f"it could not be read ({exc.strerror or exc})"
+    """Why the citation does not hold ("" when it does); `note`: (name, lines), or what reading it raised."""
+    if isinstance(note, ToolError):
+        return NO_NOTE if note.kind == "missing" else A_FOLDER if note.kind == "folder" else NEVER_SHOWN
+    if isinstance(note, OSError):
+        return f"it could not be read ({note.strerror or note})"
+    name, lines = note
     shown_lines = seen.get(name) or seen.get(mention.path) or set()
     if not shown_lines:  # before anything about the note's length or words: a note the model could not read
         return NEVER_SHOWN
@@ -277,21 +271,17 @@ def check(answer: str, history: list[dict], turn_start: int, read: Reader) -> Re
     notes: dict = {}
 
     def note(path: str):
+        """(its name, its lines), or the ToolError or OSError reading it raised; each note read once."""
         if path not in notes:
             try:
                 name, text = read(path)
                 notes[path] = (name, text.splitlines())
             except (ToolError, OSError) as exc:
                 notes[path] = exc
-        if isinstance(notes[path], Exception):
-            raise notes[path]
         return notes[path]
 
     def exists(path: str) -> bool:
-        try:
-            return bool(note(path))
-        except (ToolError, OSError):
-            return False
+        return not isinstance(note(path), Exception)
 
     prose = _prose(answer)
     mentions = _mentions(prose, named | set(seen), exists)
@@ -302,7 +292,7 @@ def check(answer: str, history: list[dict], turn_start: int, read: Reader) -> Re
         nth = counted[text] = counted.get(text, -1) + 1
         if mention.first is None and index not in quotes:
             continue  # a path named, not cited
-        problem = _problem(mention, quotes.get(index, []), seen, lambda: note(mention.path))
+        problem = _problem(mention, quotes.get(index, []), seen, note(mention.path))
         checks.append(Check(text, mention.path, mention.first, mention.last, problem, nth))
     called = any(index >= turn_start for index, *_ in results)
     about = (checks or any(m.path not in named_now and exists(m.path) for m in mentions)

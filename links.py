@@ -80,16 +80,11 @@ _CANVAS_FILE = re.compile(r'"file"\s*:\s*"((?:[^"\\]|\\.)*)"')
 
 def parse(text: str, path: str) -> list[Link]:
     """Every link of a note (.md) or canvas (.canvas) at `path`, in text order; other files hold none."""
-    kind = path.lower().rsplit(".", 1)[-1]
-    if kind == "canvas":
-        found = _canvas_links(text)
-    elif kind == "md":
-        found = _note_links(text)
-    else:
+    finder = {"canvas": _canvas_links, "md": _note_links}.get(path.lower().rsplit(".", 1)[-1])
+    if finder is None:
         return []
-    found.sort()
     links, line, counted = [], 1, 0
-    for fields in found:
+    for fields in sorted(finder(text)):
         line += text.count("\n", counted, fields[0])
         counted = fields[0]
         links.append(Link(fields[0], fields[1], line, *fields[2:]))
@@ -213,9 +208,8 @@ class Resolver:
         for path in ((beside, want) if form == "markdown" else (want, beside)):
             if path and (found := _exact(candidates, path)):
                 return found
-        ends = [(lower, path) for lower, path in candidates
-                if lower.endswith("/" + want) or lower.endswith("/" + want + ".md")]
-        return min(ends, key=lambda c: (len(c[1]), c[1]))[1] if ends else None
+        return min((path for lower, path in candidates if lower.endswith(("/" + want, "/" + want + ".md"))),
+                   key=lambda path: (len(path), path), default=None)
 
 
 def _exact(candidates: list, want: str) -> str | None:

@@ -21,11 +21,12 @@ KAIGNORE_MAX_BYTES = 100_000
 FRONT_MATTER_BYTES = 65_536  # where `private: true` is looked for: the front matter is at the top
 TRUE = ("true", "yes", "1", "on")
 _RULES: dict = {}  # notes folder -> (the .kaignore file's mtime and size, its rules)
+_GLOB = re.compile(r"\*\*/|/\*\*\Z|\*\*|\*|\?|\[(.[^\]]*)\]|\\(.)|.", re.S)  # gitignore's marks, else one character
+_GLOB_REGEX = {"**/": "(?:.*/)?", "/**": "/.*", "**": ".*", "*": "[^/]*", "?": "[^/]"}
 
 
-def _pattern(line: str) -> tuple[re.Pattern, bool, bool] | None:
-    """A .kaignore line as (regex over a path relative to the notes, negated, matches folders only), or None."""
-    line = line.rstrip("\n").rstrip("\r")
+def _pattern(line: str) -> tuple[re.Pattern, bool] | None:
+    """A .kaignore line (from str.splitlines) as (regex over a path relative to the notes, negated), or None."""
     if not line.strip() or line.startswith("#"):
         return None
     negated = line.startswith("!")
@@ -34,37 +35,16 @@ def _pattern(line: str) -> tuple[re.Pattern, bool, bool] | None:
     folder_only = line.endswith("/")
     line = line.rstrip("/")
     anchored = "/" in line  # a slash at the start or in the middle: from the root, as in .gitignore
-    line = line.lstrip("/")
-    out, i = [], 0
-    while i < len(line):
-        if line.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif line.startswith("/**", i) and i + 3 == len(line):
-            out.append("/.*")
-            i += 3
-        elif line.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif line[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif line[i] == "?":
-            out.append("[^/]")
-            i += 1
-        elif line[i] == "[" and (end := line.find("]", i + 2)) > 0:
-            inside = line[i + 1:end]
-            out.append("[" + ("^" + inside[1:] if inside[0] in "!^" else inside).replace("\\", "\\\\") + "]")
-            i = end + 1
-        elif line[i] == "\\" and i + 1 < len(line):
-            out.append(re.escape(line[i + 1]))
-            i += 2
-        else:
-            out.append(re.escape(line[i]))
-            i += 1
-    start = "" if anchored else "(?:.*/)?"
-    return re.compile(f"{start}{''.join(out)}(?:/.*)?" if not folder_only else f"{start}{''.join(out)}/.*",
-                      re.S), negated, folder_only
+    body = _GLOB.sub(_glob_piece, line.lstrip("/"))
+    return re.compile(("" if anchored else "(?:.*/)?") + body + ("/.*" if folder_only else "(?:/.*)?"), re.S), negated
+
+
+def _glob_piece(mark: re.Match) -> str:
+    if mark[0] in _GLOB_REGEX:
+        return _GLOB_REGEX[mark[0]]
+    if mark[1]:  # [abc], [!abc]
+        return "[" + ("^" + mark[1][1:] if mark[1][0] in "!^" else mark[1]).replace("\\", "\\\\") + "]"
+    return re.escape(mark[2] or mark[0])
 
 
 def signature(kb: Path) -> tuple | None:
@@ -81,8 +61,7 @@ def rules(kb: Path) -> list:
     key = signature(kb)
     if key is None:
         return []
-    cached = _RULES.get(kb)
-    if cached and cached[0] == key:
+    if (cached := _RULES.get(kb)) and cached[0] == key:
         return cached[1]
     try:
         text = notes.readable_text(notes.read_bytes(kb, KAIGNORE, KAIGNORE_MAX_BYTES)) or ""
@@ -96,15 +75,10 @@ def rules(kb: Path) -> list:
 def ignored(rel_path: str, found: list) -> bool:
     """Whether the .kaignore rules match the path (a note, or a folder given with a trailing "/")."""
     private = False
-    for pattern, negated, _ in found:
+    for pattern, negated in found:
         if pattern.fullmatch(rel_path) or pattern.fullmatch(rel_path.rstrip("/") + "/"):
             private = not negated
     return private
-
-
-def marked(text: str) -> bool:
-    """Whether a note's front matter says `private: true`."""
-    return says_private(vault.front_matter(text)[0]) if text.startswith(("---", "\ufeff---")) else False
 
 
 def says_private(properties: dict) -> bool:
@@ -113,14 +87,13 @@ def says_private(properties: dict) -> bool:
     return isinstance(value, str) and value.strip().lower() in TRUE
 
 
-def is_private(kb: Path, rel_path: str, text: str | None = None, found: list | None = None) -> bool:
-    """Whether the note is private; its text is read (its start, race-free) when not given; `found`: the
-    .kaignore rules, when the caller has them (an index build asks for thousands of notes)."""
-    if ignored(rel_path, rules(kb) if found is None else found):
+def is_private(kb: Path, rel_path: str, text: str | None = None) -> bool:
+    """Whether the note is private; its text is read (its start, race-free) when not given."""
+    if ignored(rel_path, rules(kb)):
         return True
     if text is None:
         try:
             text = notes.readable_text(notes.read_bytes(kb, rel_path, FRONT_MATTER_BYTES)) or ""
         except (OSError, notes.ToolError):
             return False  # nothing there to keep private
-    return marked(text)
+    return text.startswith(("---", "\ufeff---")) and says_private(vault.front_matter(text)[0])

@@ -30,7 +30,7 @@ TEMPLATE_TIME_FORMAT = "HH:mm"
 
 
 def _lines(text: str) -> list:
-    return (text[1:] if text.startswith("\ufeff") else text).splitlines()
+    return text.removeprefix("\ufeff").splitlines()
 
 
 # --- Front matter: the YAML people write in vaults, without a YAML library ---
@@ -52,8 +52,7 @@ _LIST_SEPARATORS = {"tags": r"[,\s]+", "aliases": r","}
 
 def _fenced(text: str):
     """(closed, the lines between the fences) when line 1 is '---', else None; `closed`: a '---' or '...' ends them."""
-    text = text[1:] if text.startswith("\ufeff") else text
-    first, _, rest = text.partition("\n")
+    first, _, rest = text.removeprefix("\ufeff").partition("\n")
     if first.rstrip() != "---":
         return None
     end = _CLOSING.search(rest)
@@ -98,8 +97,7 @@ def _joined(value: str, more: list) -> str:
 def _properties(lines: list) -> dict:
     properties, key = {}, None
     for _, line, more in _entries(lines):
-        item = _ITEM.match(line) if line[0] == "-" else None
-        if item:  # `key:` then `- a` lines at the key's own indent
+        if line[0] == "-" and (item := _ITEM.match(line)):  # `key:` then `- a` lines at the key's own indent
             if key is not None and (properties[key] is None or isinstance(properties[key], list)):
                 properties[key] = (properties[key] or []) + [_value(_joined(item[1] or "", more))]
             continue
@@ -121,8 +119,7 @@ def _property(line: str):
 
 
 def _read_value(value: str, more: list):
-    block = _BLOCK_SCALAR.match(value) if value.startswith(("|", ">")) else None
-    if block:
+    if value.startswith(("|", ">")) and (block := _BLOCK_SCALAR.match(value)):
         return _block_scalar(block[1], block[2], more)
     if value:
         return _value(_joined(value, more))
@@ -134,8 +131,7 @@ def _read_value(value: str, more: list):
         return "\n".join(line[indent:] if not line[:indent].strip() else line.strip() for line in lines)
     items = []
     for line in lines:
-        item = _ITEM.match(line[indent:]) if len(line) - len(line.lstrip()) == indent else None
-        if item:
+        if len(line) - len(line.lstrip()) == indent and (item := _ITEM.match(line[indent:])):
             items.append([item[1] or ""])
         else:
             items[-1].append(line.strip())
@@ -165,10 +161,8 @@ def _value(raw: str):
         if raw[0] == "'":
             return inner.replace("''", "'")
         return _ESCAPE.sub(lambda m: chr(int(m[1][1:], 16)) if len(m[1]) > 1 else _ESCAPES.get(m[1], m[0]), inner)
-    if raw.startswith("[") and not raw.startswith("[["):
-        items = _flow_list(raw)
-        if items is not None:
-            return items
+    if raw.startswith("[") and not raw.startswith("[[") and (items := _flow_list(raw)) is not None:
+        return items
     plain = _COMMENT.split(raw, 1)[0].rstrip() if "#" in raw else raw
     return None if plain in _NULLS else plain
 
@@ -230,13 +224,11 @@ def front_matter_problem(text: str) -> str | None:
     seen, list_allowed = {}, False
     for i, line, more in _entries(lines):
         where = f"line {i + 2} ({_shown(line)})"
-        item = _ITEM.match(line) if line[0] == "-" else None
-        if item:
+        if line[0] == "-" and (item := _ITEM.match(line)):
             if not list_allowed:
                 return (f"{where} is a list item under a property that has a value on its own line; write the "
                         "property as 'name:' alone with '- item' lines below it")
-            problem = _value_problem(_joined(item[1] or "", more))
-            if problem:
+            if problem := _value_problem(_joined(item[1] or "", more)):
                 return f"{where}: {problem}"
             continue
         found = _property(line)
@@ -247,8 +239,7 @@ def front_matter_problem(text: str) -> str | None:
         if key in seen:
             return f"{where} repeats the property '{key}' of line {seen[key]}; each property may appear only once"
         seen[key], list_allowed = i + 2, not value
-        problem = None if not value or _BLOCK_SCALAR.match(value) else _value_problem(_joined(value, more))
-        if problem:
+        if value and not _BLOCK_SCALAR.match(value) and (problem := _value_problem(_joined(value, more))):
             return f"{where}: {problem}"
     return None
 
@@ -257,8 +248,7 @@ def front_matter_broken(old_text: str, new_text: str) -> str | None:
     """What a change would break in the note's front matter, in one line, or None: front_matter_problem of the result
     (unless the note had one already: then the change may be fixing it), or the whole front matter pushed off line 1
     by text put before it (taking it out is allowed)."""
-    problem = front_matter_problem(new_text)
-    if problem:
+    if problem := front_matter_problem(new_text):
         return None if front_matter_problem(old_text) else problem
     old_start = _body_start(old_text)
     block = "\n".join(_lines(old_text)[:old_start - 1])  # the old front matter with its fences, as whole lines
@@ -320,8 +310,7 @@ _FENCE = re.compile(r"[ \t>]*(`{3,}|~{3,})")
 def _outside_code(lines: list, first: int = 0):
     """(index, line) of the lines from `first` on that are neither in a fenced code block nor one of its fences."""
     fence = None
-    for i in range(first, len(lines)):
-        line = lines[i]
+    for i, line in enumerate(lines[first:], first):
         opening = _FENCE.match(line) if "`" in line or "~" in line else None
         if fence:
             if opening and opening[1][0] == fence[0] and len(opening[1]) >= len(fence) \
@@ -366,13 +355,9 @@ _MARKS = [(re.compile(r"!?\[\[[^\]|]*\|([^\]]*)\]\]"), r"\1"), (re.compile(r"!?\
 def headings(text: str) -> list:
     """(line, level, title) of each ATX heading (`## Title`) outside front matter and code. Setext headings (a line
     underlined with === or ---) are not read: in vaults such a `---` is far more often a rule under a paragraph."""
-    lines = _lines(text)
-    found = []
-    for i, line in _outside_code(lines, _body_start(text) - 1):
-        heading = _ATX.match(line) if line.lstrip(" ")[:1] == "#" else None
-        if heading:
-            found.append((i + 1, len(heading[1]), _without_closing((heading[2] or "").strip())))
-    return found
+    return [(i + 1, len(heading[1]), _without_closing((heading[2] or "").strip()))
+            for i, line in _outside_code(_lines(text), _body_start(text) - 1)
+            if line.lstrip(" ")[:1] == "#" and (heading := _ATX.match(line))]
 
 
 def _without_closing(title: str) -> str:
@@ -458,7 +443,7 @@ def append_to_section(text: str, wanted: str, content: str) -> str:
     """The text with `content` added at the end of the section under `wanted` (find_section's rules): after its last
     line that is not blank, so the blank lines before the next heading stay there. The rest is kept byte for byte."""
     start, end = find_section(text, wanted)
-    lines = (text[1:] if text.startswith("\ufeff") else text).splitlines(keepends=True)
+    lines = text.removeprefix("\ufeff").splitlines(keepends=True)
     last = end
     while last > start and not lines[last - 1].strip():
         last -= 1
@@ -473,8 +458,7 @@ def append_to_section(text: str, wanted: str, content: str) -> str:
 
 # --- Files the owner excluded, drawings, and sync-conflict copies ---
 def _settings(kb: Path, name: str) -> dict:
-    """A settings file (`.obsidian/*.json`, by its path in the vault) as a dict; {} if missing, unreadable, a link,
-    or not a JSON object."""
+    """A `.obsidian/*.json` settings file as a dict; {} if missing, unreadable, a link, or not a JSON object."""
     try:
         value = json.loads(notes.read_bytes(Path(kb), name, SETTINGS_MAX_BYTES).decode("utf-8-sig"))
     except (OSError, ValueError, RecursionError, notes.ToolError):
@@ -544,8 +528,7 @@ def conflict_of(rel_path: str) -> str | None:
         return None
     path = PurePosixPath(rel_path)
     for pattern in _CONFLICT_NAMES:
-        found = pattern.fullmatch(path.name)
-        if found:
+        if found := pattern.fullmatch(path.name):
             return str(path.with_name(found["name"] + (found["ext"] or "")))
     return None
 
@@ -593,15 +576,14 @@ def daily_note_path(settings: dict, day) -> str:
     return f"{folder}/{name}.md" if folder else f"{name}.md"
 
 
-def fill_template(template_text: str, title: str, now, date_format: str = DAILY_FORMAT,
-                  time_format: str = TEMPLATE_TIME_FORMAT) -> str:
+def fill_template(template_text: str, title: str, now, date_format: str = DAILY_FORMAT) -> str:
     """A core Templates template filled in: {{title}}, {{date}}, {{time}}, {{date:FORMAT}}, {{time:FORMAT}}. Daily
     notes pass their own format as date_format, as Obsidian does."""
     def field(match):
         name, fmt = match[1].lower(), (match[2] or "").strip()
         if name == "title":
             return title
-        return moment_format(fmt or (date_format if name == "date" else time_format), now)
+        return moment_format(fmt or (date_format if name == "date" else TEMPLATE_TIME_FORMAT), now)
     return _TEMPLATE_FIELD.sub(field, template_text)
 
 
@@ -613,8 +595,7 @@ _LINK_FORMS = {"shortest": "by the shortest name that is unique", "relative": "b
 
 
 def vault_style(kb: Path) -> dict:
-    """The settings of `.obsidian/app.json` that say how the owner writes links and where new files go: only those
-    the vault sets, with the right types."""
+    """The settings of `.obsidian/app.json` on links and new files that the vault sets, with the right types."""
     app = _settings(kb, APP_SETTINGS)
     return {key: app[key] for key, kind in _STYLE_KEYS.items() if isinstance(app.get(key), kind)}
 
@@ -627,22 +608,16 @@ def style_prompt(kb: Path) -> str:
     links = "Markdown links like [Note](Note.md)" if style.get("useMarkdownLinks") else "[[wikilinks]] like [[Note]]"
     form = _LINK_FORMS.get(style.get("newLinkFormat", ""))
     parts = [f"links notes with {links}" + (f", {form}" if form else "")]
-    location, folder = style.get("newFileLocation"), style.get("newFileFolderPath", "").strip("/")
-    if location == "folder" and folder:
-        parts.append(f"new notes go in {folder}/")
-    elif location == "current":
-        parts.append("new notes go in the folder of the note they come from")
-    elif location in ("root", "folder"):
-        parts.append("new notes go in the top folder")
-    attachments = style.get("attachmentFolderPath")
-    if attachments is not None:
-        where = attachments.strip()
-        if where.startswith("./"):
-            sub = where[2:].strip("/")
+    folder = style.get("newFileFolderPath", "").strip("/")
+    if where := {"root": "the top folder", "current": "the folder of the note they come from",
+                 "folder": f"{folder}/" if folder else "the top folder"}.get(style.get("newFileLocation")):
+        parts.append(f"new notes go in {where}")
+    if (attachments := style.get("attachmentFolderPath")) is not None:
+        sub = attachments.strip().removeprefix("./").strip("/")
+        if attachments.strip().startswith("./"):
             parts.append(f"attachments go in {sub}/ beside their note" if sub else "attachments go beside their note")
         else:
-            where = where.strip("/")
-            parts.append(f"attachments go in {where}/" if where else "attachments go in the top folder")
+            parts.append(f"attachments go in {sub}/" if sub else "attachments go in the top folder")
     return "This vault " + "; ".join(parts) + "."
 
 
