@@ -248,7 +248,6 @@ def snapshot(kb: Path, rel_path: str, data: bytes | None = None) -> str:
     return copy
 
 
-
 def list_versions(kb: Path, rel_path: str) -> list[Path]:
     """Every kept version of one note, oldest first: names end in a UTC stamp (and -N after a clash)."""
     base = kb / HISTORY_DIR / rel_path
@@ -522,25 +521,3 @@ def summary(change: Change, hidden=frozenset()) -> str:
             lines.append(change_summary(path, _text(f.old), _text(f.new)))
     count = sum(change.final_path(f.path) in hidden for f in change.files)
     return "\n".join(lines + [f"(and {count} private note{'s' * (count != 1)})"] * bool(count))
-
-
-# --- A whole change at once (what a tool does when nobody is asked) ---
-
-def save_note(kb: Path, rel_path: str, new_text, op: str) -> str:
-    """Plan a text change and apply it (planned again under the lock if the note changed); its summary."""
-    def plan():
-        return plan_text(kb, rel_path, new_text, op)
-    return _summary_of(apply(kb, plan(), replan=plan))
-
-
-def move_note(kb: Path, from_path: str, to_path: str) -> str:
-    return _summary_of(apply(kb, plan_move(kb, from_path, to_path)))
-
-
-def delete_note(kb: Path, rel_path: str) -> str:
-    return _summary_of(apply(kb, plan_delete(kb, rel_path)))
-
-
-def _summary_of(applied: tuple[Change, str]) -> str:
-    change, warning = applied
-    return summary(change) + warning
