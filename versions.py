@@ -271,12 +271,10 @@ def prune_versions(kb: Path, rel_path: str) -> None:
     so no sequence of changes can flush the text a note had before this conversation or before the last hour."""
     kept = list_versions(kb, rel_path)
     ages = [_age_s(v) for v in kept]
-    older = [i for i, age in enumerate(ages) if age >= HISTORY_PROTECT_S]
     first = _FIRST_KEPT.get((str(kb), rel_path))
-    protected = set(range(len(kept) - HISTORY_KEEP, len(kept))) | {i for i, a in enumerate(ages)
-                                                                   if a < HISTORY_PROTECT_S}
-    protected |= {older[-1]} if older else set()
-    protected |= {i for i, v in enumerate(kept) if first and v == kb / first}
+    protected = {i for i, (version, age) in enumerate(zip(kept, ages))
+                 if i >= len(kept) - HISTORY_KEEP or age < HISTORY_PROTECT_S or (first and version == kb / first)}
+    protected |= set([i for i, age in enumerate(ages) if age >= HISTORY_PROTECT_S][-1:])  # the newest older one
     sizes = [v.stat().st_size if v.exists() else 0 for v in kept]
     total = sum(sizes)
     for i, version in enumerate(kept):  # oldest first
@@ -406,8 +404,7 @@ def _keep_current(kb: Path, rel_path: str, after: str | None = None) -> str:
 def _undo(kb: Path, entry: dict, only_ours: bool = False) -> tuple[str, list[str]]:
     """Put back every file of the entry (a part a kill left undone needs nothing), then the move; what it says.
     `only_ours`: a file that does not hold what the change wrote is left as it is (a failed change taken back)."""
-    files, move, what = entry["files"], (entry["path"], entry["to"]) if entry["op"] == "move" else None, \
-        _describe(entry)
+    files, move = entry["files"], (entry["path"], entry["to"]) if entry["op"] == "move" else None
     for f in files:
         if f["snapshot"] and not (kb / f["snapshot"]).is_file():
             raise _Gone(f"its saved version {f['snapshot']} is gone")
@@ -437,11 +434,11 @@ def _undo(kb: Path, entry: dict, only_ours: bool = False) -> tuple[str, list[str
         remove_folders(kb, [d for d in entry["made"] if isinstance(d, str)
                             and any(n.startswith(d + "/") for n in notes)])
     touched = list(dict.fromkeys(([*move] if move else []) + [f["path"] for f in files]))
-    return _undone_message(entry, what, told), touched
+    return _undone_message(entry, told), touched
 
 
-def _undone_message(entry: dict, what: str, told: list[str]) -> str:
-    op, path, files = entry["op"], entry["path"], entry["files"]
+def _undone_message(entry: dict, told: list[str]) -> str:
+    op, path, files, what = entry["op"], entry["path"], entry["files"], _describe(entry)
     others = [f for f in files if f["path"] not in (path, entry.get("to"))]
     also = f" {len(others)} other note{'s' if len(others) != 1 else ''} as they were." if others else ""
     kept = "".join(told)
