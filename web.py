@@ -93,7 +93,7 @@ def _number(text: str, status: int, message: str) -> int:
         raise HTTPError(status, message) from None
 
 
-def history_items(history: list[dict], checked: dict | None = None) -> list[dict]:
+def history_items(history: list[dict], checked: dict) -> list[dict]:
     """A saved conversation as the events that showed it, so the page draws both the same way; `checked`: the
     answers' citations.Report by their index in history (citations.checked_answers)."""
     items, names = [], {}
@@ -106,7 +106,7 @@ def history_items(history: list[dict], checked: dict | None = None) -> list[dict
                 items.append({"type": "reasoning", "text": message["reasoning_content"]})
             if text:
                 items.append({"type": "text", "text": text})
-            if index in (checked or {}):
+            if index in checked:
                 items.append(checked[index].event())
             for call in message.get("tool_calls") or []:
                 function = call.get("function") or {}
@@ -483,11 +483,11 @@ class Handler(BaseHTTPRequestHandler):
 
     do_GET = do_POST = do_OPTIONS = do_HEAD = do_PUT = do_DELETE = do_PATCH = do_TRACE = _serve
 
-    def _send(self, status: int, body: bytes | None, kind: str, extra: dict | None = None) -> None:
+    def _send(self, status: int, body: bytes | None, kind: str) -> None:
         """Every response: the status, HEADERS, then the body (None: an event stream follows)."""
         self.send_response(status)
         length = {} if body is None else {"Content-Length": str(len(body))}
-        for name, value in {**HEADERS, "Content-Type": kind, **length, **(extra or {})}.items():
+        for name, value in {**HEADERS, "Content-Type": kind, **length}.items():
             self.send_header(name, value)
         self.end_headers()
         if body is not None and self.command != "HEAD":
