@@ -264,12 +264,8 @@ class Model:
 
     def budget(self) -> int:
         """Estimated tokens a request's messages may take: CONTEXT_TOKENS in the server's count, less the tools."""
-        return int(self.settings.context_tokens / self.token_ratio) - self.fixed_tokens()[1]
-
-    def fixed_tokens(self) -> tuple[int, int]:
-        """Estimated tokens every request carries: (the system prompt and the tools, the tools alone)."""
-        schemas = tools.tool_schemas(self.settings)
-        return context.estimate_tokens([system_message()], schemas), context.estimate_tokens([], schemas)
+        tools_alone = context.estimate_tokens([], tools.tool_schemas(self.settings))
+        return int(self.settings.context_tokens / self.token_ratio) - tools_alone
 
     def _params(self, messages: list[dict]) -> dict:
         settings = self.settings
@@ -333,8 +329,8 @@ class Model:
 
     def _too_small(self, error: ContextTooLong) -> AgentError:
         """The request that does not fit, whatever is left out: say what to do, by what takes the room."""
-        window, (fixed, _) = error.window, self.fixed_tokens()
-        said = f"the server said: {str(error).rstrip('.')}"
+        fixed = context.estimate_tokens([system_message()], tools.tool_schemas(self.settings))  # in every request
+        window, said = error.window, f"the server said: {str(error).rstrip('.')}"
         if window and fixed > window * CONTEXT_SHRINK:  # no room left for a question and its answer
             return ContextTooLong(
                 f"The model's context window ({window:,} tokens) is too small for any question: the instructions and "
