@@ -185,8 +185,7 @@ class Reply:
             self.content = ""
         self._show(ui)
 
-    def _show(self, ui: UI) -> None:
-        """Show the text not shown yet (what was held back, or the new piece)."""
+    def _show(self, ui: UI) -> None:  # what was held back, or the new piece
         if len(self.content) > len(self.shown):
             ui.text(self.content[len(self.shown):])
             self.shown = self.content
@@ -376,8 +375,7 @@ def execute(calls: list[dict], arguments: list[str], history: list[dict], settin
         ui.tool_result(name, result)
 
 
-def _answer(call_ids: list[str], history: list[dict], text: str) -> None:
-    """Answer each call with the same text (its result, or why it did not run)."""
+def _answer(call_ids: list[str], history: list[dict], text: str) -> None:  # its result, or why it did not run
     history.extend({"role": "tool", "tool_call_id": call_id, "content": text} for call_id in call_ids)
 
 

@@ -186,9 +186,8 @@ def _record(kb: Path, change: Change) -> tuple[dict, str]:
     files, made = [], []
     for f in change.files:
         final = change.final_path(f.path)
-        kept = snapshot(kb, f.path, f.old) if f.old is not None else None
-        after = hashlib.sha256(f.new).hexdigest() if f.new is not None else None
-        files.append({"path": final, "snapshot": kept, "after": after})
+        files.append({"path": final, "snapshot": snapshot(kb, f.path, f.old) if f.old is not None else None,
+                      "after": hashlib.sha256(f.new).hexdigest() if f.new is not None else None})
         if f.old is None:
             made += _missing_folders(kb, final)
     if change.move:
