@@ -310,8 +310,6 @@ class Model:
                     raise error from None
                 retried = True
                 continue
-            except (AgentError, KeyboardInterrupt):
-                raise
             except Exception as exc:  # HTML, malformed JSON or SSE: the base URL is not a chat completions API
                 raise AgentError(f"The server at {self.settings.base_url} sent something that is not an "
                                  f"OpenAI-compatible answer ({type(exc).__name__}). Check the base URL (--base-url; "
