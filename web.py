@@ -93,9 +93,8 @@ def _number(text: str, status: int, message: str) -> int:
         raise HTTPError(status, message) from None
 
 
-def history_items(history: list[dict], checked: dict) -> list[dict]:
-    """A saved conversation as the events that showed it, so the page draws both the same way; `checked`: the
-    answers' citations.Report by their index in history (citations.checked_answers)."""
+def history_items(history: list[dict], checked: dict[int, citations.Report]) -> list[dict]:
+    """A saved conversation as the events that showed it, so the page draws both alike (`checked`: its citations)."""
     items, names = [], {}
     for index, message in enumerate(history):
         role, text = message.get("role"), content_text(message.get("content"))
@@ -587,8 +586,7 @@ def launch_page(url: str):
 
 
 def serve(settings: Settings, port: int | None = None, open_browser: bool = True) -> int:
-    """Serve the page until Ctrl+C or SIGTERM; print the launch page to open (and the address it opens, to paste).
-    Returns the exit code."""
+    """Serve the page until Ctrl+C or SIGTERM, printing the launch page to open (and its address, to paste)."""
     port = DEFAULT_PORT if port is None else port
     try:
         server = Server(settings, port)
