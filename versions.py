@@ -455,18 +455,19 @@ def _text(data: bytes | None) -> str:
     return "" if data is None else readable_text(data) or ""
 
 
-def _common_ends(old: list[str], new: list[str]) -> tuple[int, int]:
-    """Lines the two share at head and tail: trimmed first, as difflib is slow on long notes with small edits."""
+def _changed_lines(old_text: str, new_text: str, context: int = 0) -> tuple[int, list[str], list[str]]:
+    """(the index of the first line kept, the old lines, the new ones) with the lines both share at head and tail
+    trimmed, but for `context` around the change: difflib is slow on long notes with small edits."""
+    old, new = old_text.splitlines(), new_text.splitlines()
     head = len(os.path.commonprefix([old, new]))  # commonprefix compares any sequences, item by item
-    return head, len(os.path.commonprefix([old[head:][::-1], new[head:][::-1]]))
+    tail = len(os.path.commonprefix([old[head:][::-1], new[head:][::-1]]))
+    start, cut = max(0, head - context), max(0, tail - context)
+    return start, old[start:len(old) - cut], new[start:len(new) - cut]
 
 
 def diff_text(old_text: str, new_text: str) -> str:
     """A unified diff (hunks only, 3 lines of context) of a change, at most DIFF_MAX_LINES lines long."""
-    old, new = old_text.splitlines(), new_text.splitlines()
-    head, tail = _common_ends(old, new)
-    start, cut = max(0, head - DIFF_CONTEXT), max(0, tail - DIFF_CONTEXT)
-    a, b = old[start:len(old) - cut], new[start:len(new) - cut]
+    start, a, b = _changed_lines(old_text, new_text, DIFF_CONTEXT)
     if len(a) * len(b) <= DIFF_MAX_WORK:  # the ---/+++ header dropped (the note is named apart); hunks renumbered
         lines = [re.sub(r"(?<=[-+])\d+", lambda m: str(int(m[0]) + start), line) if line.startswith("@@") else line
                  for line in list(difflib.unified_diff(a, b, lineterm="", n=DIFF_CONTEXT))[2:]]  # from line 1
@@ -490,9 +491,7 @@ def diffs(change: Change) -> list[tuple[str, str]]:
 
 def change_summary(rel_path: str, old_text: str, new_text: str) -> str:
     """`~ notes/git.md  +3 −1`: lines added and removed."""
-    old, new = old_text.splitlines(), new_text.splitlines()
-    head, tail = _common_ends(old, new)
-    a, b = old[head:len(old) - tail], new[head:len(new) - tail]
+    _, a, b = _changed_lines(old_text, new_text)
     if len(a) * len(b) > DIFF_MAX_WORK:  # counted as two bags of lines: linear, a close estimate
         removed, added = sum((Counter(a) - Counter(b)).values()), sum((Counter(b) - Counter(a)).values())
     else:
