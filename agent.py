@@ -79,8 +79,7 @@ class ContextTooLong(RequestRejected):
 
 class Answer(str):
     """The answer's text (a notice after it when it is incomplete); `complete` is False when the round limit, the
-    model's length limit or an empty reply cut it short, and `notice` says which; `citations`: its citations checked
-    (a citations.Report)."""
+    model's length limit or an empty reply cut it short, and `notice` says which; `citations`: a citations.Report."""
     complete, notice, citations = True, "", citations.NOTHING
 
 
