@@ -347,7 +347,7 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 4096  # connections waiting for accept: under a flood, the page's waits among them
 
-    def __init__(self, settings: Settings, port: int = DEFAULT_PORT):
+    def __init__(self, settings: Settings, port: int):
         self.app = App(settings, agent.make_client(settings) if settings.api_key else None)
         self.lock = threading.Lock()  # guards the token and the anonymous connections
         self.anonymous: dict[socket.socket, float] = {}  # in accept order: when its request is due (inf: it came)
