@@ -79,8 +79,7 @@ class ContextTooLong(RequestRejected):
 
 class Answer(str):
     """The answer's text (a notice after it when it is incomplete); `complete` is False when the round limit, the
-    model's length limit or an empty reply cut it short, and `notice` says which; `citations`: its citations checked
-    (a citations.Report)."""
+    model's length limit or an empty reply cut it short, and `notice` says which; `citations`: a citations.Report."""
     complete, notice, citations = True, "", citations.NOTHING
 
 
@@ -185,8 +184,7 @@ class Reply:
             self.content = ""
         self._show(ui)
 
-    def _show(self, ui: UI) -> None:
-        """Show the text not shown yet (what was held back, or the new piece)."""
+    def _show(self, ui: UI) -> None:  # what was held back, or the new piece
         if len(self.content) > len(self.shown):
             ui.text(self.content[len(self.shown):])
             self.shown = self.content
@@ -264,12 +262,8 @@ class Model:
 
     def budget(self) -> int:
         """Estimated tokens a request's messages may take: CONTEXT_TOKENS in the server's count, less the tools."""
-        return int(self.settings.context_tokens / self.token_ratio) - self.fixed_tokens()[1]
-
-    def fixed_tokens(self) -> tuple[int, int]:
-        """Estimated tokens every request carries: (the system prompt and the tools, the tools alone)."""
-        schemas = tools.tool_schemas(self.settings)
-        return context.estimate_tokens([system_message()], schemas), context.estimate_tokens([], schemas)
+        tools_alone = context.estimate_tokens([], tools.tool_schemas(self.settings))
+        return int(self.settings.context_tokens / self.token_ratio) - tools_alone
 
     def _params(self, messages: list[dict]) -> dict:
         settings = self.settings
@@ -315,8 +309,6 @@ class Model:
                     raise error from None
                 retried = True
                 continue
-            except (AgentError, KeyboardInterrupt):
-                raise
             except Exception as exc:  # HTML, malformed JSON or SSE: the base URL is not a chat completions API
                 raise AgentError(f"The server at {self.settings.base_url} sent something that is not an "
                                  f"OpenAI-compatible answer ({type(exc).__name__}). Check the base URL (--base-url; "
@@ -333,8 +325,8 @@ class Model:
 
     def _too_small(self, error: ContextTooLong) -> AgentError:
         """The request that does not fit, whatever is left out: say what to do, by what takes the room."""
-        window, (fixed, _) = error.window, self.fixed_tokens()
-        said = f"the server said: {str(error).rstrip('.')}"
+        fixed = context.estimate_tokens([system_message()], tools.tool_schemas(self.settings))  # in every request
+        window, said = error.window, f"the server said: {str(error).rstrip('.')}"
         if window and fixed > window * CONTEXT_SHRINK:  # no room left for a question and its answer
             return ContextTooLong(
                 f"The model's context window ({window:,} tokens) is too small for any question: the instructions and "
@@ -380,8 +372,7 @@ def execute(calls: list[dict], arguments: list[str], history: list[dict], settin
         ui.tool_result(name, result)
 
 
-def _answer(call_ids: list[str], history: list[dict], text: str) -> None:
-    """Answer each call with the same text (its result, or why it did not run)."""
+def _answer(call_ids: list[str], history: list[dict], text: str) -> None:  # its result, or why it did not run
     history.extend({"role": "tool", "tool_call_id": call_id, "content": text} for call_id in call_ids)
 
 

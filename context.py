@@ -14,6 +14,7 @@ never import the rest of the project.
 
 import json
 import math
+from itertools import accumulate
 
 # Tokens are estimated without a tokenizer, leaning to over-count: a request a little short costs little,
 # a refused one a retry. CJK is ~1 token a character; prose ~4 characters a token, Markdown, code, JSON ~3.
@@ -116,23 +117,14 @@ def _cut(sizes: list[tuple[list[int], int, int]], fixed: int, budget: int) -> tu
                 while elided < current - keep:  # shorten the tool results of finished turns
                     kept, elided = kept - sizes[elided][1] + sizes[elided][2], elided + 1
                 if head is None and kept > room:  # the first drop fixes the head, for good
-                    head = start = _head(sizes[:elided], int(budget * HEAD_SHARE))
+                    used = accumulate(short for _, _, short in sizes[:elided])  # by the first turns, shortened
+                    head = start = sum(tokens <= int(budget * HEAD_SHARE) for tokens in used)
                 while start < elided and kept > room:  # drop the oldest turns after the head
                     kept, start = kept - sizes[start][2], start + 1
                 if kept <= room:
                     break
         kept += whole if current < len(sizes) - 1 else 0
     return head or 0, start, elided, kept
-
-
-def _head(shortened: list[tuple[list[int], int, int]], room: int) -> int:
-    """How many of the first (shortened) turns fit in `room` tokens."""
-    used = 0
-    for count, (_, _, short) in enumerate(shortened):
-        used += short
-        if used > room:
-            return count
-    return len(shortened)
 
 
 def fit_to_budget(messages: list[dict], budget_tokens: int) -> list[dict]:

@@ -63,7 +63,7 @@ def text_tool_calls(content: str, offered: set[str] | None) -> list[dict] | None
     """The calls, as [{"name": …, "arguments": "<JSON object>"}], when `content` is nothing but tool calls
     (see the module docstring) naming offered tools; None when it is an answer. With `offered` None any name
     will do: a call-shaped answer naming no offered tool may be a call to a tool that does not exist."""
-    text = _without_echo(content or "").strip()
+    text = _without_echo(content or "")
     if text.startswith(TAGGED[0]):
         bodies = _tagged_bodies(text)
     elif text.startswith(FENCE):
@@ -92,15 +92,12 @@ def could_be_tool_call(prefix: str) -> bool:
     if any(opening.startswith(text) for opening in (TOOLS_ECHO[0], TAGGED[0], FENCE)):
         return True  # nothing yet, or an opening still arriving ("<tool", "``")
     if text.startswith(TAGGED[0]):
-        body, closed, rest = text[len(TAGGED[0]):].partition(TAGGED[1])
-        return _body_may_be_call(body, closed, TAGGED[1]) and (not closed or could_be_tool_call(rest))
+        return _body_may_be_call(text[len(TAGGED[0]):], TAGGED[1])
     if text.startswith(FENCE):
         language, newline, body = text[len(FENCE):].partition("\n")
         if not newline:
             return any(name.startswith(language.strip().lower()) for name in FENCE_LANGUAGES)
-        body, closed, rest = body.partition(FENCE)
-        return (language.strip().lower() in FENCE_LANGUAGES and _body_may_be_call(body, closed, FENCE)
-                and (not closed or could_be_tool_call(rest)))
+        return language.strip().lower() in FENCE_LANGUAGES and _body_may_be_call(body, FENCE)
     return _json_may_be_call(text)
 
 
@@ -202,11 +199,13 @@ def _call(item, offered: set[str] | None) -> dict | None:
     return {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}
 
 
-def _body_may_be_call(body: str, closed: str, closing: str) -> bool:
-    """Whether what a tag or fence holds so far may be calls: once closed it must be; before, it must start so."""
+def _body_may_be_call(text: str, closing: str) -> bool:
+    """Whether what a tag or fence holds so far may be calls (once closed it must be, and what follows may be more;
+    before, it must start so)."""
+    body, closed, rest = text.partition(closing)
     if closed:
         values = _json_values(body)
-        return bool(values) and all(_may_be_calls(value) for value in values)
+        return bool(values) and all(_may_be_calls(value) for value in values) and could_be_tool_call(rest)
     for size in range(len(closing) - 1, 0, -1):  # the closing may be arriving: "</tool_" or "``"
         if body.endswith(closing[:size]):
             body = body[:-size]

@@ -186,9 +186,8 @@ def _record(kb: Path, change: Change) -> tuple[dict, str]:
     files, made = [], []
     for f in change.files:
         final = change.final_path(f.path)
-        kept = snapshot(kb, f.path, f.old) if f.old is not None else None
-        after = hashlib.sha256(f.new).hexdigest() if f.new is not None else None
-        files.append({"path": final, "snapshot": kept, "after": after})
+        files.append({"path": final, "snapshot": snapshot(kb, f.path, f.old) if f.old is not None else None,
+                      "after": hashlib.sha256(f.new).hexdigest() if f.new is not None else None})
         if f.old is None:
             made += _missing_folders(kb, final)
     if change.move:
@@ -248,7 +247,6 @@ def snapshot(kb: Path, rel_path: str, data: bytes | None = None) -> str:
     return copy
 
 
-
 def list_versions(kb: Path, rel_path: str) -> list[Path]:
     """Every kept version of one note, oldest first: names end in a UTC stamp (and -N after a clash)."""
     base = kb / HISTORY_DIR / rel_path
@@ -272,12 +270,10 @@ def prune_versions(kb: Path, rel_path: str) -> None:
     so no sequence of changes can flush the text a note had before this conversation or before the last hour."""
     kept = list_versions(kb, rel_path)
     ages = [_age_s(v) for v in kept]
-    older = [i for i, age in enumerate(ages) if age >= HISTORY_PROTECT_S]
     first = _FIRST_KEPT.get((str(kb), rel_path))
-    protected = set(range(len(kept) - HISTORY_KEEP, len(kept))) | {i for i, a in enumerate(ages)
-                                                                   if a < HISTORY_PROTECT_S}
-    protected |= {older[-1]} if older else set()
-    protected |= {i for i, v in enumerate(kept) if first and v == kb / first}
+    protected = {i for i, (version, age) in enumerate(zip(kept, ages))
+                 if i >= len(kept) - HISTORY_KEEP or age < HISTORY_PROTECT_S or (first and version == kb / first)}
+    protected |= set([i for i, age in enumerate(ages) if age >= HISTORY_PROTECT_S][-1:])  # the newest older one
     sizes = [v.stat().st_size if v.exists() else 0 for v in kept]
     total = sum(sizes)
     for i, version in enumerate(kept):  # oldest first
@@ -407,8 +403,7 @@ def _keep_current(kb: Path, rel_path: str, after: str | None = None) -> str:
 def _undo(kb: Path, entry: dict, only_ours: bool = False) -> tuple[str, list[str]]:
     """Put back every file of the entry (a part a kill left undone needs nothing), then the move; what it says.
     `only_ours`: a file that does not hold what the change wrote is left as it is (a failed change taken back)."""
-    files, move, what = entry["files"], (entry["path"], entry["to"]) if entry["op"] == "move" else None, \
-        _describe(entry)
+    files, move = entry["files"], (entry["path"], entry["to"]) if entry["op"] == "move" else None
     for f in files:
         if f["snapshot"] and not (kb / f["snapshot"]).is_file():
             raise _Gone(f"its saved version {f['snapshot']} is gone")
@@ -438,11 +433,11 @@ def _undo(kb: Path, entry: dict, only_ours: bool = False) -> tuple[str, list[str
         remove_folders(kb, [d for d in entry["made"] if isinstance(d, str)
                             and any(n.startswith(d + "/") for n in notes)])
     touched = list(dict.fromkeys(([*move] if move else []) + [f["path"] for f in files]))
-    return _undone_message(entry, what, told), touched
+    return _undone_message(entry, told), touched
 
 
-def _undone_message(entry: dict, what: str, told: list[str]) -> str:
-    op, path, files = entry["op"], entry["path"], entry["files"]
+def _undone_message(entry: dict, told: list[str]) -> str:
+    op, path, files, what = entry["op"], entry["path"], entry["files"], _describe(entry)
     others = [f for f in files if f["path"] not in (path, entry.get("to"))]
     also = f" {len(others)} other note{'s' if len(others) != 1 else ''} as they were." if others else ""
     kept = "".join(told)
@@ -460,18 +455,19 @@ def _text(data: bytes | None) -> str:
     return "" if data is None else readable_text(data) or ""
 
 
-def _common_ends(old: list[str], new: list[str]) -> tuple[int, int]:
-    """Lines the two share at head and tail: trimmed first, as difflib is slow on long notes with small edits."""
+def _changed_lines(old_text: str, new_text: str, context: int = 0) -> tuple[int, list[str], list[str]]:
+    """(the index of the first line kept, the old lines, the new ones) with the lines both share at head and tail
+    trimmed, but for `context` around the change: difflib is slow on long notes with small edits."""
+    old, new = old_text.splitlines(), new_text.splitlines()
     head = len(os.path.commonprefix([old, new]))  # commonprefix compares any sequences, item by item
-    return head, len(os.path.commonprefix([old[head:][::-1], new[head:][::-1]]))
+    tail = len(os.path.commonprefix([old[head:][::-1], new[head:][::-1]]))
+    start, cut = max(0, head - context), max(0, tail - context)
+    return start, old[start:len(old) - cut], new[start:len(new) - cut]
 
 
 def diff_text(old_text: str, new_text: str) -> str:
     """A unified diff (hunks only, 3 lines of context) of a change, at most DIFF_MAX_LINES lines long."""
-    old, new = old_text.splitlines(), new_text.splitlines()
-    head, tail = _common_ends(old, new)
-    start, cut = max(0, head - DIFF_CONTEXT), max(0, tail - DIFF_CONTEXT)
-    a, b = old[start:len(old) - cut], new[start:len(new) - cut]
+    start, a, b = _changed_lines(old_text, new_text, DIFF_CONTEXT)
     if len(a) * len(b) <= DIFF_MAX_WORK:  # the ---/+++ header dropped (the note is named apart); hunks renumbered
         lines = [re.sub(r"(?<=[-+])\d+", lambda m: str(int(m[0]) + start), line) if line.startswith("@@") else line
                  for line in list(difflib.unified_diff(a, b, lineterm="", n=DIFF_CONTEXT))[2:]]  # from line 1
@@ -495,9 +491,7 @@ def diffs(change: Change) -> list[tuple[str, str]]:
 
 def change_summary(rel_path: str, old_text: str, new_text: str) -> str:
     """`~ notes/git.md  +3 −1`: lines added and removed."""
-    old, new = old_text.splitlines(), new_text.splitlines()
-    head, tail = _common_ends(old, new)
-    a, b = old[head:len(old) - tail], new[head:len(new) - tail]
+    _, a, b = _changed_lines(old_text, new_text)
     if len(a) * len(b) > DIFF_MAX_WORK:  # counted as two bags of lines: linear, a close estimate
         removed, added = sum((Counter(a) - Counter(b)).values()), sum((Counter(b) - Counter(a)).values())
     else:
@@ -522,25 +516,3 @@ def summary(change: Change, hidden=frozenset()) -> str:
             lines.append(change_summary(path, _text(f.old), _text(f.new)))
     count = sum(change.final_path(f.path) in hidden for f in change.files)
     return "\n".join(lines + [f"(and {count} private note{'s' * (count != 1)})"] * bool(count))
-
-
-# --- A whole change at once (what a tool does when nobody is asked) ---
-
-def save_note(kb: Path, rel_path: str, new_text, op: str) -> str:
-    """Plan a text change and apply it (planned again under the lock if the note changed); its summary."""
-    def plan():
-        return plan_text(kb, rel_path, new_text, op)
-    return _summary_of(apply(kb, plan(), replan=plan))
-
-
-def move_note(kb: Path, from_path: str, to_path: str) -> str:
-    return _summary_of(apply(kb, plan_move(kb, from_path, to_path)))
-
-
-def delete_note(kb: Path, rel_path: str) -> str:
-    return _summary_of(apply(kb, plan_delete(kb, rel_path)))
-
-
-def _summary_of(applied: tuple[Change, str]) -> str:
-    change, warning = applied
-    return summary(change) + warning

@@ -93,9 +93,8 @@ def _number(text: str, status: int, message: str) -> int:
         raise HTTPError(status, message) from None
 
 
-def history_items(history: list[dict], checked: dict | None = None) -> list[dict]:
-    """A saved conversation as the events that showed it, so the page draws both the same way; `checked`: the
-    answers' citations.Report by their index in history (citations.checked_answers)."""
+def history_items(history: list[dict], checked: dict[int, citations.Report]) -> list[dict]:
+    """A saved conversation as the events that showed it, so the page draws both alike (`checked`: its citations)."""
     items, names = [], {}
     for index, message in enumerate(history):
         role, text = message.get("role"), content_text(message.get("content"))
@@ -106,7 +105,7 @@ def history_items(history: list[dict], checked: dict | None = None) -> list[dict
                 items.append({"type": "reasoning", "text": message["reasoning_content"]})
             if text:
                 items.append({"type": "text", "text": text})
-            if index in (checked or {}):
+            if index in checked:
                 items.append(checked[index].event())
             for call in message.get("tool_calls") or []:
                 function = call.get("function") or {}
@@ -348,7 +347,7 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 4096  # connections waiting for accept: under a flood, the page's waits among them
 
-    def __init__(self, settings: Settings, port: int = DEFAULT_PORT):
+    def __init__(self, settings: Settings, port: int):
         self.app = App(settings, agent.make_client(settings) if settings.api_key else None)
         self.lock = threading.Lock()  # guards the token and the anonymous connections
         self.anonymous: dict[socket.socket, float] = {}  # in accept order: when its request is due (inf: it came)
@@ -483,11 +482,11 @@ class Handler(BaseHTTPRequestHandler):
 
     do_GET = do_POST = do_OPTIONS = do_HEAD = do_PUT = do_DELETE = do_PATCH = do_TRACE = _serve
 
-    def _send(self, status: int, body: bytes | None, kind: str, extra: dict | None = None) -> None:
+    def _send(self, status: int, body: bytes | None, kind: str) -> None:
         """Every response: the status, HEADERS, then the body (None: an event stream follows)."""
         self.send_response(status)
         length = {} if body is None else {"Content-Length": str(len(body))}
-        for name, value in {**HEADERS, "Content-Type": kind, **length, **(extra or {})}.items():
+        for name, value in {**HEADERS, "Content-Type": kind, **length}.items():
             self.send_header(name, value)
         self.end_headers()
         if body is not None and self.command != "HEAD":
@@ -587,8 +586,7 @@ def launch_page(url: str):
 
 
 def serve(settings: Settings, port: int | None = None, open_browser: bool = True) -> int:
-    """Serve the page until Ctrl+C or SIGTERM; print the launch page to open (and the address it opens, to paste).
-    Returns the exit code."""
+    """Serve the page until Ctrl+C or SIGTERM, printing the launch page to open (and its address, to paste)."""
     port = DEFAULT_PORT if port is None else port
     try:
         server = Server(settings, port)

@@ -160,7 +160,7 @@ def test_after_an_undo_each_question_tells_the_model_until_a_turn_is_kept(tmp_pa
     from conftest import make_settings
     conversation = Conversation(store_in(tmp_path), kb)
     assert not conversation.undo(make_settings(kb))[1] and conversation.begin_turn("q0") == "q0"  # nothing undone
-    versions.save_note(kb, "vim.md", "# Vim\n", "edit")
+    versions.apply(kb, versions.plan_text(kb, "vim.md", "# Vim\n", "edit"))
     message, undone = conversation.undo(make_settings(kb))
     assert undone and conversation.begin_turn("q1") == f"[I ran /undo: {message}]\nq1"
     conversation.end_turn()  # the turn was dropped (a refused request): the model has still not heard it

@@ -10,7 +10,27 @@ import pytest
 import notes
 import versions
 from notes import ToolError as VersionError
-from versions import change_summary, save_note
+from versions import change_summary
+
+
+def save_note(kb, rel_path, new_text, op):
+    """A text change planned and applied at once (planned again under the lock if the note changed): its summary."""
+    def plan():
+        return versions.plan_text(kb, rel_path, new_text, op)
+    return summary_of(versions.apply(kb, plan(), replan=plan))
+
+
+def move_note(kb, from_path, to_path):
+    return summary_of(versions.apply(kb, versions.plan_move(kb, from_path, to_path)))
+
+
+def delete_note(kb, rel_path):
+    return summary_of(versions.apply(kb, versions.plan_delete(kb, rel_path)))
+
+
+def summary_of(applied):
+    change, warning = applied
+    return versions.summary(change) + warning
 
 
 def undo_last(kb):
@@ -198,17 +218,17 @@ def test_move_refuses_existing_target_and_missing_source(tmp_path):
     make(tmp_path, "a.md", b"A")
     make(tmp_path, "b.md", b"B")
     with pytest.raises(VersionError, match="already exists"):
-        versions.move_note(tmp_path, "a.md", "b.md")
+        move_note(tmp_path, "a.md", "b.md")
     with pytest.raises(VersionError, match="does not exist"):
-        versions.move_note(tmp_path, "zzz.md", "c.md")
+        move_note(tmp_path, "zzz.md", "c.md")
     assert (tmp_path / "a.md").read_bytes() == b"A" and (tmp_path / "b.md").read_bytes() == b"B"
-    assert versions.move_note(tmp_path, "a.md", "sub/c.md") == "→ a.md → sub/c.md"
+    assert move_note(tmp_path, "a.md", "sub/c.md") == "→ a.md → sub/c.md"
     assert not (tmp_path / "a.md").exists() and (tmp_path / "sub/c.md").read_bytes() == b"A"
 
 
 def test_delete_keeps_a_copy(tmp_path):
     make(tmp_path, "old.md", b"gone?\n")
-    assert versions.delete_note(tmp_path, "old.md") == "- old.md"
+    assert delete_note(tmp_path, "old.md") == "- old.md"
     assert not (tmp_path / "old.md").exists()
     [kept] = history_files(tmp_path, "old.md")
     assert kept.read_bytes() == b"gone?\n"
@@ -303,7 +323,7 @@ def test_undo_restores_the_previous_text_byte_for_byte(tmp_path, op):
 
 def test_undo_move_moves_it_back(tmp_path):
     make(tmp_path, "a.md", b"A\n")
-    versions.move_note(tmp_path, "a.md", "archive/b.md")
+    move_note(tmp_path, "a.md", "archive/b.md")
     assert "moved archive/b.md back to a.md" in undo_last(tmp_path)
     assert (tmp_path / "a.md").read_bytes() == b"A\n"
     assert not (tmp_path / "archive/b.md").exists()
@@ -311,7 +331,7 @@ def test_undo_move_moves_it_back(tmp_path):
 
 def test_undo_delete_brings_the_note_back(tmp_path):
     make(tmp_path, "old.md", b"keep me\n")
-    versions.delete_note(tmp_path, "old.md")
+    delete_note(tmp_path, "old.md")
     assert "old.md is back" in undo_last(tmp_path)
     assert (tmp_path / "old.md").read_bytes() == b"keep me\n"
 
@@ -328,7 +348,7 @@ def test_undo_keeps_what_the_person_wrote_meanwhile(tmp_path):
 
 def test_undo_delete_keeps_a_note_the_person_created_at_that_path(tmp_path):
     make(tmp_path, "n.md", b"old\n")
-    versions.delete_note(tmp_path, "n.md")
+    delete_note(tmp_path, "n.md")
     (tmp_path / "n.md").write_text("person's new note\n")
     undo_last(tmp_path)
     assert (tmp_path / "n.md").read_text() == "old\n"
@@ -337,7 +357,7 @@ def test_undo_delete_keeps_a_note_the_person_created_at_that_path(tmp_path):
 
 def test_undo_move_keeps_a_note_the_person_created_at_the_old_path(tmp_path):
     make(tmp_path, "a.md", b"moved\n")
-    versions.move_note(tmp_path, "a.md", "b.md")
+    move_note(tmp_path, "a.md", "b.md")
     (tmp_path / "a.md").write_text("person's a\n")
     undo_last(tmp_path)
     assert (tmp_path / "a.md").read_text() == "moved\n"
@@ -348,7 +368,7 @@ def test_undo_goes_back_one_change_at_a_time(tmp_path):
     make(tmp_path, "n.md", b"1\n")
     save_note(tmp_path, "n.md", "2\n", "edit")
     save_note(tmp_path, "n.md", "3\n", "edit")
-    versions.move_note(tmp_path, "n.md", "m.md")
+    move_note(tmp_path, "n.md", "m.md")
     undo_last(tmp_path)
     undo_last(tmp_path)
     assert (tmp_path / "n.md").read_text() == "2\n"
@@ -361,7 +381,7 @@ def test_undo_of_a_change_that_cannot_be_undone_is_dropped_with_a_reason(tmp_pat
     make(tmp_path, "a.md", b"A\n")
     make(tmp_path, "x.md", b"X\n")
     save_note(tmp_path, "x.md", "X2\n", "edit")
-    versions.move_note(tmp_path, "a.md", "b.md")
+    move_note(tmp_path, "a.md", "b.md")
     (tmp_path / "b.md").unlink()  # the person deleted it by hand
     message = undo_last(tmp_path)
     assert message.startswith("Could not undo the move of a.md → b.md") and "b.md no longer exists" in message
@@ -371,7 +391,7 @@ def test_undo_of_a_change_that_cannot_be_undone_is_dropped_with_a_reason(tmp_pat
 
 def test_undo_reports_each_touched_path(tmp_path):
     make(tmp_path, "a.md", b"A\n")
-    versions.move_note(tmp_path, "a.md", "b.md")
+    move_note(tmp_path, "a.md", "b.md")
     _, touched = versions.undo_last(tmp_path)
     assert sorted(touched) == ["a.md", "b.md"]
 
@@ -411,8 +431,8 @@ def test_change_summaries(tmp_path):
     assert save_note(tmp_path, "new.md", "a\n" * 12, "write") == "+ new.md  +12"
     assert change_summary("notes/git.md", "a\nb\nc\n", "a\nB\nB2\nB3\nc\n") == "~ notes/git.md  +3 \u22121"
     assert save_note(tmp_path, "new.md", lambda text: text + "b\n", "append") == "~ new.md  +1 \u22120"
-    assert versions.move_note(tmp_path, "new.md", "old.md") == "→ new.md → old.md"
-    assert versions.delete_note(tmp_path, "old.md") == "- old.md"
+    assert move_note(tmp_path, "new.md", "old.md") == "→ new.md → old.md"
+    assert delete_note(tmp_path, "old.md") == "- old.md"
 
 
 def test_summary_of_a_one_line_edit_in_a_long_note_is_fast_and_exact():
@@ -427,7 +447,7 @@ def test_no_change_without_a_place_for_the_old_version(tmp_path):
     with pytest.raises(VersionError, match="could not keep a copy of n.md in .history/"):
         save_note(tmp_path, "n.md", "new\n", "overwrite")
     with pytest.raises(VersionError, match="nothing was changed"):
-        versions.delete_note(tmp_path, "n.md")
+        delete_note(tmp_path, "n.md")
     assert (tmp_path / "n.md").read_bytes() == b"keep\n"
 
 
@@ -496,7 +516,7 @@ def test_a_note_that_could_not_be_created_leaves_no_folders_behind(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == [".history"]  # its lock; no new/ nor new/deeper/
     make(tmp_path, "a.md", b"a\n")
     with pytest.raises(VersionError, match="could not move"):
-        versions.move_note(tmp_path, "a.md", too_long)
+        move_note(tmp_path, "a.md", too_long)
     assert sorted(p.name for p in tmp_path.iterdir()) == [".history", "a.md"]
 
 
