@@ -275,8 +275,7 @@ def _line_patterns(words: list) -> list:
 def _best_lines(kb: Path, path: str, patterns: list, chunk_line: int | None = None) -> list:
     """(line number, clipped line) of the lines matching most patterns, in note order; else the opening lines."""
     lines = indexed_text(path, read_text(kb, path) or "").splitlines()
-    if chunk_line is not None:
-        patterns = []
+    patterns = patterns if chunk_line is None else []  # found by meaning: the chunk's opening lines
     scored = []
     for number, line in enumerate(lines, 1):
         found = [m for m in (p.search(line) for p in patterns) if m]
