@@ -291,10 +291,8 @@ def query_vector(idx: index.Index, embedder: Embedder, query: str) -> tuple:
         _FAILED[embedder] = (time.monotonic(), f"(Keyword results only: {exc}.)")  # the result's first line
         return None, _FAILED[embedder][1]
     _FAILED.pop(embedder, None)
-    if left:
-        return vector, (f"({left} chunks are not embedded yet, so notes holding them are found by keywords "
-                        "only; `python main.py --reindex` embeds them all.)")
-    return vector, ""
+    return vector, (f"({left} chunks are not embedded yet, so notes holding them are found by keywords "
+                    "only; `python main.py --reindex` embeds them all.)" if left else "")
 
 
 def reindex(settings) -> int:
