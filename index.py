@@ -142,8 +142,7 @@ def _keys(values) -> str:
 
 
 def _row(kb: Path, path: str, size_mtime, private_rules: list):
-    """The index row of a note (size_mtime None: stat it now), or None if it cannot be read: its `notes` columns,
-    then its `fts` columns."""
+    """A note's `notes` columns, then its `fts` columns (size_mtime None: stat it now); None if it cannot be read."""
     try:
         size_mtime = size_mtime or _note_stat(str(kb / path), kb)
         text = read_text(kb, path) if size_mtime else None
@@ -204,7 +203,6 @@ def _open(path: Path) -> sqlite3.Connection:
 
 
 def writing(conn: sqlite3.Connection):
-    """One write transaction on the index, after waiting (and saying so) for another process's."""
     return db.writing(conn, "the search index of these notes")
 
 
