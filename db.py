@@ -77,7 +77,6 @@ def connect(path: Path, schema: list[str], version: int, synchronous: str = "NOR
     """The database at `path` with `schema` (statements that may run twice) at `version`; raises sqlite3.Error.
     A file at a newer version raises; one at an older version gets the schema run over it (`upgrade`) or raises
     Damaged (a cache, rebuilt). `check` runs SQLite's quick check, so damage is found now, not mid-use."""
-    path = Path(path)
     if str(path) != ":memory:":
         private_folder(path.parent)
         if path.is_dir():

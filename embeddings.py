@@ -46,7 +46,7 @@ EMBED_MIN_COSINE = 0.1  # and above this: a query unlike every note (an unknown 
 EMBED_PREFIXES = [("bge-m3", "", ""), ("e5", "query: ", "passage: "),
                   ("nomic-embed", "search_query: ", "search_document: "),
                   ("bge-", "Represent this sentence for searching relevant passages: ", "")]
-EMBED_PREFIXES_ZH = ("bge-", "为这个句子生成表示以用于检索相关文章：", "")  # bge-*-zh models
+EMBED_PREFIXES_ZH = ("为这个句子生成表示以用于检索相关文章：", "")  # bge-*-zh models
 DEEPSEEK_HOST = "deepseek.com"  # its API has no embeddings endpoint (404)
 
 _SKETCH = (1 << EMBED_SKETCH_BITS) - 1
@@ -96,7 +96,7 @@ def prefixes(model: str) -> tuple[str, str]:
     """(query prefix, passage prefix) the model's family expects, or ("", "")."""
     name = model.lower()
     if name.startswith("bge-") and "-zh" in name and not name.startswith("bge-m3"):
-        return EMBED_PREFIXES_ZH[1:]
+        return EMBED_PREFIXES_ZH
     return next(((q, d) for family, q, d in EMBED_PREFIXES if family in name), ("", ""))
 
 
@@ -163,13 +163,10 @@ def sync_chunks(idx: index.Index, embedder: Embedder) -> None:
                 idx.chunked = False
             conn.execute("INSERT OR REPLACE INTO meta VALUES ('embed_model', ?)", (model,))
             conn.execute(_CHANGED)
-    if idx.chunked:
-        paths = sorted(idx.touched)
-    else:
-        paths = [p for (p,) in conn.execute(
-            "SELECT n.path FROM notes n LEFT JOIN chunk_notes c USING(path) WHERE NOT n.private AND (c.path IS NULL "
-            "OR c.size IS NOT n.size OR c.mtime_ns IS NOT n.mtime_ns) "
-            "UNION SELECT path FROM chunk_notes WHERE path NOT IN (SELECT path FROM notes WHERE NOT private)")]
+    paths = sorted(idx.touched) if idx.chunked else [p for (p,) in conn.execute(
+        "SELECT n.path FROM notes n LEFT JOIN chunk_notes c USING(path) WHERE NOT n.private AND (c.path IS NULL "
+        "OR c.size IS NOT n.size OR c.mtime_ns IS NOT n.mtime_ns) "
+        "UNION SELECT path FROM chunk_notes WHERE path NOT IN (SELECT path FROM notes WHERE NOT private)")]
     if paths:
         _COMPLETE.discard(idx.path)
     idx.touched.clear()
@@ -250,8 +247,7 @@ def nearest(conn, path: Path, query: list, limit: int) -> list:
     kept = list(itertools.compress(range(len(rough)), rough.translate(_AT_MOST[cut])))
     closest = [ids[i] for i in heapq.nsmallest(EMBED_RESCORE, kept, key=lambda i: (bits ^ signs[i]).bit_count())]
     scored = []
-    marks = ",".join("?" * len(closest))
-    for vid, blob in conn.execute(f"SELECT id, vec FROM vectors WHERE id IN ({marks})", closest):
+    for vid, blob in conn.execute(f"SELECT id, vec FROM vectors WHERE id IN ({','.join('?' * len(closest))})", closest):
         if len(blob) - 4 == len(query):  # a vector of another size (a changed model) cannot compare
             scale = struct.unpack_from("<f", blob)[0]
             scored.append((scale * sum(map(operator.mul, query, array.array("b", blob[4:]))), vid))
@@ -295,10 +291,8 @@ def query_vector(idx: index.Index, embedder: Embedder, query: str) -> tuple:
         _FAILED[embedder] = (time.monotonic(), f"(Keyword results only: {exc}.)")  # the result's first line
         return None, _FAILED[embedder][1]
     _FAILED.pop(embedder, None)
-    if left:
-        return vector, (f"({left} chunks are not embedded yet, so notes holding them are found by keywords "
-                        "only; `python main.py --reindex` embeds them all.)")
-    return vector, ""
+    return vector, (f"({left} chunks are not embedded yet, so notes holding them are found by keywords "
+                    "only; `python main.py --reindex` embeds them all.)" if left else "")
 
 
 def reindex(settings) -> int:

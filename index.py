@@ -13,7 +13,6 @@ answers current. It never writes inside the notes folder nor reads outside it (n
 own descriptor, as the tools read them); what the model can fix raises ToolError.
 """
 
-import contextlib
 import hashlib
 import os
 import re
@@ -143,8 +142,7 @@ def _keys(values) -> str:
 
 
 def _row(kb: Path, path: str, size_mtime, private_rules: list):
-    """The index row of a note (size_mtime None: stat it now), or None if it cannot be read: its `notes` columns,
-    then its `fts` columns."""
+    """A note's `notes` columns, then its `fts` columns (size_mtime None: stat it now); None if it cannot be read."""
     try:
         size_mtime = size_mtime or _note_stat(str(kb / path), kb)
         text = read_text(kb, path) if size_mtime else None
@@ -205,7 +203,6 @@ def _open(path: Path) -> sqlite3.Connection:
 
 
 def writing(conn: sqlite3.Connection):
-    """One write transaction on the index, after waiting (and saying so) for another process's."""
     return db.writing(conn, "the search index of these notes")
 
 
@@ -225,8 +222,9 @@ class Index:
     excluded: list = field(default_factory=list)  # the owner's Excluded files as the last walk read them
 
     def refresh(self) -> None:
-        kaignore, stored = str(privacy.signature(self.kb)), self._meta("kaignore")
-        private_changed = stored not in (None, kaignore)  # the person changed what is private: every note is read
+        kaignore = str(privacy.signature(self.kb))
+        stored = self.conn.execute("SELECT value FROM meta WHERE key='kaignore'").fetchone()
+        private_changed = stored not in (None, (kaignore,))  # the person changed what is private: every note is read
         changed, gone = self.watcher.changes() if self.watcher and not private_changed else None, []
         if changed is None:
             on_disk, self.unnamed, self.others = self.walk()
@@ -240,13 +238,9 @@ class Index:
         changed |= dict.fromkeys(self.pending)
         self.apply({p: st for p, st in changed.items() if not vault.is_excluded(p, self.excluded)}, gone)
         self.pending.clear()
-        if stored != kaignore:
+        if stored != (kaignore,):
             with writing(self.conn):
                 self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('kaignore', ?)", (kaignore,))
-
-    def _meta(self, key: str) -> str | None:
-        found = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
-        return found and found[0]
 
     def walk(self) -> tuple:
         """_walk's notes on disk; with inotify, a new watcher watches exactly the folders found, and the vault's

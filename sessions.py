@@ -272,12 +272,10 @@ def tokens_of(usage) -> tuple[int, int, int]:
     """(prompt, completion, cache-hit) tokens of a call's usage (an SDK object or a dict; None: none reported). Cache
     hits as DeepSeek reports them (prompt_cache_hit_tokens) or as OpenAI does (prompt_tokens_details.cached_tokens)."""
     def get(value, key):
-        return value.get(key) if isinstance(value, dict) else getattr(value, key, None)
-    if usage is None:
-        return 0, 0, 0
-    hits, details = get(usage, "prompt_cache_hit_tokens"), get(usage, "prompt_tokens_details")
-    if hits is None and details is not None:
-        hits = get(details, "cached_tokens")
+        return value.get(key) if isinstance(value, dict) else getattr(value, key, None)  # None when value is None
+    hits = get(usage, "prompt_cache_hit_tokens")
+    if hits is None:
+        hits = get(get(usage, "prompt_tokens_details"), "cached_tokens")
     return int(get(usage, "prompt_tokens") or 0), int(get(usage, "completion_tokens") or 0), int(hits or 0)
 
 

@@ -440,14 +440,12 @@ def _seccomp_program(machine: str, allow_network: bool, warden: int) -> list[tup
 
 def _assemble(code: list[tuple]) -> bytes:
     """Classic BPF from _seccomp_program's steps: labels become forward jump offsets (struct sock_filter)."""
-    steps = [step for step in code if step[0] != "label"]
-    where, index = {}, 0
+    where, steps, program = {}, [], []
     for step in code:
         if step[0] == "label":
-            where[step[1]] = index
+            where[step[1]] = len(steps)
         else:
-            index += 1
-    program = []
+            steps.append(step)
     for i, (op, k, *targets) in enumerate(steps):
         jt, jf = ((where[t] - i - 1 if t else 0) for t in targets) if targets else (0, 0)
         program.append(struct.pack("=HBBI", BPF[op], jt, jf, k))  # a jump beyond 255 steps would raise here

@@ -51,8 +51,7 @@ class Watcher:
         os.close(self.fd)
 
     def changes(self) -> dict | None:
-        """The notes and other files seen changed since the last call (path -> None), or None when a full walk is
-        needed."""
+        """The notes and other files changed since the last call (path -> None); None when a full walk is needed."""
         changed = {}
         while True:
             try:
