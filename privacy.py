@@ -13,6 +13,7 @@ import os
 import re
 from pathlib import Path
 
+import db
 import notes
 import vault
 
@@ -67,7 +68,16 @@ def rules(kb: Path) -> list:
         text = notes.readable_text(notes.read_bytes(kb, KAIGNORE, KAIGNORE_MAX_BYTES)) or ""
     except (OSError, notes.ToolError):
         text = ""
-    found = [rule for rule in map(_pattern, text.splitlines()) if rule]
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        try:
+            rule = _pattern(line)
+        except re.error as exc:  # `[z-a]`: git matches nothing with it; say so rather than stop every search
+            db.notice(f"{KAIGNORE} line {number} ({line.strip()!r}) is not a pattern ({exc.msg}); it keeps nothing "
+                      "private. Fix it to keep what it names from the model.")
+            continue
+        if rule:
+            found.append(rule)
     _RULES[kb] = (key, found)
     return found
 

@@ -89,6 +89,15 @@ def test_a_note_that_becomes_private_leaves_search_at_once(vault, tmp_path):
     index.close_index()
 
 
+def test_a_broken_kaignore_line_is_named_and_the_others_still_hold(vault, tmp_path, caplog):
+    (vault / ".kaignore").write_text("[z-a].md\ndiary/\n*.secret.md\n", encoding="utf-8")
+    settings = make_settings(vault, index_dir=tmp_path / "index")
+    found = tools.execute_tool("search_notes", {"query": SECRET}, settings).text
+    assert "diary" not in found and "bank" not in found  # no traceback, and the good lines still keep them
+    assert ".kaignore line 1 ('[z-a].md') is not a pattern (bad character range z-a)" in caplog.text
+    index.close_index()
+
+
 def test_search_by_meaning_never_embeds_a_private_note(vault, tmp_path):
     with FakeEmbedder() as embedder:
         settings = make_settings(vault, index_dir=tmp_path / "index", embed_model="fake",
