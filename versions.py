@@ -439,7 +439,8 @@ def _undo(kb: Path, entry: dict, only_ours: bool = False) -> tuple[str, list[str
 def _undone_message(entry: dict, told: list[str]) -> str:
     op, path, files, what = entry["op"], entry["path"], entry["files"], _describe(entry)
     others = [f for f in files if f["path"] not in (path, entry.get("to"))]
-    also = f" {len(others)} other note{'s' if len(others) != 1 else ''} as they were." if others else ""
+    also = (f" {len(others)} other notes are back as they were." if len(others) > 1
+            else " 1 other note is back as it was." if others else "")
     kept = "".join(told)
     if op == "write":
         return f"Undid {what}: removed {path}{kept}.{also}"

@@ -367,7 +367,7 @@ def test_the_terminal_lists_the_files_a_move_touches_under_its_question(vault, m
     files = "→ 读书/三体.md → 三体新.md|~ 三体新.md  +1 −1|~ 书单.md  +4 −4|~ 人物/刘慈欣.md  +1 −1|~ 板.canvas  +1 −1"
     assert ("Move 读书/三体.md to 三体新.md and update 9 links in 4 files?\n    " + files.replace("|", "\n    ")
             + "\n [y/N]   " + files.replace("|", "\n  ") + "\n") in err  # the question, then what was written
-    assert "Undid the move of 读书/三体.md → 三体新.md" in err and "3 other notes as they were" in err
+    assert "Undid the move of 读书/三体.md → 三体新.md" in err and "3 other notes are back as they were" in err
     assert hashes(vault) == old
 
 
