@@ -266,15 +266,6 @@ def backlinks(path: str, candidate_rows, resolver: Resolver) -> list[str]:
             if source != path and resolver.resolve(target, source, form) == path]
 
 
-def new_link_format(app_json: str | None) -> str:
-    """The newLinkFormat of a vault's .obsidian/app.json text ("shortest" when unset or unreadable)."""
-    try:
-        chosen = json.loads(app_json or "{}").get("newLinkFormat")
-    except (ValueError, AttributeError):
-        return "shortest"
-    return chosen if chosen in LINK_FORMATS else "shortest"
-
-
 # --- Moving a note ---
 def move_keys(from_path: str, to_path: str) -> set:
     """The keys of the only links a move can change: the caller must pass plan_move the texts of their notes."""
@@ -288,8 +279,7 @@ def plan_move(paths, texts: dict, from_path: str, to_path: str, link_format: str
     and canvases holding a link whose key is in move_keys(); others may be given too and are left alone when no
     link of theirs changes. A link unresolved before stays as it is. Raises ValueError for an impossible move or
     a file name no link can spell."""
-    if link_format not in LINK_FORMATS:
-        raise ValueError(f"unknown link format {link_format!r}: use one of {', '.join(LINK_FORMATS)}.")
+    link_format = link_format if link_format in LINK_FORMATS else "shortest"  # as Obsidian reads an odd setting
     paths = set(paths)
     if from_path not in paths:
         raise ValueError(f"{from_path} is not in the vault.")

@@ -562,7 +562,7 @@ def _links_kept(settings: Settings, src: str, dst: str) -> tuple[dict, dict, dic
         except ToolError:  # read to plan with; refused below if one of its links must change
             texts[path] = notes.readable_text(read[path])
     try:
-        plan = link_graph.plan_move(paths, texts, src, dst, _link_format(settings.kb))
+        plan = link_graph.plan_move(paths, texts, src, dst, vault.vault_style(settings.kb).get("newLinkFormat", ""))
     except ValueError as exc:
         raise ToolError(f"{exc} Nothing was moved.") from None
     before, new = {dst: src}, {}
@@ -573,15 +573,6 @@ def _links_kept(settings: Settings, src: str, dst: str) -> tuple[dict, dict, dic
                             "UTF-16 with a BOM or GBK), so nothing was moved; it could be converted to UTF-8 first.")
         new[path] = notes.encode_note(text, formats[path])
     return read, new, {before.get(path, path): count for path, count in plan.counts.items()}
-
-
-def _link_format(kb) -> str:
-    """How the vault spells a rewritten wikilink: newLinkFormat in .obsidian/app.json."""
-    try:
-        app = notes.read_bytes(kb, f"{vault.OBSIDIAN_DIR}/app.json", vault.SETTINGS_MAX_BYTES).decode("utf-8-sig")
-    except (OSError, UnicodeDecodeError, ToolError):
-        app = None
-    return link_graph.new_link_format(app)
 
 
 @tool("Delete a note (a copy is kept in the history, and /undo brings it back). Only when the person "

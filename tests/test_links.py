@@ -271,9 +271,10 @@ def test_rows_backlinks_and_the_texts_a_move_needs():
     assert subset.texts == {"a.md": "x\n[[三体]]\n[b](归档/三体.md)", "归档/三体.md": "[[读书/笔记]]"}
 
 
-def test_the_link_format_comes_from_app_json():
-    assert links.new_link_format('{"newLinkFormat": "relative"}') == "relative"
-    assert [links.new_link_format(t) for t in (None, "{", "[]", '{"newLinkFormat": "odd"}')] == ["shortest"] * 4
+def test_an_unknown_link_format_is_the_shortest():
+    files = {"a.md": "[[读书/三体]]", "读书/三体.md": "x"}
+    assert links.plan_move(files, files, "读书/三体.md", "归档/三体.md", "odd") == links.plan_move(
+        files, files, "读书/三体.md", "归档/三体.md", "shortest")
 
 
 # --- The real vault ---
