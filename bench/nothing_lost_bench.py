@@ -87,7 +87,8 @@ for i in range(LIMIT):
             writer.kill()
         writer.wait()
         data, log = (kb / "big.md").read_bytes(), kb / ".history" / "undo.jsonl"
-        afters = [json.loads(line).get("after") for line in log.read_text().splitlines()] if log.exists() else []
+        entries = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+        afters = [f.get("after") for e in entries for f in e.get("files") or [e]]  # one file's entry, or a change's
         unknown += data != b"original\n" and hashlib.sha256(data).hexdigest() not in afters
         subprocess.run([sys.executable, "-c", code.replace("LIMIT", "1")], env=env, stdout=subprocess.DEVNULL)
         temps += len(list(kb.rglob(".~*.tmp")))
