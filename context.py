@@ -117,7 +117,8 @@ def _cut(sizes: list[tuple[list[int], int, int]], fixed: int, budget: int) -> tu
                 while elided < current - keep:  # shorten the tool results of finished turns
                     kept, elided = kept - sizes[elided][1] + sizes[elided][2], elided + 1
                 if head is None and kept > room:  # the first drop fixes the head, for good
-                    used = accumulate(short for _, _, short in sizes[:elided])  # by the first turns, shortened
+                    # the first turns, shortened, that fit in the head's share (running totals only grow)
+                    used = accumulate(short for _, _, short in sizes[:elided])
                     head = start = sum(tokens <= int(budget * HEAD_SHARE) for tokens in used)
                 while start < elided and kept > room:  # drop the oldest turns after the head
                     kept, start = kept - sizes[start][2], start + 1

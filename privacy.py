@@ -41,6 +41,7 @@ def _pattern(line: str) -> tuple[re.Pattern, bool] | None:
 
 
 def _glob_piece(mark: re.Match) -> str:
+    """The regex for one of _GLOB's matches: a wildcard, a [class] (group 1), an escaped (group 2) or plain character."""
     if mark[0] in _GLOB_REGEX:
         return _GLOB_REGEX[mark[0]]
     if mark[1]:  # [abc], [!abc]
@@ -73,8 +74,8 @@ def rules(kb: Path) -> list:
         try:
             rule = _pattern(line)
         except re.error as exc:  # `[z-a]`: git matches nothing with it; say so rather than stop every search
-            db.notice(f"{KAIGNORE} line {number} ({line.strip()!r}) is not a pattern ({exc.msg}); it keeps nothing "
-                      "private. Fix it to keep what it names from the model.")
+            db.notice(f"{KAIGNORE} line {number} ({line.strip()!r}) is not a pattern ({exc.msg}) and is skipped: "
+                      "fix it so that it does what you meant.")
             continue
         if rule:
             found.append(rule)

@@ -273,7 +273,8 @@ def prune_versions(kb: Path, rel_path: str) -> None:
     first = _FIRST_KEPT.get((str(kb), rel_path))
     protected = {i for i, (version, age) in enumerate(zip(kept, ages))
                  if i >= len(kept) - HISTORY_KEEP or age < HISTORY_PROTECT_S or (first and version == kb / first)}
-    protected |= set([i for i, age in enumerate(ages) if age >= HISTORY_PROTECT_S][-1:])  # the newest older one
+    older = [i for i, age in enumerate(ages) if age >= HISTORY_PROTECT_S]
+    protected |= {older[-1]} if older else set()  # the newest version older than the protected hour
     sizes = [v.stat().st_size if v.exists() else 0 for v in kept]
     total = sum(sizes)
     for i, version in enumerate(kept):  # oldest first
