@@ -313,8 +313,8 @@ def _change(settings: Settings, approve, plan: Callable[[], versions.Change], ti
     every file is still as they saw it; one nobody saw is planned again on the notes as they are then. `title`
     and `done` are text, or functions of the change (as planned, as written) that give it."""
     change = plan()
-    if change.is_noop():
-        return f"{versions.summary(change)}\n{done(change) if callable(done) else done}"
+    if change.is_noop():  # saying "replaced" would claim a version was kept
+        return f"{versions.summary(change)}\nNothing was written: {change.note} already holds exactly that text."
     title = title(change) if callable(title) else title
     asked = approve(Approval("change", title, change=change))
     if not asked and approve.allowance.over(change):  # routine, but this answer has written a lot already

@@ -127,6 +127,14 @@ def test_overwrite_needs_the_flag_and_keeps_the_old_text(settings, kb):
     assert history_texts(kb, "python.md") == [before]
 
 
+def test_a_change_to_the_same_text_says_nothing_was_written(settings, kb):
+    before = (kb / "python.md").read_bytes()
+    result = run_tool(settings, "write_note", file_path="python.md", content=before.decode(), overwrite=True)
+    assert "Nothing was written: python.md already holds exactly that text." in result, result
+    assert "kept" not in result  # no version was made, so none is promised
+    assert history_texts(kb, "python.md") == [] and (kb / "python.md").read_bytes() == before
+
+
 def test_overwrite_keeps_the_notes_bom_and_crlf(settings, kb):
     (kb / "w.md").write_bytes(codecs.BOM_UTF8 + b"old\r\n")
     run_tool(settings, "write_note", file_path="w.md", content="new\nlines\n", overwrite=True)
