@@ -90,7 +90,9 @@ for i in range(LIMIT):
         entries = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
         afters = [f.get("after") for e in entries for f in e.get("files") or [e]]  # one file's entry, or a change's
         unknown += data != b"original\n" and hashlib.sha256(data).hexdigest() not in afters
-        subprocess.run([sys.executable, "-c", code.replace("LIMIT", "1")], env=env, stdout=subprocess.DEVNULL)
+        # the next change brings new text: one with the same text writes nothing, so it would clean nothing
+        after = code.replace("LIMIT", "1").replace('f"v{i} "', 'f"w{i} "')
+        subprocess.run([sys.executable, "-c", after], env=env, stdout=subprocess.DEVNULL)
         temps += len(list(kb.rglob(".~*.tmp")))
     return (f"kill -9 x{kills}: versions on disk /undo did not know {unknown}; "
             f"temp files seen after the next change {temps} (summed over the rounds)")
