@@ -7,11 +7,13 @@ import io
 import json
 import logging
 import os
+import re
 import select
 import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -216,6 +218,36 @@ def kb(tmp_path) -> Path:
     (root / "vim.md").write_text("# Vim\n\n`dd` deletes a line.\n`:wq` saves and quits.\n", encoding="utf-8")
     (root / "work" / "meeting.md").write_text("# Meeting\n\nDecided: ship search in December.\n", encoding="utf-8")
     return root.resolve()
+
+
+def write(kb: Path, rel: str, text, encoding: str = "utf-8") -> Path:
+    """A file in the notes (its folders made), from text or bytes."""
+    path = kb / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text if isinstance(text, bytes) else text.encode(encoding))
+    return path
+
+
+def hits(output: str) -> list:
+    """Paths of the search hits, best first, as the model reads them."""
+    return re.findall(r"^(\S.*?) — ", output, re.M)
+
+
+GARDEN = Path("/work/shared/corpus/knowledge-garden.tar.gz")  # a real vault; absent on a clean clone: those tests skip
+
+
+def unpack_garden(folder: Path) -> Path:
+    """The knowledge-garden vault unpacked into folder (its one top folder), or the test is skipped."""
+    if not GARDEN.exists():
+        pytest.skip("the knowledge-garden corpus is not on this machine")
+    with tarfile.open(GARDEN) as archive:
+        archive.extractall(folder, filter="data")
+    return next(path for path in folder.iterdir() if path.is_dir()).resolve()
+
+
+@pytest.fixture(scope="module")
+def garden(tmp_path_factory) -> Path:
+    return unpack_garden(tmp_path_factory.mktemp("garden"))
 
 
 def make_settings(kb: Path, **changes) -> Settings:

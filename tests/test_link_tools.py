@@ -11,7 +11,6 @@ import json
 import signal
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -21,12 +20,11 @@ import links
 import terminal
 import tools
 import versions
-from conftest import child_env, make_settings, tool_call
+from conftest import child_env, make_settings, tool_call, unpack_garden, write
 from test_editing import run_repl
 from test_mcp import McpProcess, server_env
 
 ROOT = Path(__file__).resolve().parent.parent
-GARDEN = Path("/work/shared/corpus/knowledge-garden.tar.gz")  # absent on a clean clone: that test skips
 
 
 @pytest.fixture(autouse=True)
@@ -34,13 +32,6 @@ def cold():
     index.close_index()
     yield
     index.close_index()
-
-
-def write(kb: Path, rel: str, text, encoding: str = "utf-8") -> Path:
-    path = kb / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(text if isinstance(text, bytes) else text.encode(encoding))
-    return path
 
 
 @pytest.fixture
@@ -411,11 +402,8 @@ def test_mcp_moves_with_every_link_and_serves_links_as_read_only(vault, tmp_path
     undone(vault, old)
 
 
-@pytest.mark.skipif(not GARDEN.exists(), reason="the knowledge-garden corpus is not here")
 def test_renaming_the_most_linked_note_of_a_real_vault_keeps_every_link(tmp_path):
-    with tarfile.open(GARDEN) as tar:
-        tar.extractall(tmp_path, filter="data")
-    kb = next(p for p in tmp_path.iterdir() if p.is_dir()).resolve()
+    kb = unpack_garden(tmp_path)
     before, old = every_file(kb), hashes(kb)
     inbound = {}
     for (source, _), target in links.resolve_all(before).items():

@@ -6,9 +6,7 @@ Real files in tmp_path; the knowledge-garden vault (/work/shared/corpus) where i
 """
 
 import json
-import re
 import sys
-import tarfile
 from datetime import date, datetime
 from pathlib import Path
 
@@ -19,9 +17,8 @@ import index  # noqa: E402
 import search  # noqa: E402
 import tools  # noqa: E402
 import vault  # noqa: E402
-from conftest import make_settings  # noqa: E402
+from conftest import hits, write  # noqa: E402
 
-GARDEN = Path("/work/shared/corpus/knowledge-garden.tar.gz")
 
 
 @pytest.fixture(autouse=True)
@@ -29,17 +26,6 @@ def cold(notices):
     index.close_index()
     yield
     index.close_index()
-
-
-def write(kb: Path, rel: str, text: str) -> Path:
-    path = kb / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def hits(output: str) -> list:
-    return re.findall(r"^(\S.*?) — ", output, re.M)
 
 
 @pytest.fixture
@@ -294,14 +280,6 @@ def test_the_system_prompt_names_todays_daily_note_and_the_vaults_style_and_stay
 
 # --- A real vault ---
 
-@pytest.fixture(scope="module")
-def garden(tmp_path_factory):
-    if not GARDEN.exists():
-        pytest.skip("the knowledge-garden corpus is not on this machine")
-    folder = tmp_path_factory.mktemp("garden")
-    with tarfile.open(GARDEN) as archive:
-        archive.extractall(folder, filter="data")
-    return next(path for path in folder.iterdir() if path.is_dir()).resolve()
 
 
 def test_the_knowledge_garden_searched_by_alias_and_tag_without_drawing_data(garden, tmp_path):

@@ -6,7 +6,6 @@ Real files in tmp_path, and the index in tmp_path too. Freshness tests run twice
 """
 
 import os
-import logging
 import re
 import sqlite3
 import subprocess
@@ -19,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import db  # noqa: E402
 import index  # noqa: E402
 import search  # noqa: E402
+from conftest import hits, write  # noqa: E402
 
 ToolError = search.ToolError
 HERE = Path(search.__file__).parent
@@ -57,18 +57,6 @@ def pytest_generate_tests(metafunc):
     # Tests that name `watch` run with inotify and without; other tests search with inotify.
     if "watch" in metafunc.function.__code__.co_varnames[:metafunc.function.__code__.co_argcount]:
         metafunc.parametrize("watch", [True, False], ids=["inotify", "stat"], indirect=True)
-
-
-def write(kb: Path, rel: str, text: str) -> Path:
-    path = kb / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def hits(output: str) -> list:
-    """Paths of the hits, best first, as the model reads them."""
-    return re.findall(r"^(\S.*?) — ", output, re.M)
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import os
 import random
 import re
 import sys
-import tarfile
 import time
 from datetime import date, datetime
 from pathlib import Path
@@ -17,7 +16,6 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import vault  # noqa: E402
 
-GARDEN = Path("/work/shared/corpus/knowledge-garden.tar.gz")
 
 
 def note(*lines: str) -> str:
@@ -469,14 +467,6 @@ def test_no_obsidian_folder_means_no_style(tmp_path):
 
 # --- A real vault ---
 
-@pytest.fixture(scope="module")
-def garden(tmp_path_factory):
-    if not GARDEN.exists():
-        pytest.skip("the knowledge-garden corpus is not on this machine")
-    folder = tmp_path_factory.mktemp("garden")
-    with tarfile.open(GARDEN) as archive:
-        archive.extractall(folder, filter="data")
-    return next(path for path in folder.iterdir() if path.is_dir())
 
 
 def test_every_front_matter_of_a_real_vault_parses_and_none_is_refused(garden):
