@@ -68,33 +68,36 @@ def is_note_path(rel_path: str) -> bool:
 
 
 def safe_folder(kb: Path, folder: str, what: str = "folder") -> Path:
-    """The folder (or file) inside the notes, resolved; refuses escapes and hidden names."""
+    """The folder (or file) inside the notes, resolved; refuses escapes and hidden names. `what` names the
+    argument in a refusal ("" for a person, who typed none)."""
+    who = f"{what} " if what else ""
     if not isinstance(folder, str) or not folder.strip():
-        raise ToolError(f"{what} must be a non-empty path relative to the notes folder, like 'python.md'.")
+        raise ToolError(f"{who}must be a non-empty path relative to the notes folder, like 'python.md'.")
     if HIDING_CHARACTERS.search(folder):
-        raise ToolError(f"{what} '{visible(folder)}' contains control characters; note names may not.")
+        raise ToolError(f"{who}'{visible(folder)}' contains control characters; note names may not.")
     text = folder.strip()
     if text.startswith("~"):
-        raise ToolError(f"{what} may not start with '~': use a path relative to the notes folder.")
+        raise ToolError(f"{who}may not start with '~': use a path relative to the notes folder.")
     if PurePosixPath(text).is_absolute() or PureWindowsPath(text).is_absolute() or PureWindowsPath(text).drive:
-        raise ToolError(f"{what} must be relative to the notes folder, not absolute.")
+        raise ToolError(f"{who}must be relative to the notes folder, not absolute.")
     try:
         resolved = (kb / text.replace("\\", "/")).resolve()
     except (OSError, RuntimeError):  # a symlink loop; the message would show the host path
-        raise ToolError(f"{what} {folder!r} cannot be resolved (a symlink loop?).") from None
+        raise ToolError(f"{who}{folder!r} cannot be resolved (a symlink loop?).") from None
     if not resolved.is_relative_to(kb):
-        raise ToolError(f"{what} {folder!r} is outside the notes folder.")
+        raise ToolError(f"{who}{folder!r} is outside the notes folder.")
     if any(is_hidden_name(part) for part in resolved.relative_to(kb).parts):
-        raise ToolError(f"{what} {folder!r} is hidden (a dot-file or dot-folder such as .git or .history), "
+        raise ToolError(f"{who}{folder!r} is hidden (a dot-file or dot-folder such as .git or .history), "
                         "which the tools do not touch.")
     return resolved
 
 
 def safe_path(kb: Path, file_path: str, what: str = "file_path") -> Path:
     """A note's resolved path inside the notes folder."""
+    who = f"{what} " if what else ""
     resolved = safe_folder(kb, file_path, what)
     if not resolved.name.lower().endswith(NOTE_SUFFIXES):
-        raise ToolError(f"{what} {file_path!r} is not a note: only {' and '.join(NOTE_SUFFIXES)} files are allowed.")
+        raise ToolError(f"{who}{file_path!r} is not a note: only {' and '.join(NOTE_SUFFIXES)} files are allowed.")
     return resolved
 
 

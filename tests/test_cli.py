@@ -203,6 +203,8 @@ def test_slash_commands_work_piped_and_one_shot_even_without_a_key(call_main, fa
     no_key_question = call_main(kb=kb, key=None, stdin="/list\nwhat is in my notes?\n")
     assert no_key_question.returncode == 1 and "note" in no_key_question.stdout
     assert "no API key" in no_key_question.stderr and "Traceback" not in no_key_question.stderr
+    escape = call_main("/read ../../etc/passwd", kb=kb, key=None)  # a person typed it: no argument name to show
+    assert escape.returncode == 1 and escape.stderr == "error: '../../etc/passwd' is outside the notes folder.\n"
 
 
 def test_piped_undo_reverts_and_tells_the_model_until_a_turn_is_kept(call_main, fake_llm, kb):
