@@ -268,11 +268,10 @@ def links(settings: Settings, file_path: str) -> str:
 def _note_links(settings: Settings, name: str) -> tuple[list, list]:
     """(its links: (line, target, fragment, the path it leads to or None, embed), its backlinks: "source:line")
     of the note at `name`, from the link index."""
-    paths, rows = search.link_rows(settings.kb, settings.index_dir, link_graph.link_keys(name), name,
-                                   settings.search_watch)
+    paths, rows, hidden = search.link_rows(settings.kb, settings.index_dir, link_graph.link_keys(name), name,
+                                           settings.search_watch)  # hidden: private, so to the model none
     resolver = link_graph.Resolver(paths)
     own = [row for row in rows if row[0] == name]
-    hidden = search.private_notes(settings.kb, settings.index_dir, settings.search_watch)  # to the model: none
     return ([(line, target, fragment, None if path in hidden else path, bool(row[5]))
              for (line, target, fragment, path), row in zip(link_graph.outgoing(own, resolver), own)],
             [place for place in link_graph.backlinks(name, rows, resolver) if place.rsplit(":", 1)[0] not in hidden])
@@ -329,8 +328,7 @@ def _change(settings: Settings, approve, plan: Callable[[], versions.Change], ti
                         "was written.", "read_note it again.") from None
     approve.allowance.left -= approve.allowance.cost(change)
     for path in {f.path for f in change.files} | set(change.move or ()):
-        search.note_changed(settings.kb, settings.index_dir, change.final_path(path))
-        search.note_changed(settings.kb, settings.index_dir, path)
+        search.note_changed(settings.kb, settings.index_dir, path)  # both ends of a move are in the set
     return f"{_summary(settings, change)}{warning}\n{done(change) if callable(done) else done}"
 
 
@@ -548,8 +546,8 @@ def _links_kept(settings: Settings, src: str, dst: str) -> tuple[dict, dict, dic
     """What moving src to dst must rewrite so that every link of the notes leads where it did (links.plan_move), by
     path before the move: (the bytes each file was planned from, the new bytes of those that change, how many links
     change in each). Read: the notes whose stored links may lead to src or dst, src itself, every canvas."""
-    paths, rows = search.link_rows(settings.kb, settings.index_dir, link_graph.move_keys(src, dst),
-                                   watch=settings.search_watch)
+    paths, rows, _ = search.link_rows(settings.kb, settings.index_dir, link_graph.move_keys(src, dst),
+                                      watch=settings.search_watch)
     paths |= {src}
     read, texts, formats = {}, {}, {}
     for path in {row[0] for row in rows} | {src} | {p for p in paths if p.lower().endswith(".canvas")}:

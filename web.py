@@ -126,8 +126,8 @@ def note_links(settings: Settings, name: str, text: str) -> dict:
     (None for a Markdown link), the note it opens (None: unresolved, or a file that is not a note) and whether it
     leads to a file at all; each backlink is a line of another note where links lead here."""
     try:
-        paths, rows = search.link_rows(settings.kb, settings.index_dir, links.link_keys(name), None,
-                                       settings.search_watch)
+        paths, rows, _ = search.link_rows(settings.kb, settings.index_dir, links.link_keys(name), None,
+                                          settings.search_watch)
     except ToolError:  # the index failed, and its notice said so: the note opens without its links
         return {"links": [], "backlinks": []}
     resolver, astral = links.Resolver(paths), [m.start() for m in _ASTRAL.finditer(text)]
