@@ -265,6 +265,13 @@ class Model:
         tools_alone = context.estimate_tokens([], tools.tool_schemas(self.settings))
         return int(self.settings.context_tokens / self.token_ratio) - tools_alone
 
+    def request(self, history: list[dict]) -> tuple[list[dict], int]:
+        """The messages the next request sends (as much of the conversation as fits, tool results between their
+        marks) and its estimated tokens, tools included."""
+        messages = [{**m, "content": tools.fenced(m["content"], m["tool_call_id"])} if m["role"] == "tool" else m
+                    for m in context.fit_to_budget([system_message(self.settings.kb)] + history, self.budget())]
+        return messages, context.estimate_tokens(messages, tools.tool_schemas(self.settings))
+
     def _params(self, messages: list[dict]) -> dict:
         settings = self.settings
         cap, tokens = output_cap(settings)
@@ -285,11 +292,9 @@ class Model:
         import openai
         retried, refused = False, None
         while True:
-            messages = [{**m, "content": tools.fenced(m["content"], m["tool_call_id"])} if m["role"] == "tool" else m
-                        for m in context.fit_to_budget([system_message(self.settings.kb)] + history, self.budget())]
+            messages, estimate = self.request(history)
             if messages == refused:  # nothing more can be left out: the window is too small for this request
                 raise self._too_small(refused_error)
-            estimate = context.estimate_tokens(messages, tools.tool_schemas(self.settings))
             reply.__init__()
             try:
                 response = self.client.chat.completions.create(**self._params(messages))

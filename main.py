@@ -22,7 +22,7 @@ import sent
 import sessions
 import shell
 import tools
-from agent import AgentError, Model, key_hint, make_client, run_agent, system_message
+from agent import AgentError, Model, key_hint, make_client, run_agent
 from config import VERSION, ConfigError, Settings, load_settings
 from notes import ToolError, readable_text, visible
 from terminal import Display, compact, read_question, shorten, start_line_editing
@@ -215,9 +215,7 @@ class Chat:
     def do_usage(self, argument: str) -> None:
         conversation, settings = self.conversation, self.settings
         (tp, tc), (sp, sc) = conversation.turn_usage, conversation.session_usage()
-        budget = (self.client or Model(settings)).budget()
-        sent = context.fit_to_budget([system_message(settings.kb)] + conversation.history, budget)
-        tokens = context.estimate_tokens(sent, tools.tool_schemas(settings))
+        sent, tokens = (self.client or Model(settings)).request(conversation.history)
         self.display.info(f"last answer : {counted(tp, tc, conversation.turn_calls, conversation.turn_unreported)} "
                           f"({conversation.turn_calls} API calls)\nconversation: {sp:,} prompt + {sc:,} completion "
                           "tokens in all\n"
