@@ -257,12 +257,20 @@ def _problem(mention: _Mention, quotes: list[str], seen: dict, note) -> str:
 def check(answer: str, history: list[dict], turn_start: int, read: Reader) -> Report:
     """The answer's citations checked against the notes and against what the tool results of `history` (the
     conversation up to the answer; its turn begins at `turn_start`) showed the model."""
+    return _check(answer, _parsed(history), turn_start, read)
+
+
+def _parsed(history: list[dict]) -> list[tuple[int, dict, set]]:
+    """(index in history, the note lines it showed, the paths it named) of every tool result, in order."""
+    return [(index, shown(tool, arguments, result), _named(arguments, result))
+            for index, tool, arguments, result in tool_results(history)]
+
+
+def _check(answer: str, results: list, turn_start: int, read: Reader) -> Report:
     if not answer.strip():
         return NOTHING
-    results = tool_results(history)
     seen, this_turn, named, named_now = {}, {}, set(), set()
-    for index, tool, arguments, result in results:
-        lines, paths = shown(tool, arguments, result), _named(arguments, result)
+    for index, lines, paths in results:
         merge(seen, lines)
         named |= paths
         if index >= turn_start:
@@ -304,12 +312,12 @@ def check(answer: str, history: list[dict], turn_start: int, read: Reader) -> Re
 def checked_answers(history: list[dict], read: Reader) -> dict[int, Report]:
     """Each turn's answer (the last assistant message with text and no tool call before the next question) checked
     as it was when given: {its index in history: its report}, for a page drawing a saved conversation."""
-    reports, turn_start, answer = {}, 0, None
+    reports, turn_start, answer, results = {}, 0, None, _parsed(history)  # each result parsed once, not per answer
     for index, message in enumerate(history + [{"role": "user"}]):
         if message.get("role") == "user":
             if answer is not None:
-                reports[answer] = check(content_text(history[answer].get("content")), history[:answer + 1],
-                                        turn_start, read)
+                reports[answer] = _check(content_text(history[answer].get("content")),
+                                         [r for r in results if r[0] < answer], turn_start, read)
             turn_start, answer = index, None
         elif message.get("role") == "assistant" and not message.get("tool_calls") and message.get("content"):
             answer = index
