@@ -224,13 +224,17 @@ class Index:
     def refresh(self) -> None:
         kaignore = str(privacy.signature(self.kb))
         stored = self.conn.execute("SELECT value FROM meta WHERE key='kaignore'").fetchone()
-        private_changed = stored not in (None, (kaignore,))  # the person changed what is private: every note is read
+        private_changed = stored not in (None, (kaignore,))  # the person changed what is private
         changed, gone = self.watcher.changes() if self.watcher and not private_changed else None, []
         if changed is None:
             on_disk, self.unnamed, self.others = self.walk()
-            known = {p: (s, m) for p, s, m in self.conn.execute("SELECT path, size, mtime_ns FROM notes")}
-            changed = dict.fromkeys(on_disk) if private_changed else \
-                {p: st for p, st in on_disk.items() if known.get(p) != st}
+            rows = self.conn.execute("SELECT path, size, mtime_ns, private FROM notes").fetchall()
+            known = {p: (s, m) for p, s, m, _ in rows}
+            changed = {p: st for p, st in on_disk.items() if known.get(p) != st}
+            if private_changed:  # read again the notes .kaignore now judges otherwise than their stored flag
+                rules = privacy.rules(self.kb)
+                changed |= {p: None for p, _, _, private in rows
+                            if p in on_disk and privacy.ignored(p, rules) != bool(private)}
             gone = [p for p in known if p not in on_disk]
         for path in [p for p in changed if not is_note_path(p)]:  # the watcher saw another file change
             del changed[path]

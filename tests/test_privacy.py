@@ -86,6 +86,9 @@ def test_a_note_that_becomes_private_leaves_search_at_once(vault, tmp_path):
     assert "vim.md" not in tools.execute_tool("search_notes", {"query": "deletes"}, settings).text
     (vault / "python.md").write_text("---\nprivate: yes\n---\n# Python\n\nVenv.\n", encoding="utf-8")
     assert "No notes" in tools.execute_tool("search_notes", {"query": "venv"}, settings).text
+    (vault / ".kaignore").write_text("*.secret.md\nvim.md\n", encoding="utf-8")  # diary/ is no longer private
+    assert "diary/2026-11.md" in tools.execute_tool("search_notes", {"query": "dinner"}, settings).text
+    assert "No notes" in tools.execute_tool("search_notes", {"query": "venv"}, settings).text  # private: yes holds
     index.close_index()
 
 
