@@ -151,7 +151,8 @@ def _row(kb: Path, path: str, size_mtime, private_rules: list):
     if text is None:
         return None
     text = indexed_text(path, text)
-    properties, body_start, _ = vault.front_matter(text)
+    parsed = vault.front_matter(text)
+    properties, body_start, _ = parsed
     body = text if body_start == 1 else "".join(text.splitlines(keepends=True)[body_start - 1:])
     name = path.rsplit("/", 1)[-1]
     stem = next((name[:-len(s)] for s in NOTE_SUFFIXES if name.lower().endswith(s)), name)
@@ -160,7 +161,7 @@ def _row(kb: Path, path: str, size_mtime, private_rules: list):
         found = HEADING.search(body, 0, 20000)
         title = found.group(1).strip() if found else stem
     aliases = properties.get("aliases", [])
-    tags = sorted({tag.casefold() for tag in vault.tags_of(text)})
+    tags = sorted({tag.casefold() for tag in vault.tags_of(text, parsed)})
     words = cjk_words if CJK_RUN.search(text) or CJK_RUN.search(path) else str  # most have no CJK
     if privacy.ignored(path, private_rules) or privacy.says_private(properties):  # counted, links kept; never found
         return (path, *size_mtime, "", "", "", "", "", None, 1, "", "", "", "", links.rows(text, path))

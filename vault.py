@@ -322,10 +322,11 @@ def _outside_code(lines: list, first: int = 0):
             yield i, line
 
 
-def tags_of(text: str) -> set:
+def tags_of(text: str, parsed: tuple | None = None) -> set:
     """The note's tags as written, without '#': its `tags` property and its inline #tags (not in code, links,
-    URLs or headings' '#' marks). Obsidian compares tags without case: see tag_matches."""
-    properties, body_start, _ = front_matter(text)
+    URLs or headings' '#' marks). Obsidian compares tags without case: see tag_matches. `parsed`: front_matter(text),
+    if the caller has it already."""
+    properties, body_start, _ = parsed or front_matter(text)
     found = set(properties.get("tags", []))
     if _TAG.search(text):  # most notes have none: only then look for code, line by line
         for _, line in _outside_code(_lines(text), body_start - 1):
