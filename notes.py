@@ -178,11 +178,10 @@ def encode_note(text: str, fmt: NoteFormat) -> bytes:
 # a folder for a link to elsewhere (a sync client, another program) between the check and the change.
 
 @contextlib.contextmanager
-def in_folder(kb: Path, rel_path: str, create: bool = False, made: list | None = None):
+def in_folder(kb: Path, rel_path: str, create: bool = False):
     """(descriptor of rel_path's folder, its file name), the folder opened race-free; closed afterwards.
-    `create`: missing folders are made, and `made` gets the path of each one this call made; if what is done
-    there fails, they are removed again."""
-    made = [] if made is None else made
+    `create`: missing folders are made; if what is done there fails, those this call made are removed again."""
+    made = []
     *folders, name = str(rel_path).split("/")  # plain strings: this runs for every note an index build reads
     fd = os.open(kb, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -218,10 +217,9 @@ def read_bytes(kb: Path, rel_path: str, limit: int = -1) -> bytes:
             return f.read(limit)
 
 
-def write_bytes(kb: Path, rel_path: str, data: bytes, new: bool = False, made: list | None = None) -> None:
-    """Replace the file all at once (readers see the old or the new file, never half); `new`: refuse to replace;
-    `made`: gets the folders made for it."""
-    with in_folder(kb, rel_path, True, made) as (folder, name):
+def write_bytes(kb: Path, rel_path: str, data: bytes, new: bool = False) -> None:
+    """Replace the file all at once (readers see the old or the new file, never half); `new`: refuse to replace."""
+    with in_folder(kb, rel_path, True) as (folder, name):
         for stale in os.listdir(folder):  # every write holds the lock, so a temp file found now is a leftover
             if stale.startswith(".~") and stale.endswith(".tmp"):
                 with contextlib.suppress(OSError):
@@ -264,8 +262,8 @@ def _put(src_folder: int, src: str, dst_folder: int, dst: str, replace: bool) ->
     os.unlink(src, dir_fd=src_folder)
 
 
-def move_file(kb: Path, src: str, dst: str, replace: bool = False, made: list | None = None) -> None:
-    with in_folder(kb, src) as (src_folder, src_name), in_folder(kb, dst, True, made) as (dst_folder, dst_name):
+def move_file(kb: Path, src: str, dst: str, replace: bool = False) -> None:
+    with in_folder(kb, src) as (src_folder, src_name), in_folder(kb, dst, True) as (dst_folder, dst_name):
         _put(src_folder, src_name, dst_folder, dst_name, replace)
 
 
