@@ -126,18 +126,6 @@ def plan_delete(kb: Path, rel_path: str) -> Change:
 
 # --- Applying one ---
 
-@contextlib.contextmanager
-def _changing(kb: Path, change: Change):
-    """Under the lock; a failing disk says what is unchanged."""
-    verb, unchanged = {"move": ("move", "it is where it was"), "delete": ("delete", "it is still there")}.get(
-        change.op, ("save", "the note is as it was"))
-    try:
-        with locked(kb):
-            yield
-    except OSError as e:
-        raise ToolError(f"could not {verb} {change.note}: {e.strerror or e}; {unchanged}") from None
-
-
 def _stale(kb: Path, change: Change) -> list[str]:
     """The files that no longer hold what the plan saw (a move: its note gone, or its new place taken)."""
     stale = [f.path for f in change.files if _current(kb, f.path) != f.old]
@@ -153,24 +141,29 @@ def apply(kb: Path, change: Change, replan=None) -> tuple[Change, str]:
     """Write the change (each file atomically, the whole recorded as one undo entry first): (the change as
     written, "" or a warning that /undo will not know it). If a file changed since the plan, `replan()` plans it
     again under the lock; without one (a person approved exactly that change) nothing is written and ToolError
-    says which."""
-    with _changing(kb, change):
-        if stale := _stale(kb, change):
-            if replan is None:
-                raise Stale(stale)
-            change = replan()
-            if stale := _stale(kb, change):  # only a program that ignores the lock writes this fast
-                raise ToolError(f"{', '.join(stale)} keeps changing on disk; nothing was written")
-        if change.is_noop():
-            return change, ""
-        entry, warning = _record(kb, change)
-        try:
-            _write(kb, change)
-        except BaseException:
-            _take_back(kb, entry)
-            raise
-        for f in change.files:
-            prune_versions(kb, f.path)  # its versions are kept under the name it had
+    says which. A failing disk says what is unchanged."""
+    verb, unchanged = {"move": ("move", "it is where it was"), "delete": ("delete", "it is still there")}.get(
+        change.op, ("save", "the note is as it was"))
+    try:
+        with locked(kb):
+            if stale := _stale(kb, change):
+                if replan is None:
+                    raise Stale(stale)
+                change = replan()
+                if stale := _stale(kb, change):  # only a program that ignores the lock writes this fast
+                    raise ToolError(f"{', '.join(stale)} keeps changing on disk; nothing was written")
+            if change.is_noop():
+                return change, ""
+            entry, warning = _record(kb, change)
+            try:
+                _write(kb, change)
+            except BaseException:
+                _take_back(kb, entry)
+                raise
+            for f in change.files:
+                prune_versions(kb, f.path)  # its versions are kept under the name it had
+    except OSError as e:
+        raise ToolError(f"could not {verb} {change.note}: {e.strerror or e}; {unchanged}") from None
     return change, warning
 
 
