@@ -345,11 +345,10 @@ def private_notes(kb: Path, index_dir: Path, watch: bool = True) -> set:
 
 
 # --- Links ---
-def link_rows(kb: Path, index_dir: Path, keys, source: str | None = None, watch: bool = True) -> tuple:
+def link_rows(kb: Path, index_dir: Path, keys: set, source: str | None = None, watch: bool = True) -> tuple:
     """(every file of the notes folder, the stored link rows (links.ROW_COLUMNS) of the note at `source` and of the
     links whose key is in `keys`, by source and line, the private notes): what links.py resolves them with, and
     against, and what a link shown to the model may not name."""
-    keys = list(keys)
 
     def rows(idx: Index) -> tuple:
         found = idx.conn.execute(f"SELECT * FROM links WHERE source = ? OR key IN ({','.join('?' * len(keys))}) "

@@ -69,12 +69,6 @@ def front_matter(text: str) -> tuple:
     return _normalised(_properties(fenced[1])), len(fenced[1]) + 3, fenced[1]
 
 
-def _body_start(text: str) -> int:
-    """The line after the front matter's closing fence; 1 without a (closed) front matter."""
-    fenced = _fenced(text)
-    return len(fenced[1]) + 3 if fenced and fenced[0] else 1
-
-
 def _entries(lines: list) -> list:
     """(index, line, the indented and blank lines after it) for each top-level line that is not a comment."""
     entries = []
@@ -89,8 +83,6 @@ def _entries(lines: list) -> list:
 
 def _joined(value: str, more: list) -> str:
     """A value and its indented continuation lines as YAML folds them: one line, single spaces."""
-    if not more:
-        return value.strip()
     return " ".join([value.strip()] + [s for s in (line.strip() for line in more) if s and not s.startswith("#")])
 
 
@@ -250,9 +242,10 @@ def front_matter_broken(old_text: str, new_text: str) -> str | None:
     by text put before it (taking it out is allowed)."""
     if problem := front_matter_problem(new_text):
         return None if front_matter_problem(old_text) else problem
-    old_start = _body_start(old_text)
+    old_start = front_matter(old_text)[1]
     block = "\n".join(_lines(old_text)[:old_start - 1])  # the old front matter with its fences, as whole lines
-    if old_start > 1 and _body_start(new_text) == 1 and f"\n{block}\n" in "\n" + new_text.replace("\r\n", "\n") + "\n":
+    if old_start > 1 and front_matter(new_text)[1] == 1 \
+            and f"\n{block}\n" in "\n" + new_text.replace("\r\n", "\n") + "\n":
         return ("the front matter would no longer start on line 1, so Obsidian would read none of its properties; "
                 "keep '---' as the note's first line and put new text after the closing '---'")
     return None
@@ -357,7 +350,7 @@ def headings(text: str) -> list:
     """(line, level, title) of each ATX heading (`## Title`) outside front matter and code. Setext headings (a line
     underlined with === or ---) are not read: in vaults such a `---` is far more often a rule under a paragraph."""
     return [(i + 1, len(heading[1]), _without_closing((heading[2] or "").strip()))
-            for i, line in _outside_code(_lines(text), _body_start(text) - 1)
+            for i, line in _outside_code(_lines(text), front_matter(text)[1] - 1)
             if line.lstrip(" ")[:1] == "#" and (heading := _ATX.match(line))]
 
 
