@@ -91,7 +91,7 @@ COMMANDS = {
 NO_KEY = ("Chat is off: no API key. {}, then start again. Meanwhile /search, /list and /read work; /help lists all.")
 # What a person typing the note commands is told to do next, by the kind of failure (notes.ToolError.kind).
 PERSON_ADVICE = {"missing": "Use /search or /list to find the right path.",
-                 "folder": "Use /list FOLDER to see inside it.", "lines": ""}
+                 "folder": "Use /list FOLDER to see inside it."}
 MULTILINE_HELP = ("  A question can span lines: end a line with \\ to go on, or paste a block (it stays one "
                   "question).\n  Ctrl+C clears the line typed; on an empty line, or Ctrl+D, it leaves.")
 NOTE_COMMANDS = {"/search": ("search_notes", "query"), "/list": ("list_notes", "folder"),
@@ -188,13 +188,12 @@ class Chat:
     def do_sessions(self, argument: str) -> None:
         show_sessions(self.conversation.store, self.display.info, self.conversation.session_id, self.settings.kb)
 
-    def do_resume(self, argument: str) -> str:
+    def do_resume(self, argument: str) -> str | None:
         if not (argument.isascii() and argument.isdigit()):  # "²".isdigit() is True, int("²") is not
             return self.failed("Usage: /resume ID (the numbers /sessions shows)")
         if not self.conversation.resume(int(argument)):
             return self.failed(f"No conversation {argument}. /sessions lists them.")
         self.display.info(continuing(self.conversation, "/history shows it."))
-        return "ok"
 
     def do_history(self, argument: str) -> None:
         if not self.conversation.history:
