@@ -88,7 +88,7 @@ COMMANDS = {
     "/undo": "revert the agent's last change to a note",
     "/exit": "leave (Ctrl+D too)",
 }
-NO_KEY = ("Chat is off: no API key. {}, then start again. Meanwhile /search, /list and /read work; /help lists all.")
+NO_KEY = "Chat is off: no API key. {}, then start again. Meanwhile /search, /list and /read work; /help lists all."
 # What a person typing the note commands is told to do next, by the kind of failure (notes.ToolError.kind).
 PERSON_ADVICE = {"missing": "Use /search or /list to find the right path.",
                  "folder": "Use /list FOLDER to see inside it."}
@@ -138,7 +138,7 @@ class Chat:
             close = [c for c in known if c.startswith(name)] or difflib.get_close_matches(name, known, n=1, cutoff=0.5)
             return self.failed(f"Unknown command {name}." + (f" Did you mean {close[0]}?" if close else "")
                                + " /help lists the commands.")
-        if name in NOTE_COMMANDS:  # the agent's own tools, run by hand: their text goes to stdout
+        if name in NOTE_COMMANDS:
             return self.note_command(name, argument)
         return getattr(self, "do_" + name[1:])(argument) or "ok"
 
