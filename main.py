@@ -88,10 +88,10 @@ COMMANDS = {
     "/undo": "revert the agent's last change to a note",
     "/exit": "leave (Ctrl+D too)",
 }
-NO_KEY = ("Chat is off: no API key. {}, then start again. Meanwhile /search, /list and /read work; /help lists all.")
+NO_KEY = "Chat is off: no API key. {}, then start again. Meanwhile /search, /list and /read work; /help lists all."
 # What a person typing the note commands is told to do next, by the kind of failure (notes.ToolError.kind).
 PERSON_ADVICE = {"missing": "Use /search or /list to find the right path.",
-                 "folder": "Use /list FOLDER to see inside it.", "lines": ""}
+                 "folder": "Use /list FOLDER to see inside it."}
 MULTILINE_HELP = ("  A question can span lines: end a line with \\ to go on, or paste a block (it stays one "
                   "question).\n  Ctrl+C clears the line typed; on an empty line, or Ctrl+D, it leaves.")
 NOTE_COMMANDS = {"/search": ("search_notes", "query"), "/list": ("list_notes", "folder"),
@@ -138,7 +138,7 @@ class Chat:
             close = [c for c in known if c.startswith(name)] or difflib.get_close_matches(name, known, n=1, cutoff=0.5)
             return self.failed(f"Unknown command {name}." + (f" Did you mean {close[0]}?" if close else "")
                                + " /help lists the commands.")
-        if name in NOTE_COMMANDS:  # the agent's own tools, run by hand: their text goes to stdout
+        if name in NOTE_COMMANDS:
             return self.note_command(name, argument)
         return getattr(self, "do_" + name[1:])(argument) or "ok"
 
@@ -188,13 +188,12 @@ class Chat:
     def do_sessions(self, argument: str) -> None:
         show_sessions(self.conversation.store, self.display.info, self.conversation.session_id, self.settings.kb)
 
-    def do_resume(self, argument: str) -> str:
+    def do_resume(self, argument: str) -> str | None:
         if not (argument.isascii() and argument.isdigit()):  # "²".isdigit() is True, int("²") is not
             return self.failed("Usage: /resume ID (the numbers /sessions shows)")
         if not self.conversation.resume(int(argument)):
             return self.failed(f"No conversation {argument}. /sessions lists them.")
         self.display.info(continuing(self.conversation, "/history shows it."))
-        return "ok"
 
     def do_history(self, argument: str) -> None:
         if not self.conversation.history:

@@ -339,11 +339,9 @@ class App(agent.UI):
 class Server(ThreadingHTTPServer):
     """The server for these notes on 127.0.0.1:port (0: any free port); it never approves by itself.
 
-    serve_forever's thread accepts connections and holds each without a thread until it sends something; then it
-    gets one. Until its request shows the page's key it stays anonymous: it has HEADER_TIMEOUT to send its request
-    line and headers, and past MAX_ANONYMOUS open the oldest is closed (one that has not spoken first). So a flood
-    costs little, is bounded and short-lived, and the page's own connections, its event streams among them, are
-    never cut."""
+    serve_forever's thread holds each new connection without a thread until it sends something. Until its request
+    shows the page's key it is anonymous (HEADER_TIMEOUT, MAX_ANONYMOUS), so a flood costs little, is bounded and
+    short-lived, and the page's own connections, its event streams among them, are never cut."""
     daemon_threads = True
     request_queue_size = 4096  # connections waiting for accept: under a flood, the page's waits among them
 
