@@ -11,7 +11,6 @@ server on this machine or its network (agent.is_local) is named as such: nothing
 only reads: it never writes, nor calls a model.
 """
 
-import json
 import time
 from collections import defaultdict
 from decimal import Decimal
@@ -110,14 +109,9 @@ class _Endpoint:
 def _tool_results(messages: list) -> dict[int, list]:
     """{conversation: [(message id, tool, arguments, result), ...]} from the stored assistant and tool messages."""
     histories, ids = defaultdict(list), defaultdict(list)
-    for session_id, row, body in messages:
-        try:
-            message = json.loads(body.decode("utf-8"))
-        except (AttributeError, ValueError):
-            continue  # damaged: load_messages tells the person
-        if isinstance(message, dict):
-            histories[session_id].append(message)
-            ids[session_id].append(row)
+    for session_id, row, message in messages:
+        histories[session_id].append(message)
+        ids[session_id].append(row)
     return {session_id: [(ids[session_id][index], tool, arguments, result)
                          for index, tool, arguments, result in citations.tool_results(history)]
             for session_id, history in histories.items()}

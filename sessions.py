@@ -42,7 +42,7 @@ INFO = ("SELECT s.id, s.started, coalesce(s.title, ''), count(m.id), s.kb, s.pro
         "FROM sessions s LEFT JOIN messages m ON m.session_id = s.id AND NOT m.dropped ")
 SessionInfo = namedtuple("SessionInfo", "id started title messages kb prompt_tokens completion_tokens")
 # What /sent reads: each call (session_id, time, endpoint, model, reported, prompt, completion, cache hits,
-# last_message), each assistant and tool message (session_id, id, body), dropped ones too (they were sent), and each
+# last_message), each assistant and tool message (session_id, id, message), dropped ones too (they were sent), and each
 # conversation's token totals {id: (prompt, completion)}, which also count calls made before calls were kept.
 Sent = namedtuple("Sent", "calls messages totals")
 
@@ -117,14 +117,7 @@ class SessionStore:
         """The conversation's kept messages in order; damaged ones are left out, and the person told so."""
         bodies = self._read("SELECT CAST(body AS BLOB) FROM messages WHERE session_id = ? AND NOT dropped "
                             "ORDER BY id", (session_id,))
-        messages = []
-        for (body,) in bodies:
-            try:  # NULL, not UTF-8 or not JSON: the bytes are damaged
-                message = json.loads(body.decode("utf-8"))
-            except (AttributeError, ValueError):
-                continue
-            if isinstance(message, dict):
-                messages.append(message)
+        messages = [message for (body,) in bodies if (message := _decoded(body)) is not None]
         if lost := len(bodies) - len(messages):
             notice(f"{lost} damaged message(s) in conversation {session_id} could not be read and were left out")
         return messages
@@ -150,11 +143,22 @@ class SessionStore:
         calls = self._read(f"SELECT c.session_id, c.time, c.endpoint, c.model, c.reported, c.prompt_tokens, "
                            f"c.completion_tokens, c.cache_hit_tokens, c.last_message FROM calls c JOIN sessions s "
                            f"ON s.id = c.session_id WHERE {where} ORDER BY c.id", args)
-        messages = self._read(f"SELECT m.session_id, m.id, CAST(m.body AS BLOB) FROM messages m JOIN sessions s "
-                              f"ON s.id = m.session_id WHERE {where} AND m.role IN ('assistant', 'tool') ORDER BY m.id",
-                              args)
+        rows = self._read(f"SELECT m.session_id, m.id, CAST(m.body AS BLOB) FROM messages m JOIN sessions s "
+                          f"ON s.id = m.session_id WHERE {where} AND m.role IN ('assistant', 'tool') ORDER BY m.id",
+                          args)
+        # a damaged one is left out: load_messages tells the person
+        messages = [(sid, row, message) for sid, row, body in rows if (message := _decoded(body)) is not None]
         totals = self._read(f"SELECT s.id, s.prompt_tokens, s.completion_tokens FROM sessions s WHERE {where}", args)
         return Sent(calls, messages, {row[0]: row[1:] for row in totals})
+
+
+def _decoded(body: bytes | None) -> dict | None:
+    """A stored message, or None when its bytes are damaged (NULL, not UTF-8, not JSON, not an object)."""
+    try:
+        message = json.loads(body.decode("utf-8"))
+    except (AttributeError, ValueError):
+        return None
+    return message if isinstance(message, dict) else None
 
 
 def format_session_line(info: SessionInfo, show_kb: bool = False) -> str:
