@@ -381,11 +381,11 @@ def _answer(call_ids: list[str], history: list[dict], text: str) -> None:  # its
     history.extend({"role": "tool", "tool_call_id": call_id, "content": text} for call_id in call_ids)
 
 
-def _save(history: list[dict], usage=None, called: bool = False, endpoint: tuple[str, str] | None = None) -> None:
-    """Let a history that keeps itself (sessions.Conversation's) commit what changed, and count an API call's
+def _save(history: list[dict], usage=None, endpoint: tuple[str, str] | None = None) -> None:
+    """Let a history that keeps itself (sessions.Conversation's) commit what changed; after an API call, count its
     `usage` (None: the server reported none) and where it went (`endpoint`: base URL, model)."""
     if hasattr(history, "save"):
-        history.save(usage, called, endpoint)
+        history.save(usage, endpoint)
 
 
 def run_agent(question: str, history: list[dict] | None = None, settings: Settings | None = None,
@@ -410,7 +410,7 @@ def run_agent(question: str, history: list[dict] | None = None, settings: Settin
                 raise
             message = reply.message(round_number)
             history.append(message)
-            _save(history, reply.usage, called=True, endpoint=(settings.base_url, settings.model))
+            _save(history, reply.usage, (settings.base_url, settings.model))
             if not reply.calls:  # decided by the calls, not finish_reason: servers differ
                 notice = LENGTH_NOTICE if reply.finish_reason == "length" else "" if reply.content else EMPTY_NOTICE
                 break

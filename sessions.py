@@ -176,11 +176,11 @@ class History(list):
         super().__init__(messages)
         self.conversation = conversation
 
-    def save(self, usage=None, called: bool = False, endpoint: tuple[str, str] | None = None) -> None:
-        """Commit what changed (new messages, or a dropped turn's); `called`: an API call was made, its `usage`
-        counted (None: the server reported none) and, with its `endpoint` (base URL, model), kept for /sent."""
+    def save(self, usage=None, endpoint: tuple[str, str] | None = None) -> None:
+        """Commit what changed (new messages, or a dropped turn's); given the `endpoint` (base URL, model) of an API
+        call just made, count its `usage` (None: the server reported none) and keep the call for /sent."""
         self.conversation.sync(self)
-        if called:
+        if endpoint:
             self.conversation.add_usage(usage, endpoint)
 
 
@@ -250,17 +250,17 @@ class Conversation:
         """Count one API call and its `usage` (an SDK object or a dict; None: the server reported none); with its
         `endpoint` (base URL, model), keep the call for /sent."""
         self.turn_calls, self.run_calls = self.turn_calls + 1, self.run_calls + 1
+        prompt, completion, hits = tokens_of(usage)
         if endpoint and self.session_id is not None:
             self.store.write(lambda c: c.execute(
                 "INSERT INTO calls (session_id, time, endpoint, model, reported, prompt_tokens, completion_tokens, "
                 "cache_hit_tokens, last_message) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
                 "(SELECT max(id) FROM messages WHERE session_id = ?1))",
                 (self.session_id, time.time(), _without_credentials(endpoint[0]), endpoint[1], usage is not None,
-                 *tokens_of(usage))))
+                 prompt, completion, hits)))
         if usage is None:
             self.turn_unreported, self.run_unreported = self.turn_unreported + 1, self.run_unreported + 1
             return
-        prompt, completion, _ = tokens_of(usage)
         self.turn_usage = (self.turn_usage[0] + prompt, self.turn_usage[1] + completion)
         self.run_usage = (self.run_usage[0] + prompt, self.run_usage[1] + completion)
         self.store.write(lambda c: c.execute("UPDATE sessions SET prompt_tokens = prompt_tokens + ?, "
