@@ -12,7 +12,7 @@ import shlex
 import sqlite3
 import threading
 import time
-from collections import namedtuple
+from collections import defaultdict, namedtuple
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -42,8 +42,8 @@ INFO = ("SELECT s.id, s.started, coalesce(s.title, ''), count(m.id), s.kb, s.pro
         "FROM sessions s LEFT JOIN messages m ON m.session_id = s.id AND NOT m.dropped ")
 SessionInfo = namedtuple("SessionInfo", "id started title messages kb prompt_tokens completion_tokens")
 # What /sent reads: each call (session_id, time, endpoint, model, reported, prompt, completion, cache hits,
-# last_message), each assistant and tool message (session_id, id, message), dropped ones too (they were sent), and each
-# conversation's token totals {id: (prompt, completion)}, which also count calls made before calls were kept.
+# last_message), each conversation's assistant and tool messages {id: [(message id, message)]}, dropped ones too (they
+# were sent), and its token totals {id: (prompt, completion)}, which also count calls made before calls were kept.
 Sent = namedtuple("Sent", "calls messages totals")
 
 
@@ -146,8 +146,10 @@ class SessionStore:
         rows = self._read(f"SELECT m.session_id, m.id, CAST(m.body AS BLOB) FROM messages m JOIN sessions s "
                           f"ON s.id = m.session_id WHERE {where} AND m.role IN ('assistant', 'tool') ORDER BY m.id",
                           args)
-        # a damaged one is left out: load_messages tells the person
-        messages = [(sid, row, message) for sid, row, body in rows if (message := _decoded(body)) is not None]
+        messages = defaultdict(list)
+        for sid, row, body in rows:
+            if (message := _decoded(body)) is not None:  # a damaged one is left out: load_messages tells the person
+                messages[sid].append((row, message))
         totals = self._read(f"SELECT s.id, s.prompt_tokens, s.completion_tokens FROM sessions s WHERE {where}", args)
         return Sent(calls, messages, {row[0]: row[1:] for row in totals})
 
