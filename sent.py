@@ -75,7 +75,7 @@ class _Endpoint:
             self.peak += is_peak(when)
 
     def lines(self) -> list[str]:
-        local = bool(self.endpoint) and is_local(self.endpoint)
+        local = is_local(self.endpoint)
         if (self.endpoint, self.model) == EARLIER:
             out = ["API calls made before knowledge-agent recorded where each one went:"]
         else:
