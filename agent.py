@@ -235,13 +235,6 @@ def timeout_of(settings: Settings) -> float:
     return settings.request_timeout * (LOCAL_TIMEOUT_FACTOR if is_local(settings.base_url) else 1)
 
 
-def output_cap(settings: Settings) -> tuple[str, int]:
-    """(the parameter, the tokens) that cap one reply: MAX_OUTPUT_TOKENS, or a default for the server."""
-    name, cap = OUTPUT_CAPS.get(urlsplit(settings.base_url).hostname or "", (
-        "max_tokens", LOCAL_OUTPUT_CAP if is_local(settings.base_url) else OTHER_OUTPUT_CAP))
-    return name, settings.max_output_tokens or cap
-
-
 class Model:
     """The chat endpoint: its client (the openai SDK, imported on the first request), the one request loop and
     its retries, and the server's tokens per estimated token, learnt from usage and "context too long" answers.
@@ -273,9 +266,12 @@ class Model:
         return messages, context.estimate_tokens(messages, tools.tool_schemas(self.settings))
 
     def _params(self, messages: list[dict]) -> dict:
+        """The call's parameters; a reply is capped at MAX_OUTPUT_TOKENS, else at the server's default (OUTPUT_CAPS)."""
         settings = self.settings
-        cap, tokens = output_cap(settings)
-        params = {"model": settings.model, "messages": messages, "tools": tools.tool_schemas(settings), cap: tokens}
+        cap, tokens = OUTPUT_CAPS.get(urlsplit(settings.base_url).hostname or "", (
+            "max_tokens", LOCAL_OUTPUT_CAP if is_local(settings.base_url) else OTHER_OUTPUT_CAP))
+        params = {"model": settings.model, "messages": messages, "tools": tools.tool_schemas(settings),
+                  cap: settings.max_output_tokens or tokens}
         extra = {"thinking": {"type": settings.thinking}} if settings.thinking else {}
         if settings.reasoning_effort:
             extra["reasoning_effort"] = settings.reasoning_effort
@@ -381,11 +377,11 @@ def _answer(call_ids: list[str], history: list[dict], text: str) -> None:  # its
     history.extend({"role": "tool", "tool_call_id": call_id, "content": text} for call_id in call_ids)
 
 
-def _save(history: list[dict], usage=None, called: bool = False, endpoint: tuple[str, str] | None = None) -> None:
-    """Let a history that keeps itself (sessions.Conversation's) commit what changed, and count an API call's
+def _save(history: list[dict], usage=None, endpoint: tuple[str, str] | None = None) -> None:
+    """Let a history that keeps itself (sessions.Conversation's) commit what changed; after an API call, count its
     `usage` (None: the server reported none) and where it went (`endpoint`: base URL, model)."""
     if hasattr(history, "save"):
-        history.save(usage, called, endpoint)
+        history.save(usage, endpoint)
 
 
 def run_agent(question: str, history: list[dict] | None = None, settings: Settings | None = None,
@@ -410,7 +406,7 @@ def run_agent(question: str, history: list[dict] | None = None, settings: Settin
                 raise
             message = reply.message(round_number)
             history.append(message)
-            _save(history, reply.usage, called=True, endpoint=(settings.base_url, settings.model))
+            _save(history, reply.usage, (settings.base_url, settings.model))
             if not reply.calls:  # decided by the calls, not finish_reason: servers differ
                 notice = LENGTH_NOTICE if reply.finish_reason == "length" else "" if reply.content else EMPTY_NOTICE
                 break

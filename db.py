@@ -129,11 +129,10 @@ def _wal(conn: sqlite3.Connection, what: str) -> None:
 
 
 @contextlib.contextmanager
-def writing(conn: sqlite3.Connection, what: str, long_wait: float | None = None):
+def writing(conn: sqlite3.Connection, what: str, long_wait: float = LONG_WAIT_S):
     """One write transaction, committed or (on any error, Ctrl+C too) rolled back. When another process holds
     the file past the busy timeout, the person is told (`what` names it) and we wait `long_wait` s longer
-    (LONG_WAIT_S by default; 0: give up at once)."""
-    long_wait = LONG_WAIT_S if long_wait is None else long_wait
+    (0: give up at once)."""
     try:
         conn.execute("BEGIN IMMEDIATE")  # the lock first: a second writer waits here, not half-way
     except sqlite3.OperationalError as e:

@@ -11,10 +11,6 @@ reply ends, either run the calls or print the held text whole:
     while streaming:  hold the text while could_be_tool_call(text), else show it (and all that follows)
     at the end:       calls = text_tool_calls(text, offered) if still holding; run them, or show the text
 
-error_message() finds the server's own words in an error, context_window() and is_context_error() read its
-"too long" answers, and server_kept_fewer() notices a server (Ollama) that cut a prompt from the front and
-counted only what it kept.
-
 Pure functions of strings and numbers: this module does no I/O, imports nothing of the project, and never
 decides what the agent does about what it finds.
 """

@@ -11,7 +11,6 @@ server on this machine or its network (agent.is_local) is named as such: nothing
 only reads: it never writes, nor calls a model.
 """
 
-import json
 import time
 from collections import defaultdict
 from decimal import Decimal
@@ -76,7 +75,7 @@ class _Endpoint:
             self.peak += is_peak(when)
 
     def lines(self) -> list[str]:
-        local = bool(self.endpoint) and is_local(self.endpoint)
+        local = is_local(self.endpoint)
         if (self.endpoint, self.model) == EARLIER:
             out = ["API calls made before knowledge-agent recorded where each one went:"]
         else:
@@ -107,22 +106,6 @@ class _Endpoint:
                 f"{_dollars(misses)}, output {_dollars(output)}{peak})", f"  at {PRICES_SOURCE}"]
 
 
-def _tool_results(messages: list) -> dict[int, list]:
-    """{conversation: [(message id, tool, arguments, result), ...]} from the stored assistant and tool messages."""
-    histories, ids = defaultdict(list), defaultdict(list)
-    for session_id, row, body in messages:
-        try:
-            message = json.loads(body.decode("utf-8"))
-        except (AttributeError, ValueError):
-            continue  # damaged: load_messages tells the person
-        if isinstance(message, dict):
-            histories[session_id].append(message)
-            ids[session_id].append(row)
-    return {session_id: [(ids[session_id][index], tool, arguments, result)
-                         for index, tool, arguments, result in citations.tool_results(history)]
-            for session_id, history in histories.items()}
-
-
 def report(store, session_id: int | None, kb, everything: bool = False) -> str:
     """/sent: what conversation `session_id` sent where; `everything`: every conversation about the notes `kb`."""
     if not everything and session_id is None:
@@ -143,8 +126,9 @@ def report(store, session_id: int | None, kb, everything: bool = False) -> str:
     for prompt, completion in earlier.values():
         group = endpoints.setdefault(EARLIER, _Endpoint(*EARLIER))
         group.prompt, group.completion = group.prompt + prompt, group.completion + completion
-    for sid, results in _tool_results(record.messages).items():
-        for row, tool, arguments, result in results:
+    for sid, messages in record.messages.items():
+        for index, tool, arguments, result in citations.tool_results([message for _, message in messages]):
+            row = messages[index][0]
             went = {key for last, key in calls[sid] if last > row} or ({EARLIER} if sid in earlier else set())
             for key in went:
                 citations.merge(endpoints[key].notes, citations.shown(tool, arguments, result))

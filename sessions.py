@@ -12,7 +12,7 @@ import shlex
 import sqlite3
 import threading
 import time
-from collections import namedtuple
+from collections import defaultdict, namedtuple
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -42,8 +42,8 @@ INFO = ("SELECT s.id, s.started, coalesce(s.title, ''), count(m.id), s.kb, s.pro
         "FROM sessions s LEFT JOIN messages m ON m.session_id = s.id AND NOT m.dropped ")
 SessionInfo = namedtuple("SessionInfo", "id started title messages kb prompt_tokens completion_tokens")
 # What /sent reads: each call (session_id, time, endpoint, model, reported, prompt, completion, cache hits,
-# last_message), each assistant and tool message (session_id, id, body), dropped ones too (they were sent), and each
-# conversation's token totals {id: (prompt, completion)}, which also count calls made before calls were kept.
+# last_message), each conversation's assistant and tool messages {id: [(message id, message)]}, dropped ones too (they
+# were sent), and its token totals {id: (prompt, completion)}, which also count calls made before calls were kept.
 Sent = namedtuple("Sent", "calls messages totals")
 
 
@@ -117,14 +117,7 @@ class SessionStore:
         """The conversation's kept messages in order; damaged ones are left out, and the person told so."""
         bodies = self._read("SELECT CAST(body AS BLOB) FROM messages WHERE session_id = ? AND NOT dropped "
                             "ORDER BY id", (session_id,))
-        messages = []
-        for (body,) in bodies:
-            try:  # NULL, not UTF-8 or not JSON: the bytes are damaged
-                message = json.loads(body.decode("utf-8"))
-            except (AttributeError, ValueError):
-                continue
-            if isinstance(message, dict):
-                messages.append(message)
+        messages = [message for (body,) in bodies if (message := _decoded(body)) is not None]
         if lost := len(bodies) - len(messages):
             notice(f"{lost} damaged message(s) in conversation {session_id} could not be read and were left out")
         return messages
@@ -150,11 +143,24 @@ class SessionStore:
         calls = self._read(f"SELECT c.session_id, c.time, c.endpoint, c.model, c.reported, c.prompt_tokens, "
                            f"c.completion_tokens, c.cache_hit_tokens, c.last_message FROM calls c JOIN sessions s "
                            f"ON s.id = c.session_id WHERE {where} ORDER BY c.id", args)
-        messages = self._read(f"SELECT m.session_id, m.id, CAST(m.body AS BLOB) FROM messages m JOIN sessions s "
-                              f"ON s.id = m.session_id WHERE {where} AND m.role IN ('assistant', 'tool') ORDER BY m.id",
-                              args)
+        rows = self._read(f"SELECT m.session_id, m.id, CAST(m.body AS BLOB) FROM messages m JOIN sessions s "
+                          f"ON s.id = m.session_id WHERE {where} AND m.role IN ('assistant', 'tool') ORDER BY m.id",
+                          args)
+        messages = defaultdict(list)
+        for sid, row, body in rows:
+            if (message := _decoded(body)) is not None:  # a damaged one is left out: load_messages tells the person
+                messages[sid].append((row, message))
         totals = self._read(f"SELECT s.id, s.prompt_tokens, s.completion_tokens FROM sessions s WHERE {where}", args)
         return Sent(calls, messages, {row[0]: row[1:] for row in totals})
+
+
+def _decoded(body: bytes | None) -> dict | None:
+    """A stored message, or None when its bytes are damaged (NULL, not UTF-8, not JSON, not an object)."""
+    try:
+        message = json.loads(body.decode("utf-8"))
+    except (AttributeError, ValueError):
+        return None
+    return message if isinstance(message, dict) else None
 
 
 def format_session_line(info: SessionInfo, show_kb: bool = False) -> str:
@@ -172,11 +178,11 @@ class History(list):
         super().__init__(messages)
         self.conversation = conversation
 
-    def save(self, usage=None, called: bool = False, endpoint: tuple[str, str] | None = None) -> None:
-        """Commit what changed (new messages, or a dropped turn's); `called`: an API call was made, its `usage`
-        counted (None: the server reported none) and, with its `endpoint` (base URL, model), kept for /sent."""
+    def save(self, usage=None, endpoint: tuple[str, str] | None = None) -> None:
+        """Commit what changed (new messages, or a dropped turn's); given the `endpoint` (base URL, model) of an API
+        call just made, count its `usage` (None: the server reported none) and keep the call for /sent."""
         self.conversation.sync(self)
-        if called:
+        if endpoint:
             self.conversation.add_usage(usage, endpoint)
 
 
@@ -246,17 +252,17 @@ class Conversation:
         """Count one API call and its `usage` (an SDK object or a dict; None: the server reported none); with its
         `endpoint` (base URL, model), keep the call for /sent."""
         self.turn_calls, self.run_calls = self.turn_calls + 1, self.run_calls + 1
+        prompt, completion, hits = tokens_of(usage)
         if endpoint and self.session_id is not None:
             self.store.write(lambda c: c.execute(
                 "INSERT INTO calls (session_id, time, endpoint, model, reported, prompt_tokens, completion_tokens, "
                 "cache_hit_tokens, last_message) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
                 "(SELECT max(id) FROM messages WHERE session_id = ?1))",
                 (self.session_id, time.time(), _without_credentials(endpoint[0]), endpoint[1], usage is not None,
-                 *tokens_of(usage))))
+                 prompt, completion, hits)))
         if usage is None:
             self.turn_unreported, self.run_unreported = self.turn_unreported + 1, self.run_unreported + 1
             return
-        prompt, completion, _ = tokens_of(usage)
         self.turn_usage = (self.turn_usage[0] + prompt, self.turn_usage[1] + completion)
         self.run_usage = (self.run_usage[0] + prompt, self.run_usage[1] + completion)
         self.store.write(lambda c: c.execute("UPDATE sessions SET prompt_tokens = prompt_tokens + ?, "
