@@ -126,6 +126,14 @@ def _lead_of(body: str) -> str:
     return "\n".join(paragraph)[:INDEX_LEAD_CHARS]
 
 
+def _first_heading(text: str, body: str) -> str:
+    """The title of the note's first heading, or ""; a `# comment` in a code block above it is no heading."""
+    found = HEADING.search(body, 0, 20000)
+    if found and ("```" in body[:found.start()] or "~~~" in body[:found.start()]):  # rare: read it as vault does
+        return next((title for _, _, title in vault.headings(text)), "")
+    return found.group(1).strip() if found else ""
+
+
 def title_key(text: str) -> str:
     """A title or name as compared with the whole query: case-folded, runs of spaces as one."""
     return " ".join(text.casefold().split())
@@ -158,8 +166,7 @@ def _row(kb: Path, path: str, size_mtime, private_rules: list):
     stem = next((name[:-len(s)] for s in NOTE_SUFFIXES if name.lower().endswith(s)), name)
     title = properties.get("title")
     if not isinstance(title, str) or not title.strip():
-        found = HEADING.search(body, 0, 20000)
-        title = found.group(1).strip() if found else stem
+        title = _first_heading(text, body) or stem
     aliases = properties.get("aliases", [])
     tags = sorted({tag.casefold() for tag in vault.tags_of(text, parsed)})
     words = cjk_words if CJK_RUN.search(text) or CJK_RUN.search(path) else str  # most have no CJK

@@ -112,6 +112,13 @@ def test_hits_show_title_and_matching_lines_with_numbers(kb, find):
                    "travel/japan.md — Trip to Japan\n  3: Kyoto temples; bread is rare at breakfast.")
 
 
+def test_a_comment_in_a_code_block_is_not_the_notes_title(kb, find):
+    write(kb, "setup.md", "```bash\n# install deps\npip install x\n```\n\n# Real title\n\nThe setup steps.\n")
+    write(kb, "tilde.md", "~~~\n# not this\n~~~\n")  # no heading outside the code: the name is its title
+    assert "setup.md — Real title\n" in find(kb, "setup steps")
+    assert "tilde.md — tilde\n" in find(kb, "tilde")
+
+
 def test_note_found_by_its_path_alone_shows_its_opening_line(kb, find):
     write(kb, "recipes/soup.md", "# Soup\n\nLeeks and potatoes.\n")
     assert "recipes/soup.md — Soup\n  3: Leeks and potatoes." in find(kb, "recipes")
