@@ -99,6 +99,12 @@ def test_code_blocks_link_targets_and_glued_chinese_are_read_as_a_person_reads_t
         ("python.md:3", "python.md", 3, ""), ("python.md：4", "python.md", 4, ""), ("./python.md:1", "python.md", 1, "")]
 
 
+def test_quote_marks_inside_a_notes_name_are_no_quote(settings, kb):
+    (kb / "写作（「渐进写作」）.md").write_text("# 写作\n正文\n", encoding="utf-8")
+    answer, _ = answered(settings, [call("list_notes"), {"content": "Notes: 写作（「渐进写作」）.md and python.md."}])
+    assert answer.citations.checks == [] and answer.citations.unread == ""
+
+
 def test_every_tool_that_shows_note_text_counts_and_its_lines_are_the_notes_own(settings, kb):
     long = "# Long\n\n" + "\n".join(f"## Part {n}\n\n{'words ' * 60}" for n in range(1, 80)) + "\n"
     (kb / "long.md").write_text(long, encoding="utf-8")
