@@ -11,6 +11,7 @@ import contextlib
 import itertools
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -24,6 +25,8 @@ from notes import visible
 
 TRACE_WIDTH = 110  # characters of a tool call or result shown on stderr
 HISTORY_LINES = 1000  # typed lines kept across runs
+COMMAND_LINES_SEEN = 10  # a longer shell command gets its question again below it
+BLANKS = re.compile(r"[ \t]{20,}")  # a run of spaces this long is counted, not drawn
 QUESTION_FILES = 20  # files of a change listed under its question (the page shows each one's diff)
 
 
@@ -112,7 +115,7 @@ class Display(UI):
 
     def tool_call(self, name: str, arguments: str) -> None:
         self.end_answer(announce=False)  # the thinking goes on after the tool
-        self.info(self._style("36", f"→ {name}") + " " + shorten(compact(arguments)))
+        self.info(self._style("36", f"→ {shorten(name)}") + " " + shorten(compact(arguments)))
 
     def tool_result(self, name: str, result: tools.Result) -> None:
         first = result.text.splitlines()[0] if result.text else "(empty)"
@@ -142,12 +145,14 @@ class Display(UI):
         self._clear_status()
         if not self.interactive:
             return None
+        title = self._style("1", visible(approval.title))  # bold: no model or note can draw it (escapes are shown)
         if approval.kind != "shell":
-            return ask(visible(approval.title) + touched(approval.change), "y/N") == "y"
+            return ask(title + touched(approval.change), "y/N") == "y"
         if self.shell_always:
             return True
-        command = "\n    ".join(visible(line) for line in approval.detail.split("\n"))
-        reply = ask(f"{visible(approval.title)}\n    {command}", "y/N/a=always this session")
+        lines = shown_command(approval.detail)
+        again = f"\n{title} ({len(lines)} lines above)" if len(lines) > COMMAND_LINES_SEEN else ""
+        reply = ask(f"{title}\n    " + "\n    ".join(lines) + again, "y/N/a=always this session")
         self.shell_always = reply == "a"
         return reply in ("y", "a")
 
@@ -158,6 +163,17 @@ class Display(UI):
     def error(self, message: str) -> None:
         self.end_answer()
         self.info(self._style("31", "error: ") + visible(message, lines=True))
+
+
+def shown_command(command: str) -> list[str]:
+    """A shell command's lines as asked about: visible, and a run of blank lines or of spaces counted, not drawn,
+    so that no part of the command can be pushed out of sight above the question."""
+    lines = [BLANKS.sub(lambda m: f"[{len(m[0])} spaces]", visible(line.rstrip())) for line in command.split("\n")]
+    shown = []
+    for blank, run in itertools.groupby(lines, key=lambda line: not line):
+        run = list(run)
+        shown += [f"[{len(run)} blank lines]"] if blank and len(run) > 1 else run
+    return shown
 
 
 def touched(change: versions.Change | None) -> str:

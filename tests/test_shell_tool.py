@@ -238,6 +238,17 @@ def test_always_is_only_for_shell_commands(monkeypatch):
     assert [choices for _, choices in prompts] == ["y/N"] * 3
 
 
+
+def test_blank_lines_and_spaces_cannot_push_the_command_out_of_sight(monkeypatch):
+    approve, prompts = terminal_approve(monkeypatch, ["", "", ""])
+    approve(shell_command("cat ~/.ssh/id_rsa; echo pwned" + "\n" * 120 + "ls"))
+    approve(shell_command(" " * 3000 + "rm -rf important\u2028ls -la"))
+    approve(shell_command("\n".join(f"echo {n}" for n in range(12))))
+    hidden, wide, long = (question for question, _ in prompts)
+    assert hidden.splitlines()[1:] == ["    cat ~/.ssh/id_rsa; echo pwned", "    [119 blank lines]", "    ls"]
+    assert wide.splitlines()[1] == "    [3000 spaces]rm -rf important\\u2028ls -la"
+    assert long.splitlines()[-1] == "Run this shell command in the notes folder? (12 lines above)"
+
 def test_plain_enter_declines(monkeypatch):
     approve, _ = terminal_approve(monkeypatch, [""])
     assert approve(shell_command("ls")) is False

@@ -86,3 +86,16 @@ def test_no_escape_sequence_of_a_note_reaches_the_terminal(call_main, fake_llm, 
     for result in (call_main("/read evil.md", kb=kb, key=None), call_main("/search evil", kb=kb, key=None)):
         assert result.returncode == 0, result.stderr
         assert obeyed(result.stdout + result.stderr) == [] and "\\x1b]52;" in result.stdout
+
+
+def test_a_tool_name_from_the_model_is_shown_not_obeyed(call_main, fake_llm, kb):
+    fake_llm.replies = [{"tool_calls": [{"name": "x" + "".join(HOSTILE), "arguments": "{}"}]}, {"content": "Done."}]
+    result = call_main("go", kb=kb, base_url=fake_llm.base_url)
+    assert result.returncode == 0 and obeyed(result.stderr) == [] and "→ x\\x1b[30;40m" in result.stderr
+
+
+def test_invisible_characters_of_the_model_are_shown(call_main, fake_llm, kb):
+    """A line separator breaks the line in some terminals; zero-width and tag characters hide text."""
+    fake_llm.replies = [{"content": "rm -rf important\u2028ls \u200bhidden\U000e0041 👨\u200d👩"}]
+    result = call_main("go", kb=kb, base_url=fake_llm.base_url)
+    assert result.stdout.strip() == "rm -rf important\\u2028ls \\u200bhidden\\U000e0041 👨\u200d👩"
