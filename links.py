@@ -356,8 +356,9 @@ def _relative(path: str, source: str) -> str:
 
 
 def _writable(written: str, form: str) -> bool:
+    """A target this form can hold: `b]` cannot ([[b]]] is the link [[b]] and a ']')."""
     if form in ("wiki", "property"):
-        return not any(c in written for c in "|#\n") and "[[" not in written and "]]" not in written \
+        return not any(c in written for c in "|#\n") and "[[" not in written and "]]" not in written + "]" \
             and not (form == "property" and any(q in written for q in "\"'"))
     return "\n" not in written
 

@@ -338,12 +338,29 @@ def _summary(settings: Settings, change: versions.Change) -> str:
         settings.kb, change.final_path(f.path), notes.readable_text(f.new or f.old or b"") or "")})
 
 
-def _new_name(name: str) -> str:
-    """A new note's name, free of invisible formatting characters (U+200B, U+061C, …): no two notes look alike."""
+def _new_name(settings: Settings, name: str, moving: str = "") -> str:
+    """A new note's name (or the new name of the note `moving`), refused if it could be mistaken for another: an
+    invisible formatting character (U+200B, U+061C, …), or a part that differs from an existing one only in case or
+    Unicode form (Other.md beside oTHER.md, café in NFC and NFD): links ignore case, and macOS sees one file."""
     if hidden := next((c for c in name if unicodedata.category(c) == "Cf"), None):
         raise ToolError(f"the name {notes.visible(name)!r} holds an invisible formatting character "
                         f"(U+{ord(hidden):04X}); a new note's name may not.", "Choose the name without it.")
+    folder = settings.kb
+    for part in name.split("/"):
+        try:
+            twin = next((entry for entry in os.listdir(folder) if entry != part and _alike(entry) == _alike(part)), "")
+        except OSError:  # a folder the change makes: nothing in it yet
+            break
+        if twin and rel(settings.kb, folder / twin) != moving:
+            raise ToolError(f"{notes.visible(rel(settings.kb, folder / twin))} already exists, and "
+                            f"{notes.visible(part)!r} differs from it only in case or Unicode form; nothing was "
+                            "changed.", "Use that name, or choose one that differs in more than case.")
+        folder = folder / part
     return name
+
+
+def _alike(name: str) -> str:
+    return unicodedata.normalize("NFC", name).casefold()
 
 
 def _text_change(settings: Settings, approve, name: str, new_text: Callable[[str], str], op: str, done: str) -> str:
@@ -470,7 +487,7 @@ def append_note(settings: Settings, file_path: str, content: str, section: str |
 
     where = f"the end of the section {json.dumps(section, ensure_ascii=False)} of" if section else "the end of"
     if not path.exists() and not path.is_symlink():
-        start, how = _new_note(settings, _new_name(name))
+        start, how = _new_note(settings, _new_name(settings, name))
         return _text_change(settings, approve, name, lambda _: added(start), "write",
                             f"Created {name}{how} (it did not exist) and added the content at {where} it.")
     _changeable(settings, path)
@@ -486,7 +503,7 @@ def write_note(settings: Settings, file_path: str, content: str, overwrite: bool
     path = guarded(settings, file_path, new=True)
     name = rel(settings.kb, path)
     if not path.exists() and not path.is_symlink():
-        start, how = _new_note(settings, _new_name(name))
+        start, how = _new_note(settings, _new_name(settings, name))
         text = start + ("" if not start or start.endswith("\n") else "\n") + _lf(content)
         return _text_change(settings, approve, name, lambda _: text, "write", f"Created {name}{how}"
                             + (", with the content after it." if start else "."))
@@ -504,7 +521,8 @@ def write_note(settings: Settings, file_path: str, content: str, overwrite: bool
                                                 "e.g. 'archive/old-ideas.md'. Must not exist yet.")}, asks=True)
 def move_note(settings: Settings, from_path: str, to_path: str, *, approve) -> str:
     source, target = guarded(settings, from_path, "from_path"), guarded(settings, to_path, "to_path", new=True)
-    src, dst = _changeable(settings, source, size_limit=False), _new_name(rel(settings.kb, target))
+    src = _changeable(settings, source, size_limit=False)
+    dst = _new_name(settings, rel(settings.kb, target), moving=src)
     if target.exists() or target.is_symlink():
         raise ToolError(f"{dst} already exists; nothing was moved.", "Choose another to_path.")
     rewritten = {}  # links rewritten per file, by the latest plan

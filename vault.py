@@ -378,7 +378,8 @@ def _paths(found: list) -> list:
 
 def find_section(text: str, wanted: str) -> tuple:
     """(heading line, last line) of the section under the heading `wanted`, to the next heading of the same or a
-    higher level. `wanted` is compared without case or Markdown marks; 'Parent > Child' picks among repeated names.
+    higher level. `wanted` is compared without case or Markdown marks; 'Parent > Child' (or a link's 'Parent#Child')
+    picks among repeated names.
     An unknown or ambiguous heading raises ValueError naming the note's headings."""
     found = headings(text)
     paths = _paths(found)
@@ -387,8 +388,9 @@ def find_section(text: str, wanted: str) -> tuple:
     if not key:
         raise ValueError("name the heading of the section, e.g. 'Install' or 'Setup > Linux'.")
     chosen = [i for i, (_, _, title) in enumerate(found) if _plain(title) == key]
-    if not chosen and ">" in name:
-        parts = [_plain(part) for part in name.split(">")]
+    separator = ">" if ">" in name else "#"  # Obsidian's links write Setup#Install
+    if not chosen and separator in name:
+        parts = [_plain(part) for part in name.split(separator)]
         chosen = [i for i, path in enumerate(paths) if _plain(path[-1]) == parts[-1] and _within(path[:-1], parts[:-1])]
     if len(chosen) != 1:
         raise ValueError(_no_section(name, found, paths, chosen))

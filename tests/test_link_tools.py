@@ -11,6 +11,7 @@ import json
 import signal
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 import pytest
@@ -237,6 +238,28 @@ def test_case_differences_and_a_newcomer_that_would_steal_links(tmp_path):
     assert (kb / "a.md").read_text() == "[[Santi Chen]] and [[Santi Chen.md|s]] and [x](Santi%20Chen.md)\n"
     moved(kb, "a.md", "other.md")  # a shorter other.md would take [[other]] from deep/er/other.md
     assert (kb / "b.md").read_text() == "[[deep/er/other]] leads to deep/er/other.md\n"
+
+
+def test_a_name_no_link_can_hold_or_a_look_alike_of_another_note_is_refused(tmp_path):
+    kb = tmp_path / "kb"
+    write(kb, "a.md", "see [[b]] here\n")
+    write(kb, "b.md", "# b\n")
+    write(kb, "Other.md", "# other\n")
+    write(kb, "café.md", "# café\n")
+    kb = kb.resolve()
+    old = hashes(kb)
+    settings = make_settings(kb, auto_approve=True)
+    move = lambda dst: tools.execute_tool("move_note", {"from_path": "b.md", "to_path": dst}, settings)  # noqa: E731
+    assert "the link to b].md in a.md (line 1) cannot be written" in move("b].md").text  # [[b]]] is [[b]] and ']'
+    for twin, existing in (("oTHER.md", "Other.md"), (unicodedata.normalize("NFD", "café.md"), "café.md"),
+                           ("OTHER.md/x.md", "Other.md")):
+        result = move(twin)
+        assert result.error and f"{existing} already exists, and" in result.text and "only in case" in result.text
+        written = tools.execute_tool("write_note", {"file_path": twin, "content": "x"}, settings)
+        assert written.error and f"{existing} already exists, and" in written.text
+    assert hashes(kb) == old
+    moved(kb, "b.md", "B.md")  # a case-only rename of the note itself is no look-alike; [[b]] still leads to it
+    assert (kb / "B.md").exists() and not (kb / "b.md").exists()
 
 
 def test_relative_and_absolute_link_formats_of_the_vault_are_followed(vault):

@@ -192,8 +192,10 @@ def test_append_to_a_section_lands_at_its_end_and_an_unknown_one_writes_nothing(
 def test_a_person_reads_a_section_with_read_path_hash_heading(call_main, kb):
     write(kb, "guide.md", GUIDE)
     write(kb, "C#.md", "# C#\n\nA language.\n")
-    result = call_main(kb=kb, key=None, stdin="/read guide.md#Setup > macOS\n/read C#.md\n/read guide.md#Install\n")
+    result = call_main(kb=kb, key=None, stdin="/read guide.md#Setup > macOS\n/read C#.md\n/read guide.md#Install\n"
+                                               "/read guide.md#Setup#macOS\n")  # the second: as a link writes it
     assert 'guide.md (lines 16-19 of 26; section "Setup > macOS" ends at line 19)\n### **macOS**' in result.stdout
+    assert 'guide.md (lines 16-19 of 26; section "Setup#macOS" ends at line 19)\n### **macOS**' in result.stdout
     assert "brew install x" in result.stdout and "## Usage" not in result.stdout
     assert "C#.md (lines 1-3 of 3)" in result.stdout
     assert "no heading 'Install' in the note. Its headings: Guide (line 4); Setup (line 8)" in result.stderr
