@@ -259,13 +259,16 @@ def _age_s(version: Path) -> float:
 
 def prune_versions(kb: Path, rel_path: str) -> None:
     """Delete a note's old versions, by age and size, never by count alone: the newest HISTORY_KEEP stay, as do
-    every version of the last HISTORY_PROTECT_S, the newest one older than that and the first this process kept,
-    so no sequence of changes can flush the text a note had before this conversation or before the last hour."""
+    every version of the last HISTORY_PROTECT_S, the newest one older than that, the first this process kept and
+    the oldest (the note before the agent first changed it), so no sequence of changes can flush the text a note
+    had before the agent, before this conversation or before the last hour. Past HISTORY_MAX_BYTES a note
+    thus keeps at most HISTORY_KEEP + 3 versions besides the last hour's, and the oldest outlives any age: one copy
+    of each note the agent ever changed, as it was then."""
     kept = list_versions(kb, rel_path)
     ages = [_age_s(v) for v in kept]
     first = _FIRST_KEPT.get((str(kb), rel_path))
-    protected = {i for i, (version, age) in enumerate(zip(kept, ages))
-                 if i >= len(kept) - HISTORY_KEEP or age < HISTORY_PROTECT_S or (first and version == kb / first)}
+    protected = {i for i, (version, age) in enumerate(zip(kept, ages)) if i == 0 or i >= len(kept) - HISTORY_KEEP
+                 or age < HISTORY_PROTECT_S or (first and version == kb / first)}
     older = [i for i, age in enumerate(ages) if age >= HISTORY_PROTECT_S]
     protected |= {older[-1]} if older else set()  # the newest version older than the protected hour
     sizes = [v.stat().st_size if v.exists() else 0 for v in kept]
