@@ -32,6 +32,7 @@ HISTORY_PROTECT_S = 3600  # a version younger than this is never pruned: no burs
 HISTORY_MAX_AGE_S = 30 * 86400  # beyond HISTORY_KEEP, versions older than this are pruned
 HISTORY_MAX_BYTES = 200_000_000  # beyond HISTORY_KEEP, a note's oldest versions go while they take more than this
 UNDO_LOG_KEEP = 200  # changes /undo remembers
+LOG_TRIMMED = b'{"trimmed": true}\n'  # the log's first line once it dropped changes (read_log skips it)
 CHANGE_OPS = ("write", "overwrite", "edit", "append", "move", "delete")  # what an undo log line may record
 STAMP_FORMAT = "%Y-%m-%dT%H-%M-%S.%fZ"  # UTC, so versions sort by name across DST changes
 STAMP_RE = re.compile(r"\.(\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{6}Z)(?:-(\d+))?$")
@@ -334,9 +335,18 @@ def read_log(kb: Path) -> list[dict]:
     return [e for e in entries if _followable(e)]
 
 
+def _trimmed(kb: Path) -> bool:
+    """Whether the log dropped older changes, so that /undo stops short of them."""
+    try:
+        return read_bytes(kb, f"{HISTORY_DIR}/{UNDO_LOG}", len(LOG_TRIMMED)) == LOG_TRIMMED
+    except (OSError, ToolError):
+        return False
+
+
 def _write_log(kb: Path, entries: list[dict]) -> None:
     text = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries[-UNDO_LOG_KEEP:])
-    write_bytes(kb, f"{HISTORY_DIR}/{UNDO_LOG}", text.encode("utf-8"))
+    mark = LOG_TRIMMED if len(entries) > UNDO_LOG_KEEP or _trimmed(kb) else b""
+    write_bytes(kb, f"{HISTORY_DIR}/{UNDO_LOG}", mark + text.encode("utf-8"))
 
 
 def _log_change(kb: Path, entry: dict) -> str:
@@ -364,6 +374,9 @@ def undo_last(kb: Path) -> tuple[str, list[str]]:
     copied into .history first; a change that can no longer be undone is dropped; ToolError: retry later."""
     with locked(kb) if (kb / HISTORY_DIR).is_dir() else contextlib.nullcontext():
         entries = read_log(kb)
+        if not entries and _trimmed(kb):
+            return (f"Nothing more to undo: older changes are no longer on the undo list (it keeps the agent's last "
+                    f"{UNDO_LOG_KEEP} or more); the versions the notes had before them are kept in {HISTORY_DIR}/."), []
         if not entries:
             return "Nothing to undo: no changes by the agent are recorded in this knowledge base.", []
         entry = entries[-1]

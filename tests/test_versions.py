@@ -422,6 +422,21 @@ def test_undo_log_survives_garbage_lines_and_stays_bounded(tmp_path, monkeypatch
     assert (tmp_path / "n.md").read_text() == "8\n"
 
 
+def test_undo_past_the_changes_it_remembers_says_so(tmp_path, monkeypatch):
+    """Found by a red team: past the undo log's last changes /undo said no change was ever recorded, while the
+    versions before them were still in .history."""
+    monkeypatch.setattr(versions, "UNDO_LOG_KEEP", 3)
+    make(tmp_path, "n.md", b"0\n")
+    for i in range(1, 10):
+        save_note(tmp_path, "n.md", f"{i}\n", "edit")
+    undone = 0
+    while (message := undo_last(tmp_path)).startswith("Undid"):
+        undone += 1
+    assert 3 <= undone < 9 and (tmp_path / "n.md").read_text() == f"{9 - undone}\n"
+    assert message.startswith("Nothing more to undo:") and "kept in .history/" in message
+    assert history_files(tmp_path, "n.md")[0].read_text() == "0\n"
+
+
 def test_a_log_that_cannot_be_read_for_a_moment_is_never_written_over(tmp_path, monkeypatch):
     for name in ("a.md", "b.md", "c.md"):
         make(tmp_path, name, b"old\n")
