@@ -7,7 +7,8 @@ It speaks the Model Context Protocol over stdio: JSON-RPC 2.0, one message per l
 2025-11-25. The tools are the chat's own, run by tools.execute_tool with the chat's path guard, checks and
 limits; a tool's "Error: …" comes back as a result with isError. Tools the chat asks a person about first
 (asks=True) are served only with --allow-destructive (or MCP_ALLOW_DESTRUCTIVE=1), and then the client
-asks; the opt-in shell only with --allow-shell (or MCP_ALLOW_SHELL=1) and ALLOW_SHELL=1. No API key needed.
+asks; the opt-in shell only with --allow-shell (or MCP_ALLOW_SHELL=1) and ALLOW_SHELL=1. Without that flag,
+changes past what an hour may write without asking are refused; AUTO_APPROVE opens nothing. No API key needed.
 
 stdout must carry protocol messages and nothing else: a stray print in any imported code, or a child's
 output, goes to stderr with the logs. Exit codes: 0 stdin closed, 2 bad settings or usage, 130 Ctrl+C.
@@ -16,13 +17,17 @@ output, goes to stderr with the logs. Exit codes: 0 stdin closed, 2 bad settings
 import argparse
 import contextlib
 import copy
+import dataclasses
 import json
+import math
 import os
 import sys
+import time
 
 import db
 import tools
 from config import VERSION, ConfigError, Settings, load_settings
+from notes import ToolError
 
 # One JSON-RPC message per line; a longer line is skipped with an error, so memory stays bounded. Big
 # enough for a 5 MB note sent as write_note content with every character \u-escaped.
@@ -68,14 +73,23 @@ class McpServer:
     """The state of one connection: the settings, the tools served and the negotiated protocol version."""
 
     def __init__(self, settings: Settings):
-        self.settings = settings
+        # AUTO_APPROVE is the chat's --yes: it opens nothing here, the hourly bound least of all.
+        self.settings = settings = dataclasses.replace(settings, auto_approve=False)
         self.tools = served_tools(settings)
         # The client asked the person already (it sees destructiveHint); without the flag, nobody can be asked.
-        self.ask = (lambda approval: True) if settings.mcp_allow_destructive else None
+        self.ask = (lambda approval: True) if settings.mcp_allow_destructive else self.refuse
         self.allowance = tools.Allowance(window_s=MCP_WRITE_WINDOW_S)  # no answers here: a bound per hour
         self.version: str | None = None
         self.methods = {"initialize": self.initialize, "ping": lambda params: {}, "tools/call": self.call_tool,
                         "tools/list": lambda params: {"tools": list(self.tools.values())}}
+
+    def refuse(self, approval: tools.Approval):
+        """Nobody can approve here: only a change past the hour's bound asks (other tools that ask are not served)."""
+        minutes = max(1, math.ceil((self.allowance.since + MCP_WRITE_WINDOW_S - time.monotonic()) / 60))
+        raise ToolError(f"not done: this server writes at most {tools.ANSWER_WRITE_LIMIT / 1e6:g} MB an hour to "
+                        "the notes without the person approving, and nobody can approve here.",
+                        f"The person can wait {minutes} minutes, or restart the server with --allow-destructive "
+                        "(MCP_ALLOW_DESTRUCTIVE=1) to have their MCP client ask them.")
 
     def handle_line(self, line: bytes):
         """One line from the client -> the reply to write (a dict, a list for a batch) or None."""

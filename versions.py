@@ -32,6 +32,7 @@ HISTORY_PROTECT_S = 3600  # a version younger than this is never pruned: no burs
 HISTORY_MAX_AGE_S = 30 * 86400  # beyond HISTORY_KEEP, versions older than this are pruned
 HISTORY_MAX_BYTES = 200_000_000  # beyond HISTORY_KEEP, a note's oldest versions go while they take more than this
 UNDO_LOG_KEEP = 200  # changes /undo remembers
+LOG_TRIMMED = b'{"trimmed": true}\n'  # the log's first line once it dropped changes (read_log skips it)
 CHANGE_OPS = ("write", "overwrite", "edit", "append", "move", "delete")  # what an undo log line may record
 STAMP_FORMAT = "%Y-%m-%dT%H-%M-%S.%fZ"  # UTC, so versions sort by name across DST changes
 STAMP_RE = re.compile(r"\.(\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{6}Z)(?:-(\d+))?$")
@@ -259,13 +260,16 @@ def _age_s(version: Path) -> float:
 
 def prune_versions(kb: Path, rel_path: str) -> None:
     """Delete a note's old versions, by age and size, never by count alone: the newest HISTORY_KEEP stay, as do
-    every version of the last HISTORY_PROTECT_S, the newest one older than that and the first this process kept,
-    so no sequence of changes can flush the text a note had before this conversation or before the last hour."""
+    every version of the last HISTORY_PROTECT_S, the newest one older than that, the first this process kept and
+    the oldest (the note before the agent first changed it), so no sequence of changes can flush the text a note
+    had before the agent, before this conversation or before the last hour. Past HISTORY_MAX_BYTES a note
+    thus keeps at most HISTORY_KEEP + 3 versions besides the last hour's, and the oldest outlives any age: one copy
+    of each note the agent ever changed, as it was then."""
     kept = list_versions(kb, rel_path)
     ages = [_age_s(v) for v in kept]
     first = _FIRST_KEPT.get((str(kb), rel_path))
-    protected = {i for i, (version, age) in enumerate(zip(kept, ages))
-                 if i >= len(kept) - HISTORY_KEEP or age < HISTORY_PROTECT_S or (first and version == kb / first)}
+    protected = {i for i, (version, age) in enumerate(zip(kept, ages)) if i == 0 or i >= len(kept) - HISTORY_KEEP
+                 or age < HISTORY_PROTECT_S or (first and version == kb / first)}
     older = [i for i, age in enumerate(ages) if age >= HISTORY_PROTECT_S]
     protected |= {older[-1]} if older else set()  # the newest version older than the protected hour
     sizes = [v.stat().st_size if v.exists() else 0 for v in kept]
@@ -331,9 +335,18 @@ def read_log(kb: Path) -> list[dict]:
     return [e for e in entries if _followable(e)]
 
 
+def _trimmed(kb: Path) -> bool:
+    """Whether the log dropped older changes, so that /undo stops short of them."""
+    try:
+        return read_bytes(kb, f"{HISTORY_DIR}/{UNDO_LOG}", len(LOG_TRIMMED)) == LOG_TRIMMED
+    except (OSError, ToolError):
+        return False
+
+
 def _write_log(kb: Path, entries: list[dict]) -> None:
     text = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in entries[-UNDO_LOG_KEEP:])
-    write_bytes(kb, f"{HISTORY_DIR}/{UNDO_LOG}", text.encode("utf-8"))
+    mark = LOG_TRIMMED if len(entries) > UNDO_LOG_KEEP or _trimmed(kb) else b""
+    write_bytes(kb, f"{HISTORY_DIR}/{UNDO_LOG}", mark + text.encode("utf-8"))
 
 
 def _log_change(kb: Path, entry: dict) -> str:
@@ -361,6 +374,9 @@ def undo_last(kb: Path) -> tuple[str, list[str]]:
     copied into .history first; a change that can no longer be undone is dropped; ToolError: retry later."""
     with locked(kb) if (kb / HISTORY_DIR).is_dir() else contextlib.nullcontext():
         entries = read_log(kb)
+        if not entries and _trimmed(kb):
+            return (f"Nothing more to undo: older changes are no longer on the undo list (it keeps the agent's last "
+                    f"{UNDO_LOG_KEEP} or more); the versions the notes had before them are kept in {HISTORY_DIR}/."), []
         if not entries:
             return "Nothing to undo: no changes by the agent are recorded in this knowledge base.", []
         entry = entries[-1]

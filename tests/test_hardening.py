@@ -12,6 +12,7 @@ from conftest import Recorder, StubClient, make_settings
 import db
 import index
 import main
+import mcp_server
 import search
 import sessions
 import tools
@@ -87,6 +88,20 @@ def test_one_answer_cannot_fill_the_disk_without_asking(kb, monkeypatch):
     write = [{**call, "arguments": call["arguments"].replace("big", "more")} for call in write]
     run_agent("write", [], make_settings(kb), StubClient([{"tool_calls": write}, {"content": "ok"}]), asked)
     assert len(list(kb.glob("more*.md"))) == 4 and "would have written 4 KB" in asked.asked[0]
+
+
+def test_auto_approve_does_not_lift_the_mcp_servers_hourly_bound(kb, monkeypatch):
+    """Found by a red team: with AUTO_APPROVE=1 an MCP server without --allow-destructive wrote past its hourly
+    bound, and its refusal said to rerun with --yes, which MCP does not have."""
+    monkeypatch.setattr(tools, "ANSWER_WRITE_LIMIT", 3000)
+    server = mcp_server.McpServer(make_settings(kb, auto_approve=True))
+    results = [server.call_tool({"name": "write_note", "arguments": {"file_path": f"big{n}.md", "content": "x" * 1000}})
+               for n in range(4)]
+    assert [r["isError"] for r in results] == [False, False, False, True]
+    refusal = results[3]["content"][0]["text"]
+    assert "writes at most 0.003 MB an hour" in refusal and "wait 60 minutes" in refusal
+    assert "--allow-destructive" in refusal and "--yes" not in refusal and "AUTO_APPROVE" not in refusal
+    assert sorted(p.name for p in kb.glob("big*.md")) == ["big0.md", "big1.md", "big2.md"]
 
 
 @pytest.mark.parametrize("name", ["a\u200bb.md", "report\u061c.md", "\u202enote.md", "x\ufeff.md"])

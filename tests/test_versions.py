@@ -248,20 +248,21 @@ def fake_versions(kb, rel, ages_days, now):
 def test_prune_by_age_beyond_the_newest(tmp_path, monkeypatch):
     monkeypatch.setattr(versions, "HISTORY_KEEP", 2)
     now = datetime.now(timezone.utc).replace(microsecond=0)
-    fake_versions(tmp_path, "n.md", [5, 400, 3, 2, 1, 1], now)  # the second 1 clashes: it is the newer
+    fake_versions(tmp_path, "n.md", [500, 5, 400, 3, 2, 1, 1], now)  # the second 1 clashes: it is the newer
     versions.prune_versions(tmp_path, "n.md")
     kept = [p.read_text() for p in history_files(tmp_path, "n.md")]
-    assert kept == ["5 days old", "3 days old", "2 days old", "1 days old", "1 days old"]  # 400 days: too old
+    assert kept == ["500 days old", "5 days old", "3 days old", "2 days old", "1 days old", "1 days old"]  # 400: too
+    # old; 500 days: the oldest, what the note was before the agent changed it
     assert history_files(tmp_path, "n.md")[-1].name.endswith("-10")
 
 
-def test_prune_by_size_takes_the_oldest_first_and_never_the_newest(tmp_path, monkeypatch):
+def test_prune_by_size_takes_the_oldest_first_but_for_the_very_oldest_and_never_the_newest(tmp_path, monkeypatch):
     monkeypatch.setattr(versions, "HISTORY_KEEP", 1)
     monkeypatch.setattr(versions, "HISTORY_MAX_BYTES", 25)  # each fake version is 10 or 11 bytes
     now = datetime.now(timezone.utc).replace(microsecond=0)
     fake_versions(tmp_path, "n.md", [5, 4, 3, 2], now)
     versions.prune_versions(tmp_path, "n.md")
-    assert [p.read_text() for p in history_files(tmp_path, "n.md")] == ["3 days old", "2 days old"]
+    assert [p.read_text() for p in history_files(tmp_path, "n.md")] == ["5 days old", "2 days old"]
 
 
 def test_prune_leaves_other_notes_with_similar_names_alone(tmp_path, monkeypatch):
@@ -271,17 +272,17 @@ def test_prune_leaves_other_notes_with_similar_names_alone(tmp_path, monkeypatch
     fake_versions(tmp_path, "n.md", [3, 2, 1], now)
     fake_versions(tmp_path, "n.md.bak.md", [3, 2, 1], now)
     versions.prune_versions(tmp_path, "n.md")
-    assert len(history_files(tmp_path, "n.md")) == 1
+    assert [p.read_text() for p in history_files(tmp_path, "n.md")] == ["3 days old", "1 days old"]
     assert len(history_files(tmp_path, "n.md.bak.md")) == 3
 
 
 def test_the_newest_version_older_than_an_hour_is_never_pruned(tmp_path, monkeypatch):
     monkeypatch.setattr(versions, "HISTORY_KEEP", 1)
     now = datetime.now(timezone.utc).replace(microsecond=0)
-    fake_versions(tmp_path, "n.md", [100, 90, 0.01, 0.005], now)  # 14 and 7 minutes old: an hour protects both
+    fake_versions(tmp_path, "n.md", [110, 100, 90, 0.01, 0.005], now)  # 14 and 7 minutes old: an hour protects both
     versions.prune_versions(tmp_path, "n.md")
     kept = [p.read_text() for p in history_files(tmp_path, "n.md")]
-    assert kept == ["90 days old", "0.01 days old", "0.005 days old"]  # what the note was before the last hour
+    assert kept == ["110 days old", "90 days old", "0.01 days old", "0.005 days old"]  # 90: before the last hour
 
 
 def test_no_burst_of_changes_flushes_what_the_note_held_before(tmp_path, monkeypatch):
@@ -294,6 +295,19 @@ def test_no_burst_of_changes_flushes_what_the_note_held_before(tmp_path, monkeyp
     monkeypatch.setattr(versions, "HISTORY_MAX_AGE_S", 0)
     versions.prune_versions(tmp_path, "n.md")  # the first this process kept (the note before it) stays
     assert [p.read_text() for p in history_files(tmp_path, "n.md")] == ["v0\n", "v4\n", "v5\n", "v6\n"]
+
+
+def test_no_burst_of_changes_flushes_the_note_before_the_agent_first_changed_it(tmp_path, monkeypatch):
+    """Found by a red team: the note's first version and an edit older than an hour, then one process overwrote
+    it until the versions took too much room, and the size rule pruned the first version, the person's text."""
+    monkeypatch.setattr(versions, "HISTORY_KEEP", 1)
+    monkeypatch.setattr(versions, "HISTORY_MAX_BYTES", 100)
+    now = datetime.now(timezone.utc)
+    fake_versions(tmp_path, "n.md", [0.1, 0.08], now)  # 2.4 and 1.9 hours old: the original, then an edit
+    for i in range(10):
+        save_note(tmp_path, "n.md", f"{i}\n" + "x" * 30, "overwrite")
+    kept = [p.read_text() for p in history_files(tmp_path, "n.md")]
+    assert kept[:2] == ["0.1 days old", "0.08 days old"] and len(kept) == 12
 
 
 # --- undo ---
@@ -406,6 +420,21 @@ def test_undo_log_survives_garbage_lines_and_stays_bounded(tmp_path, monkeypatch
     assert len(versions.read_log(tmp_path)) <= 2 * 3
     assert "as it was" in undo_last(tmp_path)
     assert (tmp_path / "n.md").read_text() == "8\n"
+
+
+def test_undo_past_the_changes_it_remembers_says_so(tmp_path, monkeypatch):
+    """Found by a red team: past the undo log's last changes /undo said no change was ever recorded, while the
+    versions before them were still in .history."""
+    monkeypatch.setattr(versions, "UNDO_LOG_KEEP", 3)
+    make(tmp_path, "n.md", b"0\n")
+    for i in range(1, 10):
+        save_note(tmp_path, "n.md", f"{i}\n", "edit")
+    undone = 0
+    while (message := undo_last(tmp_path)).startswith("Undid"):
+        undone += 1
+    assert 3 <= undone < 9 and (tmp_path / "n.md").read_text() == f"{9 - undone}\n"
+    assert message.startswith("Nothing more to undo:") and "kept in .history/" in message
+    assert history_files(tmp_path, "n.md")[0].read_text() == "0\n"
 
 
 def test_a_log_that_cannot_be_read_for_a_moment_is_never_written_over(tmp_path, monkeypatch):
