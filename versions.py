@@ -52,7 +52,7 @@ class Stale(ToolError):
     """Files changed on disk after the change was planned (`paths`), so nothing was written."""
 
     def __init__(self, paths: list[str]):
-        super().__init__(f"{', '.join(paths)} changed on disk after the change was planned, so nothing was written",
+        super().__init__(f"{', '.join(paths)} changed on disk after the change was planned, so nothing was written.",
                          "read_note it again and redo the change.")
         self.paths = paths
 
@@ -152,7 +152,7 @@ def apply(kb: Path, change: Change, replan=None) -> tuple[Change, str]:
                     raise Stale(stale)
                 change = replan()
                 if stale := _stale(kb, change):  # only a program that ignores the lock writes this fast
-                    raise ToolError(f"{', '.join(stale)} keeps changing on disk; nothing was written")
+                    raise ToolError(f"{', '.join(stale)} keeps changing on disk; nothing was written.")
             if change.is_noop():
                 return change, ""
             entry, warning = _record(kb, change)

@@ -313,7 +313,7 @@ def test_a_note_that_comes_to_link_here_during_review_stops_the_move(vault):
 
     result = tools.execute_tool("move_note", {"from_path": "读书/三体.md", "to_path": "x.md"},
                                 make_settings(vault), ask=link_then_accept)
-    assert result.error and "新.md changed on disk after the change was planned, so nothing was written" in result.text
+    assert result.error and "新.md changed on disk after the change was planned, so nothing was written. read_note it" in result.text
     assert (vault / "读书/三体.md").exists() and not (vault / "x.md").exists()
 
 
