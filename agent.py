@@ -167,8 +167,7 @@ class Reply:
                 ui.reasoning(reasoning)
             if delta.content:
                 self.content += delta.content
-                if self.shown or not replies.could_be_tool_call(self.content):
-                    self._show(ui)
+                self._show(ui, replies.held_from(self.content))
             for position, new in enumerate(delta.tool_calls or []):
                 index = new.index if stream else position  # a stream numbers them, a whole message does not
                 call = self.calls.setdefault(index, {"id": None, "name": None, "arguments": []})
@@ -178,16 +177,19 @@ class Reply:
                 call["arguments"].append(getattr(function, "arguments", None) or "")
         if stream and self.finish_reason is None and not (self.content or self.calls or self.reasoning):
             raise ValueError("the stream held no answer")  # e.g. an HTML page served as text/event-stream
-        written = None if self.calls or self.shown else replies.text_tool_calls(self.content, offered)
+        held = len(self.content) if self.calls else replies.held_from(self.content)
+        written = replies.text_tool_calls(self.content[held:], offered) if held < len(self.content) else None
         if written:  # kept as the server would have sent them: any server accepts the history
             self.calls = {i: {"id": None, "name": c["name"], "arguments": [c["arguments"]]} for i, c in enumerate(written)}
-            self.content = ""
-        self._show(ui)
+            self.content = self.content[:held].rstrip()
+        elif held < len(self.content) and self.finish_reason == "length":
+            self.content = self.content[:held]  # calls cut off mid-way are no answer: the notice says it was cut
+        self._show(ui, len(self.content))
 
-    def _show(self, ui: UI) -> None:  # what was held back, or the new piece
-        if len(self.content) > len(self.shown):
-            ui.text(self.content[len(self.shown):])
-            self.shown = self.content
+    def _show(self, ui: UI, upto: int) -> None:  # what was held back, or the new piece
+        if upto > len(self.shown):
+            ui.text(self.content[len(self.shown):upto])
+            self.shown = self.content[:upto]
 
     def arguments(self) -> list[str]:
         """Each call's arguments as the model sent them (the tool explains what is wrong with them)."""

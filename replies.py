@@ -3,13 +3,14 @@ too long" in each server's words, and a prompt a server cut short without saying
 
 Small local models (Qwen2.5 0.5B–1.5B, Llama 3.x), and servers with no tool parser for the model's chat
 template, send a tool call as the answer's text: a bare JSON object, the same in a ```json fence, after a
-`<tools></tools>` echo, or inside Hermes/Qwen `<tool_call>` tags. text_tool_calls() recognises exactly
-those shapes; text that merely shows JSON stays an answer. While a reply streams in, could_be_tool_call()
-says whether the text so far may still become such a call, so the loop can hold it back and, when the
-reply ends, either run the calls or print the held text whole:
+`<tools></tools>` echo, or inside Hermes/Qwen `<tool_call>` tags, or a sentence and then such a fence.
+text_tool_calls() recognises exactly those shapes; text that merely shows JSON stays an answer. While a reply
+streams in, held_from() says from where the text so far may still become such calls, so the loop can hold
+that back and, when the reply ends, either run the calls or print the held text whole:
 
-    while streaming:  hold the text while could_be_tool_call(text), else show it (and all that follows)
-    at the end:       calls = text_tool_calls(text, offered) if still holding; run them, or show the text
+    while streaming:  show the text up to held_from(text): all of it once it cannot be calls, else up to where
+                      it still may (the whole text, or a ```json fence after a sentence)
+    at the end:       calls = text_tool_calls(what is held, offered); run them, or show it
 
 Pure functions of strings and numbers: this module does no I/O, imports nothing of the project, and never
 decides what the agent does about what it finds.
@@ -97,6 +98,18 @@ def could_be_tool_call(prefix: str) -> bool:
     return _json_may_be_call(text)
 
 
+def held_from(text: str) -> int:
+    """Where the text streamed so far may still turn out to be only tool calls, to hold it back from there: 0 while
+    all of it may; else the start of a line opening a ``` fence that may (a sentence, then a fenced call, is a small
+    model's habit too); else len(text)."""
+    if could_be_tool_call(text):
+        return 0
+    at = text.find("\n`")
+    while at >= 0 and not could_be_tool_call(text[at + 1:]):
+        at = text.find("\n`", at + 1)
+    return at + 1 if at >= 0 else len(text)
+
+
 def error_message(body, fallback: str) -> str:
     """The server's words in an error body as the openai SDK keeps it (`exc.body`: the "error" value, an object
     or, from LM Studio and Ollama, a bare string the SDK leaves out of `exc.message`), else `fallback`."""
@@ -154,10 +167,11 @@ def _tagged_bodies(text: str) -> list[str] | None:
 
 
 def _fenced_body(text: str) -> list[str] | None:
-    """What a ```json (or bare ```) fence holds, when the text is only that fence."""
+    """What a ```json (or bare ```) fence holds, when the text is only that fence (maybe unclosed: a model can stop
+    right after its JSON)."""
     language, _, body = text[len(FENCE):].partition("\n")
-    body, closed, rest = body.partition(FENCE)
-    return [body] if language.strip().lower() in FENCE_LANGUAGES and closed and not rest.strip() else None
+    body, _, rest = body.partition(FENCE)
+    return [body] if language.strip().lower() in FENCE_LANGUAGES and not rest.strip() else None
 
 
 def _json_values(text: str) -> list | None:

@@ -11,8 +11,8 @@ import pytest
 import context
 import fake_server
 from fake_server import CONTEXT_ERRORS, TEXT_CALL_SHAPES, FakeLLM, as_text, context_error
-from replies import (context_window, could_be_tool_call, error_message, is_context_error, server_kept_fewer,
-                     text_tool_calls)
+from replies import (context_window, could_be_tool_call, error_message, held_from, is_context_error,
+                     server_kept_fewer, text_tool_calls)
 
 OFFERED = {"search_notes", "read_note", "write_note", "list_notes", "edit_note"}
 WRITE = {"name": "write_note", "arguments": json.dumps({"file_path": "todo.md", "content": "# Todo\n\n- 写信\n"},
@@ -22,14 +22,13 @@ SEARCH = {"name": "search_notes", "arguments": json.dumps({"query": "python"})}
 
 def streamed(text: str, piece: int = 3) -> tuple[str, list | None]:
     """The loop the module docstring describes: what the person sees while `text` streams in `piece`-character
-    chunks, and the calls run at the end (then nothing else is shown) or None (then the held text is shown)."""
-    shown, holding = "", True
-    for start in range(0, len(text), piece):
-        if holding and could_be_tool_call(text[:start + piece]):
-            continue
-        shown, holding = text[:start + piece], False
-    calls = text_tool_calls(text, OFFERED) if holding else None
-    return (shown if calls or not holding else text), calls
+    chunks, and the calls run at the end (then nothing more is shown) or None (then the held text is shown)."""
+    shown = ""
+    for end in range(piece, len(text) + piece, piece):
+        shown = text[:max(len(shown), held_from(text[:end]))]
+    held = held_from(text)
+    calls = text_tool_calls(text[held:], OFFERED) if held < len(text) else None
+    return (shown if calls or held == len(text) else text), calls
 
 
 # --- tool calls written as text ----------------------------------------------------------------------------
@@ -61,6 +60,9 @@ def test_each_text_shape_becomes_the_calls_and_shows_nothing(shape, calls):
     ('{"type": "function", "function": {"name": "search_notes", "arguments": "{\\"query\\": \\"python\\"}"}}',
      [SEARCH]),  # the API's own shape
     ('  \n```\n{"name": "search_notes", "arguments": {"query": "python"}}\n```\n', [SEARCH]),
+    # Qwen2.5-Coder-0.5B on llama.cpp stopped right after the JSON, the fence never closed:
+    ('```json\n{"name": "search_notes", "arguments": {"query": "python"}}', [SEARCH]),
+    ('```json\n{"name": "search_notes", "arguments": {"query": "python"}}\n', [SEARCH]),
 ])
 def test_calls_in_the_shapes_servers_send(content, expected):
     assert text_tool_calls(content, OFFERED) == expected
@@ -106,6 +108,16 @@ def test_a_call_to_a_tool_that_does_not_exist_can_be_told_from_an_answer():
     assert text_tool_calls(sent, None) == [{"name": "create_todo.md", "arguments": json.dumps(
         {"file_path": "todo.md", "content": "To-do List:\n\n1. Complete project\n2. Review code\n3. Update README.md"})}]
     assert text_tool_calls("Here it is: " + sent, None) is None
+
+
+@pytest.mark.parametrize("prose", ["I'll search your notes for that.\n\n", "Searching:\n"])
+def test_a_sentence_then_a_fenced_call_shows_the_sentence_and_runs_the_call(prose):
+    fence = '```json\n{"name": "search_notes", "arguments": {"query": "python"}}\n```'
+    for piece in (1, 3, 50):
+        assert streamed(prose + fence, piece) == (prose, [SEARCH])
+    for answer in (prose + fence + "\nThat is how it is called.", prose + fence.replace("search_notes", "nope"),
+                   prose + "```python\nprint(1)\n```"):
+        assert streamed(answer) == (answer, None)
 
 
 def test_a_call_held_back_then_followed_by_prose_is_released():
@@ -339,6 +351,24 @@ def test_json_that_is_no_call_of_an_offered_tool_is_an_answer_printed_whole(kb):
         ui = Recorder()
         answer = run_agent("show me a call", settings=make_settings(kb, base_url=fake.base_url), ui=ui)
     assert answer == shown and "".join(ui.texts) == shown and ui.calls == []
+
+
+def test_a_sentence_then_a_call_is_run_and_calls_cut_off_at_the_output_limit_are_not_printed(kb):
+    from agent import LENGTH_NOTICE, run_agent
+    from conftest import Recorder, make_settings
+
+    fence = '```json\n{"name": "search_notes", "arguments": {"query": "venv"}}\n```'
+    cut = '{"name": "search_notes", "arguments": {"query": "x"}}\n{"name": "read_note", "arguments": {"file_path": "py'
+    with FakeLLM(replies=[{"content": "I'll search your notes.\n\n" + fence}, {"content": "Use venv."},
+                          {"content": cut, "finish_reason": "length"}]) as fake:
+        ui = Recorder()
+        settings = make_settings(kb, base_url=fake.base_url)
+        answer = run_agent("how do I use venv?", settings=settings, ui=ui)
+        assert answer == "Use venv." and ui.calls == ["search_notes"]
+        assert "".join(ui.texts) == "I'll search your notes.\n\nUse venv."
+        ui = Recorder()
+        answer = run_agent("and more?", settings=settings, ui=ui)
+    assert answer == LENGTH_NOTICE and "".join(ui.texts) == "" and not answer.complete
 
 
 def test_a_window_too_small_for_any_question_says_so_once_without_resending(kb):
