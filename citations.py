@@ -43,7 +43,7 @@ ABOUT_THE_NOTES = re.compile(r"\byour (?:own )?(?:notes?|knowledge base|vault)\b
                              r"|\bthe notes? (?:says?|said|mentions?)\b|你的笔记|您的笔记|笔记(?:里|中|上)|根据笔记", re.I)
 QUOTE_CHARS = 500  # a quoted passage longer than this is not looked for
 
-_PATH = r"[\w\-./]*[\w\-]\.(?:md|txt)"
+_PATH = r"[\w\-./+#]*[\w\-+#]\.(?:md|txt)"  # C++.md, C#.md
 _BEFORE = r"(?<![\w\-./~\\])"
 _LINES = r"(?:[:：]L?(?P<start>\d+)(?:[-–]L?(?P<end>\d+))?)?"
 _AFTER = r"(?!\w|\.\w|[:：\-–]L?\d)"
@@ -51,7 +51,7 @@ _QUOTE = re.compile('|'.join(rf"{a}([^{b}\n]{{1,{QUOTE_CHARS}}}){b}" for a, b in
 _FENCE = re.compile(r"^ {0,3}(```|~~~).*?(?:^ {0,3}\1[^\n]*$|\Z)", re.M | re.S)
 _LINK_TARGET = re.compile(r"\]\([^)\n]*\)")
 _CJK = "\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef"
-_CJK_HEAD = re.compile(f"^[{_CJK}]+(?=[^{_CJK}])")
+_CJK_HEAD = re.compile(f"^[{_CJK}]+(?=[A-Za-z0-9_])")  # 见python.md, not 三体.md nor 读书/三体.md
 _EMPHASIS = re.compile(r"[\s*_`]+")
 _ELLIPSIS = re.compile(r"…|\.\.\.")
 
@@ -246,7 +246,9 @@ def _problem(mention: _Mention, quotes: list[str], seen: dict, note) -> str:
         bad = next((q for q in quotes if not _holds(seen_text, q)), None)
         return "" if bad is None else QUOTE_NOT_SHOWN if _holds("\n".join(lines), bad) else NOT_THERE
     first, last = mention.first, mention.last
-    if first < 1 or last < first:
+    if first < 1:
+        return "lines are numbered from 1"
+    if last < first:
         return f"{first}-{last} is not a range of lines"
     if last > len(lines):
         return f"the note has {len(lines)} line{'s' * (len(lines) != 1)}"

@@ -99,6 +99,15 @@ def test_code_blocks_link_targets_and_glued_chinese_are_read_as_a_person_reads_t
         ("python.md:3", "python.md", 3, ""), ("python.md：4", "python.md", 4, ""), ("./python.md:1", "python.md", 1, "")]
 
 
+def test_chinese_and_symbol_names_are_cited_whole(settings, kb):
+    (kb / "C++.md").write_text("# C++\nTemplates.\n", encoding="utf-8")
+    answer, _ = answered(settings, [call("read_note", file_path="python.md"), {"content": (
+        "三体.md:1, 读书/三体.md:3, 《三体》见 读书/三体-刘慈欣.md:2, C++.md:2 and python.md:0.")}])
+    assert problems(answer) == {"三体.md:1": "no such note", "读书/三体.md:3": "no such note",
+                                "读书/三体-刘慈欣.md:2": "no such note", "C++.md:2": citations.NEVER_SHOWN,
+                                "python.md:0": "lines are numbered from 1"}
+
+
 def test_quote_marks_inside_a_notes_name_are_no_quote(settings, kb):
     (kb / "写作（「渐进写作」）.md").write_text("# 写作\n正文\n", encoding="utf-8")
     answer, _ = answered(settings, [call("list_notes"), {"content": "Notes: 写作（「渐进写作」）.md and python.md."}])
