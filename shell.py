@@ -153,7 +153,8 @@ def run_shell(command: str, kb, timeout: float, allow_network: bool = False, hid
     orders = {"command": command, "shell": shutil.which("bash") or "/bin/sh", "env": _environment(scratch, hide),
               "kb": os.path.abspath(kb), "scratch": scratch, "network": allow_network, "sandboxed": not problem,
               "private": list(private), "status": status_write, "agent": os.getpid(),
-              "max_file_bytes": MAX_FILE_BYTES, "kill_grace": KILL_GRACE}
+              "max_file_bytes": MAX_FILE_BYTES, "kill_grace": KILL_GRACE,
+              "pythons": [sys.base_prefix, sys.prefix]}  # the warden's (-S) is the base one, venv or not
     try:
         # In the scratch folder, unnamed: `>/dev/stderr` reopens them, yet the command cannot find them.
         with tempfile.TemporaryFile(dir=scratch) as out, tempfile.TemporaryFile(dir=scratch) as err:
@@ -314,7 +315,7 @@ def _ruleset(orders: dict) -> int:
     fs = (1 << FS_RIGHTS[min(abi, 5)]) - 1  # handle every right the ABI knows: what no rule allows is denied
     attr = struct.pack("=QQQ", fs, 0 if orders["network"] else NET_TCP, SCOPES if abi >= 6 else 0)
     ruleset = _call("syscall", SYS_CREATE_RULESET, attr, ctypes.c_size_t(len(attr)), 0)
-    rules = [(folder, READ_EXEC) for folder in (*SYSTEM_FOLDERS, sys.base_prefix, sys.prefix)]
+    rules = [(folder, READ_EXEC) for folder in (*SYSTEM_FOLDERS, *orders["pythons"])]
     rules += [(orders["scratch"], fs & ~(MAKE_CHAR | MAKE_BLOCK))] + [(device, DEVICE) for device in DEVICES]
     for path, access in rules:
         try:

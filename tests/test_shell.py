@@ -521,6 +521,16 @@ def test_without_private_notes_everything_in_the_folder_is_readable(kb, private_
     assert section(result, "stdout").count("secret text") == 3
 
 
+@sandboxed
+def test_python_runs_in_the_sandbox_when_the_agent_runs_from_a_venv(kb, tmp_path):  # found by a red team
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv], check=True)
+    script = (f"import sys; sys.path.insert(0, {ROOT!r}); import shell\n"
+              f"print(shell.run_shell('python3 -c \"import sys; print(sys.prefix)\"', {str(kb)!r}, {TIMEOUT}))")
+    done = subprocess.run([venv / "bin" / "python", "-c", script], capture_output=True, text=True, timeout=TIMEOUT)
+    assert section(done.stdout, "stdout") == str(venv), done.stdout + done.stderr
+
+
 def test_private_paths_become_a_tree_of_names():
     assert shell._private_tree(["a/b/c.md", "a/d.md", "a/b", "e.md", "x/./y.md"]) == \
         {"a": {"b": None, "d.md": None}, "e.md": None, "x": {"y.md": None}}
