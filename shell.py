@@ -5,10 +5,11 @@ warden starts the command and adopts (as child subreaper) every process the comm
 that when the command's shell ends, times out or is interrupted, everything it started is killed, even
 what left its session (`setsid`, `nohup`, a double fork). Before running bash, the command's process
 enters the sandbox, which binds it and all it starts, root included:
-- Landlock (as in OpenAI's Codex CLI): read and run the system folders, read the notes folder (less the
-  private notes), write only a fresh scratch folder (its HOME and TMPDIR), no TCP unless allowed, no
-  signal to a process outside it. So `rm *.md`, `> note.md`, `cat ~/.ssh/id_rsa` or the agent's
-  /proc/<pid>/environ (the API key) are refused by the kernel, however spelled.
+- Landlock (as in OpenAI's Codex CLI): read and run the system folders and this interpreter's (its venv
+  too), read the notes folder less what _unreadable() finds (what is private, all that is hidden), write
+  only a fresh scratch folder (its HOME and TMPDIR), no TCP unless allowed, no signal to a process outside
+  it. So `rm *.md`, `> note.md`, `cat ~/.ssh/id_rsa` or the agent's /proc/<pid>/environ (the API key) are
+  refused by the kernel, however spelled.
 - no capabilities at all, and no_new_privs: a setuid program gains nothing;
 - a seccomp filter for what Landlock does not see: sockets other than socketpairs (with the network
   allowed, TCP and UDP over IPv4/IPv6), chmod and chown, device nodes, the kernel keyring, ptrace,
@@ -38,6 +39,7 @@ if __name__ != "__main__":  # the agent's side only: the warden's start-up time 
     import shutil
     import subprocess
     import tempfile
+    from pathlib import Path
 
 ON_LINUX = sys.platform.startswith("linux")
 STDOUT_CHARS = 4000  # the model sees the head and tail of each stream, the middle is cut
@@ -146,14 +148,16 @@ def run_shell(command: str, kb, timeout: float, allow_network: bool = False, hid
     """Run one command in the notes folder, sandboxed unless sandbox_problem() says it cannot be, and
     describe what happened. Raises only KeyboardInterrupt, after everything the command started is gone.
     `hide`: secret values (the API key) no variable passed on may hold, shown as [hidden] in the output.
-    `private`: note paths (files or folders, relative to the notes folder) the command must not read."""
+    `private`: notes the index found private (by their front matter); _unreadable() adds what else is."""
     problem = sandbox_problem()
+    unreadable = _unreadable(kb, private) if not problem else []
     scratch = tempfile.mkdtemp(prefix="ka-shell-")
     status_read, status_write = os.pipe()
     orders = {"command": command, "shell": shutil.which("bash") or "/bin/sh", "env": _environment(scratch, hide),
               "kb": os.path.abspath(kb), "scratch": scratch, "network": allow_network, "sandboxed": not problem,
-              "private": list(private), "status": status_write, "agent": os.getpid(),
-              "max_file_bytes": MAX_FILE_BYTES, "kill_grace": KILL_GRACE}
+              "private": unreadable, "status": status_write, "agent": os.getpid(),
+              "max_file_bytes": MAX_FILE_BYTES, "kill_grace": KILL_GRACE,
+              "pythons": [sys.base_prefix, sys.prefix]}  # the warden's (-S) is the base one, venv or not
     try:
         # In the scratch folder, unnamed: `>/dev/stderr` reopens them, yet the command cannot find them.
         with tempfile.TemporaryFile(dir=scratch) as out, tempfile.TemporaryFile(dir=scratch) as err:
@@ -195,6 +199,42 @@ def _environment(scratch: str, hide: tuple[str, ...]) -> dict[str, str]:
            if (name in PASSED_VARIABLES or name.startswith("LC_")) and not any(s and s in value for s in hide)}
     path = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", os.defpath)
     return {**env, "PATH": path, "HOME": scratch, "TMPDIR": scratch}
+
+
+def _unreadable(kb: str, private: tuple[str, ...]) -> list[str]:
+    """The paths in the notes folder the command may not read, from a walk of the folder itself (what the index
+    holds is not all there is): every hidden entry (.history holds the versions of private notes, .git and .trash
+    older copies, .obsidian their names); every file and folder .kaignore matches, a folder whole, attachments
+    and all (as in git, a note inside it stays ignored whatever a `!` line says); a sync-conflict copy of a
+    private note; the notes given as private; and the notes the index does not read (a name that is not UTF-8,
+    Obsidian's Excluded files) whose front matter says private."""
+    import privacy  # the agent's side only, when a sandbox is to be built: the warden imports nothing of ours
+    import vault
+    import watch
+    root = Path(kb)
+    rules, excluded, found, folders = privacy.rules(root), vault.ignore_filters(root), list(private), [""]
+    known = set(private)
+
+    def ruled(path: str | None) -> bool:
+        return path is not None and (path in known or privacy.ignored(path, rules))
+
+    def unread_and_private(path: str) -> bool:  # the index reads every other note's front matter
+        return path.lower().endswith(vault.notes.NOTE_SUFFIXES) and (
+            not watch.is_utf8(path) or vault.is_excluded(path, excluded)) and privacy.is_private(root, path)
+    while folders:
+        folder = folders.pop()
+        try:
+            entries = list(os.scandir(os.path.join(kb, folder)))
+        except OSError:
+            continue  # vanished or unreadable: the sandbox gives it no rule either
+        for entry in entries:
+            path, is_folder = folder + entry.name, entry.is_dir(follow_symlinks=False)
+            if vault.notes.is_hidden_name(entry.name) or ruled(path + "/" if is_folder else path) or not is_folder \
+                    and (ruled(vault.conflict_of(path)) or unread_and_private(path)):
+                found.append(path)
+            elif is_folder:
+                folders.append(path + "/")
+    return found
 
 
 def _wait(proc: "subprocess.Popen", timeout: float, orders: bytes, status: int) -> list[str]:
@@ -314,7 +354,7 @@ def _ruleset(orders: dict) -> int:
     fs = (1 << FS_RIGHTS[min(abi, 5)]) - 1  # handle every right the ABI knows: what no rule allows is denied
     attr = struct.pack("=QQQ", fs, 0 if orders["network"] else NET_TCP, SCOPES if abi >= 6 else 0)
     ruleset = _call("syscall", SYS_CREATE_RULESET, attr, ctypes.c_size_t(len(attr)), 0)
-    rules = [(folder, READ_EXEC) for folder in (*SYSTEM_FOLDERS, sys.base_prefix, sys.prefix)]
+    rules = [(folder, READ_EXEC) for folder in (*SYSTEM_FOLDERS, *orders["pythons"])]
     rules += [(orders["scratch"], fs & ~(MAKE_CHAR | MAKE_BLOCK))] + [(device, DEVICE) for device in DEVICES]
     for path, access in rules:
         try:

@@ -163,14 +163,15 @@ def ordinary_user():
 @pytest.fixture(params=["this test run's user", "an ordinary user"])
 def sandbox(request, kb):
     """(notes folder, run) where run(command, **run_shell's keywords) runs the command through run_shell, as
-    this test run's user, or, when that is root, as an ordinary user (shell.py, python and the notes are its)."""
+    this test run's user, or, when that is root, as an ordinary user (our modules, python and the notes are its)."""
     (kb / "probe.py").write_text(PROBE)
     if request.param == "this test run's user":
         return kb, lambda command, timeout=TIMEOUT, **kw: run_shell(command, kb, timeout, **kw)
     user, python = request.getfixturevalue("ordinary_user")
     home = tempfile.mkdtemp(prefix="ka-shell-user-")
     request.addfinalizer(lambda: shutil.rmtree(home, ignore_errors=True))
-    shutil.copy(os.path.join(ROOT, "shell.py"), home)
+    for module in ("shell.py", "privacy.py", "vault.py", "notes.py", "db.py", "watch.py"):  # what run_shell imports
+        shutil.copy(os.path.join(ROOT, module), home)
     notes = shutil.copytree(kb, os.path.join(home, "notes"), symlinks=True)
     subprocess.run(["chown", "-R", f"{user}:", home], check=True)
     os.chmod(home, 0o755)
@@ -519,6 +520,39 @@ def test_private_notes_cannot_be_read(private_notes, sandbox):  # made before th
 def test_without_private_notes_everything_in_the_folder_is_readable(kb, private_notes):
     result = run_shell("cat private.md alias.md diary/2024/day.md", kb, TIMEOUT)
     assert section(result, "stdout").count("secret text") == 3
+
+
+@sandboxed
+def test_what_kaignore_matches_is_unreadable_whatever_the_index_knows(kb, sandbox):  # found by a red team
+    """Found on the real tree, not in the index's list: attachments in a private folder, names that are not
+    UTF-8, the trash, sync-conflict copies, Obsidian's Excluded files; and every hidden entry."""
+    kb, run = sandbox
+    (kb / ".kaignore").write_text("diary/\n*.secret.md\nsecret.md\n")
+    (kb / ".obsidian").mkdir()
+    (kb / ".obsidian" / "app.json").write_text('{"userIgnoreFilters": ["archive/"]}')
+    secrets = ["diary/bank.csv", "diary/plan.canvas", ".trash/old.secret.md", "secret.md",
+               "secret.sync-conflict-20240101-123456-ABCDEFG.md", "secret (John's conflicted copy 2024-01-01).md",
+               ".history/undo.jsonl", ".git/COMMIT_EDITMSG", os.fsdecode(b"diary/caf\xe9.md")]
+    for path in secrets:
+        (kb / path).parent.mkdir(parents=True, exist_ok=True)
+        (kb / path).write_text("SECRET\n")
+    (kb / "archive").mkdir()
+    (kb / "archive" / "old.md").write_text("---\nprivate: true\n---\nSECRET\n")  # never indexed: excluded
+    (kb / os.fsdecode(b"na\xefve.md")).write_text("---\nprivate: yes\n---\nSECRET\n")  # nor this name
+    (kb / "archive" / "open.md").write_text("open text\n")
+    result = run("grep -r SECRET .; grep -rh 'open text' .")
+    assert "SECRET" not in result and section(result, "stdout") == "open text", result
+    assert result.count("Permission denied") >= 5, result  # the private folders are refused, not missing
+
+
+@sandboxed
+def test_python_runs_in_the_sandbox_when_the_agent_runs_from_a_venv(kb, tmp_path):  # found by a red team
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv], check=True)
+    script = (f"import sys; sys.path.insert(0, {ROOT!r}); import shell\n"
+              f"print(shell.run_shell('python3 -c \"import sys; print(sys.prefix)\"', {str(kb)!r}, {TIMEOUT}))")
+    done = subprocess.run([venv / "bin" / "python", "-c", script], capture_output=True, text=True, timeout=TIMEOUT)
+    assert section(done.stdout, "stdout") == str(venv), done.stdout + done.stderr
 
 
 def test_private_paths_become_a_tree_of_names():

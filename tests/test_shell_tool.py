@@ -122,6 +122,20 @@ def test_nobody_to_ask_means_refused_with_how_to_allow(kb):
 
 
 @sandboxed
+def test_the_versions_and_undo_log_of_private_notes_are_out_of_reach(kb):  # found by a red team
+    (kb / ".kaignore").write_text("diary/\n*.secret.md\n")
+    (kb / "diary").mkdir()
+    (kb / "diary" / "d1.md").write_text("SECRET day, see [it](../python.md)\n")
+    (kb / "bank.secret.md").write_text("SECRET pin, see [it](python.md)\n")
+    settings = make_settings(kb, allow_shell=True, auto_approve=True)
+    moved = tools.execute_tool("move_note", {"from_path": "python.md", "to_path": "lang/python.md"}, settings)
+    assert not moved.error and "SECRET" in "".join(p.read_text() for p in (kb / ".history").rglob("d1.md*"))
+    result = tools.execute_tool("bash", {"command": "grep -r SECRET .history; grep -c diary .history/undo.jsonl"},
+                                settings)
+    assert "SECRET" not in result.text and "Permission denied" in result.text, result.text
+
+
+@sandboxed
 def test_auto_approved_rm_in_the_sandbox_leaves_the_notes_unchanged(kb):
     settings = make_settings(kb, allow_shell=True, auto_approve=True)
     before, asked = snapshot(kb), []
