@@ -44,6 +44,7 @@ if __name__ != "__main__":  # the agent's side only: the warden's start-up time 
 ON_LINUX = sys.platform.startswith("linux")
 STDOUT_CHARS = 4000  # the model sees the head and tail of each stream, the middle is cut
 STDERR_CHARS = 2000
+MIN_SECRET = 8  # a shorter "key" is a local server's placeholder (x, ollama): masking it would garble the output
 KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL when stopping a command
 MAX_FILE_BYTES = 256 * 1024 * 1024  # any file the command writes, its output included: the disk is finite
 PASSED_VARIABLES = ("PATH", "LANG", "TERM", "TZ", "USER", "LOGNAME", "SHELL")  # and LC_*; HOME, TMPDIR: scratch
@@ -283,7 +284,7 @@ def _read(file, chars: int, hide: tuple[str, ...]) -> str:
 
 
 def _mask(text: str, hide: tuple[str, ...]) -> str:
-    for secret in filter(None, hide):
+    for secret in (value for value in hide if len(value) >= MIN_SECRET):
         text = text.replace(secret, "[hidden]")
     return text
 

@@ -749,3 +749,5 @@ def test_a_hidden_value_is_masked_in_the_output(kb):
     result = run_shell("cat leak.md; echo sk-live-999 >&2", kb, TIMEOUT, hide=("sk-live-999", ""))
     assert "sk-live-999" not in result
     assert section(result, "stdout") == "key: [hidden]" and section(result, "stderr") == "[hidden]"
+    result = run_shell("echo xylophone box", kb, TIMEOUT, hide=("x",))  # OPENAI_API_KEY=x for llama.cpp
+    assert section(result, "stdout") == "xylophone box"
