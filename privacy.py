@@ -93,9 +93,9 @@ def ignored(rel_path: str, found: list) -> bool:
 
 
 def says_private(properties: dict) -> bool:
-    """Whether a note's properties (vault.front_matter's) say `private: true`."""
-    value = properties.get("private")
-    return isinstance(value, str) and value.strip().lower() in TRUE
+    """Whether a note's properties (vault.front_matter's) say `private: true`; Obsidian's names ignore case."""
+    return any(isinstance(value, str) and value.strip().lower() in TRUE
+               for name, value in properties.items() if name.lower() == "private")
 
 
 def is_private(kb: Path, rel_path: str, text: str | None = None) -> bool:

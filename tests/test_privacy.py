@@ -79,6 +79,33 @@ def test_a_model_that_tries_every_tool_learns_nothing_of_a_private_note(vault):
     assert (vault / "vim.md").exists() and not (vault / "diary" / "new.md").exists()
 
 
+def tried_on(vault, paths: list) -> str:
+    """What a model is sent that searches, lists, asks for vim.md's backlinks and reads each of `paths`; checked to
+    name none of them and hold no private word."""
+    tries = [call("search_notes", query=SECRET), call("search_notes", query="dinner"), call("list_notes"),
+             call("links", file_path="vim.md")]
+    tries += [call(name, file_path=path) for path in paths for name in ("read_note", "links")]
+    client = StubClient([{"tool_calls": tries}, {"content": "done"}])
+    run_agent("what is private?", [], make_settings(kb=vault, max_rounds=3), client, Recorder())
+    sent = results_sent(client)
+    assert leaked(sent) == [] and sent.count(SECRET) == 1  # the echo of the model's own query
+    assert not [path for path in paths if path.rsplit("/", 1)[-1] in sent]
+    assert "1 link from 1 note leads here" in sent  # links-out.md's: the private ones' [[vim]] are not named
+    return sent
+
+
+def ask(vault, name: str, **arguments) -> str:
+    """A tool's answer from the index tried_on left open, which now hears of changes from inotify."""
+    return tools.execute_tool(name, arguments, make_settings(vault)).text
+
+
+def test_private_in_any_case_keeps_a_note_private(vault):  # Obsidian's property names ignore case; a red team's
+    (vault / "upper.md").write_text(f"---\nPrivate: True\n---\n# Upper\n\n{SECRET} dinner plans, [[vim]].\n",
+                                    encoding="utf-8")
+    assert "4 private note(s) not listed" in tried_on(vault, ["upper.md"])
+    index.close_index()
+
+
 def test_a_note_that_becomes_private_leaves_search_at_once(vault, tmp_path):
     settings = make_settings(vault, index_dir=tmp_path / "index")
     assert "vim.md" in tools.execute_tool("search_notes", {"query": "deletes"}, settings).text
