@@ -170,8 +170,9 @@ def _row(kb: Path, path: str, size_mtime, private_rules: list):
     aliases = properties.get("aliases", [])
     tags = sorted({tag.casefold() for tag in vault.tags_of(text, parsed)})
     words = cjk_words if CJK_RUN.search(text) or CJK_RUN.search(path) else str  # most have no CJK
-    if privacy.ignored(path, private_rules) or privacy.says_private(properties):  # counted, links kept; never found
-        return (path, *size_mtime, "", "", "", "", "", None, 1, "", "", "", "", links.rows(text, path))
+    if privacy.by_name(kb, path, private_rules) or privacy.says_private(properties):  # counted, links kept
+        return (path, *size_mtime, "", "", "", "", "", vault.conflict_of(path), 1, "", "", "", "",
+                links.rows(text, path))
     return (path, *size_mtime, title.strip(), title_key(title), title_key(stem),
             _keys([title_key(alias) for alias in aliases]), _keys(tags), vault.conflict_of(path), 0,
             words(path[:-len(name)] + stem), words("\n".join([title, *aliases])), words(_lead_of(body)), words(text),
@@ -242,7 +243,7 @@ class Index:
             if private_changed:  # read again the notes .kaignore now judges otherwise than their stored flag
                 rules = privacy.rules(self.kb)
                 changed |= {p: None for p, _, _, private in rows
-                            if p in on_disk and privacy.ignored(p, rules) != bool(private)}
+                            if p in on_disk and privacy.by_name(self.kb, p, rules) != bool(private)}
             gone = [p for p in known if p not in on_disk]
         for path in [p for p in changed if not is_note_path(p)]:  # the watcher saw another file change
             del changed[path]
@@ -278,6 +279,9 @@ class Index:
         """Write changes in one transaction; a path changed to None is read whatever its stat says."""
         if not changed and not gone:
             return
+        copies = self.conn.execute("SELECT path, conflict_of FROM notes WHERE conflict_of NOT NULL").fetchall()
+        notes_changed = {*changed, *gone}  # copies of them are private when they are: read again
+        changed = {p: None for p, note in copies if note in notes_changed} | changed
         self.touched.update(changed, gone)
         started, told, private_rules = time.monotonic(), False, privacy.rules(self.kb)
         with writing(self.conn):  # on an error the index is closed

@@ -1,12 +1,12 @@
 """The privacy boundary: notes the person keeps from every model, by any path.
 
 A note is private when `.kaignore` at the notes root matches its path (gitignore's patterns: `diary/`,
-`*.secret.md`, `/taxes/**`, `!diary/public.md`; the last matching line decides) or its front matter says
-`private: true`. A private note is no search hit, no name in a listing (list_notes only counts them), no snippet,
-never embedded; the tools treat it as absent, the shell's sandbox cannot read it, and a change that touches one
-(a move rewriting its links) never names it to the model. The person still sees it in /read and the page's note
-view, which go to nobody. This module only answers "is it private?"; each of those places asks it. It never
-writes.
+`*.secret.md`, `/taxes/**`, `!diary/public.md`; the last matching line decides) or its front matter says `private:
+true` (the name in any case, as Obsidian reads it). It is private under every name: a sync-conflict copy of it is
+too. A private note is no search hit, no name in a listing (list_notes only counts them), no snippet, never
+embedded; the tools treat it as absent, the shell's sandbox cannot read it, and a change that touches one (a move
+rewriting its links) never names it to the model. The person still sees it in /read and the page's note view, which
+go to nobody. This module only answers "is it private?"; each of those places asks it. It never writes.
 """
 
 import os
@@ -98,9 +98,19 @@ def says_private(properties: dict) -> bool:
                for name, value in properties.items() if name.lower() == "private")
 
 
+def by_name(kb: Path, rel_path: str, found: list | None = None) -> bool:
+    """Whether the note is private by its name: .kaignore (`found`: its rules, if read already) matches its path,
+    or it is a sync-conflict copy of a private note (which holds the same words)."""
+    found = rules(kb) if found is None else found
+    if ignored(rel_path, found):
+        return True
+    original = vault.conflict_of(rel_path)
+    return original is not None and is_private(kb, original)
+
+
 def is_private(kb: Path, rel_path: str, text: str | None = None) -> bool:
     """Whether the note is private; its text is read (its start, race-free) when not given."""
-    if ignored(rel_path, rules(kb)):
+    if by_name(kb, rel_path):
         return True
     if text is None:
         try:

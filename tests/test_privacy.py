@@ -99,6 +99,23 @@ def ask(vault, name: str, **arguments) -> str:
     return tools.execute_tool(name, arguments, make_settings(vault)).text
 
 
+def test_a_sync_conflict_copy_of_a_private_note_is_private(vault):  # found by a red team
+    copies = ["bank.secret.sync-conflict-20240101-123456-ABCDEFG.md",  # Syncthing's, of a .kaignore'd note
+              "bank.secret (John's conflicted copy 2024-01-01).md",  # Dropbox's
+              "work/salary.sync-conflict-20240101-123456-ABCDEFG.md"]  # of a note saying private: true
+    for copy in copies:  # as edited on another device: its front matter says nothing
+        (vault / copy).write_text(f"# Copy\n\n{SECRET} dinner plans, [[vim]].\n", encoding="utf-8")
+    sent = tried_on(vault, copies)
+    assert "6 private note(s) not listed" in sent and "sync-conflict cop" not in sent
+    (vault / "work" / "salary.md").write_text("# Salary talk\n\nNo longer private.\n", encoding="utf-8")
+    assert "salary.sync-conflict-20240101-123456-ABCDEFG.md — Copy" in ask(vault, "list_notes")  # nor is its copy
+    index.close_index()
+    (vault / ".trash").mkdir()  # hidden: the tools touch no such path, so `*.secret.md` need not be asked
+    (vault / ".trash" / "old.secret.md").write_text(f"{SECRET}\n", encoding="utf-8")
+    result = tools.execute_tool("read_note", {"file_path": ".trash/old.secret.md"}, make_settings(vault))
+    assert result.error and "hidden" in result.text and SECRET not in result.text
+
+
 def test_private_in_any_case_keeps_a_note_private(vault):  # Obsidian's property names ignore case; a red team's
     (vault / "upper.md").write_text(f"---\nPrivate: True\n---\n# Upper\n\n{SECRET} dinner plans, [[vim]].\n",
                                     encoding="utf-8")
