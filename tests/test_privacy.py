@@ -99,6 +99,21 @@ def ask(vault, name: str, **arguments) -> str:
     return tools.execute_tool(name, arguments, make_settings(vault)).text
 
 
+def test_a_link_to_a_private_note_is_private_under_its_own_name(vault):  # found by a red team
+    (vault / "diary" / "2026-11.md").write_text(PRIVATE["diary/2026-11.md"] + "[[vim]]\n", encoding="utf-8")
+    (vault / "alias-link.md").symlink_to(vault / "diary" / "2026-11.md")
+    (vault / "links").symlink_to("diary", target_is_directory=True)
+    (vault / "through").mkdir()
+    (vault / "through" / "folder.md").symlink_to(vault / "links" / "2026-11.md")  # a linked folder on the way
+    assert "5 private note(s) not listed" in tried_on(vault, ["alias-link.md", "through/folder.md"])
+    (vault / ".kaignore").write_text("*.secret.md\n", encoding="utf-8")  # the diary is no longer private
+    assert "alias-link.md" in ask(vault, "search_notes", query="dinner") and "through/folder.md" in ask(
+        vault, "search_notes", query="dinner")
+    (vault / ".kaignore").write_text("diary/\n*.secret.md\n", encoding="utf-8")
+    assert "No notes" in ask(vault, "search_notes", query="dinner")
+    index.close_index()
+
+
 def test_a_sync_conflict_copy_of_a_private_note_is_private(vault):  # found by a red team
     copies = ["bank.secret.sync-conflict-20240101-123456-ABCDEFG.md",  # Syncthing's, of a .kaignore'd note
               "bank.secret (John's conflicted copy 2024-01-01).md",  # Dropbox's
