@@ -41,9 +41,9 @@ SCHEMA_VERSION = 7  # bump when the tables or the text preparation change: old i
 
 # --- Notes on disk ---
 def _walk(kb: Path, excluded: list, watcher=None) -> tuple:
-    """(notes -> (size, mtime_ns), notes whose paths are not UTF-8, the other files' paths), hidden names and
-    `excluded` (vault.ignore_filters) skipped; each folder watched first."""
-    found, unnamed, others, stack = {}, [], set(), [""]
+    """(notes -> (size, mtime_ns), notes whose paths are not UTF-8, the other files' paths, notes that are links ->
+    where they lead), hidden names and `excluded` (vault.ignore_filters) skipped; each folder watched first."""
+    found, unnamed, others, linked, stack = {}, [], set(), {}, [""]
     while stack:
         rel_dir = stack.pop()
         if watcher is not None:
@@ -64,13 +64,15 @@ def _walk(kb: Path, excluded: list, watcher=None) -> tuple:
                         and (st := _note_stat(entry.path, kb)):
                     if watch.is_utf8(path):  # else it cannot be stored or shown: list_notes says how many
                         found[path] = st
+                        if entry.is_symlink():  # known from the scan: only links pay for a second resolve
+                            linked[path] = notes.rel(kb, Path(entry.path).resolve())
                     else:
                         unnamed.append(path)
                 elif not name.lower().endswith(NOTE_SUFFIXES) and watch.is_utf8(path) and entry.is_file():
                     others.add(path)  # an attachment or a canvas: links may lead to it
-            except (OSError, RuntimeError):  # RuntimeError: a symlink loop
+            except (OSError, RuntimeError, ValueError):  # RuntimeError: a symlink loop; ValueError: one moved out
                 continue
-    return found, unnamed, others
+    return found, unnamed, others, linked
 
 
 def _note_stat(path: str, kb: Path):
@@ -84,17 +86,24 @@ def _note_stat(path: str, kb: Path):
 
 
 def read_text(kb: Path, rel_path: str):
-    """The text of a note's first INDEX_MAX_NOTE_BYTES, or None if it cannot be read or looks binary. Read as the
-    tools read: from the notes folder's descriptor, no link followed, so a folder swapped for a link to elsewhere
-    mid-search reads nothing outside; a note that is itself a link inside the notes is read where it leads."""
+    """The text of a note's first INDEX_MAX_NOTE_BYTES, or None if it cannot be read or looks binary."""
+    return _read(kb, rel_path)[0]
+
+
+def _read(kb: Path, rel_path: str) -> tuple:
+    """(read_text's text, the note's real path if links on its way lead elsewhere, else None). Read as the tools
+    read: from the notes folder's descriptor, no link followed, so a folder swapped for a link to elsewhere
+    mid-search reads nothing outside; a note reached through a link inside the notes is read where it leads."""
+    real = None
     try:
         try:
             data = notes.read_bytes(kb, rel_path, INDEX_MAX_NOTE_BYTES)
         except OSError:  # ELOOP: a link on the way; followed only to where the path guard lets a tool go
-            data = notes.read_bytes(kb, notes.rel(kb, notes.safe_path(kb, rel_path)), INDEX_MAX_NOTE_BYTES)
+            real = notes.rel(kb, notes.safe_path(kb, rel_path))
+            data = notes.read_bytes(kb, real, INDEX_MAX_NOTE_BYTES)
     except (OSError, ToolError, ValueError):
-        return None
-    return readable_text(data)
+        return None, real
+    return readable_text(data), real
 
 
 # --- Text, for the index and the queries alike ---
@@ -153,7 +162,7 @@ def _row(kb: Path, path: str, size_mtime, private_rules: list):
     """A note's `notes` columns, then its `fts` columns (size_mtime None: stat it now); None if it cannot be read."""
     try:
         size_mtime = size_mtime or _note_stat(str(kb / path), kb)
-        text = read_text(kb, path) if size_mtime else None
+        text, real = _read(kb, path) if size_mtime else (None, None)
     except (OSError, RuntimeError):
         return None
     if text is None:
@@ -170,8 +179,9 @@ def _row(kb: Path, path: str, size_mtime, private_rules: list):
     aliases = properties.get("aliases", [])
     tags = sorted({tag.casefold() for tag in vault.tags_of(text, parsed)})
     words = cjk_words if CJK_RUN.search(text) or CJK_RUN.search(path) else str  # most have no CJK
-    if privacy.ignored(path, private_rules) or privacy.says_private(properties):  # counted, links kept; never found
-        return (path, *size_mtime, "", "", "", "", "", None, 1, "", "", "", "", links.rows(text, path))
+    if privacy.by_name(kb, path, real, private_rules) or privacy.says_private(properties):  # counted, links kept
+        return (path, *size_mtime, "", "", "", "", "", vault.conflict_of(path), 1, "", "", "", "",
+                links.rows(text, path))
     return (path, *size_mtime, title.strip(), title_key(title), title_key(stem),
             _keys([title_key(alias) for alias in aliases]), _keys(tags), vault.conflict_of(path), 0,
             words(path[:-len(name)] + stem), words("\n".join([title, *aliases])), words(_lead_of(body)), words(text),
@@ -228,6 +238,7 @@ class Index:
     unnamed: list = field(default_factory=list)  # notes the last walk found with a path that is not UTF-8
     others: set = field(default_factory=set)  # the other files, from the last walk and the watcher since
     excluded: list = field(default_factory=list)  # the owner's Excluded files as the last walk read them
+    linked: dict = field(default_factory=dict)  # the notes that are links -> where they lead, from the last walk
 
     def refresh(self) -> None:
         kaignore = str(privacy.signature(self.kb))
@@ -235,14 +246,14 @@ class Index:
         private_changed = stored not in (None, (kaignore,))  # the person changed what is private
         changed, gone = self.watcher.changes() if self.watcher and not private_changed else None, []
         if changed is None:
-            on_disk, self.unnamed, self.others = self.walk()
+            on_disk, self.unnamed, self.others, self.linked = self.walk()
             rows = self.conn.execute("SELECT path, size, mtime_ns, private FROM notes").fetchall()
             known = {p: (s, m) for p, s, m, _ in rows}
             changed = {p: st for p, st in on_disk.items() if known.get(p) != st}
             if private_changed:  # read again the notes .kaignore now judges otherwise than their stored flag
                 rules = privacy.rules(self.kb)
                 changed |= {p: None for p, _, _, private in rows
-                            if p in on_disk and privacy.ignored(p, rules) != bool(private)}
+                            if p in on_disk and privacy.by_name(self.kb, p, self.linked.get(p), rules) != bool(private)}
             gone = [p for p in known if p not in on_disk]
         for path in [p for p in changed if not is_note_path(p)]:  # the watcher saw another file change
             del changed[path]
@@ -278,6 +289,9 @@ class Index:
         """Write changes in one transaction; a path changed to None is read whatever its stat says."""
         if not changed and not gone:
             return
+        copies = self.conn.execute("SELECT path, conflict_of FROM notes WHERE conflict_of NOT NULL").fetchall()
+        notes_changed = {*changed, *gone}  # links to them and copies of them are private when they are: read again
+        changed = {p: None for p, note in [*self.linked.items(), *copies] if note in notes_changed} | changed
         self.touched.update(changed, gone)
         started, told, private_rules = time.monotonic(), False, privacy.rules(self.kb)
         with writing(self.conn):  # on an error the index is closed

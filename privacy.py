@@ -2,11 +2,12 @@
 
 A note is private when `.kaignore` at the notes root matches its path (gitignore's patterns: `diary/`,
 `*.secret.md`, `/taxes/**`, `!diary/public.md`; the last matching line decides) or its front matter says
-`private: true`. A private note is no search hit, no name in a listing (list_notes only counts them), no snippet,
-never embedded; the tools treat it as absent, the shell's sandbox cannot read it, and a change that touches one
-(a move rewriting its links) never names it to the model. The person still sees it in /read and the page's note
-view, which go to nobody. This module only answers "is it private?"; each of those places asks it. It never
-writes.
+`private: true` (the name in any case, as Obsidian reads it). It is private under every name: a symlink to it and
+a sync-conflict copy of it are too. A private note is no search hit, no name in a listing (list_notes only counts
+them), no snippet, never embedded; the tools treat it as absent, the shell's sandbox cannot read it, and a change
+that touches one (a move rewriting its links) never names it to the model. The person still sees it in /read and
+the page's note view, which go to nobody. This module only answers "is it private?"; each of those places asks
+it. It never writes.
 """
 
 import os
@@ -93,14 +94,26 @@ def ignored(rel_path: str, found: list) -> bool:
 
 
 def says_private(properties: dict) -> bool:
-    """Whether a note's properties (vault.front_matter's) say `private: true`."""
-    value = properties.get("private")
-    return isinstance(value, str) and value.strip().lower() in TRUE
+    """Whether a note's properties (vault.front_matter's) say `private: true`; Obsidian's names ignore case."""
+    return any(isinstance(value, str) and value.strip().lower() in TRUE
+               for name, value in properties.items() if name.lower() == "private")
+
+
+def by_name(kb: Path, rel_path: str, real_path: str | None = None, found: list | None = None) -> bool:
+    """Whether the note is private by its names: .kaignore (`found`: its rules, if read already) matches its path
+    or `real_path`, where the links on its way lead, or it is a sync-conflict copy of a private note (which holds
+    the same words)."""
+    found = rules(kb) if found is None else found
+    if ignored(rel_path, found) or (real_path is not None and ignored(real_path, found)):
+        return True
+    original = vault.conflict_of(real_path or rel_path)
+    return original is not None and is_private(kb, original)
 
 
 def is_private(kb: Path, rel_path: str, text: str | None = None) -> bool:
-    """Whether the note is private; its text is read (its start, race-free) when not given."""
-    if ignored(rel_path, rules(kb)):
+    """Whether the note is private; `rel_path` is its real path (the tools' path guard resolves links), its text is
+    read (its start, race-free) when not given."""
+    if by_name(kb, rel_path):
         return True
     if text is None:
         try:

@@ -79,6 +79,65 @@ def test_a_model_that_tries_every_tool_learns_nothing_of_a_private_note(vault):
     assert (vault / "vim.md").exists() and not (vault / "diary" / "new.md").exists()
 
 
+def tried_on(vault, paths: list) -> str:
+    """What a model is sent that searches, lists, asks for vim.md's backlinks and reads each of `paths`; checked to
+    name none of them and hold no private word."""
+    tries = [call("search_notes", query=SECRET), call("search_notes", query="dinner"), call("list_notes"),
+             call("links", file_path="vim.md")]
+    tries += [call(name, file_path=path) for path in paths for name in ("read_note", "links")]
+    client = StubClient([{"tool_calls": tries}, {"content": "done"}])
+    run_agent("what is private?", [], make_settings(kb=vault, max_rounds=3), client, Recorder())
+    sent = results_sent(client)
+    assert leaked(sent) == [] and sent.count(SECRET) == 1  # the echo of the model's own query
+    assert not [path for path in paths if path.rsplit("/", 1)[-1] in sent]
+    assert "1 link from 1 note leads here" in sent  # links-out.md's: the private ones' [[vim]] are not named
+    return sent
+
+
+def ask(vault, name: str, **arguments) -> str:
+    """A tool's answer from the index tried_on left open, which now hears of changes from inotify."""
+    return tools.execute_tool(name, arguments, make_settings(vault)).text
+
+
+def test_a_link_to_a_private_note_is_private_under_its_own_name(vault):  # found by a red team
+    (vault / "diary" / "2026-11.md").write_text(PRIVATE["diary/2026-11.md"] + "[[vim]]\n", encoding="utf-8")
+    (vault / "alias-link.md").symlink_to(vault / "diary" / "2026-11.md")
+    (vault / "links").symlink_to("diary", target_is_directory=True)
+    (vault / "through").mkdir()
+    (vault / "through" / "folder.md").symlink_to(vault / "links" / "2026-11.md")  # a linked folder on the way
+    assert "5 private note(s) not listed" in tried_on(vault, ["alias-link.md", "through/folder.md"])
+    (vault / ".kaignore").write_text("*.secret.md\n", encoding="utf-8")  # the diary is no longer private
+    assert "alias-link.md" in ask(vault, "search_notes", query="dinner") and "through/folder.md" in ask(
+        vault, "search_notes", query="dinner")
+    (vault / ".kaignore").write_text("diary/\n*.secret.md\n", encoding="utf-8")
+    assert "No notes" in ask(vault, "search_notes", query="dinner")
+    index.close_index()
+
+
+def test_a_sync_conflict_copy_of_a_private_note_is_private(vault):  # found by a red team
+    copies = ["bank.secret.sync-conflict-20240101-123456-ABCDEFG.md",  # Syncthing's, of a .kaignore'd note
+              "bank.secret (John's conflicted copy 2024-01-01).md",  # Dropbox's
+              "work/salary.sync-conflict-20240101-123456-ABCDEFG.md"]  # of a note saying private: true
+    for copy in copies:  # as edited on another device: its front matter says nothing
+        (vault / copy).write_text(f"# Copy\n\n{SECRET} dinner plans, [[vim]].\n", encoding="utf-8")
+    sent = tried_on(vault, copies)
+    assert "6 private note(s) not listed" in sent and "sync-conflict cop" not in sent
+    (vault / "work" / "salary.md").write_text("# Salary talk\n\nNo longer private.\n", encoding="utf-8")
+    assert "salary.sync-conflict-20240101-123456-ABCDEFG.md — Copy" in ask(vault, "list_notes")  # nor is its copy
+    index.close_index()
+    (vault / ".trash").mkdir()  # hidden: the tools touch no such path, so `*.secret.md` need not be asked
+    (vault / ".trash" / "old.secret.md").write_text(f"{SECRET}\n", encoding="utf-8")
+    result = tools.execute_tool("read_note", {"file_path": ".trash/old.secret.md"}, make_settings(vault))
+    assert result.error and "hidden" in result.text and SECRET not in result.text
+
+
+def test_private_in_any_case_keeps_a_note_private(vault):  # Obsidian's property names ignore case; a red team's
+    (vault / "upper.md").write_text(f"---\nPrivate: True\n---\n# Upper\n\n{SECRET} dinner plans, [[vim]].\n",
+                                    encoding="utf-8")
+    assert "4 private note(s) not listed" in tried_on(vault, ["upper.md"])
+    index.close_index()
+
+
 def test_a_note_that_becomes_private_leaves_search_at_once(vault, tmp_path):
     settings = make_settings(vault, index_dir=tmp_path / "index")
     assert "vim.md" in tools.execute_tool("search_notes", {"query": "deletes"}, settings).text
