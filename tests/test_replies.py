@@ -309,12 +309,12 @@ def test_silence_between_chunks_lasts_until_the_test_ends_it():
 
 
 def test_a_slow_steady_stream_outlasts_the_read_timeout():
-    with FakeLLM(replies=[{"content": "x" * fake_server.PIECE * 8, "pace": 0.1}]) as fake:
+    with FakeLLM(replies=[{"content": "x" * fake_server.PIECE * 15, "pace": 0.1}]) as fake:
         client = openai.OpenAI(base_url=fake.base_url, api_key="x", max_retries=0,
-                               timeout=openai.Timeout(5, read=0.5))
+                               timeout=openai.Timeout(5, read=1.0))  # ten times a gap: a busy machine stays green
         parts = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}], stream=True)
         text = "".join(p.choices[0].delta.content or "" for p in parts if p.choices)
-    assert text == "x" * fake_server.PIECE * 8  # over a second in all, never half a second silent
+    assert text == "x" * fake_server.PIECE * 15  # 1.5 s in all, never a second silent
 
 
 # --- the agent with these servers ---------------------------------------------------------------------
