@@ -20,6 +20,7 @@ from dotenv import dotenv_values
 VERSION = "0.4.0"  # of knowledge-agent: --version, the chat's banner, the MCP server's serverInfo, the package
 PROJECT_DIR = Path(__file__).resolve().parent
 ENV_FILE = PROJECT_DIR / ".env"
+SAMPLE_NOTES = PROJECT_DIR / "knowledge_base"  # a clone's sample notes; an installed copy has none
 YES, NO = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -118,7 +119,7 @@ def _notes_folder(value: str | None, required: bool, sample: bool) -> Path | Non
     notes beside main.py, unless `sample` is False (a server must be told which notes to serve)."""
     if not (value or sample):
         raise ConfigError("No notes folder given: pass --kb PATH (or set KNOWLEDGE_BASE).")
-    kb = Path(value).expanduser().absolute() if value else PROJECT_DIR / "knowledge_base"  # errors name it in full
+    kb = Path(value).expanduser().absolute() if value else SAMPLE_NOTES  # errors name it in full
     if kb.is_dir() and os.access(kb, os.R_OK | os.X_OK):
         return kb.resolve()
     if not required:

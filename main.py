@@ -23,7 +23,7 @@ import sessions
 import shell
 import tools
 from agent import AgentError, Model, key_hint, make_client, run_agent
-from config import VERSION, ConfigError, Settings, load_settings
+from config import SAMPLE_NOTES, VERSION, ConfigError, Settings, config_file, load_settings
 from notes import ToolError, readable_text, visible
 from terminal import Display, compact, read_question, shorten, start_line_editing
 
@@ -37,14 +37,15 @@ COMMAND = "python main.py" if Path(sys.argv[0]).name in ("main.py", "-c", "") el
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog=COMMAND, formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Chat with an AI agent about your Markdown notes. Every flag also has an environment "
-                    "variable (see .env.example).",
+        description="Chat with an AI agent about your Markdown notes. The settings in parentheses can also be "
+                    f"set\nin the environment or in {config_file()}.",
         epilog=f"examples:\n  {COMMAND}\n  {COMMAND} \"帮我找关于 Python 的笔记\"\n"
                f"  printf 'find my git notes\\nsummarise it in one line\\n' | {COMMAND}")
     add = parser.add_argument
     add("question", nargs="*", help="ask one question and exit (omit for a chat); piped text is sent with it")
     add("--version", action="version", version=f"knowledge-agent {VERSION}")
-    add("--kb", metavar="PATH", help="notes folder (KNOWLEDGE_BASE; default knowledge_base/)")
+    add("--kb", metavar="PATH", help="notes folder (KNOWLEDGE_BASE" + ("; default the sample notes in "
+        f"{SAMPLE_NOTES})" if SAMPLE_NOTES.is_dir() else ")"))  # an installed copy has none
     add("-m", "--model", help="model name (MODEL; default deepseek-flash, or gpt-5.4-mini with OPENAI_API_KEY)")
     add("--base-url", metavar="URL", help="OpenAI-compatible endpoint (DEEPSEEK_BASE_URL or OPENAI_BASE_URL)")
     add("--api-key", metavar="KEY", help="API key; other users can see it in the process list, so prefer "
