@@ -92,7 +92,7 @@ COMMANDS = {
 NO_KEY = "Chat is off: no API key. {}, then start again. Meanwhile /search, /list and /read work; /help lists all."
 # What a person typing the note commands is told to do next, by the kind of failure (notes.ToolError.kind).
 PERSON_ADVICE = {"missing": "Use /search or /list to find the right path.",
-                 "folder": "Use /list FOLDER to see inside it."}
+                 "folder": "Use /list FOLDER to see inside it.", "no_folder": "Use /list to see the folders."}
 MULTILINE_HELP = ("  A question can span lines: end a line with \\ to go on, or paste a block (it stays one "
                   "question).\n  Ctrl+C clears the line typed; on an empty line, or Ctrl+D, it leaves.")
 NOTE_COMMANDS = {"/search": ("search_notes", "query"), "/list": ("list_notes", "folder"),
@@ -150,8 +150,8 @@ class Chat:
         if not argument and name != "/list":
             return self.failed(f"Usage: {next(usage for usage in COMMANDS if usage.split()[0] == name)}")
         try:
-            text = self.read(argument) if name == "/read" else getattr(tools, tool)(
-                self.settings, **({parameter: argument} if argument else {}))
+            text = (self.read(argument) if name == "/read" else tools.list_notes(self.settings, argument, person=True)
+                    if name == "/list" else getattr(tools, tool)(self.settings, **{parameter: argument}))
         except ToolError as exc:
             return self.failed(" ".join(filter(None, (exc.message, PERSON_ADVICE.get(exc.kind, "")))))
         except Exception as exc:  # a disk error, or a bug: one line, never a traceback

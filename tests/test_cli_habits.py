@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 import fake_server
+import config
 import main
-from conftest import MAIN, NO_SERVER, ROOT, Terminal, child_env, posix_only, run_main
+import tools
+from conftest import MAIN, NO_SERVER, ROOT, Terminal, child_env, posix_only, run_main, run_tool
 
 PASTE_START, PASTE_END = b"\x1b[200~", b"\x1b[201~"
 
@@ -230,6 +232,21 @@ def test_read_goes_past_the_first_screenful_in_a_persons_words(call_main, kb):
     assert second.startswith("450-500 of 500") and "line 500" in second
     assert "line 900 is outside the note" in result.stderr and "/search or /list" in result.stderr
     assert not re.search(r"read_note|search_notes|list_notes|start_line|file_path", result.stdout + result.stderr)
+
+
+def test_list_speaks_to_the_person_not_the_model(call_main, kb):
+    """Found by an outside tester: /list of a missing folder said "Call list_notes to see the folders.", and its
+    private-notes line "(the person keeps them from the model)"; the model's wording stays the model's."""
+    (kb / "diary.md").write_text("---\nprivate: true\n---\nmine\n")
+    (kb / "plans.md").write_text("---\nprivate: true\n---\nmine too\n")
+    result = call_main(kb=kb, stdin="/list\n/list nofolder\n", key=None)
+    assert "2 private notes not listed (.kaignore or private: true)." in result.stdout
+    assert "there is no folder 'nofolder' in the notes. Use /list to see the folders." in result.stderr
+    assert not re.search(r"list_notes|the model", result.stdout + result.stderr)
+    settings = config.load_settings(kb=str(kb))
+    assert "2 private note(s) not listed (the person keeps them from the model)." in tools.list_notes(settings)
+    assert run_tool(settings, "list_notes", folder="nofolder") == (
+        "Error: there is no folder 'nofolder' in the notes. Call list_notes to see the folders.")
 
 
 def test_a_failed_command_is_not_output_and_exits_1(kb):
