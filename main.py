@@ -216,8 +216,9 @@ class Chat:
         conversation, settings = self.conversation, self.settings
         (tp, tc), (sp, sc) = conversation.turn_usage, conversation.session_usage()
         sent, tokens = (self.client or Model(settings)).request(conversation.history)
-        self.display.info(f"last answer : {counted(tp, tc, conversation.turn_calls, conversation.turn_unreported)} "
-                          f"({conversation.turn_calls} API calls)\nconversation: {sp:,} prompt + {sc:,} completion "
+        calls = f" ({conversation.turn_calls} API calls)" if conversation.turn_calls else ""
+        self.display.info(f"last answer : {counted(tp, tc, conversation.turn_calls, conversation.turn_unreported)}"
+                          f"{calls}\nconversation: {sp:,} prompt + {sc:,} completion "
                           "tokens in all\n"
                           f"next request: ~{tokens:,} of {settings.context_tokens:,} tokens (CONTEXT_TOKENS), "
                           f"carrying {len(sent) - 1} of {len(conversation.history)} messages")
@@ -238,7 +239,9 @@ class Chat:
 
 def counted(prompt: int, completion: int, calls: int, unreported: int) -> str:
     """Tokens used, as the server reported them ("not reported" when it said nothing, never "0 + 0")."""
-    if calls and unreported == calls:
+    if not calls:  # e.g. no server listening
+        return "no API call was answered"
+    if unreported == calls:
         return "not reported by the server"
     some = f" ({unreported} of {calls} API calls not reported)" if unreported else ""
     return f"{prompt:,} prompt + {completion:,} completion tokens{some}"

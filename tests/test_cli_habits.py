@@ -56,6 +56,15 @@ def test_a_local_server_in_the_environment_beats_a_deepseek_key_in_config_env(ca
     assert f"at {local.base_url}" in result.stderr
 
 
+def test_verbose_usage_after_a_connection_failure_is_never_0_plus_0(call_main, kb):
+    """Found by an outside tester: -v with no server listening printed "usage: 0 prompt + 0 completion tokens"."""
+    result = call_main("-v", "q", kb=kb)  # NO_SERVER: refused at once
+    assert result.returncode == 1 and "Could not connect" in result.stderr
+    assert "usage: no API call was answered" in result.stderr and "0 prompt" not in result.stderr
+    before = call_main(kb=kb, stdin="/usage\n", key=None)
+    assert "last answer : no API call was answered\n" in before.stderr, before.stderr
+
+
 def test_help_names_only_what_this_copy_has(call_main, kb, monkeypatch):
     """Found by an outside tester: an installed `ka --help` named a default knowledge_base/ and .env.example,
     neither of which it has (the installed command is checked below too)."""
