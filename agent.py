@@ -331,9 +331,9 @@ class Model:
         fixed = context.estimate_tokens([system_message()], tools.tool_schemas(self.settings))  # in every request
         window, said = error.window, f"the server said: {str(error).rstrip('.')}"
         if window and fixed > window * CONTEXT_SHRINK:  # no room left for a question and its answer
-            return ContextTooLong(
+            return ContextTooLong(  # no estimate of ours: the server's own count (quoted) would contradict it
                 f"The model's context window ({window:,} tokens) is too small for any question: the instructions and "
-                f"tool descriptions alone take about {fixed:,} ({said}). Start the server with a larger context "
+                f"tool descriptions alone leave no room for one ({said}). Start the server with a larger context "
                 "(llama.cpp: --ctx-size 8192; Ollama: num_ctx; LM Studio: the model's context length) or use a "
                 "larger model.")
         size = f" ({window:,} tokens)" if window else ""

@@ -20,6 +20,7 @@ from dotenv import dotenv_values
 VERSION = "0.4.0"  # of knowledge-agent: --version, the chat's banner, the MCP server's serverInfo, the package
 PROJECT_DIR = Path(__file__).resolve().parent
 ENV_FILE = PROJECT_DIR / ".env"
+SAMPLE_NOTES = PROJECT_DIR / "knowledge_base"  # a clone's sample notes; an installed copy has none
 YES, NO = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 
 
@@ -32,7 +33,8 @@ def _user_folder(variable: str, fallback: str) -> Path:
 
 
 # A provider's variables go together: its key is never sent to another provider's endpoint. The first
-# provider with its key or endpoint set is the one used; DeepSeek when neither is.
+# provider with its key or endpoint set in the strongest source that sets any is the one used (load_settings);
+# DeepSeek when none does.
 PROVIDERS = {"DEEPSEEK": ("https://api.deepseek.com", "deepseek-flash"),
              "OPENAI": ("https://api.openai.com/v1", "gpt-5.4-mini")}
 
@@ -117,7 +119,7 @@ def _notes_folder(value: str | None, required: bool, sample: bool) -> Path | Non
     notes beside main.py, unless `sample` is False (a server must be told which notes to serve)."""
     if not (value or sample):
         raise ConfigError("No notes folder given: pass --kb PATH (or set KNOWLEDGE_BASE).")
-    kb = Path(value).expanduser().absolute() if value else PROJECT_DIR / "knowledge_base"  # errors name it in full
+    kb = Path(value).expanduser().absolute() if value else SAMPLE_NOTES  # errors name it in full
     if kb.is_dir() and os.access(kb, os.R_OK | os.X_OK):
         return kb.resolve()
     if not required:
@@ -144,13 +146,18 @@ def load_settings(notes_required: bool = True, sample_notes: bool = True, mcp: b
     """Settings from defaults, the config files, the environment and the keyword overrides (CLI flags) not
     None or "". With notes_required False a missing or unreadable notes folder is no error (kb is then None);
     the MCP server's own settings (mcp_*) are read only with `mcp`, so a bad one never stops the chat."""
-    env = {}  # every variable set to more than spaces: in the environment, else in .env, else in the config file
-    for source in [_settings_file(path) for path in (config_file(), ENV_FILE) if path.is_file()] + [os.environ]:
-        env |= {name: value.strip() for name, value in source.items() if value and value.strip()}
+    files = [_settings_file(path) for path in (config_file(), ENV_FILE) if path.is_file()]
+    # Each source's variables set to more than spaces; the environment beats .env, which beats the config file.
+    sources = [{name: value.strip() for name, value in source.items() if value and value.strip()}
+               for source in files + [os.environ]]
+    env = {name: value for source in sources for name, value in source.items()}
     given = {key: value for key, value in overrides.items() if value not in (None, "")}
     host = _host(str(given.get("base_url", "")))  # --base-url at a provider's own address takes its key
+    # The provider as a whole comes from the strongest source naming any: a local server exported in the
+    # environment is never overruled by a cloud key in a file.
     provider = ([p for p, (url, _) in PROVIDERS.items() if _host(url) == host]
-                + [p for p in PROVIDERS if f"{p}_API_KEY" in env or f"{p}_BASE_URL" in env] + ["DEEPSEEK"])[0]
+                + [p for source in reversed(sources) for p in PROVIDERS
+                   if f"{p}_API_KEY" in source or f"{p}_BASE_URL" in source] + ["DEEPSEEK"])[0]
     values = dict(zip(("base_url", "model"), PROVIDERS[provider]))
     for setting in [s for s in fields(Settings) if mcp or not s.name.startswith("mcp_")]:
         variable = setting.metadata["variable"].format(provider=provider)

@@ -23,7 +23,7 @@ import sessions
 import shell
 import tools
 from agent import AgentError, Model, key_hint, make_client, run_agent
-from config import VERSION, ConfigError, Settings, load_settings
+from config import SAMPLE_NOTES, VERSION, ConfigError, Settings, config_file, load_settings
 from notes import ToolError, readable_text, visible
 from terminal import Display, compact, read_question, shorten, start_line_editing
 
@@ -37,14 +37,15 @@ COMMAND = "python main.py" if Path(sys.argv[0]).name in ("main.py", "-c", "") el
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog=COMMAND, formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Chat with an AI agent about your Markdown notes. Every flag also has an environment "
-                    "variable (see .env.example).",
+        description="Chat with an AI agent about your Markdown notes. The settings in parentheses can also be "
+                    f"set\nin the environment or in {config_file()}.",
         epilog=f"examples:\n  {COMMAND}\n  {COMMAND} \"帮我找关于 Python 的笔记\"\n"
                f"  printf 'find my git notes\\nsummarise it in one line\\n' | {COMMAND}")
     add = parser.add_argument
     add("question", nargs="*", help="ask one question and exit (omit for a chat); piped text is sent with it")
     add("--version", action="version", version=f"knowledge-agent {VERSION}")
-    add("--kb", metavar="PATH", help="notes folder (KNOWLEDGE_BASE; default knowledge_base/)")
+    add("--kb", metavar="PATH", help="notes folder (KNOWLEDGE_BASE" + ("; default the sample notes in "
+        f"{SAMPLE_NOTES})" if SAMPLE_NOTES.is_dir() else ")"))  # an installed copy has none
     add("-m", "--model", help="model name (MODEL; default deepseek-flash, or gpt-5.4-mini with OPENAI_API_KEY)")
     add("--base-url", metavar="URL", help="OpenAI-compatible endpoint (DEEPSEEK_BASE_URL or OPENAI_BASE_URL)")
     add("--api-key", metavar="KEY", help="API key; other users can see it in the process list, so prefer "
@@ -91,7 +92,7 @@ COMMANDS = {
 NO_KEY = "Chat is off: no API key. {}, then start again. Meanwhile /search, /list and /read work; /help lists all."
 # What a person typing the note commands is told to do next, by the kind of failure (notes.ToolError.kind).
 PERSON_ADVICE = {"missing": "Use /search or /list to find the right path.",
-                 "folder": "Use /list FOLDER to see inside it."}
+                 "folder": "Use /list FOLDER to see inside it.", "no_folder": "Use /list to see the folders."}
 MULTILINE_HELP = ("  A question can span lines: end a line with \\ to go on, or paste a block (it stays one "
                   "question).\n  Ctrl+C clears the line typed; on an empty line, or Ctrl+D, it leaves.")
 NOTE_COMMANDS = {"/search": ("search_notes", "query"), "/list": ("list_notes", "folder"),
@@ -149,8 +150,8 @@ class Chat:
         if not argument and name != "/list":
             return self.failed(f"Usage: {next(usage for usage in COMMANDS if usage.split()[0] == name)}")
         try:
-            text = self.read(argument) if name == "/read" else getattr(tools, tool)(
-                self.settings, **({parameter: argument} if argument else {}))
+            text = (self.read(argument) if name == "/read" else tools.list_notes(self.settings, argument, person=True)
+                    if name == "/list" else getattr(tools, tool)(self.settings, **{parameter: argument}))
         except ToolError as exc:
             return self.failed(" ".join(filter(None, (exc.message, PERSON_ADVICE.get(exc.kind, "")))))
         except Exception as exc:  # a disk error, or a bug: one line, never a traceback
@@ -215,8 +216,9 @@ class Chat:
         conversation, settings = self.conversation, self.settings
         (tp, tc), (sp, sc) = conversation.turn_usage, conversation.session_usage()
         sent, tokens = (self.client or Model(settings)).request(conversation.history)
-        self.display.info(f"last answer : {counted(tp, tc, conversation.turn_calls, conversation.turn_unreported)} "
-                          f"({conversation.turn_calls} API calls)\nconversation: {sp:,} prompt + {sc:,} completion "
+        calls = f" ({conversation.turn_calls} API calls)" if conversation.turn_calls else ""
+        self.display.info(f"last answer : {counted(tp, tc, conversation.turn_calls, conversation.turn_unreported)}"
+                          f"{calls}\nconversation: {sp:,} prompt + {sc:,} completion "
                           "tokens in all\n"
                           f"next request: ~{tokens:,} of {settings.context_tokens:,} tokens (CONTEXT_TOKENS), "
                           f"carrying {len(sent) - 1} of {len(conversation.history)} messages")
@@ -237,7 +239,9 @@ class Chat:
 
 def counted(prompt: int, completion: int, calls: int, unreported: int) -> str:
     """Tokens used, as the server reported them ("not reported" when it said nothing, never "0 + 0")."""
-    if calls and unreported == calls:
+    if not calls:  # e.g. no server listening
+        return "no API call was answered"
+    if unreported == calls:
         return "not reported by the server"
     some = f" ({unreported} of {calls} API calls not reported)" if unreported else ""
     return f"{prompt:,} prompt + {completion:,} completion tokens{some}"

@@ -91,7 +91,7 @@ def _folder(kb: Path, folder: str | None) -> tuple:
             return rel(kb, path) + "/", rel(kb, path) + "0"  # "0" follows "/": the paths inside sort between
     except ValueError:  # a name the system cannot encode
         pass
-    raise ToolError(f"there is no folder '{folder}' in the notes. Call list_notes to see the folders.")
+    raise ToolError(f"there is no folder '{folder}' in the notes.", "Call list_notes to see the folders.", "no_folder")
 
 
 # --- Searching ---
@@ -293,19 +293,21 @@ def _clip(line: str, start: int) -> str:
 
 
 # --- Listing ---
-def list_notes(kb: Path, index_dir: Path, folder: str | None = None, watch: bool = True) -> str:
-    """How many notes there are (per subfolder) and the newest ones first, capped and bounded."""
+def list_notes(kb: Path, index_dir: Path, folder: str | None = None, watch: bool = True, person=False) -> str:
+    """How many notes there are (per subfolder) and the newest ones first, capped and bounded; `person`: for
+    the person's /list, not the model."""
     lo, hi = _folder(kb, folder)
-    return with_index(kb, index_dir, watch, lambda idx: _listing(idx, lo, hi))
+    return with_index(kb, index_dir, watch, lambda idx: _listing(idx, lo, hi, person))
 
 
-def _listing(idx: Index, lo: str, hi: str) -> str:
+def _listing(idx: Index, lo: str, hi: str, person: bool) -> str:
     where = f"in {lo}" if lo else "in the knowledge base"
     unnamed = sum(lo <= path < hi for path in idx.unnamed)  # paths that are not UTF-8 sort below hi too
     unlisted = [f"{unnamed} note file(s) not listed: their names are not UTF-8; rename them to see them here."
                 ] if unnamed else []
     private = idx.conn.execute("SELECT count(*) FROM notes WHERE path >= ? AND path < ? AND private", (lo, hi))
-    unlisted += [f"{n} private note(s) not listed (the person keeps them from the model)."
+    unlisted += [f"{n} private note{'s' * (n > 1)} not listed (.kaignore or private: true)." if person else
+                 f"{n} private note(s) not listed (the person keeps them from the model)."
                  for n in private.fetchone() if n]
     rows = idx.conn.execute("SELECT path, title, mtime_ns, conflict_of FROM notes WHERE path >= ? AND path < ? "
                             "AND NOT private ORDER BY mtime_ns DESC, path", (lo, hi)).fetchall()

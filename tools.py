@@ -143,8 +143,8 @@ def search_notes(settings: Settings, query: str, folder: str | None = None) -> s
 @tool("List the notes (newest first) with their titles and dates, and how many notes each subfolder "
       "holds, optionally inside one folder. Use it to see what exists when a search finds nothing or "
       "the person asks what notes they have.", {"folder": FOLDER}, read_only=True)
-def list_notes(settings: Settings, folder: str | None = None) -> str:
-    return search.list_notes(settings.kb, settings.index_dir, folder, settings.search_watch)
+def list_notes(settings: Settings, folder: str | None = None, person: bool = False) -> str:
+    return search.list_notes(settings.kb, settings.index_dir, folder, settings.search_watch, person)
 
 
 MISSING = ("no such note.", "Use search_notes or list_notes to find the right path.", "missing")

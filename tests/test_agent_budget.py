@@ -1,6 +1,7 @@
 """The tool loop with a context budget and a session store attached (stubbed client, no network)."""
 
 import json
+import re
 import sqlite3
 
 import pytest
@@ -127,3 +128,17 @@ def test_the_factor_is_learnt_from_usage(kb):
     model.settings = make_settings(kb, context_tokens=before + 2000)
     run_agent("q2", history, settings=model.settings, client=model)
     assert context.estimate_tokens(client.requests[1]["messages"]) < before  # later requests aim lower
+
+
+@pytest.mark.parametrize("wording", ["llamacpp", "deepseek", "vllm", "lmstudio"])
+def test_a_window_too_small_for_any_question_gives_only_the_servers_numbers(kb, wording):
+    """Found by an outside tester: llama.cpp --ctx-size 1024 said the instructions "take about 2,066" beside its
+    own "request (1937 tokens)"; the message now has no count of its own to contradict the server's."""
+    from fake_server import FakeLLM, context_error
+
+    with FakeLLM(replies=[context_error(wording, 1024, 1937)]) as fake:
+        with pytest.raises(AgentError) as error:
+            run_agent("q", settings=make_settings(kb, base_url=fake.base_url))
+    ours, _, server = str(error.value).partition("(the server said: ")
+    assert "too small for any question" in ours and "1937" in server
+    assert set(re.findall(r"\d[\d,]*", ours)) == {"1,024"}

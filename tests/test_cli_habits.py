@@ -15,7 +15,10 @@ from pathlib import Path
 import pytest
 
 import fake_server
-from conftest import MAIN, ROOT, Terminal, child_env, posix_only, run_main
+import config
+import main
+import tools
+from conftest import MAIN, NO_SERVER, ROOT, Terminal, child_env, posix_only, run_main, run_tool
 
 PASTE_START, PASTE_END = b"\x1b[200~", b"\x1b[201~"
 
@@ -38,6 +41,40 @@ def test_a_deepseek_endpoint_never_receives_the_openai_key(call_main, kb):
                            extra_env={"OPENAI_API_KEY": "sk-openai"})
     assert result.returncode == 2 and "No API key" in result.stderr
     assert deepseek_like.authorizations == []
+
+
+def test_a_local_server_in_the_environment_beats_a_deepseek_key_in_config_env(call_main, kb, tmp_path):
+    """Found by an outside tester: the config file's DeepSeek key sent the question to the cloud although the
+    environment pointed at a local server. (The file's DeepSeek is a dead port here, so no test leaves 127.0.0.1.)"""
+    user_file = tmp_path / "config" / "knowledge-agent" / "config.env"
+    user_file.parent.mkdir(parents=True)
+    user_file.write_text(f"DEEPSEEK_API_KEY=sk-cloud\nDEEPSEEK_BASE_URL={NO_SERVER}\n")
+    with fake_server.FakeLLM(replies=[{"content": "hi"}]) as local:
+        result = call_main("-v", "q", kb=kb, base_url=None, key=None,
+                           extra_env={"OPENAI_BASE_URL": local.base_url, "OPENAI_API_KEY": "x"})
+    assert result.returncode == 0 and local.authorizations == ["Bearer x"], result.stderr
+    assert f"at {local.base_url}" in result.stderr
+
+
+def test_verbose_usage_after_a_connection_failure_is_never_0_plus_0(call_main, kb):
+    """Found by an outside tester: -v with no server listening printed "usage: 0 prompt + 0 completion tokens"."""
+    result = call_main("-v", "q", kb=kb)  # NO_SERVER: refused at once
+    assert result.returncode == 1 and "Could not connect" in result.stderr
+    assert "usage: no API call was answered" in result.stderr and "0 prompt" not in result.stderr
+    before = call_main(kb=kb, stdin="/usage\n", key=None)
+    assert "last answer : no API call was answered\n" in before.stderr, before.stderr
+
+
+def test_help_names_only_what_this_copy_has(call_main, kb, monkeypatch):
+    """Found by an outside tester: an installed `ka --help` named a default knowledge_base/ and .env.example,
+    neither of which it has (the installed command is checked below too)."""
+    clone = " ".join(call_main("--help", kb=kb).stdout.split())
+    assert f"--kb PATH notes folder (KNOWLEDGE_BASE; default the sample notes in {ROOT / 'knowledge_base'})" in clone
+    monkeypatch.setattr(main, "SAMPLE_NOTES", ROOT / "no-such-folder")
+    installed = " ".join(call_main("--help", kb=kb).stdout.split())
+    assert "--kb PATH notes folder (KNOWLEDGE_BASE) -m" in installed
+    for text in (clone, installed):
+        assert ".env.example" not in text and "knowledge-agent/config.env" in text
 
 
 def test_flags_for_key_model_thinking_and_effort(call_main, fake_llm, kb):
@@ -206,6 +243,21 @@ def test_read_goes_past_the_first_screenful_in_a_persons_words(call_main, kb):
     assert not re.search(r"read_note|search_notes|list_notes|start_line|file_path", result.stdout + result.stderr)
 
 
+def test_list_speaks_to_the_person_not_the_model(call_main, kb):
+    """Found by an outside tester: /list of a missing folder said "Call list_notes to see the folders.", and its
+    private-notes line "(the person keeps them from the model)"; the model's wording stays the model's."""
+    (kb / "diary.md").write_text("---\nprivate: true\n---\nmine\n")
+    (kb / "plans.md").write_text("---\nprivate: true\n---\nmine too\n")
+    result = call_main(kb=kb, stdin="/list\n/list nofolder\n", key=None)
+    assert "2 private notes not listed (.kaignore or private: true)." in result.stdout
+    assert "there is no folder 'nofolder' in the notes. Use /list to see the folders." in result.stderr
+    assert not re.search(r"list_notes|the model", result.stdout + result.stderr)
+    settings = config.load_settings(kb=str(kb))
+    assert "2 private note(s) not listed (the person keeps them from the model)." in tools.list_notes(settings)
+    assert run_tool(settings, "list_notes", folder="nofolder") == (
+        "Error: there is no folder 'nofolder' in the notes. Call list_notes to see the folders.")
+
+
 def test_a_failed_command_is_not_output_and_exits_1(kb):
     for command in ("/read nothing.md", "/nonsense", "/search", "/undo", "/resume 99"):
         result = run_main(command, kb=kb, key=None)
@@ -290,6 +342,13 @@ def test_pip_installs_a_knowledge_agent_command(installed, kb, tmp_path):
     served = subprocess.run([installed / "bin" / "knowledge-agent-mcp", "--kb", str(kb)], input=TOOLS_LIST,
                             capture_output=True, text=True, env=child_env(), cwd=tmp_path, timeout=60)
     assert "search_notes" in [tool["name"] for tool in json.loads(served.stdout)["result"]["tools"]], served.stderr
+    helped = subprocess.run([installed / "bin" / "ka", "--help"], capture_output=True, text=True, env=env,
+                            cwd=tmp_path, timeout=60)
+    assert helped.stdout.startswith("usage: ka ") and "knowledge_base" not in helped.stdout, helped.stderr
+    for flag, start in (("--version", "knowledge-agent "), ("--help", "usage: knowledge-agent-mcp ")):
+        mcp = subprocess.run([installed / "bin" / "knowledge-agent-mcp", flag], capture_output=True, text=True,
+                             env=env, cwd=tmp_path, timeout=60)
+        assert mcp.returncode == 0 and mcp.stdout.startswith(start), mcp.stderr
 
 
 def test_installing_adds_no_generic_name_and_the_package_finds_its_page(installed, tmp_path):

@@ -39,11 +39,31 @@ def test_a_deepseek_endpoint_never_gets_the_openai_key(env_file, monkeypatch):
     monkeypatch.setenv("DEEPSEEK_BASE_URL", "http://localhost:8000/v1")
     settings = load_settings()
     assert (settings.api_key, settings.base_url) == (None, "http://localhost:8000/v1")
-    env_file.write_text("DEEPSEEK_API_KEY=sk-deepseek\n")  # the project's own key beats an exported one
+    env_file.write_text("DEEPSEEK_API_KEY=sk-deepseek\n")
     monkeypatch.delenv("DEEPSEEK_BASE_URL")
-    settings = load_settings()
+    settings = load_settings()  # the environment names OpenAI: the file's DeepSeek key stays home
     assert (settings.api_key, settings.base_url, settings.model) == (
-        "sk-deepseek", "https://api.deepseek.com", "deepseek-flash")
+        "sk-openai", "https://api.openai.com/v1", "gpt-5.4-mini")
+
+
+def test_a_provider_in_the_environment_beats_a_cloud_key_in_the_files(env_file, monkeypatch, tmp_path):
+    """Found by an outside tester: DEEPSEEK_API_KEY in config.env sent the notes to DeepSeek although the
+    environment pointed at a local server."""
+    user_file = tmp_path / "config" / "knowledge-agent" / "config.env"
+    user_file.parent.mkdir(parents=True)
+    user_file.write_text("DEEPSEEK_API_KEY=sk-cloud\nOPENAI_API_KEY=sk-openai-file\n")
+    settings = load_settings()  # nothing in the environment: the file decides, DeepSeek before OpenAI
+    assert (settings.api_key, settings.base_url) == ("sk-cloud", "https://api.deepseek.com")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:18765/v1")
+    settings = load_settings()  # the environment names a provider: it wins as a whole, its key from the file
+    assert (settings.api_key, settings.base_url, settings.model) == (
+        "sk-openai-file", "http://127.0.0.1:18765/v1", "gpt-5.4-mini")
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    assert load_settings().api_key == "x"
+    monkeypatch.delenv("OPENAI_BASE_URL")
+    monkeypatch.delenv("OPENAI_API_KEY")
+    env_file.write_text("OPENAI_BASE_URL=http://localhost:11434/v1\n")  # .env beats the config file the same way
+    assert load_settings().base_url == "http://localhost:11434/v1"
 
 
 def test_user_config_file_is_read_last(env_file, monkeypatch, tmp_path):

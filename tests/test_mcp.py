@@ -18,6 +18,7 @@ import pytest
 from fake_server import unfenced
 
 import tools
+from config import VERSION
 from conftest import ROOT, child_env
 from mcp_server import MCP_MAX_MESSAGE_BYTES
 
@@ -321,6 +322,9 @@ def test_confirm_first_tools_are_served_only_with_the_flag(notes, patched_server
         assert "forget_note" not in plain.tool_names()  # AUTO_APPROVE is for the chat, not for MCP
         refused = plain.request("tools/call", {"name": "forget_note", "arguments": {"file_path": "python.md"}})
         assert refused["error"]["code"] == -32602 and "not served" in refused["error"]["message"]
+        assert "start the server with --allow-destructive)" in refused["error"]["message"]  # a flag, not a file
+        refused = plain.request("tools/call", {"name": "fake_shell", "arguments": {"command": "ls"}})
+        assert "start the server with --allow-shell (with ALLOW_SHELL=1))" in refused["error"]["message"]
     finally:
         assert plain.close() == 0
 
@@ -358,6 +362,19 @@ def test_stdout_carries_only_protocol_messages(notes, patched_server_script):
     assert stdout_lines == []  # every line was a reply already received and parsed as JSON
     for noise in ("stray print", "stray fd write", "stray child output"):
         assert noise in process.stderr()
+
+
+def test_version_and_help_name_the_command_run(tmp_path):
+    """Found by an outside tester: --version was an unrecognized argument, and --help named mcp_server.py even
+    for the installed knowledge-agent-mcp (its install is checked in test_cli_habits)."""
+    version = subprocess.run([sys.executable, str(SERVER), "--version"], capture_output=True, text=True,
+                             env=server_env(), timeout=REPLY_TIMEOUT)
+    assert (version.returncode, version.stdout) == (0, f"knowledge-agent {VERSION}\n"), version.stderr
+    renamed = tmp_path / "knowledge-agent-mcp"
+    renamed.write_text(f"import sys; sys.path.insert(0, {str(ROOT)!r}); import mcp_server; mcp_server.main()")
+    usage = subprocess.run([sys.executable, str(renamed), "--help"], capture_output=True, text=True,
+                           env=server_env(), timeout=REPLY_TIMEOUT)
+    assert usage.stdout.startswith("usage: knowledge-agent-mcp [-h] [--version]"), usage.stderr
 
 
 def test_closed_stdin_exits_0_quietly(notes):
