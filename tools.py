@@ -351,6 +351,9 @@ def _new_name(settings: Settings, name: str, moving: str = "") -> str:
             twin = next((entry for entry in os.listdir(folder) if entry != part and _alike(entry) == _alike(part)), "")
         except OSError:  # a folder the change makes: nothing in it yet
             break
+        if twin and privacy.is_private(settings.kb, rel(settings.kb, folder / twin)):  # named to nobody
+            raise ToolError("no note can be made at that path (the person keeps it from the model).",
+                            "Choose another name.")
         if twin and rel(settings.kb, folder / twin) != moving:
             raise ToolError(f"{notes.visible(rel(settings.kb, folder / twin))} already exists, and "
                             f"{notes.visible(part)!r} differs from it only in case or Unicode form; nothing was "

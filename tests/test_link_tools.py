@@ -257,7 +257,14 @@ def test_a_name_no_link_can_hold_or_a_look_alike_of_another_note_is_refused(tmp_
         assert result.error and f"{existing} already exists, and" in result.text and "only in case" in result.text
         written = tools.execute_tool("write_note", {"file_path": twin, "content": "x"}, settings)
         assert written.error and f"{existing} already exists, and" in written.text
-    assert hashes(kb) == old
+    write(kb, "Secret-Plans.md", "---\nprivate: true\n---\nplans\n")
+    write(kb, "Diary/d.md", "dear diary\n")
+    write(kb, ".kaignore", "Diary/\n")
+    for private in ("secret-plans.md", "diary/new.md"):  # a private note's name is told to nobody
+        result = tools.execute_tool("write_note", {"file_path": private, "content": "x"}, settings)
+        assert result.error and "no note can be made at that path" in result.text, result.text
+        assert "Secret" not in result.text and "Diary" not in result.text
+    old = hashes(kb)
     moved(kb, "b.md", "B.md")  # a case-only rename of the note itself is no look-alike; [[b]] still leads to it
     assert (kb / "B.md").exists() and not (kb / "b.md").exists()
 
