@@ -148,6 +148,7 @@ class Reply:
         self.content, self.reasoning, self.finish_reason, self.usage = "", None, None, None
         self.calls: dict[int, dict] = {}  # by stream index; "arguments" as a list of pieces, joined once
         self.shown = ""  # the text the person saw
+        self.held = 0  # content from here on may still be tool calls written as text (replies.held_from)
         self.streaming = False  # the stream has started: the SDK does not retry errors raised while reading it
 
     def receive(self, parts, stream: bool, ui: UI, offered: set[str]) -> None:
@@ -167,7 +168,8 @@ class Reply:
                 ui.reasoning(reasoning)
             if delta.content:
                 self.content += delta.content
-                self._show(ui, replies.held_from(self.content))
+                self.held = replies.held_from(self.content, self.held)
+                self._show(ui, self.held)
             for position, new in enumerate(delta.tool_calls or []):
                 index = new.index if stream else position  # a stream numbers them, a whole message does not
                 call = self.calls.setdefault(index, {"id": None, "name": None, "arguments": []})
@@ -177,7 +179,7 @@ class Reply:
                 call["arguments"].append(getattr(function, "arguments", None) or "")
         if stream and self.finish_reason is None and not (self.content or self.calls or self.reasoning):
             raise ValueError("the stream held no answer")  # e.g. an HTML page served as text/event-stream
-        held = len(self.content) if self.calls else replies.held_from(self.content)
+        held = len(self.content) if self.calls else self.held
         written = replies.text_tool_calls(self.content[held:], offered) if held < len(self.content) else None
         if written:  # kept as the server would have sent them: any server accepts the history
             self.calls = {i: {"id": None, "name": c["name"], "arguments": [c["arguments"]]} for i, c in enumerate(written)}
@@ -188,8 +190,9 @@ class Reply:
 
     def _show(self, ui: UI, upto: int) -> None:  # what was held back, or the new piece
         if upto > len(self.shown):
-            ui.text(self.content[len(self.shown):upto])
-            self.shown = self.content[:upto]
+            piece = self.content[len(self.shown):upto]
+            ui.text(piece)
+            self.shown += piece
 
     def arguments(self) -> list[str]:
         """Each call's arguments as the model sent them (the tool explains what is wrong with them)."""

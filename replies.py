@@ -98,13 +98,14 @@ def could_be_tool_call(prefix: str) -> bool:
     return _json_may_be_call(text)
 
 
-def held_from(text: str) -> int:
+def held_from(text: str, start: int = 0) -> int:
     """Where the text streamed so far may still turn out to be only tool calls, to hold it back from there: 0 while
     all of it may; else the start of a line opening a ``` fence that may (a sentence, then a fenced call, is a small
-    model's habit too); else len(text)."""
-    if could_be_tool_call(text):
+    model's habit too); else len(text). `start`: what the last call said for a shorter text (nothing before it can
+    become a call again, so each piece costs what it adds)."""
+    if start == 0 and could_be_tool_call(text):
         return 0
-    at = text.find("\n`")
+    at = text.find("\n`", max(start - 1, 0))
     while at >= 0 and not could_be_tool_call(text[at + 1:]):
         at = text.find("\n`", at + 1)
     return at + 1 if at >= 0 else len(text)

@@ -23,10 +23,11 @@ SEARCH = {"name": "search_notes", "arguments": json.dumps({"query": "python"})}
 def streamed(text: str, piece: int = 3) -> tuple[str, list | None]:
     """The loop the module docstring describes: what the person sees while `text` streams in `piece`-character
     chunks, and the calls run at the end (then nothing more is shown) or None (then the held text is shown)."""
-    shown = ""
+    held = 0
     for end in range(piece, len(text) + piece, piece):
-        shown = text[:max(len(shown), held_from(text[:end]))]
-    held = held_from(text)
+        held = held_from(text[:end], held)
+        assert held == held_from(text[:end])  # what it learnt from the shorter text changes nothing
+    shown = text[:held]
     calls = text_tool_calls(text[held:], OFFERED) if held < len(text) else None
     return (shown if calls or held == len(text) else text), calls
 
