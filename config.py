@@ -32,9 +32,9 @@ def _user_folder(variable: str, fallback: str) -> Path:
     return Path(os.environ.get(variable) or Path.home() / fallback) / "knowledge-agent"
 
 
-# A provider's variables go together: its key is never sent to another provider's endpoint. The first
-# provider with its key or endpoint set in the strongest source that sets any is the one used (load_settings);
-# DeepSeek when none does.
+# A provider's variables go together: its key is never sent to another provider's endpoint. An address decides
+# over a key: the provider whose _BASE_URL the strongest source sets, else the first with a key anywhere; DeepSeek
+# when none is set (load_settings).
 PROVIDERS = {"DEEPSEEK": ("https://api.deepseek.com", "deepseek-flash"),
              "OPENAI": ("https://api.openai.com/v1", "gpt-5.4-mini")}
 
@@ -153,11 +153,11 @@ def load_settings(notes_required: bool = True, sample_notes: bool = True, mcp: b
     env = {name: value for source in sources for name, value in source.items()}
     given = {key: value for key, value in overrides.items() if value not in (None, "")}
     host = _host(str(given.get("base_url", "")))  # --base-url at a provider's own address takes its key
-    # The provider as a whole comes from the strongest source naming any: a local server exported in the
-    # environment is never overruled by a cloud key in a file.
+    # A local server exported in the environment is never overruled by a cloud key in a file, nor a key in a file
+    # by a key exported for other programs.
     provider = ([p for p, (url, _) in PROVIDERS.items() if _host(url) == host]
-                + [p for source in reversed(sources) for p in PROVIDERS
-                   if f"{p}_API_KEY" in source or f"{p}_BASE_URL" in source] + ["DEEPSEEK"])[0]
+                + [p for source in reversed(sources) for p in PROVIDERS if f"{p}_BASE_URL" in source]
+                + [p for p in PROVIDERS if f"{p}_API_KEY" in env] + ["DEEPSEEK"])[0]
     values = dict(zip(("base_url", "model"), PROVIDERS[provider]))
     for setting in [s for s in fields(Settings) if mcp or not s.name.startswith("mcp_")]:
         variable = setting.metadata["variable"].format(provider=provider)

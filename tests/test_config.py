@@ -39,23 +39,26 @@ def test_a_deepseek_endpoint_never_gets_the_openai_key(env_file, monkeypatch):
     monkeypatch.setenv("DEEPSEEK_BASE_URL", "http://localhost:8000/v1")
     settings = load_settings()
     assert (settings.api_key, settings.base_url) == (None, "http://localhost:8000/v1")
-    env_file.write_text("DEEPSEEK_API_KEY=sk-deepseek\n")
+    env_file.write_text("DEEPSEEK_API_KEY=sk-deepseek\n")  # the project's own key beats one exported for others
     monkeypatch.delenv("DEEPSEEK_BASE_URL")
-    settings = load_settings()  # the environment names OpenAI: the file's DeepSeek key stays home
+    settings = load_settings()
     assert (settings.api_key, settings.base_url, settings.model) == (
-        "sk-openai", "https://api.openai.com/v1", "gpt-5.4-mini")
+        "sk-deepseek", "https://api.deepseek.com", "deepseek-flash")
 
 
-def test_a_provider_in_the_environment_beats_a_cloud_key_in_the_files(env_file, monkeypatch, tmp_path):
+def test_an_address_in_the_environment_beats_a_cloud_key_in_the_files(env_file, monkeypatch, tmp_path):
     """Found by an outside tester: DEEPSEEK_API_KEY in config.env sent the notes to DeepSeek although the
     environment pointed at a local server."""
     user_file = tmp_path / "config" / "knowledge-agent" / "config.env"
     user_file.parent.mkdir(parents=True)
     user_file.write_text("DEEPSEEK_API_KEY=sk-cloud\nOPENAI_API_KEY=sk-openai-file\n")
-    settings = load_settings()  # nothing in the environment: the file decides, DeepSeek before OpenAI
+    settings = load_settings()  # no address anywhere: the first provider with a key, DeepSeek before OpenAI
     assert (settings.api_key, settings.base_url) == ("sk-cloud", "https://api.deepseek.com")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-exported")  # a key exported for other programs decides nothing
+    assert (load_settings().api_key, load_settings().base_url) == ("sk-cloud", "https://api.deepseek.com")
+    monkeypatch.delenv("OPENAI_API_KEY")
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:18765/v1")
-    settings = load_settings()  # the environment names a provider: it wins as a whole, its key from the file
+    settings = load_settings()  # an address in the environment decides: its provider as a whole, key from the file
     assert (settings.api_key, settings.base_url, settings.model) == (
         "sk-openai-file", "http://127.0.0.1:18765/v1", "gpt-5.4-mini")
     monkeypatch.setenv("OPENAI_API_KEY", "x")
