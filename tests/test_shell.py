@@ -525,14 +525,15 @@ def test_without_private_notes_everything_in_the_folder_is_readable(kb, private_
 @sandboxed
 def test_what_kaignore_matches_is_unreadable_whatever_the_index_knows(kb, sandbox):  # found by a red team
     """Found on the real tree, not in the index's list: attachments in a private folder, names that are not
-    UTF-8, the trash, sync-conflict copies, Obsidian's Excluded files; and every hidden entry."""
+    UTF-8, the trash, sync-conflict copies, Obsidian's Excluded files; every hidden folder and the top folder's
+    hidden files, but not each folder's .DS_Store (a refusal for each would bury grep -r's output)."""
     kb, run = sandbox
     (kb / ".kaignore").write_text("diary/\n*.secret.md\nsecret.md\n")
     (kb / ".obsidian").mkdir()
     (kb / ".obsidian" / "app.json").write_text('{"userIgnoreFilters": ["archive/"]}')
     secrets = ["diary/bank.csv", "diary/plan.canvas", ".trash/old.secret.md", "secret.md",
                "secret.sync-conflict-20240101-123456-ABCDEFG.md", "secret (John's conflicted copy 2024-01-01).md",
-               ".history/undo.jsonl", ".git/COMMIT_EDITMSG", os.fsdecode(b"diary/caf\xe9.md")]
+               ".history/undo.jsonl", ".git/COMMIT_EDITMSG", ".env", os.fsdecode(b"diary/caf\xe9.md")]
     for path in secrets:
         (kb / path).parent.mkdir(parents=True, exist_ok=True)
         (kb / path).write_text("SECRET\n")
@@ -540,8 +541,10 @@ def test_what_kaignore_matches_is_unreadable_whatever_the_index_knows(kb, sandbo
     (kb / "archive" / "old.md").write_text("---\nprivate: true\n---\nSECRET\n")  # never indexed: excluded
     (kb / os.fsdecode(b"na\xefve.md")).write_text("---\nprivate: yes\n---\nSECRET\n")  # nor this name
     (kb / "archive" / "open.md").write_text("open text\n")
+    (kb / "archive" / ".DS_Store").write_text("open text\n")
     result = run("grep -r SECRET .; grep -rh 'open text' .")
-    assert "SECRET" not in result and section(result, "stdout") == "open text", result
+    assert "SECRET" not in result and section(result, "stdout") == "open text\nopen text", result
+    assert ".DS_Store" not in result
     assert result.count("Permission denied") >= 5, result  # the private folders are refused, not missing
 
 
