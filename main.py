@@ -217,9 +217,9 @@ class Chat:
         (tp, tc), (sp, sc) = conversation.turn_usage, conversation.session_usage()
         sent, tokens = (self.client or Model(settings)).request(conversation.history)
         calls = f" ({conversation.turn_calls} API calls)" if conversation.turn_calls else ""
+        total = f"{sp:,} prompt + {sc:,} completion tokens in all" if sp or sc else "no tokens reported yet"
         self.display.info(f"last answer : {counted(tp, tc, conversation.turn_calls, conversation.turn_unreported)}"
-                          f"{calls}\nconversation: {sp:,} prompt + {sc:,} completion "
-                          "tokens in all\n"
+                          f"{calls}\nconversation: {total}\n"
                           f"next request: ~{tokens:,} of {settings.context_tokens:,} tokens (CONTEXT_TOKENS), "
                           f"carrying {len(sent) - 1} of {len(conversation.history)} messages")
 

@@ -63,6 +63,7 @@ def test_verbose_usage_after_a_connection_failure_is_never_0_plus_0(call_main, k
     assert "usage: no API call was answered" in result.stderr and "0 prompt" not in result.stderr
     before = call_main(kb=kb, stdin="/usage\n", key=None)
     assert "last answer : no API call was answered\n" in before.stderr, before.stderr
+    assert "conversation: no tokens reported yet\n" in before.stderr and "0 prompt" not in before.stderr
 
 
 def test_help_names_only_what_this_copy_has(call_main, kb, monkeypatch):
