@@ -25,7 +25,7 @@ from notes import visible
 
 TRACE_WIDTH = 110  # characters of a tool call or result shown on stderr
 HISTORY_LINES = 1000  # typed lines kept across runs
-COMMAND_LINES_SEEN = 10  # a longer shell command gets its question again below it
+COMMAND_ROWS_SEEN = 10  # a shell command taller than this on screen gets its question again below it
 BLANKS = re.compile(r"[ \t]{20,}")  # a run of spaces this long is counted, not drawn
 QUESTION_FILES = 20  # files of a change listed under its question (the page shows each one's diff)
 
@@ -150,8 +150,9 @@ class Display(UI):
             return ask(title + touched(approval.change), "y/N") == "y"
         if self.shell_always:
             return True
-        lines = shown_command(approval.detail)
-        again = f"\n{title} ({len(lines)} lines above)" if len(lines) > COMMAND_LINES_SEEN else ""
+        lines, width = shown_command(approval.detail), max(shutil.get_terminal_size().columns - 4, 20)
+        rows = sum(len(line) // width + 1 for line in lines)  # a long line wraps
+        again = f"\n{title} (the command is above)" if rows > COMMAND_ROWS_SEEN else ""
         reply = ask(f"{title}\n    " + "\n    ".join(lines) + again, "y/N/a=always this session")
         self.shell_always = reply == "a"
         return reply in ("y", "a")
@@ -168,7 +169,7 @@ class Display(UI):
 def shown_command(command: str) -> list[str]:
     """A shell command's lines as asked about: visible, and a run of blank lines or of spaces counted, not drawn,
     so that no part of the command can be pushed out of sight above the question."""
-    lines = [BLANKS.sub(lambda m: f"[{len(m[0])} spaces]", visible(line.rstrip())) for line in command.split("\n")]
+    lines = [BLANKS.sub(lambda m: f"[{len(m[0])} spaces]", visible(line.rstrip(" \t"))) for line in command.split("\n")]
     shown = []
     for blank, run in itertools.groupby(lines, key=lambda line: not line):
         run = list(run)

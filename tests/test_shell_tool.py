@@ -254,14 +254,16 @@ def test_always_is_only_for_shell_commands(monkeypatch):
 
 
 def test_blank_lines_and_spaces_cannot_push_the_command_out_of_sight(monkeypatch):
-    approve, prompts = terminal_approve(monkeypatch, ["", "", ""])
+    approve, prompts = terminal_approve(monkeypatch, ["", "", "", ""])
     approve(shell_command("cat ~/.ssh/id_rsa; echo pwned" + "\n" * 120 + "ls"))
-    approve(shell_command(" " * 3000 + "rm -rf important\u2028ls -la"))
+    approve(shell_command(" " * 3000 + "rm -rf important\u2028ls -la\x1f \t"))
     approve(shell_command("\n".join(f"echo {n}" for n in range(12))))
-    hidden, wide, long = (question for question, _ in prompts)
+    approve(shell_command("echo " + "x" * 3000 + "; rm -rf important"))  # one line, many rows
+    hidden, wide, tall, long = (question for question, _ in prompts)
     assert hidden.splitlines()[1:] == ["    cat ~/.ssh/id_rsa; echo pwned", "    [119 blank lines]", "    ls"]
-    assert wide.splitlines()[1] == "    [3000 spaces]rm -rf important\\u2028ls -la"
-    assert long.splitlines()[-1] == "Run this shell command in the notes folder? (12 lines above)"
+    assert wide.splitlines()[1] == "    [3000 spaces]rm -rf important\\u2028ls -la\\x1f"
+    assert tall.splitlines()[-1] == long.splitlines()[-1] == \
+        "Run this shell command in the notes folder? (the command is above)"
 
 def test_plain_enter_declines(monkeypatch):
     approve, _ = terminal_approve(monkeypatch, [""])
