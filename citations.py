@@ -194,7 +194,7 @@ def _quotes_beside(prose: str, mentions: list[_Mention]) -> dict[int, list[str]]
     """Each quoted passage given to the nearest path on its line of the answer: {mention's index: [quotes]}."""
     beside: dict[int, list[str]] = {}
     for quote in _QUOTE.finditer(prose):
-        if any(m.start < quote.end() and quote.start() < m.end for m in mentions):
+        if any(m.start <= quote.start() and quote.end() <= m.end for m in mentions):
             continue  # part of a note's name: 写作（「渐进写作」）.md
         line_start, line_end = prose.rfind("\n", 0, quote.start()) + 1, prose.find("\n", quote.end())
         on_line = [i for i, m in enumerate(mentions) if line_start <= m.start and (line_end < 0 or m.end <= line_end)]

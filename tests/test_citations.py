@@ -112,6 +112,9 @@ def test_quote_marks_inside_a_notes_name_are_no_quote(settings, kb):
     (kb / "写作（「渐进写作」）.md").write_text("# 写作\n正文\n", encoding="utf-8")
     answer, _ = answered(settings, [call("list_notes"), {"content": "Notes: 写作（「渐进写作」）.md and python.md."}])
     assert answer.citations.checks == [] and answer.citations.unread == ""
+    answer, _ = answered(settings, [call("read_note", file_path="python.md"),
+                                    {"content": "“see python.md:3 for nothing like this”"}])  # a quote around a path
+    assert problems(answer) == {"python.md:3": citations.NOT_THERE}
 
 
 def test_every_tool_that_shows_note_text_counts_and_its_lines_are_the_notes_own(settings, kb):
