@@ -255,6 +255,13 @@ class Index:
                 changed |= {p: None for p, _, _, private in rows
                             if p in on_disk and privacy.by_name(self.kb, p, self.linked.get(p), rules) != bool(private)}
             gone = [p for p in known if p not in on_disk]
+        else:  # the watcher's: a note that is a new link is known only by looking
+            for path in changed:
+                try:
+                    if (self.kb / path).is_symlink():
+                        self.linked[path] = notes.rel(self.kb, (self.kb / path).resolve())
+                except (OSError, RuntimeError, ValueError):  # as _walk: a loop, or a link leading out
+                    continue
         for path in [p for p in changed if not is_note_path(p)]:  # the watcher saw another file change
             del changed[path]
             (self.others.add if (self.kb / path).is_file() else self.others.discard)(path)

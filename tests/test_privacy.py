@@ -151,6 +151,16 @@ def test_a_note_that_becomes_private_leaves_search_at_once(vault, tmp_path):
     index.close_index()
 
 
+def test_a_link_made_while_the_index_watches_goes_private_with_its_note(vault, tmp_path):  # a cold review's
+    settings = make_settings(vault, index_dir=tmp_path / "index")
+    assert "python.md" in tools.execute_tool("search_notes", {"query": "venv"}, settings).text  # watching now
+    (vault / "alias.md").symlink_to(vault / "python.md")
+    assert "alias.md" in tools.execute_tool("search_notes", {"query": "venv"}, settings).text
+    (vault / "python.md").write_text("---\nprivate: yes\n---\n# Python\n\nVenv.\n", encoding="utf-8")
+    assert "No notes" in tools.execute_tool("search_notes", {"query": "venv"}, settings).text
+    index.close_index()
+
+
 def test_a_broken_kaignore_line_is_named_and_the_others_still_hold(vault, tmp_path, caplog):
     (vault / ".kaignore").write_text("[z-a].md\ndiary/\n*.secret.md\n", encoding="utf-8")
     settings = make_settings(vault, index_dir=tmp_path / "index")
