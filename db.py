@@ -129,10 +129,11 @@ def _wal(conn: sqlite3.Connection, what: str) -> None:
 
 
 @contextlib.contextmanager
-def writing(conn: sqlite3.Connection, what: str, long_wait: float = LONG_WAIT_S):
+def writing(conn: sqlite3.Connection, what: str, long_wait: float | None = None):
     """One write transaction, committed or (on any error, Ctrl+C too) rolled back. When another process holds
     the file past the busy timeout, the person is told (`what` names it) and we wait `long_wait` s longer
-    (0: give up at once)."""
+    (LONG_WAIT_S, read at the call so a test can shorten it; 0: give up at once)."""
+    long_wait = LONG_WAIT_S if long_wait is None else long_wait
     try:
         conn.execute("BEGIN IMMEDIATE")  # the lock first: a second writer waits here, not half-way
     except sqlite3.OperationalError as e:
