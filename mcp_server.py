@@ -99,8 +99,8 @@ class McpServer:
         minutes = max(1, math.ceil((self.allowance.since + MCP_WRITE_WINDOW_S - time.monotonic()) / 60))
         raise ToolError(f"not done: this server writes at most {tools.ANSWER_WRITE_LIMIT / 1e6:g} MB an hour to "
                         "the notes without the person approving, and nobody can approve here.",
-                        f"The person can wait {minutes} minutes, or restart the server with --allow-destructive "
-                        "(MCP_ALLOW_DESTRUCTIVE=1) to have their MCP client ask them.")
+                        f"The person can wait {tools.plural(minutes, 'minute')}, or restart the server with "
+                        "--allow-destructive (MCP_ALLOW_DESTRUCTIVE=1) to have their MCP client ask them.")
 
     def handle_line(self, line: bytes):
         """One line from the client -> the reply to write (a dict, a list for a batch) or None."""

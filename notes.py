@@ -28,7 +28,8 @@ LOCK_WAIT = 10.0  # seconds a change waits for another process's change before g
 # Control characters and bidi overrides in a name could redraw a confirmation prompt.
 HIDING_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 # Shown as escapes too: line separators a terminal may break on, and characters that hide text or what follows it
-# (zero width, BOM, Arabic letter mark, tag characters). Joiners stay: emoji and Persian need them.
+# (zero width, BOM, Arabic letter mark, tag characters: hidden text, though a few flag emoji use them). Joiners
+# stay: emoji and Persian need them.
 _SHOWN_ESCAPED = re.compile(HIDING_CHARACTERS.pattern[:-1] + "\u061c\u200b\u2028\u2029\u2060-\u2064\ufeff"
                             "\U000e0000-\U000e007f]")
 # Encodings a note is read and kept in: with a byte order mark its encoding; without one UTF-8, then GBK
