@@ -206,8 +206,8 @@ def _unreadable(kb: str, private: tuple[str, ...]) -> list[str]:
     """The paths in the notes folder the command may not read, from a walk of the folder itself (what the index
     holds is not all there is): every hidden folder (.history holds the versions of private notes, .git and .trash
     older copies, .obsidian their names) and hidden file of the top folder (.env; not each folder's .DS_Store,
-    which would bury grep -r's output in refusals); every file and folder .kaignore matches, a folder whole, attachments
-    and all (as in git, a note inside it stays ignored whatever a `!` line says); a sync-conflict copy of a
+    which would bury grep -r's output in refusals); every file and folder .kaignore matches, a folder whole,
+    attachments and all (as in git, a note inside it stays ignored whatever a `!` line says); a sync-conflict copy of a
     private note; the notes given as private; and the notes the index does not read (a name that is not UTF-8,
     Obsidian's Excluded files) whose front matter says private."""
     import privacy  # the agent's side only, when a sandbox is to be built: the warden imports nothing of ours
@@ -231,7 +231,8 @@ def _unreadable(kb: str, private: tuple[str, ...]) -> list[str]:
             continue  # vanished or unreadable: the sandbox gives it no rule either
         for entry in entries:
             path, is_folder = folder + entry.name, entry.is_dir(follow_symlinks=False)
-            if vault.notes.is_hidden_name(entry.name) and (is_folder or not folder) or ruled(path + "/" if is_folder else path) or not is_folder \
+            hidden = vault.notes.is_hidden_name(entry.name) and (is_folder or not folder)
+            if hidden or ruled(path + "/" if is_folder else path) or not is_folder \
                     and (ruled(vault.conflict_of(path)) or unread_and_private(path)):
                 found.append(path)
             elif is_folder:

@@ -169,7 +169,8 @@ class Display(UI):
 def shown_command(command: str) -> list[str]:
     """A shell command's lines as asked about: visible, and a run of blank lines or of spaces counted, not drawn,
     so that no part of the command can be pushed out of sight above the question."""
-    lines = [BLANKS.sub(lambda m: f"[{len(m[0])} spaces]", visible(line.rstrip(" \t"))) for line in command.split("\n")]
+    lines = [BLANKS.sub(lambda m: f"[{len(m[0])} spaces]", visible(line.rstrip(" \t")))
+             for line in command.split("\n")]
     shown = []
     for blank, run in itertools.groupby(lines, key=lambda line: not line):
         run = list(run)
