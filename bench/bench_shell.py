@@ -25,7 +25,7 @@ sys.path.insert(0, ROOT)
 import shell  # noqa: E402
 
 TRIVIAL = "echo hello; wc -l < /etc/hostname"
-CORPUS = Path(ROOT).parent.parent / "shared" / "corpus" / "knowledge-garden.tar.gz"
+CORPUS = Path(os.environ.get("KA_CORPUS", Path(ROOT).parent / "shared" / "corpus")) / "knowledge-garden.tar.gz"
 PRIVATE = 50  # notes marked private, spread evenly over the vault
 
 CHILD = r"""
@@ -80,7 +80,7 @@ def private_rules(runs: int) -> None:
         if shell.sandbox_problem():
             print("   (no sandbox here: no rules to build)")
             return
-        orders = {"network": False, "scratch": folder, "kb": folder}
+        orders = {"network": False, "scratch": folder, "kb": folder, "pythons": [sys.base_prefix, sys.prefix]}
         rules, add = [], shell._allow
         shell._allow = lambda ruleset, fd, access: (rules.append(access), add(ruleset, fd, access))
         try:
