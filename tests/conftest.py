@@ -36,6 +36,11 @@ ROOT = Path(__file__).resolve().parent.parent
 MAIN = ROOT / "main.py"
 NO_SERVER = "http://127.0.0.1:9/v1"  # the discard port: a connection there is refused at once
 
+# A runner that starts the tests in the background (bash's `&` without job control) hands them SIGINT ignored,
+# and every child would inherit that: the Ctrl+C tests need the person's Ctrl+C back.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 # Every variable a setting is read from (each provider's too): a test sees none of the developer's.
 SETTINGS_VARIABLES = tuple(dict.fromkeys(field.metadata["variable"].format(provider=provider)
                                          for field in dataclasses.fields(Settings) for provider in config.PROVIDERS))
