@@ -514,12 +514,14 @@ _CONFLICT_NAMES = [
     re.compile(r"(?P<name>.+) \(conflicted copy (?:\S.* )?\d{4}-\d{2}-\d{2} \d{6}\)(?P<ext>\.[^.]+)?"),  # Nextcloud
     re.compile(r"(?P<name>.+) \(\S.*['’]s conflicted copy \d{4}-\d{2}-\d{2}(?: \(\d+\)| \d+)?\)"  # Dropbox
                r"(?P<ext>\.[^.]+)?"),
+    re.compile(r"(?P<name>.+)_conflict-\d{8}-\d{6}(?P<ext>\.[^.]+)?"),  # ownCloud and Nextcloud before 3.x
+    re.compile(r"(?P<name>.+) \(SFConflict (?:\S+ )?\d{4}(?:-\d\d){5}\)(?P<ext>\.[^.]+)?"),  # Seafile
 ]
 
 
 def conflict_of(rel_path: str) -> str | None:
     """The path of the note a sync-conflict copy was made from (Syncthing, Obsidian Sync, Nextcloud/ownCloud,
-    Dropbox), in the same folder; None for a note that is not one."""
+    Dropbox, Seafile), in the same folder; None for a note that is not one."""
     if "conflict" not in rel_path.lower():  # in every pattern: most paths need no parsing (the index asks for each)
         return None
     path = PurePosixPath(rel_path)

@@ -117,11 +117,13 @@ def test_a_link_to_a_private_note_is_private_under_its_own_name(vault):  # found
 def test_a_sync_conflict_copy_of_a_private_note_is_private(vault):  # found by a red team
     copies = ["bank.secret.sync-conflict-20240101-123456-ABCDEFG.md",  # Syncthing's, of a .kaignore'd note
               "bank.secret (John's conflicted copy 2024-01-01).md",  # Dropbox's
+              "bank.secret_conflict-20240101-123456.md",  # ownCloud's
+              "bank.secret (SFConflict bob@example.com 2024-01-01-12-00-00).md",  # Seafile's
               "work/salary.sync-conflict-20240101-123456-ABCDEFG.md"]  # of a note saying private: true
     for copy in copies:  # as edited on another device: its front matter says nothing
         (vault / copy).write_text(f"# Copy\n\n{SECRET} dinner plans, [[vim]].\n", encoding="utf-8")
     sent = tried_on(vault, copies)
-    assert "6 private note(s) not listed" in sent and "sync-conflict cop" not in sent
+    assert "8 private note(s) not listed" in sent and "sync-conflict cop" not in sent
     (vault / "work" / "salary.md").write_text("# Salary talk\n\nNo longer private.\n", encoding="utf-8")
     assert "salary.sync-conflict-20240101-123456-ABCDEFG.md — Copy" in ask(vault, "list_notes")  # nor is its copy
     index.close_index()

@@ -381,6 +381,9 @@ def test_drawings_are_indexed_by_their_words_only():
     ("work/Plan (Anna's conflicted copy 2024-01-05).md", "work/Plan.md"),  # Dropbox and its numbered copies
     ("Plan (Anna's MacBook's conflicted copy 2024-01-05 (1)).md", "Plan.md"),
     ("Plan (Anna’s conflicted copy 2024-01-05 2).md", "Plan.md"),
+    ("secret_conflict-20240101-123456.md", "secret.md"),  # ownCloud, Nextcloud before 3.x
+    ("secret (SFConflict bob@example.com 2024-01-01-12-00-00).md", "secret.md"),  # Seafile
+    ("secret (SFConflict 2024-01-01-12-00-00).md", "secret.md"),
 ])
 def test_sync_conflict_copies_name_their_original(path, original):
     assert vault.conflict_of(path) == original
@@ -392,6 +395,7 @@ def test_sync_conflict_copies_name_their_original(path, original):
     "Plan (Conflicted copy 202401051345).md", "Plan (conflicted copy 2024-01-05).md",
     "Anna's conflicted copy 2024-01-05.md", "Plan (Anna's conflicted copy).md", "How to fix a conflicted copy.md",
     "(conflicted copy 2024-01-05 134512).md", "Plan (conflicted copy 2024-01-05 134512)/inside.md",
+    "my_conflict-notes.md", "Plan (SFConflict).md",
 ])
 def test_names_that_merely_look_like_conflict_copies_are_notes(path):
     assert vault.conflict_of(path) is None
