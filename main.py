@@ -92,7 +92,7 @@ COMMANDS = {
 NO_KEY = "Chat is off: no API key. {}, then start again. Meanwhile /search, /list and /read work; /help lists all."
 # What a person typing the note commands is told to do next, by the kind of failure (notes.ToolError.kind).
 PERSON_ADVICE = {"missing": "Use /search or /list to find the right path.",
-                 "folder": "Use /list FOLDER to see inside it.", "no_folder": "Use /list to see the folders."}
+                 "folder": "Use /list FOLDER to see inside it.", "no_folder": "Use /list to see every note and its folder."}
 MULTILINE_HELP = ("  A question can span lines: end a line with \\ to go on, or paste a block (it stays one "
                   "question).\n  Ctrl+C clears the line typed; on an empty line, or Ctrl+D, it leaves.")
 NOTE_COMMANDS = {"/search": ("search_notes", "query"), "/list": ("list_notes", "folder"),

@@ -28,10 +28,10 @@ LOCK_WAIT = 10.0  # seconds a change waits for another process's change before g
 # Control characters and bidi overrides in a name could redraw a confirmation prompt.
 HIDING_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 # Shown as escapes too: line separators a terminal may break on, and characters that hide text or what follows it
-# (zero width, BOM, Arabic letter mark, tag characters: hidden text, though a few flag emoji use them). Joiners
-# stay: emoji and Persian need them.
-_SHOWN_ESCAPED = re.compile(HIDING_CHARACTERS.pattern[:-1] + "\u061c\u200b\u2028\u2029\u2060-\u2064\ufeff"
-                            "\U000e0000-\U000e007f]")
+# (zero width, BOM, Arabic letter mark, Hangul fillers, tag characters: hidden text, though a few flag emoji use
+# them). Joiners stay: emoji and Persian need them.
+_SHOWN_ESCAPED = re.compile(HIDING_CHARACTERS.pattern[:-1] + "\u061c\u115f\u1160\u200b\u2028\u2029\u2060-\u2064"
+                            "\u3164\uffa0\ufeff\U000e0000-\U000e007f]")
 # Encodings a note is read and kept in: with a byte order mark its encoding; without one UTF-8, then GBK
 # (what Chinese Windows calls ANSI), then its superset GB18030, so a GBK note stays readable by GBK tools.
 BOMS = {"utf-8": codecs.BOM_UTF8, "utf-16-le": codecs.BOM_UTF16_LE, "utf-16-be": codecs.BOM_UTF16_BE}
@@ -55,7 +55,8 @@ def visible(text: str, lines: bool = False) -> str:
     sequence, carriage return or direction mark of theirs reaches the terminal. `lines`: newlines and tabs stay."""
     if lines:
         text = text.replace("\r\n", "\n")
-    return _SHOWN_ESCAPED.sub(lambda m: m[0] if lines and m[0] in "\n\t" else repr(m[0])[1:-1], text)
+    return _SHOWN_ESCAPED.sub(lambda m: m[0] if lines and m[0] in "\n\t" else m[0].encode("unicode_escape").decode(),
+                              text)
 
 
 # --- The path guard ---

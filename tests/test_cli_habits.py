@@ -251,7 +251,7 @@ def test_list_speaks_to_the_person_not_the_model(call_main, kb):
     (kb / "plans.md").write_text("---\nprivate: true\n---\nmine too\n")
     result = call_main(kb=kb, stdin="/list\n/list nofolder\n", key=None)
     assert "2 private notes not listed (.kaignore or private: true)." in result.stdout
-    assert "there is no folder 'nofolder' in the notes. Use /list to see the folders." in result.stderr
+    assert "there is no folder 'nofolder' in the notes. Use /list to see every note and its folder." in result.stderr
     assert not re.search(r"list_notes|the model", result.stdout + result.stderr)
     settings = config.load_settings(kb=str(kb))
     assert "2 private note(s) not listed (the person keeps them from the model)." in tools.list_notes(settings)

@@ -96,6 +96,6 @@ def test_a_tool_name_from_the_model_is_shown_not_obeyed(call_main, fake_llm, kb)
 
 def test_invisible_characters_of_the_model_are_shown(call_main, fake_llm, kb):
     """A line separator breaks the line in some terminals; zero-width and tag characters hide text."""
-    fake_llm.replies = [{"content": "rm -rf important\u2028ls \u200bhidden\U000e0041 👨\u200d👩"}]
+    fake_llm.replies = [{"content": "rm -rf important\u2028ls \u200bhidden\U000e0041\u3164 👨\u200d👩 한국어"}]
     result = call_main("go", kb=kb, base_url=fake_llm.base_url)
-    assert result.stdout.strip() == "rm -rf important\\u2028ls \\u200bhidden\\U000e0041 👨\u200d👩"
+    assert result.stdout.strip() == "rm -rf important\\u2028ls \\u200bhidden\\U000e0041\\u3164 👨\u200d👩 한국어"
