@@ -23,6 +23,7 @@ import context
 import replies
 import tools
 import vault
+from approval import Allowance, Approval
 from config import Settings, config_file, load_settings
 from db import notice
 
@@ -85,7 +86,7 @@ class Answer(str):
 
 class UI:
     """What run_agent shows the person (the terminal, the page and the tests override it). `approve` answers a
-    tools.Approval True/False, or None when nobody can be asked (the tool refuses); `reviews_changes`: every
+    approval.Approval True/False, or None when nobody can be asked (the tool refuses); `reviews_changes`: every
     change to a note is asked about, its diffs shown."""
 
     reviews_changes = False
@@ -96,7 +97,7 @@ class UI:
     def tool_result(self, name: str, result: tools.Result) -> None: ...
     def notice(self, text: str) -> None: ...  # the answer is incomplete: round limit, cut off, or empty
     def citations(self, report: citations.Report) -> None: ...  # the answer's citations, checked
-    def approve(self, approval: tools.Approval) -> bool | None: return None
+    def approve(self, approval: Approval) -> bool | None: return None
 
 
 def key_hint() -> str:
@@ -360,7 +361,7 @@ class Model:
 
 
 def execute(calls: list[dict], arguments: list[str], history: list[dict], settings: Settings, ui: UI,
-            allowance: tools.Allowance) -> None:
+            allowance: Allowance) -> None:
     """Run each call with its arguments as the model sent them, appending its result. The one running when
     Ctrl+C comes is answered saying so (it may have done part of its work); run_agent answers the rest."""
     for call, sent in zip(calls, arguments):
@@ -397,7 +398,7 @@ def run_agent(question: str, history: list[dict] | None = None, settings: Settin
     model = client if isinstance(client, Model) else Model(settings, client) if client else make_client(settings)
     history = [] if history is None else history
     ui = ui or UI()
-    turn_start, allowance = len(history), tools.Allowance()  # what this answer may write without asking
+    turn_start, allowance = len(history), Allowance()  # what this answer may write without asking
     history.append({"role": "user", "content": tools.clean_text(question)})
     _save(history)
     try:

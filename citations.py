@@ -17,7 +17,7 @@ so a private note's content is never told. An answer is about the notes when it 
 and that no tool named during its turn, or, in a turn without a tool call, names a note path or says "your notes"
 (ABOUT_THE_NOTES); if no note's text reached the model in that turn, the report's `unread` line says so.
 
-This module reads notes only through `read` (tools.note_text: the path guard, race-free) and never writes, sends or
+This module reads notes only through `read` (reading.note_text: the path guard, race-free) and never writes, sends or
 shows anything: each UI shows the Report its own way.
 """
 
@@ -25,7 +25,7 @@ import json
 import re
 from typing import Callable, NamedTuple
 
-import tools
+import reading
 from context import content_text
 from notes import ToolError
 
@@ -96,8 +96,8 @@ NOTHING = Report([])
 
 
 def reader(settings) -> Reader:
-    """Reading a note as the tools do (the path guard, race-free, any encoding): tools.note_text."""
-    return lambda path: tools.note_text(settings, path, "")
+    """Reading a note as the tools do (the path guard, race-free, any encoding): reading.note_text."""
+    return lambda path: reading.note_text(settings, path, "")
 
 
 # --- What the model was shown ---

@@ -18,6 +18,7 @@ from pathlib import Path
 import context
 import db
 import embeddings
+import reading
 import sent
 import sessions
 import shell
@@ -150,8 +151,8 @@ class Chat:
         if not argument and name != "/list":
             return self.failed(f"Usage: {next(usage for usage in COMMANDS if usage.split()[0] == name)}")
         try:
-            text = (self.read(argument) if name == "/read" else tools.list_notes(self.settings, argument, person=True)
-                    if name == "/list" else getattr(tools, tool)(self.settings, **{parameter: argument}))
+            text = (self.read(argument) if name == "/read" else reading.list_notes(self.settings, argument, person=True)
+                    if name == "/list" else getattr(reading, tool)(self.settings, **{parameter: argument}))
         except ToolError as exc:
             return self.failed(" ".join(filter(None, (exc.message, PERSON_ADVICE.get(exc.kind, "")))))
         except Exception as exc:  # a disk error, or a bug: one line, never a traceback
@@ -165,8 +166,8 @@ class Chat:
         path, start = (path.strip(), int(line)) if path.strip() and line.isascii() and line.isdigit() else (argument, 1)
         heading = re.fullmatch(r"(.+?\.(?:md|txt))#(.*\S.*)", path, re.I | re.S)  # notes/x.md#Setup > Linux
         path, section = (heading[1], heading[2].strip()) if heading else (path, None)
-        name, text = tools.note_text(self.settings, path, "")
-        return tools.note_part(name, text, start, section,
+        name, text = reading.note_text(self.settings, path, "")
+        return reading.note_part(name, text, start, section,
                                lambda line, section: f"[… more: /read {name}{'#' + section if section else ''} {line}]")
 
     def do_help(self, argument: str) -> None:

@@ -25,7 +25,9 @@ import sys
 import time
 from pathlib import Path
 
+import approval
 import db
+import notes
 import tools
 from config import VERSION, ConfigError, Settings, load_settings
 from notes import ToolError
@@ -34,7 +36,7 @@ from notes import ToolError
 # enough for a 5 MB note sent as write_note content with every character \u-escaped.
 MCP_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
 SERVER_NAME = "knowledge-agent"
-MCP_WRITE_WINDOW_S = 3600  # what the tools may write without asking (tools.ANSWER_WRITE_LIMIT) is per this window
+MCP_WRITE_WINDOW_S = 3600  # what the tools may write without asking (approval.ANSWER_WRITE_LIMIT) is per this window
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")  # newest first
 BATCH_VERSIONS = {"2025-03-26"}  # JSON-RPC batches came in with 2025-03-26 and left again in 2025-06-18
 INSTRUCTIONS = ("Tools for one person's folder of Markdown notes (.md and .txt). Paths are relative to that folder. "
@@ -88,18 +90,18 @@ class McpServer:
         self.settings = settings = dataclasses.replace(settings, auto_approve=False)
         self.tools = served_tools(settings)
         # The client asked the person already (it sees destructiveHint); without the flag, nobody can be asked.
-        self.ask = (lambda approval: True) if settings.mcp_allow_destructive else self.refuse
-        self.allowance = tools.Allowance(window_s=MCP_WRITE_WINDOW_S)  # no answers here: a bound per hour
+        self.ask = (lambda request: True) if settings.mcp_allow_destructive else self.refuse
+        self.allowance = approval.Allowance(window_s=MCP_WRITE_WINDOW_S)  # no answers here: a bound per hour
         self.version: str | None = None
         self.methods = {"initialize": self.initialize, "ping": lambda params: {}, "tools/call": self.call_tool,
                         "tools/list": lambda params: {"tools": list(self.tools.values())}}
 
-    def refuse(self, approval: tools.Approval):
+    def refuse(self, request: approval.Approval):
         """Nobody can approve here: only a change past the hour's bound asks (other tools that ask are not served)."""
         minutes = max(1, math.ceil((self.allowance.since + MCP_WRITE_WINDOW_S - time.monotonic()) / 60))
-        raise ToolError(f"not done: this server writes at most {tools.ANSWER_WRITE_LIMIT / 1e6:g} MB an hour to "
+        raise ToolError(f"not done: this server writes at most {approval.ANSWER_WRITE_LIMIT / 1e6:g} MB an hour to "
                         "the notes without the person approving, and nobody can approve here.",
-                        f"The person can wait {tools.plural(minutes, 'minute')}, or restart the server with "
+                        f"The person can wait {notes.plural(minutes, 'minute')}, or restart the server with "
                         "--allow-destructive (MCP_ALLOW_DESTRUCTIVE=1) to have their MCP client ask them.")
 
     def handle_line(self, line: bytes):

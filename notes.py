@@ -61,6 +61,10 @@ def visible(text: str, lines: bool = False) -> str:
 
 # --- The path guard ---
 
+def plural(number: int, thing: str) -> str:
+    return f"{number} {thing}{'s' * (number != 1)}"
+
+
 def is_hidden_name(name: str) -> bool:
     """Dot-files and dot-folders (.git, .obsidian, .history) are hidden; `..md` is a note named '.'."""
     return name.startswith(".") and not name.startswith("..")

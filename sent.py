@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import citations
 from agent import is_local
-from tools import plural
+from notes import plural
 
 # USD per 1M tokens, (cache hit, cache miss, output), off-peak and peak, from DeepSeek's own pricing page
 # (api-docs.deepseek.com/quick_start/pricing), checked November 2026. Peak hours are PEAK_HOURS_UTC.

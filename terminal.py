@@ -20,6 +20,7 @@ from pathlib import Path
 import db
 import tools
 import versions
+from approval import Approval
 from agent import UI
 from notes import visible
 
@@ -140,7 +141,7 @@ class Display(UI):
         for line in lines:
             self.info(self._style("33", visible(line)))
 
-    def approve(self, approval: tools.Approval) -> bool | None:
+    def approve(self, approval: Approval) -> bool | None:
         """Ask at the terminal: a command shown whole, indented; `a` approves every command this session."""
         self._clear_status()
         if not self.interactive:

@@ -69,6 +69,8 @@ class Change:
     op: str  # one of CHANGE_OPS
     files: tuple[FileChange, ...]
     move: tuple[str, str] | None = None  # (from, to): renamed first; a file of `from` is then written at `to`
+    title: str = ""  # the question that asks the person about it: "Move a.md to b.md?"
+    done: str = ""  # what the model is told once it is written
 
     @property
     def note(self) -> str:

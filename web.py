@@ -44,12 +44,14 @@ import agent
 import db
 import citations
 import links
+import reading
 import search
 import sent
 import sessions
 import tools
 import vault
 import versions
+from approval import Approval
 from config import Settings
 from context import content_text
 from notes import ToolError, is_note_path
@@ -242,7 +244,7 @@ class App(agent.UI):
         if report.checks or report.unread:  # as a reloaded page draws it (citations.checked_answers)
             self.emit(report.event())  # the answer is whole: Stop has nothing left to stop
 
-    def approve(self, approval: tools.Approval) -> bool:
+    def approve(self, approval: Approval) -> bool:
         """Wait for the page's Accept or Reject; Stop answers by raising KeyboardInterrupt, as Ctrl+C would."""
         event = {"type": "confirm", "kind": approval.kind, "title": approval.title, "detail": approval.detail,
                  "diffs": versions.diffs(approval.change) if approval.change else []}
@@ -310,7 +312,7 @@ class App(agent.UI):
 
     def note(self, path: str) -> dict:
         try:
-            name, text = tools.note_text(self.settings, path, "")
+            name, text = reading.note_text(self.settings, path, "")
             properties, body_line, _ = vault.front_matter(text)  # shown as a table, the body after it
             head = "".join(text.splitlines(keepends=True)[:body_line - 1])
             return {"path": name, "text": text, "properties": list(properties.items()),

@@ -6,6 +6,7 @@ import json
 import pytest
 
 import citations
+import reading
 import tools
 from agent import run_agent
 from conftest import Recorder, StubClient, Terminal, child_env, make_settings, posix_only
@@ -120,15 +121,15 @@ def test_quote_marks_inside_a_notes_name_are_no_quote(settings, kb):
 def test_every_tool_that_shows_note_text_counts_and_its_lines_are_the_notes_own(settings, kb):
     long = "# Long\n\n" + "\n".join(f"## Part {n}\n\n{'words ' * 60}" for n in range(1, 80)) + "\n"
     (kb / "long.md").write_text(long, encoding="utf-8")
-    first = tools.read_note(settings, "long.md")  # the outline first, then as many lines as fit
+    first = reading.read_note(settings, "long.md")  # the outline first, then as many lines as fit
     seen = citations.shown("read_note", "", first)["long.md"]
     assert {1, 2, 3, 4, 5, 237} <= seen and 236 not in seen  # what was read, and the outline's heading lines
-    later = tools.read_note(settings, "long.md", start_line=200)
+    later = reading.read_note(settings, "long.md", start_line=200)
     assert min(citations.shown("read_note", "", later)["long.md"]) == 200
-    section = tools.read_note(settings, "long.md", section="Part 2")
+    section = reading.read_note(settings, "long.md", section="Part 2")
     assert citations.shown("read_note", "", section) == {"long.md": {6, 7, 8}}
     (kb / "links.md").write_text("# L\n\nSee [[python]].\n", encoding="utf-8")
-    assert citations.shown("links", "", tools.links(settings, "links.md")) == {"links.md": {3}}
+    assert citations.shown("links", "", reading.links(settings, "links.md")) == {"links.md": {3}}
     missed = tools.execute_tool("edit_note", {"file_path": "python.md", "old_text": "Use venv for project!",
                                               "new_text": "x"}, settings)
     assert citations.shown("edit_note", "", missed.text) == {"python.md": {4}}

@@ -17,6 +17,7 @@ import pytest
 import fake_server
 import config
 import main
+import reading
 import tools
 from conftest import MAIN, NO_SERVER, ROOT, Terminal, child_env, posix_only, run_main, run_tool
 
@@ -254,7 +255,7 @@ def test_list_speaks_to_the_person_not_the_model(call_main, kb):
     assert "there is no folder 'nofolder' in the notes. Use /list to see every note and its folder." in result.stderr
     assert not re.search(r"list_notes|the model", result.stdout + result.stderr)
     settings = config.load_settings(kb=str(kb))
-    assert "2 private note(s) not listed (the person keeps them from the model)." in tools.list_notes(settings)
+    assert "2 private note(s) not listed (the person keeps them from the model)." in reading.list_notes(settings)
     assert run_tool(settings, "list_notes", folder="nofolder") == (
         "Error: there is no folder 'nofolder' in the notes. Call list_notes to see the folders.")
 

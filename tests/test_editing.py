@@ -8,6 +8,8 @@ from conftest import StubClient, make_settings, run_tool, tool_call
 import main
 import terminal
 import versions
+import approval
+import changing
 import tools
 
 
@@ -183,7 +185,7 @@ def test_delete_keeps_a_copy(settings, kb):
 
 
 def test_auto_approve_in_one_shot_mode_lets_delete_through(settings, kb):
-    assert terminal.Display(interactive=False).approve(tools.Approval("change", "Delete vim.md?")) is None
+    assert terminal.Display(interactive=False).approve(approval.Approval("change", "Delete vim.md?")) is None
     assert run_tool(make_settings(kb, auto_approve=True), "delete_note", file_path="vim.md").startswith("- vim.md")
 
 
@@ -380,15 +382,15 @@ def test_the_closest_lines_hint_is_bounded_on_any_note(settings, kb, monkeypatch
     """40,000 lines, or one huge line: only the first HINT_SCAN_CHARS are searched, and only a few pieces
     of them are compared closely (bench/edit_hint_bench.py times it)."""
     compared = []
-    real = tools._likeness
-    monkeypatch.setattr(tools, "_likeness", lambda piece, wanted: compared.append(piece) or real(piece, wanted))
+    real = changing._likeness
+    monkeypatch.setattr(changing, "_likeness", lambda piece, wanted: compared.append(piece) or real(piece, wanted))
     many = "".join(f"Line {i}: some text about topic {i}.\n" for i in range(40_000))
     (kb / "many.md").write_text(many, encoding="utf-8")
     result = run_tool(settings, "edit_note", file_path="many.md", old_text="Line 700: some txet about topic 700.",
                  new_text="x")
     assert "line 701: Line 700: some text about topic 700." in result
-    assert 0 < len(compared) <= tools.HINT_CANDIDATES
-    far = "x" * tools.HINT_SCAN_CHARS + "\nthe quick brwon fox\n"
+    assert 0 < len(compared) <= changing.HINT_CANDIDATES
+    far = "x" * changing.HINT_SCAN_CHARS + "\nthe quick brwon fox\n"
     (kb / "far.md").write_text(far, encoding="utf-8")
     result = run_tool(settings, "edit_note", file_path="far.md", old_text="the quick brown fox", new_text="x")
     assert "0 matches" in result and "No line of the note looks like it" in result

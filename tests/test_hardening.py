@@ -15,6 +15,7 @@ import main
 import mcp_server
 import search
 import sessions
+import approval
 import tools
 import versions
 from agent import run_agent
@@ -41,7 +42,7 @@ def test_a_hostile_burst_of_overwrites_cannot_flush_the_original(kb):
 
 def test_non_destructive_appends_over_mcp_cannot_flush_it_either(kb):
     settings = make_settings(kb, mcp_allow_destructive=True)
-    allowance = tools.Allowance(window_s=3600)
+    allowance = approval.Allowance(window_s=3600)
     original = (kb / "vim.md").read_bytes()
     tools.execute_tool("write_note", {"file_path": "vim.md", "content": "gone\n", "overwrite": True}, settings,
                        lambda approval: True, allowance=allowance)
@@ -77,7 +78,7 @@ def test_files_an_older_version_made_open_are_made_private(tmp_path):
 
 
 def test_one_answer_cannot_fill_the_disk_without_asking(kb, monkeypatch):
-    monkeypatch.setattr(tools, "ANSWER_WRITE_LIMIT", 3000)
+    monkeypatch.setattr(approval, "ANSWER_WRITE_LIMIT", 3000)
     write = [{"name": "write_note", "arguments": json.dumps({"file_path": f"big{n}.md", "content": "x" * 1000})}
              for n in range(5)]
     ui = Recorder()  # one-shot: nobody can be asked
@@ -93,7 +94,7 @@ def test_one_answer_cannot_fill_the_disk_without_asking(kb, monkeypatch):
 def test_auto_approve_does_not_lift_the_mcp_servers_hourly_bound(kb, monkeypatch):
     """Found by a red team: with AUTO_APPROVE=1 an MCP server without --allow-destructive wrote past its hourly
     bound, and its refusal said to rerun with --yes, which MCP does not have."""
-    monkeypatch.setattr(tools, "ANSWER_WRITE_LIMIT", 3000)
+    monkeypatch.setattr(approval, "ANSWER_WRITE_LIMIT", 3000)
     server = mcp_server.McpServer(make_settings(kb, auto_approve=True))
     results = [server.call_tool({"name": "write_note", "arguments": {"file_path": f"big{n}.md", "content": "x" * 1000}})
                for n in range(4)]

@@ -19,6 +19,7 @@ import pytest
 import index
 import links
 import terminal
+import reading
 import tools
 import versions
 from conftest import child_env, make_settings, tool_call, unpack_garden, write
@@ -130,7 +131,7 @@ def test_links_is_bounded_and_says_how_many_more(vault):
     for n in range(400):
         write(vault, f"many/note {n:03}.md", "[[三体]] " * 5 + "\n")
     text = tools.execute_tool("links", {"file_path": "读书/三体.md"}, make_settings(vault)).text
-    assert len(text) <= tools.MAX_TOOL_OUTPUT and "; 2007 links from 402 notes lead here." in text
+    assert len(text) <= reading.MAX_TOOL_OUTPUT and "; 2007 links from 402 notes lead here." in text
     shown = text.count("\n  many/")
     assert text.endswith(f"\n  [… {2007 - 5 * shown} more backlinks from {402 - shown} notes not shown]")
     assert "  3: 刘慈欣 → 人物/刘慈欣.md" in text and "  many/note 000.md:1 (5 links)" in text

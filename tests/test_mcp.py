@@ -33,24 +33,26 @@ VERSIONS = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"]
 PATCHED_SERVER = """
 import os, subprocess, sys
 sys.path.insert(0, {root!r})
-import tools
-from tools import tool
+import approval, tools
 
-@tool("Test tool forget_note", {{"file_path": ("string", "a note")}}, asks=True)
 def forget_note(settings, file_path="", *, approve):
-    approve(tools.Approval("change", "Forget it?"))
+    approve(approval.Approval("change", "Forget it?"))
     return "confirm answered True"
 
-@tool("Test tool fake_shell", {{"command": ("string", "a command")}}, opt_in="allow_shell")
 def fake_shell(settings, command=""):
     return "ran " + command
 
-@tool("Test tool noisy", {{}}, read_only=True)
 def noisy(settings):
     print("stray print")
     os.write(1, b"stray fd write\\n")
     subprocess.run([sys.executable, "-c", "print('stray child output')"])
     return "made noise"
+
+tools.TOOLS.update(forget_note=tools.tool(forget_note, "Test tool forget_note", {{"file_path": ("string", "a note")}},
+                                          asks=True),
+                   fake_shell=tools.tool(fake_shell, "Test tool fake_shell", {{"command": ("string", "a command")}},
+                                         opt_in="allow_shell"),
+                   noisy=tools.tool(noisy, "Test tool noisy", {{}}, read_only=True))
 
 import mcp_server
 sys.exit(mcp_server.main())

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import changing  # noqa: E402
 import index  # noqa: E402
+import reading  # noqa: E402
 import search  # noqa: E402
 import tools  # noqa: E402
 import vault  # noqa: E402
@@ -170,7 +172,7 @@ def test_a_long_notes_first_read_starts_with_its_outline_and_sections_page_on(se
     assert first.startswith("long.md has 498 lines. Its headings, with the line each starts on:\nLong (line 1)\n"
                             "  Part 0 (line 3)\n") and "  Part 7 (line 437)\n" in first
     assert "long.md (lines 1-" in first and "call read_note with start_line=" in first
-    assert len(first) <= tools.MAX_TOOL_OUTPUT and "[… cut:" in first.splitlines()[-1]
+    assert len(first) <= reading.MAX_TOOL_OUTPUT and "[… cut:" in first.splitlines()[-1]
     assert "Its headings" not in run(settings, "read_note", file_path="long.md", start_line=100)
     part = run(settings, "read_note", file_path="long.md", section="Part 7")
     assert part.startswith('long.md (lines 437-498 of 498; section "Part 7" ends at line 498)')
@@ -242,7 +244,7 @@ def daily_kb(kb, monkeypatch):
                                                 "newFileFolderPath": "Inbox"}))
     write(kb, "Templates/Daily.md", "---\ncreated: {{date}} {{time}}\n---\n# {{title}} ({{date:dddd}})\n\n## Log\n\n"
                                     "## Tasks\n- [ ] review\n")
-    monkeypatch.setattr(tools, "datetime", March5)
+    monkeypatch.setattr(changing, "datetime", March5)
     return kb
 
 

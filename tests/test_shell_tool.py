@@ -21,6 +21,7 @@ import main
 import terminal
 import mcp_server
 import shell
+import approval
 import tools
 from agent import run_agent
 from config import load_settings
@@ -221,11 +222,11 @@ def test_the_question_cannot_hide_the_real_command(monkeypatch):
     assert "rm -r notes" in question and "\\x1b[2K" in question
 
 
-def shell_command(command: str) -> tools.Approval:
-    return tools.Approval("shell", "Run this shell command in the notes folder?", command)
+def shell_command(command: str) -> approval.Approval:
+    return approval.Approval("shell", "Run this shell command in the notes folder?", command)
 
 
-DELETE = tools.Approval("change", "Delete vim.md?")
+DELETE = approval.Approval("change", "Delete vim.md?")
 
 
 def terminal_approve(monkeypatch, replies: list[str]) -> tuple:

@@ -1,0 +1,312 @@
+"""The tools that change notes: edit_note, append_note, write_note, move_note, delete_note, and their one pipeline.
+
+Every change is a versions.Change planned from the disk with its words (the question's title, the result's
+message), approved where the policy (approval.Approver) asks, applied by versions.apply (atomic, the note's format
+kept, recoverable with /undo) and told to the index. A text change that would break a note's front matter is refused
+before it is planned (_text_change), a new name that could be mistaken for an existing one before anything is read
+(_new_name). What the model can fix raises ToolError; nothing here writes but through versions.apply.
+"""
+
+import dataclasses
+import difflib
+import itertools
+import json
+import os
+import re
+import unicodedata
+from datetime import datetime
+from pathlib import PurePosixPath
+from typing import Callable
+
+import links as link_graph
+import notes
+import privacy
+import search
+import vault
+import versions
+from approval import Approval
+from config import Settings
+from notes import HISTORY_DIR, ToolError, is_note_path, plural, rel
+from reading import MAX_NOTE_BYTES, guarded, linked_here, note_links, note_text
+
+EDIT_CLOSEST_LINES = 3  # lines shown when edit_note's old_text is not found
+HINT_WIDTH = 200  # characters of the passage compared, and of a long line shown
+# The hint for old_text that was not found must come back within about a second on any note
+# (bench/edit_hint_bench.py): only this much of the note is searched, and only this many pieces of lines
+# (those sharing the most three-letter runs with the passage) are compared closely.
+HINT_SCAN_CHARS = 1_000_000
+HINT_CANDIDATES = 50
+EDIT_MAX_MATCHES_COUNTED = 20
+KEPT = "the previous version is kept in .history/ (/undo in the chat restores it)."
+
+
+def _changeable(settings: Settings, path, size_limit: bool = True) -> str:
+    """The name of an existing note that may be changed (`size_limit`: its text is to be changed, so not a huge one)."""
+    name = rel(settings.kb, path)
+    if path.is_dir():
+        raise ToolError(f"{name} is a folder, not a note.")
+    if not path.is_file():
+        raise ToolError(f"{name} does not exist.", "Use search_notes or list_notes to find the right path.")
+    if size_limit and path.stat().st_size > MAX_NOTE_BYTES:
+        raise ToolError(f"{name} is larger than {MAX_NOTE_BYTES} bytes; it is too big to change safely here.")
+    return name
+
+
+def _change(settings: Settings, approve, plan: Callable[[], versions.Change]) -> str:
+    """Plan a change (with its words), have it approved where the policy asks, apply it and tell the index: the
+    result's text, its first line the change summary (`~ notes/git.md  +3 −1`). A change a person approved is written
+    only if every file is still as they saw it; one nobody saw is planned again on the notes as they are then."""
+    change = plan()
+    if change.is_noop():  # saying "replaced" would claim a version was kept
+        return f"{versions.summary(change)}\nNothing was written: {change.note} already holds exactly that text."
+    asked = approve(Approval("change", change.title, change=change))
+    if not asked and approve.allowance.over(change):  # routine, but this answer has written a lot already
+        asked = approve(Approval("change", f"{change.title} (this answer would have written "
+                                           f"{approve.allowance.written(change)} to the notes folder)", change=change),
+                        always=True)
+    if asked and change.move and (new := {f.path for f in plan().files} - {f.path for f in change.files}):
+        raise versions.Stale(sorted(new))  # a note came to link here while the person looked: it must not break
+    try:
+        change, warning = versions.apply(settings.kb, change, replan=None if asked else plan)
+    except versions.Stale as exc:
+        raise ToolError(f"{', '.join(exc.paths)} changed while the person was reviewing the change, so nothing "
+                        "was written.", "read_note it again.") from None
+    approve.allowance.left -= approve.allowance.cost(change)
+    for path in {f.path for f in change.files} | set(change.move or ()):
+        search.note_changed(settings.kb, settings.index_dir, path)  # both ends of a move are in the set
+    return f"{_summary(settings, change)}{warning}\n{change.done}"
+
+
+def _summary(settings: Settings, change: versions.Change) -> str:
+    """versions.summary for the model: a private note the change touched (by a move's links) is counted, not named."""
+    return versions.summary(change, hidden={change.final_path(f.path) for f in change.files if privacy.is_private(
+        settings.kb, change.final_path(f.path), notes.readable_text(f.new or f.old or b"") or "")})
+
+
+def _new_name(settings: Settings, name: str, moving: str = "") -> str:
+    """A new note's name (or the new name of the note `moving`), refused if it could be mistaken for another: an
+    invisible formatting character (U+200B, U+061C, …), or a part that differs from an existing one only in case or
+    Unicode form (Other.md beside oTHER.md, café in NFC and NFD): links ignore case, and macOS sees one file."""
+    if hidden := next((c for c in name if unicodedata.category(c) == "Cf"), None):
+        raise ToolError(f"the name {notes.visible(name)!r} holds an invisible formatting character "
+                        f"(U+{ord(hidden):04X}); a new note's name may not.", "Choose the name without it.")
+    folder = settings.kb
+    for part in name.split("/"):
+        try:
+            twin = next((entry for entry in os.listdir(folder) if entry != part and _alike(entry) == _alike(part)), "")
+        except OSError:  # a folder the change makes: nothing in it yet
+            break
+        if twin and privacy.is_private(settings.kb, rel(settings.kb, folder / twin)):  # named to nobody
+            raise ToolError("no note can be made at that path (the person keeps it from the model).",
+                            "Choose another name.")
+        if twin and rel(settings.kb, folder / twin) != moving:
+            raise ToolError(f"{notes.visible(rel(settings.kb, folder / twin))} already exists, and "
+                            f"{notes.visible(part)!r} differs from it only in case or Unicode form; nothing was "
+                            "changed.", "Use that name, or choose one that differs in more than case.")
+        folder = folder / part
+    return name
+
+
+def _alike(name: str) -> str:
+    return unicodedata.normalize("NFC", name).casefold()
+
+
+def _text_change(settings: Settings, approve, name: str, new_text: Callable[[str], str], op: str, done: str) -> str:
+    """A change of a note's text (a function of it); refused, nothing written, if it breaks the front matter."""
+    def checked(text: str) -> str:
+        new = new_text(text)
+        if problem := vault.front_matter_broken(text, new):
+            raise ToolError(f"that change would break the front matter (the properties between the '---' lines) of "
+                            f"{name}: {problem}. Nothing was written.", "read_note it, then change the text so the "
+                            "front matter stays valid.")
+        return new
+    return _change(settings, approve, lambda: dataclasses.replace(
+        versions.plan_text(settings.kb, name, checked, op), title=f"Make this change to {name}?", done=done))
+
+
+def _new_note(settings: Settings, name: str) -> tuple[str, str]:
+    """(the text a new note starts with, words saying so): today's daily note starts from the vault's daily-note
+    template, filled in as Obsidian fills it; any other note from nothing."""
+    daily, now = vault.daily_note_settings(settings.kb), datetime.now()
+    if not daily["template"] or name != vault.daily_note_path(daily, now):
+        return "", ""
+    template = daily["template"] if daily["template"].lower().endswith(".md") else daily["template"] + ".md"
+    try:
+        _, text = note_text(settings, template)
+    except ToolError:
+        return "", f" (the daily-note template {template} could not be read, so it started empty)"
+    filled = vault.fill_template(_lf(text), PurePosixPath(name).stem, now, daily["format"])
+    return filled, f" from the template {template}"
+
+
+def _lf(text: str) -> str:
+    return text.replace("\r\n", "\n")  # versions.py puts a CRLF note's own endings back
+
+
+def closest_lines(text: str, passage: str) -> str:
+    """The note's three lines most like the passage's longest line, to help the model copy it exactly. A long
+    line is looked at in overlapping pieces as wide as the passage (a typo fix quotes part of a line)."""
+    wanted = max(passage.strip().splitlines() or [passage], key=len).strip()[:HINT_WIDTH]
+    grams = {wanted[i:i + 3] for i in range(len(wanted) - 2)} or {wanted}
+    lines, width = text[:HINT_SCAN_CHARS].splitlines(), max(len(wanted), 40)
+    pieces = [(number, line[at:at + 2 * width]) for number, line in enumerate(lines, start=1)
+              for at in range(0, max(1, len(line) - width), width)]
+    shared = sorted(pieces, key=lambda piece: -sum(gram in piece[1] for gram in grams))[:HINT_CANDIDATES]
+    scored = {}  # line number -> (likeness, the piece shown)
+    for number, piece in shared:
+        ratio = _likeness(piece.strip(), wanted)
+        if ratio >= 0.5 and ratio > scored.get(number, (0,))[0]:
+            scored[number] = (ratio, piece.strip())
+    if not scored:
+        return "No line of the note looks like it; read_note the note again to see its current text."
+    best = sorted(sorted(scored, key=lambda number: -scored[number][0])[:EDIT_CLOSEST_LINES])
+    # a long line shows only the piece that matched, with the "…" marks
+    shown = {n: lines[n - 1] if len(lines[n - 1]) <= HINT_WIDTH else f"…{scored[n][1]}"[:HINT_WIDTH - 1] + "…"
+             for n in best}
+    return "The closest lines are:\n" + "\n".join(f"  line {n}: {shown[n]}" for n in best)
+
+
+def _likeness(piece: str, wanted: str) -> float:
+    """How like the wanted text the piece, or the stretch of it lined up on their longest common run, is."""
+    matcher = difflib.SequenceMatcher(None, piece, wanted, autojunk=False)
+    if len(piece) > len(wanted) + len(wanted) // 4:
+        match = matcher.find_longest_match(0, len(piece), 0, len(wanted))
+        begin = max(0, match.a - match.b)
+        matcher.set_seq1(piece[begin:begin + len(wanted) + len(wanted) // 4])
+    return matcher.ratio()
+
+
+def edit_note(settings: Settings, file_path: str, old_text: str, new_text: str, *, approve) -> str:
+    name = _changeable(settings, guarded(settings, file_path))
+    if not old_text:
+        raise ToolError("old_text is empty.", "Copy the exact passage to replace from read_note; to add text at the "
+                        "end of a note use append_note.")
+    old_text, new_text = _lf(old_text), _lf(new_text)
+    if old_text == new_text:
+        raise ToolError("old_text and new_text are the same; nothing to change.")
+
+    # Every occurrence, overlapping ones included (they are just as ambiguous): a lookahead matches at each
+    # place one starts. A note that mixes CRLF and LF keeps its "\r\n" in the text; the model copies lines without "\r".
+    pattern = re.compile("(?=(" + "\r?\n".join(map(re.escape, old_text.split("\n"))) + "))")
+
+    def replace_once(text: str) -> str:  # run on the note as it is when the change is planned
+        found = [m.span(1) for m in itertools.islice(pattern.finditer(text), EDIT_MAX_MATCHES_COUNTED + 1)]
+        if not found:
+            raise ToolError(f"old_text was not found in {name} (0 matches); nothing was changed. "
+                            f"{closest_lines(text, old_text)}", "Copy the passage exactly, spaces and punctuation "
+                            "included.")
+        if len(found) > 1:
+            count = f"more than {EDIT_MAX_MATCHES_COUNTED}" if len(found) > EDIT_MAX_MATCHES_COUNTED else len(found)
+            raise ToolError(f"old_text occurs {count} times in {name}; nothing was changed.",
+                            "Include more of the surrounding text so it matches exactly once.")
+        start, end = found[0]
+        replacement = new_text.replace("\n", "\r\n") if "\r\n" in text[start:end] else new_text
+        return text[:start] + replacement + text[end:]
+
+    return _text_change(settings, approve, name, replace_once, "edit", f"Edited {name}; {KEPT}")
+
+
+def append_note(settings: Settings, file_path: str, content: str, section: str | None = None, *, approve) -> str:
+    path = guarded(settings, file_path, new=True)
+    name = rel(settings.kb, path)
+    if not content.strip():
+        raise ToolError("content is empty; nothing to append.")
+    content = _lf(content) if content.endswith("\n") else _lf(content) + "\n"
+
+    def added(text: str) -> str:
+        if section is None:
+            return text + ("" if not text or text.endswith("\n") else "\n") + content
+        try:
+            return vault.append_to_section(text, section, content)
+        except ValueError as exc:
+            raise ToolError(f"{exc} Nothing was written.", "Pass one of these headings as section, or leave section "
+                            "out to add at the end of the note.", "section") from None
+
+    where = f"the end of the section {json.dumps(section, ensure_ascii=False)} of" if section else "the end of"
+    if not path.exists() and not path.is_symlink():
+        start, how = _new_note(settings, _new_name(settings, name))
+        return _text_change(settings, approve, name, lambda _: added(start), "write",
+                            f"Created {name}{how} (it did not exist) and added the content at {where} it.")
+    _changeable(settings, path)
+    return _text_change(settings, approve, name, added, "append", f"Appended to {where} {name}.")
+
+
+def write_note(settings: Settings, file_path: str, content: str, overwrite: bool = False, *, approve) -> str:
+    path = guarded(settings, file_path, new=True)
+    name = rel(settings.kb, path)
+    if not path.exists() and not path.is_symlink():
+        start, how = _new_note(settings, _new_name(settings, name))
+        text = start + ("" if not start or start.endswith("\n") else "\n") + _lf(content)
+        return _text_change(settings, approve, name, lambda _: text, "write", f"Created {name}{how}"
+                            + (", with the content after it." if start else "."))
+    _changeable(settings, path)
+    if not overwrite:
+        raise ToolError(f"{name} already exists; nothing was written.", "To change part of it use edit_note, to add "
+                        "to its end use append_note; pass overwrite: true only if the person asked for a full rewrite.")
+    return _text_change(settings, approve, name, lambda _: _lf(content), "overwrite", f"Replaced {name}; {KEPT}")
+
+
+def move_note(settings: Settings, from_path: str, to_path: str, *, approve) -> str:
+    source, target = guarded(settings, from_path, "from_path"), guarded(settings, to_path, "to_path", new=True)
+    src = _changeable(settings, source, size_limit=False)
+    dst = _new_name(settings, rel(settings.kb, target), moving=src)
+    if target.exists() or target.is_symlink():
+        raise ToolError(f"{dst} already exists; nothing was moved.", "Choose another to_path.")
+
+    def plan() -> versions.Change:
+        read, new, counts = _links_kept(settings, src, dst)
+        change = versions.plan_move(settings.kb, src, dst, new)
+        if stale := [f.path for f in change.files if f.old != read[f.path]]:  # written between the two reads
+            raise versions.Stale(stale)
+        kind = "note" if all(is_note_path(path) for path in counts) else "file"
+        links = f"{plural(sum(counts.values()), 'link')} in {plural(len(counts), kind)}"  # "27 links in 12 notes"
+        if not counts:
+            return dataclasses.replace(change, title=f"Move {src} to {dst}?", done=f"Moved {src} to {dst}; no link "
+                                       "needed changing; /undo in the chat moves it back.")
+        return dataclasses.replace(change, title=f"Move {src} to {dst} and update {links}?", done=(
+            f"Moved {src} to {dst} and updated {links} so that they still lead to it; /undo in the chat puts every "
+            "file back."))
+
+    return _change(settings, approve, plan)
+
+
+def _links_kept(settings: Settings, src: str, dst: str) -> tuple[dict, dict, dict]:
+    """What moving src to dst must rewrite so that every link of the notes leads where it did (links.plan_move), by
+    path before the move: (the bytes each file was planned from, the new bytes of those that change, how many links
+    change in each). Read: the notes whose stored links may lead to src or dst, src itself, every canvas."""
+    paths, rows, _ = search.link_rows(settings.kb, settings.index_dir, link_graph.move_keys(src, dst),
+                                      watch=settings.search_watch)
+    paths |= {src}
+    read, texts, formats = {}, {}, {}
+    for path in {row[0] for row in rows} | {src} | {p for p in paths if p.lower().endswith(".canvas")}:
+        try:
+            read[path] = notes.read_bytes(settings.kb, path)
+        except (OSError, ToolError):
+            continue  # gone since it was indexed, or not a plain file: no link of it to keep
+        try:
+            texts[path], formats[path] = notes.decode_note(read[path])
+        except ToolError:  # read to plan with; refused below if one of its links must change
+            texts[path] = notes.readable_text(read[path])
+    try:
+        plan = link_graph.plan_move(paths, texts, src, dst, vault.vault_style(settings.kb).get("newLinkFormat", ""))
+    except ValueError as exc:
+        raise ToolError(f"{exc} Nothing was moved.") from None
+    before, new = {dst: src}, {}
+    for path, text in sorted(plan.texts.items(), key=lambda item: (item[0] != dst, item[0])):  # the moved note first
+        path = before.get(path, path)
+        if path not in formats:
+            raise ToolError(f"{path} links to {src} but is not text that can be changed without garbling it (UTF-8, "
+                            "UTF-16 with a BOM or GBK), so nothing was moved; it could be converted to UTF-8 first.")
+        new[path] = notes.encode_note(text, formats[path])
+    return read, new, {before.get(path, path): count for path, count in plan.counts.items()}
+
+
+def delete_note(settings: Settings, file_path: str, *, approve) -> str:
+    name = _changeable(settings, guarded(settings, file_path), size_limit=False)
+    try:
+        breaks = linked_here(note_links(settings, name)[1])
+    except ToolError:  # the index failed, and its notice said so: the note can still be deleted
+        breaks = ""
+    return _change(settings, approve, lambda: dataclasses.replace(
+        versions.plan_delete(settings.kb, name), title=f"Delete {name}? (a copy is kept in {HISTORY_DIR}/){breaks}",
+        done=f"Deleted {name}; a copy is kept in {HISTORY_DIR}/ and /undo in the chat brings it back.{breaks}"))

@@ -1,0 +1,177 @@
+"""The tools that read: search_notes, list_notes, read_note and links, and how a note is shown to the model.
+
+Every path the model gives goes through `guarded`: notes.py's path guard, then the privacy boundary (to the model a
+private note is no note). `note_text` reads a note the way every reader of this project does (the page, /read, the
+citation check): race-free, any encoding, bounded. Sections and outlines are read as the vault's Obsidian reads
+them (vault.py). Nothing here writes; what the model can fix raises ToolError.
+"""
+
+import itertools
+import json
+from collections import Counter
+
+import embeddings
+import links as link_graph  # `links` is the tool's name here
+import notes
+import privacy
+import search
+import vault
+from config import Settings
+from notes import ToolError, plural, rel, safe_path
+
+MAX_TOOL_OUTPUT = 8000  # characters; no tool result is longer (tools.execute_tool cuts what is)
+MAX_NOTE_BYTES = 5_000_000  # larger files are not read whole, nor changed
+READ_MAX_LINES = 200  # read_note returns at most this many lines per call
+READ_ROOM = MAX_TOOL_OUTPUT - 300  # characters of note text one read shows, leaving room for its header and footer
+OUTLINE_MAX_CHARS = MAX_TOOL_OUTPUT // 3  # the outline a long note's first read starts with is cut to this
+LINKERS_NAMED = 5  # notes named when a question or result says which notes link to a note
+MISSING = ("no such note.", "Use search_notes or list_notes to find the right path.", "missing")
+
+
+def search_notes(settings: Settings, query: str, folder: str | None = None) -> str:
+    try:
+        embedder, notice = embeddings.embedder_of(settings), ""
+    except embeddings.EmbedError as exc:
+        embedder, notice = None, f"(Keyword results only: {exc}.)\n"
+    return notice + search.search_notes(settings.kb, settings.index_dir, query, folder, settings.search_watch, embedder)
+
+
+def list_notes(settings: Settings, folder: str | None = None, person: bool = False) -> str:
+    return search.list_notes(settings.kb, settings.index_dir, folder, settings.search_watch, person)
+
+
+def guarded(settings: Settings, file_path: str, what: str = "file_path", new: bool = False):
+    """The path guard (notes.safe_path) for a path the model gave, and the privacy boundary: to the model a private
+    note is no note (privacy.py). `new`: the path is for a note to be made, refused at a private path."""
+    path = safe_path(settings.kb, file_path, what)
+    if privacy.is_private(settings.kb, rel(settings.kb, path)):
+        if new:
+            raise ToolError("no note can be made at that path (the person keeps it from the model).",
+                            "Choose another name.")
+        raise ToolError(*MISSING)
+    return path
+
+
+def note_text(settings: Settings, file_path: str, what: str = "file_path") -> tuple[str, str]:
+    """(name, text) of a note to read (the model's, the page's, /read's): through the path guard, any encoding,
+    bounded. `what` names the path in an error ("" for a person, who typed no argument name: /read and the page
+    show private notes too, since they go to nobody; the model's read_note passes through `guarded` first)."""
+    name = rel(settings.kb, safe_path(settings.kb, file_path, what))
+    try:
+        data = notes.read_bytes(settings.kb, name, MAX_NOTE_BYTES + 1)
+    except FileNotFoundError:
+        raise ToolError(*MISSING) from None
+    except IsADirectoryError:
+        raise ToolError("that is a folder, not a note.", "Use list_notes with folder to see inside it.",
+                        "folder") from None
+    text = notes.readable_text(data[:MAX_NOTE_BYTES])
+    if text is None:
+        raise ToolError("that file looks binary, not a text note.")
+    if len(data) > MAX_NOTE_BYTES:
+        text += f"\n[… file is larger than {MAX_NOTE_BYTES} bytes; the rest is not read]"
+    return name, text
+
+
+def read_lines(text: str, start_line: int, last_line: int | None = None, room: int = READ_ROOM) -> tuple:
+    """(the lines from start_line to last_line at most that fit `room` characters; the last's number; all lines)."""
+    lines = text.splitlines()
+    if not 1 <= start_line <= len(lines):
+        raise ToolError(f"line {start_line} is outside the note, which has {len(lines)} lines.",
+                        f"Pass start_line from 1 to {len(lines)}.", "lines")
+    window = lines[start_line - 1:min(start_line - 1 + READ_MAX_LINES, last_line or len(lines))]
+    shown, _ = _fit(window, room + 1)  # the last line shown needs no "\n" after it
+    if not shown:  # a single enormous line
+        shown = [lines[start_line - 1][:room] + " [… line cut]"]
+    return shown, start_line + len(shown) - 1, len(lines)
+
+
+def note_part(name: str, text: str, start_line: int = 1, section: str | None = None, read_on=None) -> str:
+    """What read_note (and /read) show: the note, or one section of it, from start_line on, as much as one read holds;
+    a long note's first read starts with its outline. `read_on(line, section)`: the closing line saying how to read
+    on from that line (by default the model's words)."""
+    read_on = read_on or (lambda line, section: f"[… cut: call read_note with start_line={line}"
+                          + (f" and section={json.dumps(section, ensure_ascii=False)}" if section else "")
+                          + " to read on]")
+    if not text.splitlines():
+        return f"{name} is empty."
+    try:
+        first, last = vault.find_section(text, section) if section else (1, None)
+    except ValueError as exc:
+        raise ToolError(str(exc), kind="section") from None
+    start = start_line if section is None or first <= start_line <= last else first
+    shown, end, total = read_lines(text, start, last)
+    outline = vault.outline(text) if start == 1 and section is None and end < total else ""
+    head = ""
+    if outline:  # longer than one read: a map of it first, so the model can read the part it needs
+        if len(outline) > OUTLINE_MAX_CHARS:
+            outline = outline[:outline.rfind("\n", 0, OUTLINE_MAX_CHARS)] + "\n…"
+        head = f"{name} has {total} lines. Its headings, with the line each starts on:\n{outline}\n\n"
+        shown, end, total = read_lines(text, start, last, READ_ROOM - len(head))
+    part = f"; section {json.dumps(section, ensure_ascii=False)} ends at line {last}" if section else ""
+    footer = f"\n{read_on(end + 1, section)}" if end < (last or total) else ""
+    return head + f"{name} (lines {start}-{end} of {total}{part})\n" + "\n".join(shown) + footer
+
+
+def read_note(settings: Settings, file_path: str, start_line: int = 1, section: str | None = None) -> str:
+    name, text = note_text(settings, rel(settings.kb, guarded(settings, file_path)))
+    return note_part(name, text, start_line, section)
+
+
+def links(settings: Settings, file_path: str) -> str:
+    name = rel(settings.kb, guarded(settings, file_path))
+    if not (settings.kb / name).is_file():
+        raise ToolError(*MISSING)
+    outgoing, backlinks = note_links(settings, name)
+    unresolved = sum(path is None for _, _, _, path, _ in outgoing)
+    text = [f"{name}: {plural(len(outgoing), 'link')} out" + f" ({unresolved} unresolved)" * bool(unresolved)
+            + f"; {plural(len(backlinks), 'link')} from {plural(len(_sources(backlinks)), 'note')} "
+            + f"lead{'s' * (len(backlinks) == 1)} here."]
+    out = [f"  {line}: {'!' * embed}{target}{'#' * bool(fragment)}{fragment} → "
+           + ("this note" if path == name else path or "unresolved (no such note or file)")
+           for line, target, fragment, path, embed in outgoing]
+    places = Counter(backlinks)  # "source:line" -> how many links there, in order
+    back = [f"  {place}" + f" ({count} links)" * (count > 1) for place, count in places.items()]
+    room = MAX_TOOL_OUTPUT - 400  # for the head and the "more" lines; the backlinks get half unless they need less
+    shown_out, more_out = _fit(out, room - min(sum(len(line) + 1 for line in back), room // 2))
+    shown_back, _ = _fit(back, room - sum(len(line) + 1 for line in shown_out))
+    if out:
+        text += ["", "Links out (line: target as written → the file it leads to):", *shown_out]
+        text += [f"  [… {more_out} more links out not shown]"] * bool(more_out)
+    if back:
+        text += ["", "Backlinks (note:line):", *shown_back]
+        if hidden := list(places)[len(shown_back):]:
+            text.append(f"  [… {plural(sum(places[place] for place in hidden), 'more backlink')} from "
+                        f"{plural(len(_sources(hidden)), 'note')} not shown]")
+    return "\n".join(text)
+
+
+def note_links(settings: Settings, name: str) -> tuple[list, list]:
+    """(its links: (line, target, fragment, the path it leads to or None, embed), its backlinks: "source:line")
+    of the note at `name`, from the link index."""
+    paths, rows, hidden = search.link_rows(settings.kb, settings.index_dir, link_graph.link_keys(name), name,
+                                           settings.search_watch)  # hidden: private, so to the model none
+    resolver = link_graph.Resolver(paths)
+    own = [row for row in rows if row[0] == name]
+    return ([(line, target, fragment, None if path in hidden else path, bool(row[5]))
+             for (line, target, fragment, path), row in zip(link_graph.outgoing(own, resolver), own)],
+            [place for place in link_graph.backlinks(name, rows, resolver) if place.rsplit(":", 1)[0] not in hidden])
+
+
+def _sources(backlinks: list) -> list:
+    """The notes of links.backlinks' "source:line" strings, each once, in order."""
+    return list(dict.fromkeys(backlink.rsplit(":", 1)[0] for backlink in backlinks))
+
+
+def _fit(lines: list, room: int) -> tuple[list, int]:
+    """The first lines that fit in `room` characters, and how many did not."""
+    count = sum(end <= room for end in itertools.accumulate(len(line) + 1 for line in lines))
+    return lines[:count], len(lines) - count
+
+
+def linked_here(backlinks: list) -> str:
+    """" 4 notes link here: a.md, b.md, …", from links.backlinks' "source:line"; "" when none."""
+    sources = _sources(backlinks)
+    if not sources:
+        return ""
+    named = ", ".join(sources[:LINKERS_NAMED]) + (", …" if len(sources) > LINKERS_NAMED else "")
+    return f" {plural(len(sources), 'note')} link{'s' * (len(sources) == 1)} here: {named}."
