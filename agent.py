@@ -12,7 +12,6 @@ leaves as one `AgentError` whose message is one readable line; this module never
 sees goes to `ui`, which only displays and answers approvals.
 """
 
-import ipaddress
 import json
 import time
 from datetime import date
@@ -24,7 +23,7 @@ import replies
 import tools
 import vault
 from approval import Allowance, Approval
-from config import Settings, config_file, load_settings
+from config import Settings, config_file, is_local, load_settings
 from db import notice
 
 CONNECT_TIMEOUT = 10.0
@@ -224,16 +223,6 @@ def system_message(kb=None) -> dict:
     about_vault = vault.vault_prompt(kb, today) if kb else ""
     return {"role": "system", "content": SYSTEM_PROMPT.format(today=today.isoformat())
             + (f"\n{about_vault}" if about_vault else "")}
-
-
-def is_local(base_url: str) -> bool:
-    """A server on this machine or its network (llama.cpp, Ollama, LM Studio): often a model on a CPU."""
-    host = urlsplit(base_url).hostname or ""
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return host == "localhost" or host.endswith((".local", ".lan", ".internal", ".localhost"))
-    return address.is_private or address.is_loopback or address.is_link_local
 
 
 def timeout_of(settings: Settings) -> float:

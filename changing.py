@@ -18,6 +18,8 @@ from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Callable
 
+import diffs
+import frontmatter
 import links as link_graph
 import notes
 import privacy
@@ -58,7 +60,7 @@ def _change(settings: Settings, approve, plan: Callable[[], versions.Change]) ->
     only if every file is still as they saw it; one nobody saw is planned again on the notes as they are then."""
     change = plan()
     if change.is_noop():  # saying "replaced" would claim a version was kept
-        return f"{versions.summary(change)}\nNothing was written: {change.note} already holds exactly that text."
+        return f"{diffs.summary(change)}\nNothing was written: {change.note} already holds exactly that text."
     asked = approve(Approval("change", change.title, change=change))
     if not asked and approve.allowance.over(change):  # routine, but this answer has written a lot already
         asked = approve(Approval("change", f"{change.title} (this answer would have written "
@@ -78,8 +80,8 @@ def _change(settings: Settings, approve, plan: Callable[[], versions.Change]) ->
 
 
 def _summary(settings: Settings, change: versions.Change) -> str:
-    """versions.summary for the model: a private note the change touched (by a move's links) is counted, not named."""
-    return versions.summary(change, hidden={change.final_path(f.path) for f in change.files if privacy.is_private(
+    """diffs.summary for the model: a private note the change touched (by a move's links) is counted, not named."""
+    return diffs.summary(change, hidden={change.final_path(f.path) for f in change.files if privacy.is_private(
         settings.kb, change.final_path(f.path), notes.readable_text(f.new or f.old or b"") or "")})
 
 
@@ -115,7 +117,7 @@ def _text_change(settings: Settings, approve, name: str, new_text: Callable[[str
     """A change of a note's text (a function of it); refused, nothing written, if it breaks the front matter."""
     def checked(text: str) -> str:
         new = new_text(text)
-        if problem := vault.front_matter_broken(text, new):
+        if problem := frontmatter.front_matter_broken(text, new):
             raise ToolError(f"that change would break the front matter (the properties between the '---' lines) of "
                             f"{name}: {problem}. Nothing was written.", "read_note it, then change the text so the "
                             "front matter stays valid.")

@@ -10,6 +10,7 @@ values never enter `os.environ`, so commands the agent runs never see them. Limi
 live at the top of that module, not here.
 """
 
+import ipaddress
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -103,6 +104,16 @@ def _read(name: str, value, kind: type, choices: tuple[str, ...] = ()):
 def config_file() -> Path:
     """The user's own settings, so that the installed command works from any folder."""
     return _user_folder("XDG_CONFIG_HOME", ".config") / "config.env"
+
+
+def is_local(base_url: str) -> bool:
+    """A server on this machine or its network (llama.cpp, Ollama, LM Studio): often a model on a CPU."""
+    host = urlsplit(base_url).hostname or ""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host == "localhost" or host.endswith((".local", ".lan", ".internal", ".localhost"))
+    return address.is_private or address.is_loopback or address.is_link_local
 
 
 def _host(url: str) -> str:

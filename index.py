@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 import db
+import frontmatter
 import links
 import notes
 import privacy
@@ -62,13 +63,13 @@ def _walk(kb: Path, excluded: list, watcher=None) -> tuple:
                     stack.append(path)  # linked folders are not followed: no loops, no escapes
                 elif name.lower().endswith(NOTE_SUFFIXES) and not (excluded and vault.is_excluded(path, excluded)) \
                         and (st := _note_stat(entry.path, kb)):
-                    if watch.is_utf8(path):  # else it cannot be stored or shown: list_notes says how many
+                    if notes.is_utf8(path):  # else it cannot be stored or shown: list_notes says how many
                         found[path] = st
                         if entry.is_symlink():  # known from the scan: only links pay for a second resolve
                             linked[path] = notes.rel(kb, Path(entry.path).resolve())
                     else:
                         unnamed.append(path)
-                elif not name.lower().endswith(NOTE_SUFFIXES) and watch.is_utf8(path) and entry.is_file():
+                elif not name.lower().endswith(NOTE_SUFFIXES) and notes.is_utf8(path) and entry.is_file():
                     others.add(path)  # an attachment or a canvas: links may lead to it
             except (OSError, RuntimeError, ValueError):  # RuntimeError: a symlink loop; ValueError: one moved out
                 continue
@@ -168,7 +169,7 @@ def _row(kb: Path, path: str, size_mtime, private_rules: list):
     if text is None:
         return None
     text = indexed_text(path, text)
-    parsed = vault.front_matter(text)
+    parsed = frontmatter.front_matter(text)
     properties, body_start, _ = parsed
     body = text if body_start == 1 else "".join(text.splitlines(keepends=True)[body_start - 1:])
     name = path.rsplit("/", 1)[-1]

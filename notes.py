@@ -65,6 +65,15 @@ def plural(number: int, thing: str) -> str:
     return f"{number} {thing}{'s' * (number != 1)}"
 
 
+def is_utf8(path: str) -> bool:
+    """False for a path holding a name that is not UTF-8 (os gives its bytes as lone surrogates)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def is_hidden_name(name: str) -> bool:
     """Dot-files and dot-folders (.git, .obsidian, .history) are hidden; `..md` is a note named '.'."""
     return name.startswith(".") and not name.startswith("..")

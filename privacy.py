@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import db
+import frontmatter
 import notes
 import vault
 
@@ -94,7 +95,7 @@ def ignored(rel_path: str, found: list) -> bool:
 
 
 def says_private(properties: dict) -> bool:
-    """Whether a note's properties (vault.front_matter's) say `private: true`; Obsidian's names ignore case."""
+    """Whether a note's properties (frontmatter.front_matter's) say `private: true`; Obsidian's names ignore case."""
     return any(isinstance(value, str) and value.strip().lower() in TRUE
                for name, value in properties.items() if name.lower() == "private")
 
@@ -120,4 +121,4 @@ def is_private(kb: Path, rel_path: str, text: str | None = None) -> bool:
             text = notes.readable_text(notes.read_bytes(kb, rel_path, FRONT_MATTER_BYTES)) or ""
         except (OSError, notes.ToolError):
             return False  # nothing there to keep private
-    return text.startswith(("---", "\ufeff---")) and says_private(vault.front_matter(text)[0])
+    return text.startswith(("---", "\ufeff---")) and says_private(frontmatter.front_matter(text)[0])

@@ -7,7 +7,7 @@ model, tokens, cache hits, time, and the last message stored then: sessions.Conv
 tool results, whose note lines (citations.shown) went out with every later call of their conversation (a request
 carries the conversation so far; a trimmed request may have carried less). Each call is priced at its own hour at the
 provider's published prices (PRICES), cache hits apart; a provider or model without known prices gets tokens only. A
-server on this machine or its network (agent.is_local) is named as such: nothing left the machine for it. This module
+server on this machine or its network (config.is_local) is named as such: nothing left the machine for it. This module
 only reads: it never writes, nor calls a model.
 """
 
@@ -17,7 +17,7 @@ from decimal import Decimal
 from urllib.parse import urlsplit
 
 import citations
-from agent import is_local
+from config import is_local
 from notes import plural
 
 # USD per 1M tokens, (cache hit, cache miss, output), off-peak and peak, from DeepSeek's own pricing page

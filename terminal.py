@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import db
+import diffs
 import tools
 import versions
 from approval import Approval
@@ -181,7 +182,7 @@ def shown_command(command: str) -> list[str]:
 
 def touched(change: versions.Change | None) -> str:
     """A change's files, one summary line each under its question, the answer asked on the next line; "" for one."""
-    lines = versions.summary(change).splitlines() if change else []
+    lines = diffs.summary(change).splitlines() if change else []
     return "".join(f"\n    {visible(line)}" for line in listed(lines)) + "\n" if len(lines) > 1 else ""
 
 

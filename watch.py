@@ -13,35 +13,26 @@ import struct
 import sys
 from pathlib import Path
 
-from notes import is_hidden_name
-from shell import libc
+from notes import is_hidden_name, is_utf8
 
 # Any event on a folder (or lost events) means a full comparison; a file's event, that file.
 _IN_FOLDER = 0x40000000 | 0x400 | 0x800 | 0x4000  # IN_ISDIR, IN_DELETE_SELF, IN_MOVE_SELF, IN_Q_OVERFLOW
 _WATCH_MASK = 0x03000FCE  # MODIFY ATTRIB CLOSE_WRITE MOVED_* CREATE DELETE *_SELF, ONLYDIR DONT_FOLLOW
 _EVENT = struct.Struct("iIII")  # watch descriptor, mask, cookie, length of the name that follows
 AVAILABLE = sys.platform.startswith("linux")
-
-
-def is_utf8(path: str) -> bool:
-    """False for a path holding a name that is not UTF-8 (os gives its bytes as lone surrogates)."""
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+_LIBC = ctypes.CDLL(None, use_errno=True) if AVAILABLE else None
 
 
 class Watcher:
     def __init__(self, walk_again=frozenset()):
-        self.fd = libc().inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.fd = _LIBC.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         if self.fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1 failed")
         self.folder_of: dict[int, str] = {}  # watch descriptor -> folder relative to the notes
         self.walk_again = walk_again  # paths (relative to the notes) whose change means a full walk
 
     def watch(self, abs_dir: Path, rel_dir: str) -> None:
-        wd = libc().inotify_add_watch(self.fd, os.fsencode(abs_dir), _WATCH_MASK)
+        wd = _LIBC.inotify_add_watch(self.fd, os.fsencode(abs_dir), _WATCH_MASK)
         if wd >= 0:
             self.folder_of[wd] = rel_dir
         elif ctypes.get_errno() not in (2, 20):  # ENOENT, ENOTDIR: gone meanwhile, the walk skips it too

@@ -23,6 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import shell  # noqa: E402
+import warden  # noqa: E402
 
 TRIVIAL = "echo hello; wc -l < /etc/hostname"
 CORPUS = Path(os.environ.get("KA_CORPUS", Path(ROOT).parent / "shared" / "corpus")) / "knowledge-garden.tar.gz"
@@ -81,15 +82,15 @@ def private_rules(runs: int) -> None:
             print("   (no sandbox here: no rules to build)")
             return
         orders = {"network": False, "scratch": folder, "kb": folder, "pythons": [sys.base_prefix, sys.prefix]}
-        rules, add = [], shell._allow
-        shell._allow = lambda ruleset, fd, access: (rules.append(access), add(ruleset, fd, access))
+        rules, add = [], warden._allow
+        warden._allow = lambda ruleset, fd, access: (rules.append(access), add(ruleset, fd, access))
         try:
             for label, chosen in (("none private", ()), (f"{PRIVATE} private", private)):
                 rules.clear()
-                seconds = median_seconds(lambda: os.close(shell._ruleset({**orders, "private": chosen})), runs)
+                seconds = median_seconds(lambda: os.close(warden._ruleset({**orders, "private": chosen})), runs)
                 print(f"   rules, {label:12}: {seconds * 1000:7.2f} ms for {len(rules) // runs:,} rules")
         finally:
-            shell._allow = add
+            warden._allow = add
         plain = median_seconds(lambda: shell.run_shell("true", Path(folder), timeout=30), runs)
         hidden = median_seconds(lambda: shell.run_shell("true", Path(folder), timeout=30, private=private), runs)
         print(f"   run_shell, none private : {plain * 1000:7.2f} ms")

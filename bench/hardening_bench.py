@@ -18,16 +18,17 @@ ROOT = Path(__file__).resolve().parent.parent
 SUMMARY = """
 import sys, time
 sys.path.insert(0, sys.argv[1])
+import diffs
 import versions
 size = int(sys.argv[2])
 lines = size // 16  # a repetitive note (a checklist, a log): few distinct lines, most shared by old and new
 old = "".join(f"- [ ] item {i % 3}\\n" for i in range(lines))
 new = "".join(f"- [ ] item {(i + i // 7) % 3}\\n" for i in range(lines))
 started = time.perf_counter()
-versions.change_summary("todo.md", old, new)
+diffs.change_summary("todo.md", old, new)
 summary = time.perf_counter() - started
 started = time.perf_counter()
-versions.diff_text(old, new)
+diffs.diff_text(old, new)
 print(summary, time.perf_counter() - started)
 """
 TIMEOUT_S = 300

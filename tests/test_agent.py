@@ -6,6 +6,7 @@ import pytest
 from conftest import Recorder, StubClient, make_settings, tool_call
 
 from agent import AgentError, run_agent
+from page import no_key
 from context import INTERRUPTED_RESULT as CANCELLED
 
 
@@ -266,11 +267,10 @@ def test_ctrl_c_mid_answer_keeps_the_text_already_shown(kb):
 
 def test_the_no_key_hint_names_the_config_file_really_read(call_main, tmp_path, kb, monkeypatch):
     """XDG_CONFIG_HOME moves the user config file; the advice to put the key there must follow it."""
-    import web
     elsewhere = {"XDG_CONFIG_HOME": str(tmp_path / "elsewhere")}
     expected = str(tmp_path / "elsewhere" / "knowledge-agent" / "config.env")
     chat = call_main(kb=kb, base_url=None, key=None, stdin="what is in my notes?\n", extra_env=elsewhere)
     assert "no API key" in chat.stderr and expected in chat.stderr, chat.stderr
     monkeypatch.setenv("XDG_CONFIG_HOME", elsewhere["XDG_CONFIG_HOME"])
-    page = web.no_key()
+    page = no_key()
     assert expected in page and "~/.config" not in page, page

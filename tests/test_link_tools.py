@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import diffs
 import index
 import links
 import terminal
@@ -172,7 +173,7 @@ def test_a_move_rewrites_only_link_targets_and_one_undo_puts_every_byte_back(vau
     asked = []
     text = moved(vault, "读书/三体.md", "科幻/长篇/三体-刘慈欣.md", ask=lambda approval: asked.append(approval) or True)
     assert asked[0].title == "Move 读书/三体.md to 科幻/长篇/三体-刘慈欣.md and update 9 links in 4 files?"
-    assert [title for title, _ in versions.diffs(asked[0].change)] == [
+    assert [title for title, _ in diffs.diffs(asked[0].change)] == [
         "读书/三体.md → 科幻/长篇/三体-刘慈欣.md", "书单.md", "人物/刘慈欣.md", "板.canvas"]
     assert text.splitlines()[-1].startswith("Moved 读书/三体.md to 科幻/长篇/三体-刘慈欣.md and updated 9 links in 4 "
                                             "files so that they still lead to it")

@@ -27,6 +27,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import shell  # noqa: E402
+import warden  # noqa: E402
 from shell import run_shell  # noqa: E402
 
 PROBLEM = shell.sandbox_problem()
@@ -170,7 +171,7 @@ def sandbox(request, kb):
     user, python = request.getfixturevalue("ordinary_user")
     home = tempfile.mkdtemp(prefix="ka-shell-user-")
     request.addfinalizer(lambda: shutil.rmtree(home, ignore_errors=True))
-    for module in ("shell.py", "privacy.py", "vault.py", "notes.py", "db.py", "watch.py"):  # what run_shell imports
+    for module in ("shell.py", "warden.py", "privacy.py", "vault.py", "frontmatter.py", "notes.py", "db.py"):  # what run_shell imports
         shutil.copy(os.path.join(ROOT, module), home)
     notes = shutil.copytree(kb, os.path.join(home, "notes"), symlinks=True)
     subprocess.run(["chown", "-R", f"{user}:", home], check=True)
@@ -293,7 +294,7 @@ def test_the_agents_environment_cannot_be_read(kb, monkeypatch):
 
 
 @sandboxed
-@pytest.mark.skipif(shell._abi() < 6, reason="signal scoping needs Landlock ABI 6 (Linux 6.12)")
+@pytest.mark.skipif(warden._abi() < 6, reason="signal scoping needs Landlock ABI 6 (Linux 6.12)")
 def test_the_command_cannot_signal_processes_outside_it(kb):
     result = run_shell(f"kill -TERM {os.getpid()}; kill -0 1", kb, TIMEOUT)  # this test run is the agent
     assert result.count("Operation not permitted") == 2
@@ -315,10 +316,10 @@ def test_tcp_is_denied_unless_allowed(kb):
 @sandboxed
 def test_a_failing_sandbox_runs_nothing(kb, tmp_path):
     # As on a kernel refusing landlock_restrict_self: a Python whose every child gets ENOSYS for it.
-    script = f"""import sys; sys.path.insert(0, {ROOT!r}); import shell
-shell._call("prctl", shell.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-shell._install_filter([("ld", shell.NR), ("jeq", shell.SYS_RESTRICT_SELF, "no", None), ("ret", shell.ALLOW),
-                       ("label", "no"), ("ret", shell.ERRNO | 38)])
+    script = f"""import sys; sys.path.insert(0, {ROOT!r}); import shell, warden
+warden._call("prctl", warden.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+warden._install_filter([("ld", warden.NR), ("jeq", warden.SYS_RESTRICT_SELF, "no", None), ("ret", warden.ALLOW),
+                       ("label", "no"), ("ret", warden.ERRNO | 38)])
 print(shell.run_shell("touch {tmp_path}/ran", {str(kb)!r}, 20))"""
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True).stdout
     assert result.startswith("Error: the sandbox could not be applied, so the command did not run: "), result
@@ -335,12 +336,12 @@ def test_without_a_sandbox_the_output_says_so(kb, monkeypatch):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Landlock is Linux's")
 def test_an_old_kernel_is_named_in_one_line(monkeypatch):
     for abi, expected in ((0, "has no Landlock"), (2, "has Landlock ABI 2")):
-        monkeypatch.setattr(shell, "_abi", lambda: abi)
+        monkeypatch.setattr(warden, "_abi", lambda: abi)
         problem = shell.sandbox_problem()
         assert expected in problem and "commands would run unsandboxed" in problem and "\n" not in problem
-    monkeypatch.setattr(shell, "_abi", lambda: shell.MIN_ABI)
+    monkeypatch.setattr(warden, "_abi", lambda: warden.MIN_ABI)
     assert shell.sandbox_problem() is None
-    monkeypatch.setattr(shell, "_has_seccomp_filters", lambda: False)
+    monkeypatch.setattr(warden, "_has_seccomp_filters", lambda: False)
     problem = shell.sandbox_problem()
     assert "no seccomp filters" in problem and "commands would run unsandboxed" in problem and "\n" not in problem
 
@@ -459,9 +460,9 @@ def test_other_abis_cannot_go_around_the_filter(kb):
 def test_the_filter_alone_guards_the_warden(tmp_path):
     # Where Landlock cannot scope signals (ABI < 6), the filter keeps the warden alive: checked without Landlock,
     # with this test run standing for the warden.
-    script = f"""import os, sys; sys.path.insert(0, {ROOT!r}); import shell
-shell._call("prctl", shell.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-shell._install_filter(shell._seccomp_program(os.uname().machine, False, os.getppid()))
+    script = f"""import os, sys; sys.path.insert(0, {ROOT!r}); import shell, warden
+warden._call("prctl", warden.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+warden._install_filter(warden._seccomp_program(os.uname().machine, False, os.getppid()))
 for target in (os.getppid(), -os.getppid(), -1, os.getpid()):
     try:
         os.kill(target, 0)
@@ -481,8 +482,8 @@ def test_the_filters_call_numbers_are_the_kernels():
         pytest.skip("no libseccomp here to check the numbers against")
     resolve = libseccomp.seccomp_syscall_resolve_name_arch
     resolve.argtypes, checked = [ctypes.c_uint32, ctypes.c_char_p], 0
-    for name, numbers in shell.SYSCALLS.items():
-        for arch, number in zip(shell.AUDIT_ARCH.values(), numbers):
+    for name, numbers in warden.SYSCALLS.items():
+        for arch, number in zip(warden.AUDIT_ARCH.values(), numbers):
             known = resolve(arch, name.encode())  # -1: newer than this libseccomp; below: not on that arch
             assert known < 0 if number is None else known in (number, -1), (name, hex(arch))
             checked += known >= 0
@@ -559,10 +560,10 @@ def test_python_runs_in_the_sandbox_when_the_agent_runs_from_a_venv(kb, tmp_path
 
 
 def test_private_paths_become_a_tree_of_names():
-    assert shell._private_tree(["a/b/c.md", "a/d.md", "a/b", "e.md", "x/./y.md"]) == \
+    assert warden._private_tree(["a/b/c.md", "a/d.md", "a/b", "e.md", "x/./y.md"]) == \
         {"a": {"b": None, "d.md": None}, "e.md": None, "x": {"y.md": None}}
-    assert shell._private_tree([".", "a.md"]) is None  # the whole folder
-    assert shell._private_tree([]) == {}
+    assert warden._private_tree([".", "a.md"]) is None  # the whole folder
+    assert warden._private_tree([]) == {}
 
 
 # --- stopping commands ----------------------------------------------------------------------------

@@ -4,10 +4,12 @@ import os
 
 import pytest
 
+import diffs
 import notes
 import versions
 from conftest import run_tool
-from tools import MAX_TOOL_OUTPUT, TOOLS, execute_tool
+from reading import MAX_TOOL_OUTPUT
+from tools import TOOLS, execute_tool
 
 
 # --- the path guard ---
@@ -200,7 +202,7 @@ def test_a_reviewed_change_shows_hidden_characters_and_even_a_newline_only_chang
     asked = []
 
     def shown(answer):  # what the person reviews: every file's diff
-        return lambda approval: asked.append("\n".join(d for _, d in versions.diffs(approval.change))) or answer
+        return lambda approval: asked.append("\n".join(d for _, d in diffs.diffs(approval.change))) or answer
     result = execute_tool("append_note", {"file_path": "vim.md", "content": "evil\u202eexe.md"}, settings,
                           shown(True), review=True)
     assert not result.error and "\\u202e" in asked[0] and "\u202e" not in asked[0]  # the page cannot be fooled

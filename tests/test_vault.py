@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import frontmatter  # noqa: E402
 import vault  # noqa: E402
 
 
@@ -57,7 +58,7 @@ def test_front_matter_reads_what_vaults_hold():
                 "map: {a: 1}",
                 "---",
                 "# Body")
-    properties, body_start, raw = vault.front_matter(text)
+    properties, body_start, raw = frontmatter.front_matter(text)
     assert properties == {
         "title": "It's: a plan", "quote": 'say "hi"\tthen: goé', "url": "https://example.com/a#b", "time": "12:30",
         "score": "9.1", "empty": None, "nothing": None, "related": "[[Other note]]", "up": "[[Home]]",
@@ -70,7 +71,7 @@ def test_front_matter_reads_what_vaults_hold():
 
 def test_tags_and_aliases_become_lists_of_strings_in_every_written_form():
     def listed(*lines):
-        return vault.front_matter(note("---", *lines, "---"))[0]
+        return frontmatter.front_matter(note("---", *lines, "---"))[0]
 
     assert listed("tags: a, b #c") == {"tags": ["a", "b"]}  # ` #c` is a YAML comment
     assert listed('tags: "#a, b c"') == {"tags": ["a", "b", "c"]}
@@ -86,16 +87,16 @@ def test_tags_and_aliases_become_lists_of_strings_in_every_written_form():
 
 def test_front_matter_with_bom_crlf_and_dots_closing():
     text = "\ufeff---\r\ntitle: 计划\r\ntags: [工作]\r\n...\r\n# 标题\r\n"
-    properties, body_start, raw = vault.front_matter(text)
+    properties, body_start, raw = frontmatter.front_matter(text)
     assert properties == {"title": "计划", "tags": ["工作"]} and body_start == 5 and raw == ["title: 计划", "tags: [工作]"]
     assert vault.headings(text) == [(5, 1, "标题")]
 
 
 def test_no_front_matter_or_an_unclosed_one_gives_none():
-    assert vault.front_matter("# Title\n\ntitle: x\n") == ({}, 1, [])
-    assert vault.front_matter("---\ntitle: never closed\n\nbody\n") == ({}, 1, [])
-    assert vault.front_matter(" ---\ntitle: x\n---\n") == ({}, 1, [])  # Obsidian wants '---' at the very start
-    assert vault.front_matter("---\n---\nbody") == ({}, 3, [])
+    assert frontmatter.front_matter("# Title\n\ntitle: x\n") == ({}, 1, [])
+    assert frontmatter.front_matter("---\ntitle: never closed\n\nbody\n") == ({}, 1, [])
+    assert frontmatter.front_matter(" ---\ntitle: x\n---\n") == ({}, 1, [])  # Obsidian wants '---' at the very start
+    assert frontmatter.front_matter("---\n---\nbody") == ({}, 3, [])
 
 
 def test_unknown_shapes_never_crash():
@@ -106,12 +107,12 @@ def test_unknown_shapes_never_crash():
     for _ in range(400):
         lines = rng.sample(shapes, rng.randint(1, 6))
         text = note("---", *lines, "---", "body #tag")
-        properties, body_start, _ = vault.front_matter(text)
+        properties, body_start, _ = frontmatter.front_matter(text)
         assert isinstance(properties, dict) and body_start == len(lines) + 3
-        problem = vault.front_matter_problem(text)
+        problem = frontmatter.front_matter_problem(text)
         assert problem is None or "\n" not in problem
         vault.tags_of(text)
-    assert vault.front_matter(note("---", "key: [unclosed", "key2: {a: 1", "---"))[0] == {
+    assert frontmatter.front_matter(note("---", "key: [unclosed", "key2: {a: 1", "---"))[0] == {
         "key": "[unclosed", "key2": "{a: 1"}
 
 
@@ -136,9 +137,9 @@ GOOD = note("---", "title: Plans", "tags:", "  - work", "aliases: [Plan]", "---"
     ("---\n\n# Plans", "\n# Plans", r"no closing '---' line"),
 ])
 def test_an_edit_that_breaks_the_yaml_is_refused_naming_the_line(old, new, expected):
-    assert GOOD.count(old) == 1 and vault.front_matter_problem(GOOD) is None
+    assert GOOD.count(old) == 1 and frontmatter.front_matter_problem(GOOD) is None
     broken = GOOD.replace(old, new)
-    problem = vault.front_matter_broken(GOOD, broken)
+    problem = frontmatter.front_matter_broken(GOOD, broken)
     assert problem and re.search(expected, problem), problem
     assert "\n" not in problem
 
@@ -149,25 +150,25 @@ def test_front_matter_that_yaml_accepts_is_not_refused():
                 "list: [a, \"b, c\", it's]", "cover: >-", "  https://x.y/z: still fine here", "nested:",
                 "  child: a: b", "items:", "- a", "  continued", "- 'b: c'", "date created: 2022-08-05",
                 "中文键: 值", "empty:", "...", "body: not front matter: at all")
-    assert vault.front_matter_problem(fine) is None
-    assert vault.front_matter_problem("# No front matter\n---\nnot: [yaml\n") is None
-    assert vault.front_matter_problem("\ufeff---\r\ntitle: ok\r\n---\r\n") is None
+    assert frontmatter.front_matter_problem(fine) is None
+    assert frontmatter.front_matter_problem("# No front matter\n---\nnot: [yaml\n") is None
+    assert frontmatter.front_matter_problem("\ufeff---\r\ntitle: ok\r\n---\r\n") is None
 
 
 def test_text_put_before_the_front_matter_is_refused_but_removing_it_is_not():
     moved = "# Plans\n\n" + GOOD
-    assert "no longer start on line 1" in vault.front_matter_broken(GOOD, moved)
-    assert "no longer start on line 1" in vault.front_matter_broken(GOOD.replace("\n", "\r\n"), "\r\n" + GOOD)
-    assert vault.front_matter_broken(GOOD, GOOD.split("---\n", 2)[2]) is None  # the person asked to drop them
-    assert vault.front_matter_broken(GOOD, GOOD.replace("work", "home")) is None
-    assert vault.front_matter_broken("# Plain note\n", "intro\n# Plain note\n") is None
-    assert vault.front_matter_broken("---\n---\nbody\n---\nmore\n", "body\n---\nmore\n") is None
+    assert "no longer start on line 1" in frontmatter.front_matter_broken(GOOD, moved)
+    assert "no longer start on line 1" in frontmatter.front_matter_broken(GOOD.replace("\n", "\r\n"), "\r\n" + GOOD)
+    assert frontmatter.front_matter_broken(GOOD, GOOD.split("---\n", 2)[2]) is None  # the person asked to drop them
+    assert frontmatter.front_matter_broken(GOOD, GOOD.replace("work", "home")) is None
+    assert frontmatter.front_matter_broken("# Plain note\n", "intro\n# Plain note\n") is None
+    assert frontmatter.front_matter_broken("---\n---\nbody\n---\nmore\n", "body\n---\nmore\n") is None
 
 
 def test_a_change_to_a_note_already_broken_is_not_refused():
     broken = GOOD.replace("title: Plans", "title: Re: Plans")
-    assert vault.front_matter_problem(broken)
-    assert vault.front_matter_broken(broken, broken + "more\n") is None
+    assert frontmatter.front_matter_problem(broken)
+    assert frontmatter.front_matter_broken(broken, broken + "more\n") is None
 
 
 # --- Tags ---
@@ -483,14 +484,14 @@ def test_every_front_matter_of_a_real_vault_parses_and_none_is_refused(garden):
                 texts[path.relative_to(garden).as_posix()] = path.read_text(encoding="utf-8")
     assert len(texts) == 3176
     started = time.perf_counter()
-    parsed = {path: (vault.front_matter(text), vault.tags_of(text)) for path, text in texts.items()}
+    parsed = {path: (frontmatter.front_matter(text), vault.tags_of(text)) for path, text in texts.items()}
     elapsed_ms = (time.perf_counter() - started) * 1000
     opened = [path for path, text in texts.items() if text.startswith("---")]
     unread = [path for path in opened if parsed[path][0][1] == 1]  # closed: the body starts after it
     assert not unread, unread[:5]
     empty = [path for path in opened if not parsed[path][0][2]]  # `---` twice: templates
     assert all(parsed[path][0][0] for path in opened if path not in empty)
-    refused = {path: problem for path in opened if (problem := vault.front_matter_problem(texts[path]))}
+    refused = {path: problem for path in opened if (problem := frontmatter.front_matter_problem(texts[path]))}
     assert not refused, list(refused.items())[:5]
     tags = set().union(*(found for _, found in parsed.values()))
     aliases = sum(len(properties.get("aliases", [])) for (properties, _, _), _ in parsed.values())

@@ -7,10 +7,11 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
+import diffs
 import notes
 import versions
 from notes import ToolError as VersionError
-from versions import change_summary
+from diffs import change_summary
 
 
 def save_note(kb, rel_path, new_text, op):
@@ -30,7 +31,7 @@ def delete_note(kb, rel_path):
 
 def summary_of(applied):
     change, warning = applied
-    return versions.summary(change) + warning
+    return diffs.summary(change) + warning
 
 
 def undo_last(kb):

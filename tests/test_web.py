@@ -29,6 +29,7 @@ import fake_server
 import sessions
 import web
 from conftest import make_settings
+from page import BUSY, no_key
 
 ROOT = Path(__file__).resolve().parent.parent
 STOP_TURNS = 100  # Stop presses at random moments: the old asynchronous stop jammed about one in 25
@@ -468,7 +469,7 @@ def test_a_delete_shows_the_whole_note_going_and_stop_cancels_like_ctrl_c(make_w
     page = make_web()
     stream, review = waiting_review(page, "delete vim.md")
     assert review["title"].startswith("Delete vim.md?") and "-# Vim" in shown_diff(review)
-    assert page.post("/api/new", expect=409)["error"] == web.BUSY
+    assert page.post("/api/new", expect=409)["error"] == BUSY
     assert page.post("/api/stop")["result"] is True
     done = page.until("done", stream)
     assert done["status"] == "stopped" and (kb / "vim.md").exists()
@@ -513,7 +514,7 @@ def test_api_faults_and_a_missing_key_are_one_readable_line(make_web, fake_llm):
     assert done["status"] == "error" and done["message"].startswith("The API rejected the key (401)")
     page = make_web(api_key=None)
     assert page.get("/api/state")["chat"] is False
-    assert page.post("/api/ask", {"text": "hello"}, expect=409)["error"] == web.no_key()
+    assert page.post("/api/ask", {"text": "hello"}, expect=409)["error"] == no_key()
     assert page.post("/api/ask", {"text": "  "}, expect=400)["error"] == "The question is empty."
 
 
