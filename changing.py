@@ -28,7 +28,7 @@ import vault
 import versions
 from approval import Approval
 from config import Settings
-from notes import HISTORY_DIR, ToolError, is_note_path, plural, rel
+from notes import HISTORY_DIR, Shown, ToolError, is_note_path, plural, rel
 from reading import MAX_NOTE_BYTES, guarded, linked_here, note_links, note_text
 
 EDIT_CLOSEST_LINES = 3  # lines shown when edit_note's old_text is not found
@@ -54,13 +54,13 @@ def _changeable(settings: Settings, path, size_limit: bool = True) -> str:
     return name
 
 
-def _change(settings: Settings, approve, plan: Callable[[], versions.Change]) -> str:
+def _change(settings: Settings, approve, plan: Callable[[], versions.Change]) -> Shown:
     """Plan a change (with its words), have it approved where the policy asks, apply it and tell the index: the
     result's text, its first line the change summary (`~ notes/git.md  +3 −1`). A change a person approved is written
     only if every file is still as they saw it; one nobody saw is planned again on the notes as they are then."""
     change = plan()
     if change.is_noop():  # saying "replaced" would claim a version was kept
-        return f"{diffs.summary(change)}\nNothing was written: {change.note} already holds exactly that text."
+        return _told(settings, change, f"\nNothing was written: {change.note} already holds exactly that text.")
     asked = approve(Approval("change", change.title, change=change))
     if not asked and approve.allowance.over(change):  # routine, but this answer has written a lot already
         asked = approve(Approval("change", f"{change.title} (this answer would have written "
@@ -76,13 +76,16 @@ def _change(settings: Settings, approve, plan: Callable[[], versions.Change]) ->
     approve.allowance.left -= approve.allowance.cost(change)
     for path in {f.path for f in change.files} | set(change.move or ()):
         search.note_changed(settings.kb, settings.index_dir, path)  # both ends of a move are in the set
-    return f"{_summary(settings, change)}{warning}\n{change.done}"
+    return _told(settings, change, f"{warning}\n{change.done}")
 
 
-def _summary(settings: Settings, change: versions.Change) -> str:
-    """diffs.summary for the model: a private note the change touched (by a move's links) is counted, not named."""
-    return diffs.summary(change, hidden={change.final_path(f.path) for f in change.files if privacy.is_private(
-        settings.kb, change.final_path(f.path), notes.readable_text(f.new or f.old or b"") or "")})
+def _told(settings: Settings, change: versions.Change, words: str) -> Shown:
+    """diffs.summary for the model, then `words`: a private note the change touched (by a move's links) is counted,
+    not named."""
+    paths = [change.final_path(f.path) for f in change.files]
+    hidden = {path for f, path in zip(change.files, paths)
+              if privacy.is_private(settings.kb, path, notes.readable_text(f.new or f.old or b"") or "")}
+    return Shown(diffs.summary(change, hidden) + words, named=[*(change.move or ()), *set(paths) - hidden])
 
 
 def _new_name(settings: Settings, name: str, moving: str = "") -> str:
@@ -145,9 +148,9 @@ def _lf(text: str) -> str:
     return text.replace("\r\n", "\n")  # versions.py puts a CRLF note's own endings back
 
 
-def closest_lines(text: str, passage: str) -> str:
-    """The note's three lines most like the passage's longest line, to help the model copy it exactly. A long
-    line is looked at in overlapping pieces as wide as the passage (a typo fix quotes part of a line)."""
+def closest_lines(text: str, passage: str) -> tuple[str, list[int]]:
+    """The note's three lines most like the passage's longest line, to help the model copy it exactly, and their
+    numbers. A long line is looked at in overlapping pieces as wide as the passage (a typo fix quotes part of one)."""
     wanted = max(passage.strip().splitlines() or [passage], key=len).strip()[:HINT_WIDTH]
     grams = {wanted[i:i + 3] for i in range(len(wanted) - 2)} or {wanted}
     lines, width = text[:HINT_SCAN_CHARS].splitlines(), max(len(wanted), 40)
@@ -160,12 +163,12 @@ def closest_lines(text: str, passage: str) -> str:
         if ratio >= 0.5 and ratio > scored.get(number, (0,))[0]:
             scored[number] = (ratio, piece.strip())
     if not scored:
-        return "No line of the note looks like it; read_note the note again to see its current text."
+        return "No line of the note looks like it; read_note the note again to see its current text.", []
     best = sorted(sorted(scored, key=lambda number: -scored[number][0])[:EDIT_CLOSEST_LINES])
     # a long line shows only the piece that matched, with the "…" marks
     shown = {n: lines[n - 1] if len(lines[n - 1]) <= HINT_WIDTH else f"…{scored[n][1]}"[:HINT_WIDTH - 1] + "…"
              for n in best}
-    return "The closest lines are:\n" + "\n".join(f"  line {n}: {shown[n]}" for n in best)
+    return "The closest lines are:\n" + "\n".join(f"  line {n}: {shown[n]}" for n in best), best
 
 
 def _likeness(piece: str, wanted: str) -> float:
@@ -178,7 +181,7 @@ def _likeness(piece: str, wanted: str) -> float:
     return matcher.ratio()
 
 
-def edit_note(settings: Settings, file_path: str, old_text: str, new_text: str, *, approve) -> str:
+def edit_note(settings: Settings, file_path: str, old_text: str, new_text: str, *, approve) -> Shown:
     name = _changeable(settings, guarded(settings, file_path))
     if not old_text:
         raise ToolError("old_text is empty.", "Copy the exact passage to replace from read_note; to add text at the "
@@ -194,9 +197,9 @@ def edit_note(settings: Settings, file_path: str, old_text: str, new_text: str, 
     def replace_once(text: str) -> str:  # run on the note as it is when the change is planned
         found = [m.span(1) for m in itertools.islice(pattern.finditer(text), EDIT_MAX_MATCHES_COUNTED + 1)]
         if not found:
-            raise ToolError(f"old_text was not found in {name} (0 matches); nothing was changed. "
-                            f"{closest_lines(text, old_text)}", "Copy the passage exactly, spaces and punctuation "
-                            "included.")
+            hint, lines = closest_lines(text, old_text)
+            raise ToolError(f"old_text was not found in {name} (0 matches); nothing was changed. {hint}",
+                            "Copy the passage exactly, spaces and punctuation included.", lines={name: lines})
         if len(found) > 1:
             count = f"more than {EDIT_MAX_MATCHES_COUNTED}" if len(found) > EDIT_MAX_MATCHES_COUNTED else len(found)
             raise ToolError(f"old_text occurs {count} times in {name}; nothing was changed.",
@@ -208,7 +211,7 @@ def edit_note(settings: Settings, file_path: str, old_text: str, new_text: str, 
     return _text_change(settings, approve, name, replace_once, "edit", f"Edited {name}; {KEPT}")
 
 
-def append_note(settings: Settings, file_path: str, content: str, section: str | None = None, *, approve) -> str:
+def append_note(settings: Settings, file_path: str, content: str, section: str | None = None, *, approve) -> Shown:
     path = guarded(settings, file_path, new=True)
     name = rel(settings.kb, path)
     if not content.strip():
@@ -233,7 +236,7 @@ def append_note(settings: Settings, file_path: str, content: str, section: str |
     return _text_change(settings, approve, name, added, "append", f"Appended to {where} {name}.")
 
 
-def write_note(settings: Settings, file_path: str, content: str, overwrite: bool = False, *, approve) -> str:
+def write_note(settings: Settings, file_path: str, content: str, overwrite: bool = False, *, approve) -> Shown:
     path = guarded(settings, file_path, new=True)
     name = rel(settings.kb, path)
     if not path.exists() and not path.is_symlink():
@@ -248,7 +251,7 @@ def write_note(settings: Settings, file_path: str, content: str, overwrite: bool
     return _text_change(settings, approve, name, lambda _: _lf(content), "overwrite", f"Replaced {name}; {KEPT}")
 
 
-def move_note(settings: Settings, from_path: str, to_path: str, *, approve) -> str:
+def move_note(settings: Settings, from_path: str, to_path: str, *, approve) -> Shown:
     source, target = guarded(settings, from_path, "from_path"), guarded(settings, to_path, "to_path", new=True)
     src = _changeable(settings, source, size_limit=False)
     dst = _new_name(settings, rel(settings.kb, target), moving=src)
@@ -303,7 +306,7 @@ def _links_kept(settings: Settings, src: str, dst: str) -> tuple[dict, dict, dic
     return read, new, {before.get(path, path): count for path, count in plan.counts.items()}
 
 
-def delete_note(settings: Settings, file_path: str, *, approve) -> str:
+def delete_note(settings: Settings, file_path: str, *, approve) -> Shown:
     name = _changeable(settings, guarded(settings, file_path), size_limit=False)
     try:
         breaks = linked_here(note_links(settings, name)[1])

@@ -45,9 +45,25 @@ class ToolError(Exception):
     `advice` what to do next in the model's words (its tools and their arguments); `str()` is both, as the
     model reads them. `kind` names the failure for code that words it for a person ("missing", "folder")."""
 
-    def __init__(self, message: str, advice: str = "", kind: str = ""):
+    def __init__(self, message: str, advice: str = "", kind: str = "", lines: dict | None = None):
         super().__init__(f"{message} {advice}".strip())
         self.message, self.advice, self.kind = message, advice, kind
+        self.lines = lines or {}  # the note lines the message shows, as Shown.lines (edit_note's closest lines)
+
+
+class Shown(str):
+    """A tool's text for the model, saying as data what it put before the model: `lines` {note: line numbers} whose
+    text it showed, `named` the notes it named, `unlisted` whether it may hold note text beyond those lines (a shell
+    command's output). citations.py and /sent read these, never the words (tools.execute_tool keeps them)."""
+
+    def __new__(cls, text: str, lines: dict | None = None, named=(), unlisted: bool = False):
+        shown = super().__new__(cls, text)
+        shown.lines, shown.named, shown.unlisted = lines or {}, tuple(named), unlisted
+        return shown
+
+    def after(self, head: str) -> "Shown":
+        """The same result with `head` before its text (a notice)."""
+        return Shown(head + self, self.lines, self.named, self.unlisted)
 
 
 def visible(text: str, lines: bool = False) -> str:

@@ -17,7 +17,7 @@ import privacy
 import search
 import vault
 from config import Settings
-from notes import ToolError, plural, rel, safe_path
+from notes import Shown, ToolError, plural, rel, safe_path
 
 MAX_TOOL_OUTPUT = 8000  # characters; no tool result is longer (tools.execute_tool cuts what is)
 MAX_NOTE_BYTES = 5_000_000  # larger files are not read whole, nor changed
@@ -28,15 +28,16 @@ LINKERS_NAMED = 5  # notes named when a question or result says which notes link
 MISSING = ("no such note.", "Use search_notes or list_notes to find the right path.", "missing")
 
 
-def search_notes(settings: Settings, query: str, folder: str | None = None) -> str:
+def search_notes(settings: Settings, query: str, folder: str | None = None) -> Shown:
     try:
         embedder, notice = embeddings.embedder_of(settings), ""
     except embeddings.EmbedError as exc:
         embedder, notice = None, f"(Keyword results only: {exc}.)\n"
-    return notice + search.search_notes(settings.kb, settings.index_dir, query, folder, settings.search_watch, embedder)
+    found = search.search_notes(settings.kb, settings.index_dir, query, folder, settings.search_watch, embedder)
+    return found.after(notice)
 
 
-def list_notes(settings: Settings, folder: str | None = None, person: bool = False) -> str:
+def list_notes(settings: Settings, folder: str | None = None, person: bool = False) -> Shown:
     return search.list_notes(settings.kb, settings.index_dir, folder, settings.search_watch, person)
 
 
@@ -85,39 +86,41 @@ def read_lines(text: str, start_line: int, last_line: int | None = None, room: i
     return shown, start_line + len(shown) - 1, len(lines)
 
 
-def note_part(name: str, text: str, start_line: int = 1, section: str | None = None, read_on=None) -> str:
+def note_part(name: str, text: str, start_line: int = 1, section: str | None = None, read_on=None) -> Shown:
     """What read_note (and /read) show: the note, or one section of it, from start_line on, as much as one read holds;
-    a long note's first read starts with its outline. `read_on(line, section)`: the closing line saying how to read
-    on from that line (by default the model's words)."""
+    a long note's first read starts with its outline (its headings' lines are shown too). `read_on(line, section)`:
+    the closing line saying how to read on from that line (by default the model's words)."""
     read_on = read_on or (lambda line, section: f"[… cut: call read_note with start_line={line}"
                           + (f" and section={json.dumps(section, ensure_ascii=False)}" if section else "")
                           + " to read on]")
     if not text.splitlines():
-        return f"{name} is empty."
+        return Shown(f"{name} is empty.", named=[name])
     try:
         first, last = vault.find_section(text, section) if section else (1, None)
     except ValueError as exc:
         raise ToolError(str(exc), kind="section") from None
     start = start_line if section is None or first <= start_line <= last else first
     shown, end, total = read_lines(text, start, last)
-    outline = vault.outline(text) if start == 1 and section is None and end < total else ""
-    head = ""
+    outline = vault.outline(text) if start == 1 and section is None and end < total else []
+    head, headings = "", []
     if outline:  # longer than one read: a map of it first, so the model can read the part it needs
-        if len(outline) > OUTLINE_MAX_CHARS:
-            outline = outline[:outline.rfind("\n", 0, OUTLINE_MAX_CHARS)] + "\n…"
-        head = f"{name} has {total} lines. Its headings, with the line each starts on:\n{outline}\n\n"
+        kept, cut = _fit([entry for _, entry in outline], OUTLINE_MAX_CHARS)
+        headings = [line for line, _ in outline[:len(kept)] if line]
+        head = (f"{name} has {total} lines. Its headings, with the line each starts on:\n" + "\n".join(kept)
+                + "\n…" * bool(cut) + "\n\n")
         shown, end, total = read_lines(text, start, last, READ_ROOM - len(head))
     part = f"; section {json.dumps(section, ensure_ascii=False)} ends at line {last}" if section else ""
     footer = f"\n{read_on(end + 1, section)}" if end < (last or total) else ""
-    return head + f"{name} (lines {start}-{end} of {total}{part})\n" + "\n".join(shown) + footer
+    return Shown(head + f"{name} (lines {start}-{end} of {total}{part})\n" + "\n".join(shown) + footer,
+                 {name: [*range(start, end + 1), *headings]}, [name])
 
 
-def read_note(settings: Settings, file_path: str, start_line: int = 1, section: str | None = None) -> str:
+def read_note(settings: Settings, file_path: str, start_line: int = 1, section: str | None = None) -> Shown:
     name, text = note_text(settings, rel(settings.kb, guarded(settings, file_path)))
     return note_part(name, text, start_line, section)
 
 
-def links(settings: Settings, file_path: str) -> str:
+def links(settings: Settings, file_path: str) -> Shown:
     name = rel(settings.kb, guarded(settings, file_path))
     if not (settings.kb / name).is_file():
         raise ToolError(*MISSING)
@@ -142,7 +145,9 @@ def links(settings: Settings, file_path: str) -> str:
         if hidden := list(places)[len(shown_back):]:
             text.append(f"  [… {plural(sum(places[place] for place in hidden), 'more backlink')} from "
                         f"{plural(len(_sources(hidden)), 'note')} not shown]")
-    return "\n".join(text)
+    shown_links = outgoing[:len(shown_out)]  # each link's line of the note is shown: "  3: [[python]] → python.md"
+    named = [name, *(path for *_, path, _ in shown_links if path), *_sources(list(places)[:len(shown_back)])]
+    return Shown("\n".join(text), {name: [line for line, *_ in shown_links]}, named)
 
 
 def note_links(settings: Settings, name: str) -> tuple[list, list]:

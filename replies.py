@@ -12,12 +12,14 @@ that back and, when the reply ends, either run the calls or print the held text 
                       it still may (the whole text, or a ```json fence after a sentence)
     at the end:       calls = text_tool_calls(what is held, offered); run them, or show it
 
-Pure functions of strings and numbers: this module does no I/O, imports nothing of the project, and never
-decides what the agent does about what it finds.
+The usage a server reports, in DeepSeek's words or OpenAI's, is read once into one value (Usage). Pure functions
+and values: this module does no I/O, imports nothing of the project, and never decides what the agent does about
+what it finds.
 """
 
 import json
 import re
+from dataclasses import astuple, dataclass
 
 TOOLS_ECHO = ("<tools>", "</tools>")  # Qwen's template lists the tools so; small models repeat the tags
 TAGGED = ("<tool_call>", "</tool_call>")  # Hermes / Qwen2.5 tool-call tags
@@ -141,6 +143,43 @@ def server_kept_fewer(sent_estimate: int, reported_prompt_tokens: int, ratio: fl
     what it computed (Ollama 0.30, ollama/ollama#16414) would otherwise look as if it had cut the prompt."""
     counted = (reported_prompt_tokens or 0) + (cached_tokens or 0)
     return sent_estimate >= MIN_JUDGED_ESTIMATE and 0 < counted < KEPT_SHARE * sent_estimate * ratio
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens as the server counted them, over some API calls: one call's (`of` its usage), or a sum of them (+);
+    str() says it as the person reads it, never "0 + 0" for what was not counted."""
+    prompt: int = 0
+    completion: int = 0
+    hits: int = 0  # of the prompt, cache hits: DeepSeek's prompt_cache_hit_tokens, or OpenAI's cached_tokens
+    calls: int = 0
+    unreported: int = 0  # calls the server reported no usage for
+
+    @classmethod
+    def of(cls, usage) -> "Usage":
+        """One call's, from the usage the server sent (an SDK object or a dict; None: it sent none)."""
+        def get(value, key):
+            return value.get(key) if isinstance(value, dict) else getattr(value, key, None)  # None when value is None
+        if usage is None:
+            return cls(calls=1, unreported=1)
+        hits = get(usage, "prompt_cache_hit_tokens")
+        if hits is None:
+            hits = get(get(usage, "prompt_tokens_details"), "cached_tokens")
+        return cls(int(get(usage, "prompt_tokens") or 0), int(get(usage, "completion_tokens") or 0), int(hits or 0), 1)
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(*(a + b for a, b in zip(astuple(self), astuple(other))))
+
+    def tokens(self) -> str:
+        return f"{self.prompt:,} prompt + {self.completion:,} completion tokens"
+
+    def __str__(self) -> str:
+        if not self.calls:  # e.g. no server listening
+            return "no API call was answered"
+        if self.unreported == self.calls:
+            return "not reported by the server"
+        some = f" ({self.unreported} of {self.calls} API calls not reported)" if self.unreported else ""
+        return self.tokens() + some
 
 
 def _without_echo(text: str) -> str:

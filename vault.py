@@ -159,20 +159,21 @@ def _no_section(name: str, found: list, paths: list, chosen: list) -> str:
     return f"no heading '{name}' in the note. Its headings: {'; '.join(shown[:HEADINGS_LISTED])}{more}."
 
 
-def outline(text: str) -> str:
-    """The note's headings with their line numbers, indented by level: a map for reading a long note by section.
-    Past OUTLINE_MAX_HEADINGS the deepest levels are left out, then the list is cut. "" without headings."""
+def outline(text: str) -> list[tuple[int | None, str]]:
+    """The note's headings, each (its line, itself indented by level with its line number): a map for reading a long
+    note by section. Past OUTLINE_MAX_HEADINGS the deepest levels are left out, then the list is cut (a last entry
+    of no line says how many headings are not shown). [] without headings."""
     found = headings(text)
     levels = sorted({level for _, level, _ in found})
     shown = found
     while len(shown) > OUTLINE_MAX_HEADINGS and len(levels) > 1:
         levels.pop()
         shown = [h for h in found if h[1] in levels]
-    lines = [f"{'  ' * levels.index(level)}{title} (line {line})"
+    lines = [(line, f"{'  ' * levels.index(level)}{title} (line {line})")
              for line, level, title in shown[:OUTLINE_MAX_HEADINGS]]
     if len(shown) < len(found) or len(shown) > OUTLINE_MAX_HEADINGS:
-        lines.append(f"… {len(found) - len(lines)} more headings not shown")
-    return "\n".join(lines)
+        lines.append((None, f"… {len(found) - len(lines)} more headings not shown"))
+    return lines
 
 
 def append_to_section(text: str, wanted: str, content: str) -> str:

@@ -54,7 +54,7 @@ def test_every_message_reaches_the_store_as_it_happens(kb, tmp_path):
     stored = store(tmp_path).load_messages(conversation.session_id)
     assert stored == conversation.history and [m["role"] for m in stored] == ["user", "assistant", "tool", "assistant"]
     assert stored[1]["reasoning_content"] == "hm"
-    assert conversation.turn_calls == 2 and conversation.session_usage()[0] > 0
+    assert conversation.turn_usage.calls == 2 and conversation.session_usage().prompt > 0
 
 
 def test_a_failed_turn_is_left_out_when_the_conversation_resumes(kb, tmp_path):

@@ -1,12 +1,13 @@
 """Citations checked after each answer, with no model call: against the notes and against what the tools showed the
 model, through run_agent and the real tools (the stub client plays the model), and as the terminal shows them."""
 
+import dataclasses
 import json
 
 import pytest
 
 import citations
-import reading
+import notes
 import tools
 from agent import run_agent
 from conftest import Recorder, StubClient, Terminal, child_env, make_settings, posix_only
@@ -118,23 +119,38 @@ def test_quote_marks_inside_a_notes_name_are_no_quote(settings, kb):
     assert problems(answer) == {"python.md:3": citations.NOT_THERE}
 
 
-def test_every_tool_that_shows_note_text_counts_and_its_lines_are_the_notes_own(settings, kb):
+def test_every_tool_that_shows_note_text_says_which_lines_and_they_are_the_notes_own(settings, kb):
+    def shown(name, **arguments) -> dict:
+        result = tools.execute_tool(name, arguments, settings)
+        return {path: set(lines) for path, lines in result.shown.get("lines", {}).items()}
+
     long = "# Long\n\n" + "\n".join(f"## Part {n}\n\n{'words ' * 60}" for n in range(1, 80)) + "\n"
     (kb / "long.md").write_text(long, encoding="utf-8")
-    first = reading.read_note(settings, "long.md")  # the outline first, then as many lines as fit
-    seen = citations.shown("read_note", "", first)["long.md"]
+    seen = shown("read_note", file_path="long.md")["long.md"]  # the outline first, then as many lines as fit
     assert {1, 2, 3, 4, 5, 237} <= seen and 236 not in seen  # what was read, and the outline's heading lines
-    later = reading.read_note(settings, "long.md", start_line=200)
-    assert min(citations.shown("read_note", "", later)["long.md"]) == 200
-    section = reading.read_note(settings, "long.md", section="Part 2")
-    assert citations.shown("read_note", "", section) == {"long.md": {6, 7, 8}}
+    assert min(shown("read_note", file_path="long.md", start_line=200)["long.md"]) == 200
+    assert shown("read_note", file_path="long.md", section="Part 2") == {"long.md": {6, 7, 8}}
     (kb / "links.md").write_text("# L\n\nSee [[python]].\n", encoding="utf-8")
-    assert citations.shown("links", "", reading.links(settings, "links.md")) == {"links.md": {3}}
-    missed = tools.execute_tool("edit_note", {"file_path": "python.md", "old_text": "Use venv for project!",
-                                              "new_text": "x"}, settings)
-    assert citations.shown("edit_note", "", missed.text) == {"python.md": {4}}
+    assert shown("links", file_path="links.md") == {"links.md": {3}}
+    assert shown("edit_note", file_path="python.md", old_text="Use venv for project!", new_text="x") == {
+        "python.md": {4}}  # its closest lines
     grep = "python.md:4:Use venv for projects.\n./work/meeting.md:3:Decided: ship search in December.\n"
-    assert citations.shown("bash", "", grep) == {"python.md": {4}, "work/meeting.md": {3}}
+    assert citations.shell_shown("grep -rn ship .", grep).lines == {"python.md": {4}, "work/meeting.md": {3}}
+
+
+def test_a_reworded_tool_result_is_checked_by_what_it_says_it_showed(settings, monkeypatch):
+    read = tools.TOOLS["read_note"].function
+
+    def reworded(settings, **arguments):
+        result = read(settings, **arguments)
+        return notes.Shown("Here it is, numbered from the top:\n" + result.split("\n", 1)[1], result.lines,
+                           result.named)
+
+    monkeypatch.setitem(tools.TOOLS, "read_note", dataclasses.replace(tools.TOOLS["read_note"], function=reworded))
+    answer, history = answered(settings, [call("read_note", file_path="python.md"),
+                                          {"content": 'It says "装饰器很有用" (python.md:3), see python.md:99.'}])
+    assert "(lines 1-4 of 4)" not in history[2]["content"]
+    assert problems(answer) == {"python.md:3": "", "python.md:99": "the note has 4 lines"}
 
 
 def test_a_saved_conversation_is_checked_again_for_a_page_drawing_it(settings):
