@@ -211,33 +211,31 @@ class Reply:
 
 
 def _pieces(parts, stream: bool):
-    """Each part of a response as plain values: (its Usage or None, finish_reason, reasoning (None: none sent),
-    content, [(index, id, name, arguments) of each tool call]). Here alone the server's objects are read: a part
-    not shaped as OpenAI's raises NotOpenAI; anything else that fails is a bug of ours and surfaces as one."""
+    """Each part of a response as plain values: its Usage or None, finish_reason, reasoning (None: none), content and
+    (index, id, name, arguments) of each tool call. The server's objects are read here alone, so only an answer not
+    shaped as OpenAI's raises NotOpenAI: anything else that fails is a bug of ours and surfaces as one."""
     try:
         for part in parts:
             usage = getattr(part, "usage", None)
-            usage = None if usage is None else Usage.of(usage)
             if not part.choices:  # a stream's usage chunk has none
-                yield usage, None, None, "", []
+                yield usage and Usage.of(usage), None, None, None, []
                 continue
             delta = part.choices[0].delta if stream else part.choices[0].message
             reasoning = getattr(delta, "reasoning_content", None)
             if reasoning is None and "reasoning_content" in (delta.model_extra or {}):
-                reasoning = ""
-            calls = [(new.index if stream else position,  # a stream numbers them, a whole message does not
-                      new.id, _text(getattr(getattr(new, "function", None), "name", None)),
-                      _text(getattr(getattr(new, "function", None), "arguments", None)) or "")
+                reasoning = ""  # a null, which must go back as ""
+            calls = [(new.index if stream else position, new.id, _text(getattr(new.function, "name", None)),
+                      _text(getattr(new.function, "arguments", None)) or "")  # a whole message numbers none
                      for position, new in enumerate(delta.tool_calls or [])]
-            yield usage, part.choices[0].finish_reason, _text(reasoning), _text(delta.content), calls
+            yield usage and Usage.of(usage), part.choices[0].finish_reason, _text(reasoning), _text(delta.content), calls
     except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
         raise NotOpenAI(type(exc).__name__) from None
 
 
 def _text(value) -> str | None:
-    if value is not None and not isinstance(value, str):
-        raise TypeError(f"{type(value).__name__} where text belongs")
-    return value
+    if value is None or isinstance(value, str):
+        return value
+    raise TypeError(f"{type(value).__name__} where text belongs")
 
 
 def _valid_json(arguments: str) -> str:

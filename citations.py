@@ -44,7 +44,6 @@ READ_BEFORE = " It may rest on what was read earlier in this conversation."
 ABOUT_THE_NOTES = re.compile(r"\byour (?:own )?(?:notes?|knowledge base|vault)\b|\baccording to (?:the|your) notes?\b"
                              r"|\bthe notes? (?:says?|said|mentions?)\b|你的笔记|您的笔记|笔记(?:里|中|上)|根据笔记", re.I)
 QUOTE_CHARS = 500  # a quoted passage longer than this is not looked for
-NAME_END = 6  # names a tool named are looked up by their last this many characters (or all, if shorter)
 
 _PATH = r"[\w\-./+#]*[\w\-+#]\.(?:md|txt)"  # C++.md, C#.md
 _BEFORE = r"(?<![\w\-./~\\])"
@@ -106,47 +105,36 @@ def shell_shown(command: str, output: str) -> Shown:
 # --- What the model was shown ---
 
 class Seen:
-    """What tool results showed the model, added up as they come: each note's lines, the notes named (by their
-    last NAME_END characters, to find those an answer names), and, as seen_before keeps it, how far into a history."""
+    """What tool results showed the model, added up as they come: each note's lines, the notes named; `upto`: of
+    the history seen_before adds up, the messages added."""
 
     def __init__(self):
         self.lines: dict[str, set[int]] = {}
-        self.named: dict[str, set[str]] = {}  # a name's last NAME_END characters -> the names ending so
-        self.results, self.upto, self.last = 0, 0, None  # tool results added; of history[:upto], the last message
+        self.named: set[str] = set()
+        self.longest, self.results, self.upto = 0, 0, 0  # the longest name's characters; tool results added
 
     def add(self, messages: list[dict]) -> "Seen":
-        for message in messages:
-            if message.get("role") != "tool":
-                continue
-            self.results += 1
+        for message in (m for m in messages if m.get("role") == "tool"):
             shown = message.get(SHOWN) or {}
             for path, numbers in (shown.get("lines") or {}).items():
                 self.lines.setdefault(path, set()).update(numbers)
-            for path in [*shown.get("lines", ()), *shown.get("named", ())]:
-                self.named.setdefault(path[-NAME_END:], set()).add(path)
+            named = [*(shown.get("lines") or ()), *(shown.get("named") or ())]
+            self.named.update(named)
+            self.longest, self.results = max([self.longest, *map(len, named)]), self.results + 1
         return self
-
-    def knows(self, path: str) -> bool:
-        return path in self.named.get(path[-NAME_END:], ())
 
     def names_in(self, text: str) -> set[str]:
         """The names a tool named that occur in the text (each ends at a ".md" or ".txt" of it)."""
-        found = set()
-        for end in (m.end() for m in _SUFFIX.finditer(text)):
-            for size in range(len(".md") + 1, NAME_END + 1):
-                found |= {name for name in self.named.get(text[max(0, end - size):end], ())
-                          if text.startswith(name, end - len(name))}
-        return found
+        return {text[start:end] for end in (m.end() for m in _SUFFIX.finditer(text))
+                for start in range(max(0, end - self.longest), end) if text[start:end] in self.named}
 
 
 def seen_before(history: list[dict], upto: int) -> Seen:
     """What the tool results of history[:upto] showed the model. A history that can keep it (one with `seen`, as
-    sessions.History) keeps it, so the next call adds only the messages since (all of them, for another history)."""
-    seen = getattr(history, "seen", None) or Seen()
-    if seen.upto > upto or seen.upto and history[seen.upto - 1] is not seen.last:
-        seen = Seen()
-    seen.add(history[seen.upto:upto])
-    seen.upto, seen.last = upto, history[upto - 1] if upto else None
+    sessions.History) keeps it, so the next call adds only the messages since."""
+    kept = getattr(history, "seen", None)
+    seen = kept if kept and kept.upto <= upto else Seen()
+    seen.add(history[seen.upto:upto]).upto = upto
     if hasattr(history, "seen"):
         history.seen = seen
     return seen
@@ -178,7 +166,7 @@ def _mentions(prose: str, seen: tuple[Seen, ...], exists: Callable[[str], bool])
     for match in pattern.finditer(prose):
         path, start = match["path"], match.start()
         head = _CJK_HEAD.match(path)
-        if head and not any(s.knows(path) for s in seen) and not exists(path):
+        if head and not any(path in s.named for s in seen) and not exists(path):
             path, start = path[head.end():], start + head.end()
         first = int(match["start"]) if match["start"] else None
         last = int(match["end"]) if match["end"] else first
@@ -293,7 +281,7 @@ def _check(answer: str, earlier: Seen, now: Seen, read: Reader) -> Report:
             continue  # a path named, not cited
         problem = _problem(mention, quotes.get(index, []), lines_of, note(mention.path))
         checks.append(Check(text, mention.path, mention.first, mention.last, problem, nth))
-    about = (checks or any(not now.knows(m.path) and exists(m.path) for m in mentions)
+    about = (checks or any(m.path not in now.named and exists(m.path) for m in mentions)
              or (not now.results and (mentions or ABOUT_THE_NOTES.search(prose))))
     unread = UNREAD + READ_BEFORE * bool(earlier.lines) if about and not now.lines else ""
     return Report(checks, unread)

@@ -27,10 +27,9 @@ HEAD_SHARE = 0.3  # the first turns kept through every trim, as a stable prefix 
 KEEP_RECENT_TURNS = 2  # a follow-up ("and what else does it say?") needs the notes read just before
 ELIDED_HEAD_CHARS = 300  # what stays of a shortened tool result, for the model to recognise it
 INTERRUPTED_RESULT = "not executed: the conversation stopped before this tool ran"
-# A tool message's bookkeeping, never sent (agent.Model.request leaves it out): what its result showed, as data
-# (tools.execute_tool makes it; the session store keeps it): {"lines": {note: [line, ...]} whose text it showed,
-# "named": [note, ...], "error": true, "unlisted": true (it may hold note text beyond those lines: a shell command's
-# output)}, each key only when it says something. A message saved before it was kept has none.
+# A tool message's bookkeeping, never sent: what its result showed (tools.execute_tool): {"lines": {note: [line, ...]}
+# whose text it showed, "named": [note, ...], "error": true, "unlisted": true (it may hold more note text: a shell's
+# output)}, each key only when it says something. One saved before it was kept (sessions.py) has none.
 SHOWN = "shown"
 
 

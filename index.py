@@ -88,10 +88,10 @@ def _note_stat(path: str, kb: Path):
 
 def read_text(kb: Path, rel_path: str):
     """The text of a note's first INDEX_MAX_NOTE_BYTES, or None if it cannot be read or looks binary."""
-    return _read(kb, rel_path)[0]
+    return _text_and_target(kb, rel_path)[0]
 
 
-def _read(kb: Path, rel_path: str) -> tuple:
+def _text_and_target(kb: Path, rel_path: str) -> tuple:
     """(read_text's text, the note's real path if links on its way lead elsewhere, else None). Read as the tools
     read: from the notes folder's descriptor, no link followed, so a folder swapped for a link to elsewhere
     mid-search reads nothing outside; a note reached through a link inside the notes is read where it leads."""
@@ -163,7 +163,7 @@ def _row(kb: Path, path: str, size_mtime, private_rules: list):
     """A note's `notes` columns, then its `fts` columns (size_mtime None: stat it now); None if it cannot be read."""
     try:
         size_mtime = size_mtime or _note_stat(str(kb / path), kb)
-        text, real = _read(kb, path) if size_mtime else (None, None)
+        text, real = _text_and_target(kb, path) if size_mtime else (None, None)
     except (OSError, RuntimeError):
         return None
     if text is None:

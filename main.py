@@ -218,7 +218,8 @@ class Chat:
         turn, total = conversation.turn_usage, conversation.session_usage()
         sent, tokens = (self.model if isinstance(self.model, Model) else Model(settings)).request(conversation.history)
         calls = f" ({turn.calls} API calls)" if turn.calls else ""
-        in_all = f"{total.tokens()} in all" if total.prompt or total.completion else "no tokens reported yet"
+        in_all = (f"{total.prompt:,} prompt + {total.completion:,} completion tokens in all"
+                  if total.prompt or total.completion else "no tokens reported yet")
         self.display.info(f"last answer : {turn}{calls}\nconversation: {in_all}\n"
                           f"next request: ~{tokens:,} of {settings.context_tokens:,} tokens (CONTEXT_TOKENS), "
                           f"carrying {len(sent) - 1} of {len(conversation.history)} messages")

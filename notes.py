@@ -61,10 +61,6 @@ class Shown(str):
         shown.lines, shown.named, shown.unlisted = lines or {}, tuple(named), unlisted
         return shown
 
-    def after(self, head: str) -> "Shown":
-        """The same result with `head` before its text (a notice)."""
-        return Shown(head + self, self.lines, self.named, self.unlisted)
-
 
 def visible(text: str, lines: bool = False) -> str:
     """Text from the model or a note with control characters shown as escapes, for a person to read: no escape

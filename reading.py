@@ -34,7 +34,7 @@ def search_notes(settings: Settings, query: str, folder: str | None = None) -> S
     except embeddings.EmbedError as exc:
         embedder, notice = None, f"(Keyword results only: {exc}.)\n"
     found = search.search_notes(settings.kb, settings.index_dir, query, folder, settings.search_watch, embedder)
-    return found.after(notice)
+    return Shown(notice + found, found.lines, found.named)
 
 
 def list_notes(settings: Settings, folder: str | None = None, person: bool = False) -> Shown:

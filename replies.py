@@ -19,7 +19,7 @@ what it finds.
 
 import json
 import re
-from dataclasses import astuple, dataclass
+from typing import NamedTuple
 
 TOOLS_ECHO = ("<tools>", "</tools>")  # Qwen's template lists the tools so; small models repeat the tags
 TAGGED = ("<tool_call>", "</tool_call>")  # Hermes / Qwen2.5 tool-call tags
@@ -145,8 +145,7 @@ def server_kept_fewer(sent_estimate: int, reported_prompt_tokens: int, ratio: fl
     return sent_estimate >= MIN_JUDGED_ESTIMATE and 0 < counted < KEPT_SHARE * sent_estimate * ratio
 
 
-@dataclass(frozen=True)
-class Usage:
+class Usage(NamedTuple):
     """Tokens as the server counted them, over some API calls: one call's (`of` its usage), or a sum of them (+);
     str() says it as the person reads it, never "0 + 0" for what was not counted."""
     prompt: int = 0
@@ -157,29 +156,23 @@ class Usage:
 
     @classmethod
     def of(cls, usage) -> "Usage":
-        """One call's, from the usage the server sent (an SDK object or a dict; None: it sent none)."""
-        def get(value, key):
-            return value.get(key) if isinstance(value, dict) else getattr(value, key, None)  # None when value is None
+        """One call's, from the usage object the server sent (None: it sent none)."""
         if usage is None:
             return cls(calls=1, unreported=1)
-        hits = get(usage, "prompt_cache_hit_tokens")
-        if hits is None:
-            hits = get(get(usage, "prompt_tokens_details"), "cached_tokens")
-        return cls(int(get(usage, "prompt_tokens") or 0), int(get(usage, "completion_tokens") or 0), int(hits or 0), 1)
+        hits = getattr(usage, "prompt_cache_hit_tokens", None)
+        hits = getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", None) if hits is None else hits
+        return cls(int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0), int(hits or 0), 1)
 
     def __add__(self, other: "Usage") -> "Usage":
-        return Usage(*(a + b for a, b in zip(astuple(self), astuple(other))))
-
-    def tokens(self) -> str:
-        return f"{self.prompt:,} prompt + {self.completion:,} completion tokens"
+        return Usage(*map(sum, zip(self, other)))
 
     def __str__(self) -> str:
         if not self.calls:  # e.g. no server listening
             return "no API call was answered"
         if self.unreported == self.calls:
             return "not reported by the server"
-        some = f" ({self.unreported} of {self.calls} API calls not reported)" if self.unreported else ""
-        return self.tokens() + some
+        some = f" ({self.unreported} of {self.calls} API calls not reported)" * bool(self.unreported)
+        return f"{self.prompt:,} prompt + {self.completion:,} completion tokens{some}"
 
 
 def _without_echo(text: str) -> str:

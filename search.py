@@ -163,7 +163,7 @@ def _search(idx: Index, query: str, rest: str, parsed: tuple, tags: list, lo: st
         hits = hits[:every] + _fuse(hits[every:], by_meaning, {path for path, _, _ in hits[:every]})
     patterns = _line_patterns(words) + _tag_patterns(tags)
     text = _format_hits(idx, patterns, hits[:SEARCH_MAX_HITS], total, some_only, where_text, query)
-    return text.after(f"{notice}\n") if notice else text
+    return Shown(f"{notice}\n{text}", text.lines, text.named) if notice else text
 
 
 def _hidden_copy(idx: Index, path: str) -> bool:

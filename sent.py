@@ -118,18 +118,18 @@ def report(store, session_id: int | None, kb, everything: bool = False) -> str:
     record = store.sent(None if everything else session_id, kb)
     endpoints: dict[tuple, _Endpoint] = {}
     calls = defaultdict(list)  # conversation -> [(the last message it carried, endpoint and model)] of its calls
-    counted = defaultdict(lambda: [0, 0])  # conversation -> the tokens of its recorded calls
+    counted = defaultdict(Usage)  # conversation -> what its recorded calls counted
     for sid, when, endpoint, model, reported, prompt, completion, hits, last_message in record.calls:
-        group = endpoints.setdefault((endpoint, model), _Endpoint(endpoint, model))
-        group.add(when, Usage(prompt, completion, hits, 1, not reported))
+        usage = Usage(prompt, completion, hits, 1, not reported)
+        endpoints.setdefault((endpoint, model), _Endpoint(endpoint, model)).add(when, usage)
         calls[sid].append((last_message or 0, (endpoint, model)))
-        counted[sid][0], counted[sid][1] = counted[sid][0] + prompt, counted[sid][1] + completion
+        counted[sid] += usage
     # Tokens a conversation counted beyond its recorded calls: calls made before they were recorded.
-    earlier = {sid: (prompt - counted[sid][0], completion - counted[sid][1])
+    earlier = {sid: Usage(prompt - counted[sid].prompt, completion - counted[sid].completion)
                for sid, (prompt, completion) in record.totals.items()
-               if prompt > counted[sid][0] or completion > counted[sid][1]}
-    for prompt, completion in earlier.values():
-        endpoints.setdefault(EARLIER, _Endpoint(*EARLIER)).usage += Usage(prompt, completion)
+               if prompt > counted[sid].prompt or completion > counted[sid].completion}
+    for usage in earlier.values():
+        endpoints.setdefault(EARLIER, _Endpoint(*EARLIER)).usage += usage
     for sid, results in record.shown.items():
         for row, shown in results:
             for key in {key for last, key in calls[sid] if last > row} or ({EARLIER} if sid in earlier else set()):

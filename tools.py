@@ -229,17 +229,11 @@ def execute_tool(name: str, arguments, settings: Settings, ask=None, review: boo
     text = clean_text(output)  # file names may not be UTF-8
     if len(text) > MAX_TOOL_OUTPUT:
         text = text[:MAX_TOOL_OUTPUT - 60] + f"\n[… cut: {len(text) - MAX_TOOL_OUTPUT + 60} more characters]"
-    return Result(text, error, _shown(output, args, error))
-
-
-def _shown(output: str, args: dict, error: bool) -> dict:
-    """What a result showed, as its history message keeps it (context.SHOWN): the tool's own account (a Shown), and
-    the notes its arguments named."""
-    output = output if isinstance(output, Shown) else Shown(output)
-    named = {*output.named, *(value for name, value in args.items() if name.endswith("_path"))}
+    output = output if isinstance(output, Shown) else Shown(output)  # what it showed, as context.SHOWN keeps it
     shown = {"lines": {path: sorted(set(numbers)) for path, numbers in output.lines.items() if numbers},
-             "named": sorted(named), "error": error, "unlisted": output.unlisted}
-    return {key: value for key, value in shown.items() if value}
+             "named": sorted({*output.named, *(value for arg, value in args.items() if arg.endswith("_path"))}),
+             "error": error, "unlisted": output.unlisted}
+    return Result(text, error, {key: value for key, value in shown.items() if value})
 
 
 def undo(settings: Settings) -> tuple[str, bool]:

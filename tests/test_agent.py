@@ -265,6 +265,23 @@ def test_ctrl_c_mid_answer_keeps_the_text_already_shown(kb):
     assert "Vim: dd deletes a line" in [m.get("content", "").split("\n")[0] for m in client.requests[-1]["messages"]]
 
 
+def test_only_a_malformed_answer_is_told_as_a_wrong_base_url_and_a_bug_of_ours_surfaces_as_one(kb):
+    from openai.types.chat import ChatCompletion
+
+    client = StubClient([])
+    client.create = lambda **params: ChatCompletion.model_construct(choices=[{"message": "?"}])  # as the SDK builds
+    with pytest.raises(AgentError, match=r"not an OpenAI-compatible answer \(AttributeError\)\. Check the base URL"):
+        run_agent("q", [], make_settings(kb, stream=False), client, Recorder())
+
+    class Broken(Recorder):
+        def text(self, text):
+            raise TypeError("a bug in a UI")
+
+    for stream in (True, False):
+        with pytest.raises(TypeError, match="a bug in a UI"):
+            run_agent("q", [], make_settings(kb, stream=stream), StubClient([{"content": "hi"}]), Broken())
+
+
 def test_the_no_key_hint_names_the_config_file_really_read(call_main, tmp_path, kb, monkeypatch):
     """XDG_CONFIG_HOME moves the user config file; the advice to put the key there must follow it."""
     elsewhere = {"XDG_CONFIG_HOME": str(tmp_path / "elsewhere")}

@@ -139,19 +139,20 @@ def test_each_notes_folder_has_its_own_latest_conversation(tmp_path):
 
 
 def test_usage_adds_up_per_turn_run_and_session(tmp_path):
-    class SdkUsage:  # the SDK's usage object has attributes, not keys
-        prompt_tokens, completion_tokens = 1500, 20
+    from openai.types import CompletionUsage
 
-    conversation = talk(store_in(tmp_path), TOOL_TURN[:1])
-    conversation.add_usage(Usage.of({"prompt_tokens": 1200, "completion_tokens": 80, "prompt_cache_hit_tokens": 9}))
+    conversation = talk(store_in(tmp_path), TOOL_TURN[:1])  # DeepSeek's cache hits, then OpenAI's
+    conversation.add_usage(Usage.of(CompletionUsage.model_validate(
+        {"prompt_tokens": 1200, "completion_tokens": 80, "total_tokens": 1280, "prompt_cache_hit_tokens": 9})))
     conversation.begin_turn()
-    conversation.add_usage(Usage.of(SdkUsage()))
+    conversation.add_usage(Usage.of(CompletionUsage(prompt_tokens=1500, completion_tokens=20, total_tokens=1520,
+                                                    prompt_tokens_details={"cached_tokens": 3})))
     conversation.add_usage(Usage.of(None))
-    assert conversation.turn_usage == Usage(1500, 20, 0, calls=2, unreported=1)
+    assert conversation.turn_usage == Usage(1500, 20, 3, calls=2, unreported=1)
     assert str(conversation.turn_usage) == "1,500 prompt + 20 completion tokens (1 of 2 API calls not reported)"
-    assert conversation.run_usage == Usage(2700, 100, 9, calls=3, unreported=1)
+    assert conversation.run_usage == Usage(2700, 100, 12, calls=3, unreported=1)
     other = talk(conversation.store, TOOL_TURN[:1])
-    other.add_usage(Usage.of({"prompt_tokens": 7, "completion_tokens": 3}))
+    other.add_usage(Usage(7, 3, calls=1))
     later = Conversation(store_in(tmp_path))
     later.resume(conversation.session_id)
     assert later.session_usage() == Usage(2700, 100) and str(later.run_usage) == "no API call was answered"
@@ -217,7 +218,7 @@ def test_two_processes_writing_at_once_both_keep_everything(tmp_path):
     code = WRITER + ("sys.stdin.readline()\n"
                      "for i in range(300):\n"
                      "    say({'role': 'user', 'content': f'message {i}'})\n"
-                     "    conversation.add_usage(Usage.of({'prompt_tokens': 10, 'completion_tokens': 1}))\n"
+                     "    conversation.add_usage(Usage(10, 1, calls=1))\n"
                      "print(conversation.session_id)\n")
     procs = [child(code, str(tmp_path / "sessions.db")) for _ in range(2)]
     for p in procs:  # both start writing together
@@ -245,7 +246,7 @@ def test_a_writer_blocked_by_another_process_gives_up_once_and_the_chat_goes_on(
     try:
         assert holder.stdout.readline() == "locked\n"
         conversation = talk(store, TOOL_TURN)
-        conversation.add_usage(Usage.of({"prompt_tokens": 5, "completion_tokens": 1}))
+        conversation.add_usage(Usage(5, 1, calls=1))
         assert conversation.history == TOOL_TURN  # the conversation itself goes on
     finally:
         holder.communicate("done\n")
@@ -415,7 +416,7 @@ def test_failed_write_is_reported_once_and_does_not_raise(tmp_path):
     store = store_in(tmp_path, warnings)
     store.conn.execute("PRAGMA query_only=ON")  # every write now fails, as on a full disk
     conversation = talk(store, TOOL_TURN)
-    conversation.add_usage(Usage.of({"prompt_tokens": 1, "completion_tokens": 1}))
+    conversation.add_usage(Usage(1, 1, calls=1))
     assert conversation.history == TOOL_TURN and conversation.session_id is None
     assert len(warnings) == 1 and warnings[0].endswith("; this conversation is not being saved")
     assert not store.persistent
