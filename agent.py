@@ -311,44 +311,43 @@ class Model:
         import openai
         schemas = tools.tool_schemas(self.settings)  # once per round: every request of it, and their estimates
         offered = {schema["function"]["name"] for schema in schemas}
-        retried, refused = False, None
-        while True:
-            messages, estimate = self.request(history, schemas)
-            if messages == refused:  # nothing more can be left out: the window is too small for this request
-                raise self._too_small(refused_error, schemas)
-            reply, params = Reply(), self._params(messages, schemas)
-            try:
-                reply.receive(self._response(params), self.settings.stream, ui, offered)
-            except openai.APIError as exc:
-                error = _api_error(exc, self.settings, reply.streaming)
-                if reply.shown or reply.reasoning:  # the person saw part of it: asking again would repeat it
-                    _keep_cut_off(history, reply)
-                    raise AgentError(f"The answer broke off midway: {str(error).rstrip('.')}. What was shown above "
-                                     "is incomplete.") from None
-                if isinstance(error, ContextTooLong):
-                    self._learn_window(error.window, estimate)
-                    refused, refused_error = messages, error
+        retried, refused, reply = False, None, Reply()
+        try:
+            while True:
+                messages, estimate = self.request(history, schemas)
+                if messages == refused:  # nothing more can be left out: the window is too small for this request
+                    raise self._too_small(refused_error, schemas)
+                reply, params = Reply(), self._params(messages, schemas)
+                try:
+                    reply.receive(self._response(params), self.settings.stream, ui, offered)
+                except openai.APIError as exc:
+                    error = _api_error(exc, self.settings, reply.streaming)
+                    if reply.shown or reply.reasoning:  # the person saw part of it: asking again would repeat it
+                        raise AgentError(f"The answer broke off midway: {str(error).rstrip('.')}. What was shown "
+                                         "above is incomplete.") from None
+                    if isinstance(error, ContextTooLong):
+                        self._learn_window(error.window, estimate)
+                        refused, refused_error = messages, error
+                        continue
+                    if not reply.streaming or retried:  # the SDK already retried the rest
+                        raise error from None
+                    retried = True
                     continue
-                if not reply.streaming or retried:  # the SDK already retried the rest
-                    raise error from None
-                retried = True
-                continue
-            except NotOpenAI as exc:
-                _keep_cut_off(history, reply)
-                raise AgentError(f"The server at {self.settings.base_url} sent something that is not an "
-                                 f"OpenAI-compatible answer ({exc}). Check the base URL (--base-url; it usually ends "
-                                 "in /v1).") from None
-            except KeyboardInterrupt:
-                _keep_cut_off(history, reply)
-                raise
-            if not self.settings.stream and not reply.finish_reason and not reply.content and not reply.calls:
-                raise AgentError("The API returned a response with no answer in it. Try again.")
-            self._learn_usage(reply.usage, estimate)
-            return reply
+                except NotOpenAI as exc:
+                    raise AgentError(f"The server at {self.settings.base_url} sent something that is not an "
+                                     f"OpenAI-compatible answer ({exc}). Check the base URL (--base-url; it usually "
+                                     "ends in /v1).") from None
+                if not self.settings.stream and not reply.finish_reason and not reply.content and not reply.calls:
+                    raise AgentError("The API returned a response with no answer in it. Try again.")
+                self._learn_usage(reply.usage, estimate)
+                return reply
+        except (KeyboardInterrupt, AgentError):
+            if reply.shown.strip():  # the person saw it: "summarise it" must still work
+                history.append({"role": "assistant", "content": reply.shown + "\n[cut off before the end]"})
+            raise
 
     def _response(self, params: dict):
-        """The server's response: a stream, or one whole completion, which the SDK reads at once (a body that is
-        not JSON raises NotOpenAI)."""
+        """A stream, or one whole completion (read at once: a body that is not JSON raises NotOpenAI)."""
         try:
             return self.client.chat.completions.create(**params)
         except ValueError as exc:
@@ -410,11 +409,6 @@ def execute(calls: list[dict], arguments: list[str], history: list[dict], settin
 def _results(call_ids: list[str], text: str, shown: dict | None = None) -> list[dict]:
     """The tool messages answering these calls: a result and what it showed, or why the call did not run."""
     return [{"role": "tool", "tool_call_id": call_id, "content": text, SHOWN: shown or {}} for call_id in call_ids]
-
-
-def _keep_cut_off(history: list[dict], reply: Reply) -> None:
-    if reply.shown.strip():
-        history.append({"role": "assistant", "content": reply.shown + "\n[cut off before the end]"})
 
 
 def _save(history: list[dict], usage=None, endpoint: tuple[str, str] | None = None) -> None:
