@@ -159,9 +159,9 @@ def _prose(answer: str) -> str:
 def _mentions(prose: str, seen: tuple[Seen, ...], exists: Callable[[str], bool]) -> list[_Mention]:
     """Every note path in the prose, with the lines cited after it. Paths a tool named are found whole, spaces and
     all; a run of Chinese glued before a path ("见python.md") is not part of it unless such a note exists."""
-    names = "|".join(re.escape(path) for path in sorted(set().union(*(s.names_in(prose) for s in seen)), key=len,
-                                                          reverse=True))
-    pattern = re.compile(_BEFORE + "(?P<path>" + names + "|" + _PATH + ")" + _LINES + _AFTER) if names else _PATHS
+    named = sorted(set().union(*(s.names_in(prose) for s in seen)), key=len, reverse=True)  # the longest first
+    names = "".join(re.escape(path) + "|" for path in named)
+    pattern = re.compile(_BEFORE + "(?P<path>" + names + _PATH + ")" + _LINES + _AFTER) if names else _PATHS
     found = []
     for match in pattern.finditer(prose):
         path, start = match["path"], match.start()

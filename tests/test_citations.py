@@ -173,6 +173,14 @@ def test_the_one_shot_answer_is_stdout_and_each_failed_citation_a_line_on_stderr
     assert "python.md:3 —" not in result.stderr and "\x1b" not in result.stderr
 
 
+def test_what_was_read_in_an_earlier_run_is_kept_with_the_conversation(call_main, fake_llm, kb):
+    assert call_main("find vim notes", kb=kb, base_url=fake_llm.base_url).returncode == 0  # searches, reads vim.md
+    fake_llm.replies = [{"content": '"dd" deletes a line (vim.md:3); "gg" (vim.md:99).'}]
+    result = call_main("--continue", "and dd?", kb=kb, base_url=fake_llm.base_url)
+    assert "✗ vim.md:99 — the note has 4 lines" in result.stderr and "vim.md:3 —" not in result.stderr
+    assert citations.READ_BEFORE.strip() in result.stderr
+
+
 @posix_only
 def test_in_the_chat_the_failed_citations_follow_the_answer_before_the_next_prompt(kb, fake_llm, tmp_path):
     env = child_env(DEEPSEEK_API_KEY="x", DEEPSEEK_BASE_URL=fake_llm.base_url, KNOWLEDGE_BASE=str(kb), NO_COLOR="1",
