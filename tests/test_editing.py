@@ -137,6 +137,20 @@ def test_a_change_to_the_same_text_says_nothing_was_written(settings, kb):
     assert history_texts(kb, "python.md") == [] and (kb / "python.md").read_bytes() == before
 
 
+def test_a_reorder_of_a_long_note_is_never_shown_as_no_change(settings, kb):  # a red team's 32,000 lines
+    (kb / "rep.md").write_text("a\nb\n" * 16_000, encoding="utf-8")
+    result = run_tool(settings, "write_note", file_path="rep.md", content="b\na\n" * 16_000, overwrite=True)
+    assert result.splitlines()[0] == "~ rep.md  +0 \u22120, 16000 lines moved", result
+    lines = [f"entry {i}\n" for i in range(6_000)]  # a block of 1,000 lines cut and pasted further down
+    (kb / "log.md").write_text("".join(lines), encoding="utf-8")
+    result = run_tool(settings, "write_note", file_path="log.md", overwrite=True,
+                      content="".join(lines[:1000] + lines[2000:5000] + lines[1000:2000] + lines[5000:]))
+    assert result.splitlines()[0] == "~ log.md  +0 \u22120, 1000 lines moved", result
+    (kb / "log.md").write_text("".join(lines), encoding="utf-8")
+    result = run_tool(settings, "write_note", file_path="log.md", content="".join(["new\n"] + lines[:-1]), overwrite=True)
+    assert result.splitlines()[0] == "~ log.md  +1 \u22121", result  # a line in at the top, one out at the end: no move
+
+
 def test_overwrite_keeps_the_notes_bom_and_crlf(settings, kb):
     (kb / "w.md").write_bytes(codecs.BOM_UTF8 + b"old\r\n")
     run_tool(settings, "write_note", file_path="w.md", content="new\nlines\n", overwrite=True)
