@@ -271,6 +271,22 @@ def conflict_of(rel_path: str) -> str | None:
     return None
 
 
+# iCloud's `name 2.md`, Google Drive's `name (1).md`, OneDrive's `name-HOSTNAME.md`: names an ordinary note has too
+# (Obsidian's own `Untitled 2.md`), so they make no sync-conflict copy to search or list, only a private one.
+_COPY_NAME = re.compile(r"(?P<name>.+?)(?: [2-9]| [1-9]\d+| \([1-9]\d*\)|-(?=[A-Z0-9-]*[A-Z])[A-Z0-9][A-Z0-9-]{1,14})"
+                        r"(?P<ext>\.[^.]+)")
+
+
+def copy_of(rel_path: str) -> str | None:
+    """The note this may be a copy of, by any sync service's name for one (conflict_of's, iCloud's, Google Drive's,
+    OneDrive's), in the same folder; None for none. For privacy, where a name taken for a copy only keeps it private."""
+    if original := conflict_of(rel_path):
+        return original
+    path = PurePosixPath(rel_path)
+    found = _COPY_NAME.fullmatch(path.name)
+    return str(path.with_name(found["name"] + found["ext"])) if found else None
+
+
 # --- Daily notes and templates ---
 _MOMENT = re.compile(r"\[[^\]]*\]|YYYY|YY|Q|MMMM|MMM|MM|M|Do|DDDD|DDD|DD|D|dddd|ddd|dd|d|E|HH|H|hh|h|mm|m|ss|s"
                      r"|A|a|WW|W|GGGG|GG")

@@ -11,6 +11,7 @@ import pytest
 from conftest import Recorder, StubClient, make_settings
 from fake_embedder import FakeEmbedder
 
+import embeddings
 import index
 import mcp_server
 import shell
@@ -131,6 +132,42 @@ def test_a_sync_conflict_copy_of_a_private_note_is_private(vault):  # found by a
     (vault / ".trash" / "old.secret.md").write_text(f"{SECRET}\n", encoding="utf-8")
     result = tools.execute_tool("read_note", {"file_path": ".trash/old.secret.md"}, make_settings(vault))
     assert result.error and "hidden" in result.text and SECRET not in result.text
+
+
+CLOUD_COPIES = ["bank.secret 2.md", "bank.secret (1).md",  # iCloud's and Google Drive's, of a .kaignore'd note
+                "bank.secret-DESKTOP-AB12.md", "work/salary 2.md"]  # OneDrive's; iCloud's of a note saying private
+
+
+def cloud_copies(vault):
+    for copy in CLOUD_COPIES:
+        (vault / copy).write_text(f"# Copy\n\n{SECRET} dinner plans, [[vim]].\n", encoding="utf-8")
+    for name in ("Chapter 2.md", "Untitled.md", "Untitled 2.md"):  # such names are ordinary notes too
+        (vault / name).write_text("# Whales\n\nWhales sing.\n", encoding="utf-8")
+
+
+def test_a_cloud_copy_of_a_private_note_is_private(vault, tmp_path):  # found by a red team
+    cloud_copies(vault)
+    sent = tried_on(vault, CLOUD_COPIES)
+    assert "7 private note(s) not listed" in sent and "sync-conflict cop" not in sent
+    found = ask(vault, "search_notes", query="whales")
+    assert all(name in found for name in ("Chapter 2.md", "Untitled.md", "Untitled 2.md")) and "cop" not in found
+    index.close_index()
+    with FakeEmbedder() as embedder:
+        settings = make_settings(vault, index_dir=tmp_path / "index", embed_model="fake",
+                                 embed_base_url=embedder.base_url)
+        assert embeddings.reindex(settings) == 0  # --reindex: every note that may be embedded
+        sent = " ".join(embedder.inputs())
+    assert SECRET not in sent and "Whales" in sent
+    index.close_index()
+
+
+@pytest.mark.skipif(shell.sandbox_problem() is not None, reason=f"no sandbox here: {shell.sandbox_problem()}")
+def test_the_shell_cannot_read_a_cloud_copy_of_a_private_note(vault):
+    cloud_copies(vault)
+    result = tools.execute_tool("bash", {"command": f"grep -rl {SECRET} .; grep -rl Whales . | sort"},
+                                make_settings(vault, allow_shell=True, auto_approve=True))
+    assert SECRET not in result.text and all(f"./{copy}: Permission denied" in result.text for copy in CLOUD_COPIES)
+    assert "./Chapter 2.md\n./Untitled 2.md\n./Untitled.md" in result.text
 
 
 def test_private_in_any_case_keeps_a_note_private(vault):  # Obsidian's property names ignore case; a red team's
