@@ -3,14 +3,13 @@
     summary(change) -> "~ notes/git.md  +3 −1"      diffs(change) -> [(title, unified diff)]
 
 Counting and diffing take milliseconds on any note: the lines both sides share at head and tail are set aside first,
-and past DIFF_MAX_WORK the changed middle is shown as a whole replacement and its lines counted in n log n time,
-moved ones apart (`+0 −0, 16000 lines moved`), so that a reorder never looks like no change. Control characters and
-direction marks in what is shown are escapes, so a note cannot hide what changes. It only reads the change it is given.
+and past DIFF_MAX_WORK the changed middle is shown as a whole replacement and counted in n log n time, the lines
+moved apart (a reorder is never `+0 −0`). Control characters and direction marks in what is shown are escapes, so
+a note cannot hide what changes. It only reads the change it is given.
 """
 
 import bisect
 import difflib
-import itertools
 import os
 import re
 
@@ -22,7 +21,6 @@ DIFF_MAX_LINES = 400  # lines of a diff shown for review; a longer one says how 
 # difflib takes time that grows with the product of the changed parts' lengths (far more on repetitive notes):
 # past this product a change is estimated (_estimate) and shown as a whole replacement, so no summary takes a second.
 DIFF_MAX_WORK = 4_000_000
-_NO_MORE = itertools.repeat(None)  # what a line's copies answer once all are paired
 
 
 def _text(data: bytes | None) -> str:
@@ -64,8 +62,7 @@ def diffs(change) -> list[tuple[str, str]]:
 
 
 def change_summary(rel_path: str, old_text: str, new_text: str) -> str:
-    """`~ notes/git.md  +3 −1`: lines added and removed; past DIFF_MAX_WORK estimated, with the lines moved
-    (`+0 −0, 16000 lines moved`: a reorder is never shown as no change)."""
+    """`~ notes/git.md  +3 −1`: lines added and removed; past DIFF_MAX_WORK `+0 −0, 16000 lines moved` (_estimate)."""
     _, a, b = _changed_lines(old_text, new_text)
     if len(a) * len(b) > DIFF_MAX_WORK:
         removed, added, moved = _estimate(a, b)
@@ -78,12 +75,11 @@ def change_summary(rel_path: str, old_text: str, new_text: str) -> str:
 def _estimate(a: list, b: list) -> tuple[int, int, int]:
     """(lines removed, added, moved) in n log n time: the k-th copy of a line in `b` is paired with its k-th copy in
     `a`; a line left unpaired is removed or added, a paired one off the longest run kept in order (patience) moved."""
-    places = {}
-    for i, line in enumerate(a):
-        places.setdefault(line, []).append(i)
-    copies = {line: itertools.chain(found, _NO_MORE).__next__ for line, found in places.items()}
-    paired = [place for line in b if (place := copies.get(line, _NO_MORE.__next__)()) is not None]
-    kept = [-1]  # kept[i]: the least old place that a run of i lines kept in order can end at
+    places = {}  # line -> where it is in `a`, last first
+    for i in range(len(a) - 1, -1, -1):
+        places.setdefault(a[i], []).append(i)
+    paired = [places[line].pop() for line in b if places.get(line)]
+    kept = [-1]  # kept[n]: the least place in `a` that n lines kept in order can end at
     for place in paired:
         if place > kept[-1]:
             kept.append(place)

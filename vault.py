@@ -278,13 +278,10 @@ _COPY_NAME = re.compile(r"(?P<name>.+?)(?: [2-9]| [1-9]\d+| \([1-9]\d*\)|-(?=[A-
 
 
 def copy_of(rel_path: str) -> str | None:
-    """The note this may be a copy of, by any sync service's name for one (conflict_of's, iCloud's, Google Drive's,
-    OneDrive's), in the same folder; None for none. For privacy, where a name taken for a copy only keeps it private."""
-    if original := conflict_of(rel_path):
-        return original
-    path = PurePosixPath(rel_path)
-    found = _COPY_NAME.fullmatch(path.name)
-    return str(path.with_name(found["name"] + found["ext"])) if found else None
+    """conflict_of's note, or the one a name of iCloud's, Google Drive's or OneDrive's form may be a copy of: for
+    privacy, where a note of its own taken for a copy is only kept private."""
+    found = _COPY_NAME.fullmatch(PurePosixPath(rel_path).name)
+    return conflict_of(rel_path) or found and str(PurePosixPath(rel_path).with_name(found["name"] + found["ext"]))
 
 
 # --- Daily notes and templates ---

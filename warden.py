@@ -11,9 +11,9 @@ all it starts, root included:
   however spelled.
 - no capabilities at all, and no_new_privs: a setuid program gains nothing;
 - a seccomp filter for what Landlock does not see: sockets other than socketpairs (with the network allowed, TCP and
-  UDP over IPv4/IPv6), chmod and chown, times and extended attributes set by a path, device nodes, the kernel keyring, ptrace, mounts and namespaces, signals to
-  the warden, and what would go around the filter (io_uring, x32 calls; another architecture's calls kill the
-  process). Refused calls fail with EPERM.
+  UDP over IPv4/IPv6), chmod and chown, times and extended attributes set by a path (only a descriptor sets them),
+  device nodes, the kernel keyring, ptrace, mounts and namespaces, signals to the warden, and what would go around
+  the filter (io_uring, x32 calls; another architecture's calls kill the process). Refused calls fail with EPERM.
 sandbox_problem() says, on the agent's side, why the sandbox cannot be built here. Off Linux the warden stops the
 command's process group, as orphans are not adopted there. It never runs a command unsandboxed where the sandbox
 should apply: if entering it fails, nothing runs. It imports nothing of the project: its start-up is every command's.

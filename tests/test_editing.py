@@ -71,7 +71,7 @@ def test_overlapping_matches_count_as_ambiguous(settings, kb):
 
 @pytest.mark.parametrize("args, expected", [
     ({"file_path": "python.md", "old_text": "", "new_text": "x"}, "old_text is empty"),
-    ({"file_path": "nope.md", "old_text": "a", "new_text": "b"}, "does not exist"),
+    ({"file_path": "nope.md", "old_text": "a", "new_text": "b"}, "no such note"),  # as a private one
     ({"file_path": "python.md", "old_text": "Use venv", "new_text": "Use venv"}, "the same"),
 ])
 def test_edit_refusals(settings, kb, args, expected):
@@ -147,7 +147,8 @@ def test_a_reorder_of_a_long_note_is_never_shown_as_no_change(settings, kb):  # 
                       content="".join(lines[:1000] + lines[2000:5000] + lines[1000:2000] + lines[5000:]))
     assert result.splitlines()[0] == "~ log.md  +0 \u22120, 1000 lines moved", result
     (kb / "log.md").write_text("".join(lines), encoding="utf-8")
-    result = run_tool(settings, "write_note", file_path="log.md", content="".join(["new\n"] + lines[:-1]), overwrite=True)
+    result = run_tool(settings, "write_note", file_path="log.md", content="".join(["new\n"] + lines[:-1]),
+                      overwrite=True)
     assert result.splitlines()[0] == "~ log.md  +1 \u22121", result  # a line in at the top, one out at the end: no move
 
 

@@ -6,6 +6,7 @@ and names; the person still sees them in /read and the page."""
 
 import json
 import os
+import re
 
 import pytest
 from conftest import Recorder, StubClient, make_settings
@@ -72,12 +73,42 @@ def test_a_model_that_tries_every_tool_learns_nothing_of_a_private_note(vault):
     client = StubClient([{"tool_calls": tries}, {"content": "done"}])
     ui = Recorder(answers=[True] * 100)  # even a person saying yes to everything cannot make it leak
     run_agent("what is private?", [], make_settings(kb=vault, max_rounds=3, auto_approve=True), client, ui)
-    sent = results_sent(client)
+    sent = results_sent(client).replace("work/salary.md already exists", "as any note there")  # its own path
     assert leaked(sent) == [] and sent.count(SECRET) == 1  # once: the echo of the model's own query
     assert "3 private note(s) not listed" in sent  # counted, never named
     assert "salary → unresolved" in sent and 'No notes match \\"tag:money\\"' in sent  # to the model: no note
     assert {path: (vault / path).read_bytes() for path in PRIVATE} == before  # and untouched
     assert (vault / "vim.md").exists() and not (vault / "diary" / "new.md").exists()
+
+
+def test_a_private_notes_name_cannot_be_probed(vault):  # found by a red team
+    """Each tool answers for a private path as for a public one: making a note there or moving one onto it as where a
+    note exists, reading or changing it as where none does, at a name .kaignore keeps alike whether a note is there."""
+    (vault / "notes").mkdir()
+    (vault / "notes" / "bank.md").write_text(f"---\nprivate: true\n---\n{SECRET}\n", encoding="utf-8")
+    (vault / "notes" / "open.md").write_text("# Open\n", encoding="utf-8")
+    before = {path: path.read_bytes() for path in vault.rglob("*") if path.is_file()}
+    settings = make_settings(vault, auto_approve=True)
+
+    def answer(tool: str, path: str, **arguments) -> str:
+        arguments.setdefault("to_path" if tool == "move_note" and "from_path" in arguments else "file_path", path)
+        text = tools.execute_tool(tool, arguments, settings).text
+        return re.sub(r"b\u0430nk|\u043epen|bank|open|nobody|2026-11|new|U\+[0-9A-F]{4}", "NAME", text, flags=re.I)
+    making = [("write_note", {"content": "x"}), ("append_note", {"content": "x"}),
+              ("move_note", {"from_path": "vim.md"})]
+    for tool, arguments in making[::2]:
+        assert answer(tool, "notes/bank.md", **arguments) == answer(tool, "notes/open.md", **arguments)
+    for tool, arguments in [("read_note", {}), ("links", {}), ("edit_note", {"old_text": SECRET, "new_text": "x"}),
+                            ("delete_note", {}), ("move_note", {"to_path": "moved.md"})]:
+        key = "from_path" if tool == "move_note" else "file_path"
+        assert answer(tool, "", **{key: "notes/bank.md"}, **arguments) == answer(
+            tool, "", **{key: "notes/nobody.md"}, **arguments), tool
+    for tool, arguments in making:
+        assert answer(tool, "diary/2026-11.md", **arguments) == answer(tool, "diary/new.md", **arguments)
+        for twin, public in (("notes/Bank.md", "notes/Open.md"), ("notes/bank 2.md", "notes/open 2.md"),
+                             ("notes/b\u0430nk.md", "notes/\u043epen.md")):  # look-alikes of it, a copy's name
+            assert answer(tool, twin, **arguments) == answer(tool, public, **arguments), (tool, twin)
+    assert {path: path.read_bytes() for path in vault.rglob("*") if path.is_file()} == before  # nothing written
 
 
 def tried_on(vault, paths: list) -> str:
