@@ -157,10 +157,11 @@ class Reply:
         self.held = 0  # content from here on may still be tool calls written as text (replies.held_from)
         self.streaming = False  # the stream has started: the SDK does not retry errors raised while reading it
 
-    def receive(self, parts, stream: bool, ui: UI, offered: set[str]) -> None:
+    def receive(self, parts, stream: bool, ui: UI) -> None:
         """Read the response (a stream's chunks, or one whole completion), showing text and reasoning as they come.
         Text that starts like a tool call written as text (a small model's habit) is held back until it is clear
-        which it is: calls naming `offered` tools are run as if the server had sent them, anything else shown."""
+        which it is: calls are run as if the server had sent them (a broken one or an unknown tool gets an error result
+        that tells the model what is wrong), anything else shown."""
         self.streaming = stream
         for usage, finish_reason, reasoning, content, calls in _pieces(parts if stream else [parts], stream):
             self.usage, self.finish_reason = usage or self.usage, finish_reason or self.finish_reason
@@ -180,12 +181,12 @@ class Reply:
         if stream and self.finish_reason is None and not (self.content or self.calls or self.reasoning):
             raise NotOpenAI("the stream held no answer")  # e.g. an HTML page served as text/event-stream
         held = len(self.content) if self.calls else self.held
-        written = replies.text_tool_calls(self.content[held:], offered) if held < len(self.content) else None
-        if written:  # kept as the server would have sent them: any server accepts the history
+        if held < len(self.content) and self.finish_reason == "length":
+            self.content = self.content[:held]  # calls cut off mid-way are neither run nor an answer: the notice says so
+        elif held < len(self.content) and (written := replies.text_tool_calls(self.content[held:])):
+            # kept as the server would have sent them: any server accepts the history
             self.calls = {i: {"id": None, "name": c["name"], "arguments": [c["arguments"]]} for i, c in enumerate(written)}
             self.content = self.content[:held].rstrip()
-        elif held < len(self.content) and self.finish_reason == "length":
-            self.content = self.content[:held]  # calls cut off mid-way are no answer: the notice says it was cut
         self._show(ui, len(self.content))
 
     def _show(self, ui: UI, upto: int) -> None:  # what was held back, or the new piece
@@ -310,7 +311,6 @@ class Model:
         marked cut off: the person saw it, so "summarise it" must still work."""
         import openai
         schemas = tools.tool_schemas(self.settings)  # once per round: every request of it, and their estimates
-        offered = {schema["function"]["name"] for schema in schemas}
         retried, refused, reply = False, None, Reply()
         try:
             while True:
@@ -319,7 +319,7 @@ class Model:
                     raise self._too_small(refused_error, schemas)
                 reply, params = Reply(), self._params(messages, schemas)
                 try:
-                    reply.receive(self._response(params), self.settings.stream, ui, offered)
+                    reply.receive(self._response(params), self.settings.stream, ui)
                 except openai.APIError as exc:
                     error = _api_error(exc, self.settings, reply.streaming)
                     if reply.shown or reply.reasoning:  # the person saw part of it: asking again would repeat it

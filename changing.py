@@ -29,7 +29,7 @@ import versions
 from approval import Approval
 from config import Settings
 from notes import HISTORY_DIR, Shown, ToolError, is_note_path, plural, rel
-from reading import MAX_NOTE_BYTES, guarded, linked_here, note_links, note_text
+from reading import MAX_NOTE_BYTES, MISSING, guarded, linked_here, note_links, note_text
 
 EDIT_CLOSEST_LINES = 3  # lines shown when edit_note's old_text is not found
 HINT_WIDTH = 200  # characters of the passage compared, and of a long line shown
@@ -48,7 +48,7 @@ def _changeable(settings: Settings, path, size_limit: bool = True) -> str:
     if path.is_dir():
         raise ToolError(f"{name} is a folder, not a note.")
     if not path.is_file():
-        raise ToolError(f"{name} does not exist.", "Use search_notes or list_notes to find the right path.")
+        raise ToolError(*MISSING)  # as for a private note
     if size_limit and path.stat().st_size > MAX_NOTE_BYTES:
         raise ToolError(f"{name} is larger than {MAX_NOTE_BYTES} bytes; it is too big to change safely here.")
     return name
@@ -89,31 +89,40 @@ def _told(settings: Settings, change: versions.Change, words: str) -> Shown:
 
 
 def _new_name(settings: Settings, name: str, moving: str = "") -> str:
-    """A new note's name (or the new name of the note `moving`), refused if it could be mistaken for another: an
-    invisible formatting character (U+200B, U+061C, …), or a part that differs from an existing one only in case or
-    Unicode form (Other.md beside oTHER.md, café in NFC and NFD): links ignore case, and macOS sees one file."""
-    if hidden := next((c for c in name if unicodedata.category(c) == "Cf"), None):
-        raise ToolError(f"the name {notes.visible(name)!r} holds an invisible formatting character "
-                        f"(U+{ord(hidden):04X}); a new note's name may not.", "Choose the name without it.")
+    """A new note's name (or the new name of the note `moving`), refused if it could be mistaken for another: a
+    character that shows nothing there (U+200B, U+034F, a variation selector after a letter), a part that looks like
+    an existing one (_alike: oTHER.md beside Other.md, café in NFC and NFD, a Cyrillic рlan.md beside plan.md), or a
+    sync copy's name of a note beside it (vault.copy_of). No answer names the other note: it may be private."""
+    if hidden := next((c for i, c in enumerate(name) if notes.ignorable(c) and not notes.joins(name, i)), None):
+        raise ToolError(f"the name '{notes.visible(name)}' holds an invisible character (U+{ord(hidden):04X}); a new "
+                        "note's name may not.", "Choose the name without it.")
+    if (original := vault.copy_of(name)) and original != moving and os.path.lexists(settings.kb / original):
+        raise ToolError(f"'{notes.visible(name)}' is the name a sync service gives a copy of the note beside it, so it "
+                        "would be taken for one; nothing was changed.", "Choose another name.")
     folder = settings.kb
     for part in name.split("/"):
         try:
             twin = next((entry for entry in os.listdir(folder) if entry != part and _alike(entry) == _alike(part)), "")
         except OSError:  # a folder the change makes: nothing in it yet
             break
-        if twin and privacy.is_private(settings.kb, rel(settings.kb, folder / twin)):  # named to nobody
-            raise ToolError("no note can be made at that path (the person keeps it from the model).",
-                            "Choose another name.")
         if twin and rel(settings.kb, folder / twin) != moving:
-            raise ToolError(f"{notes.visible(rel(settings.kb, folder / twin))} already exists, and "
-                            f"{notes.visible(part)!r} differs from it only in case or Unicode form; nothing was "
-                            "changed.", "Use that name, or choose one that differs in more than case.")
+            odd = "".join(f", U+{ord(c):04X}" for c in dict.fromkeys(part) if _alike(c) != c.casefold())
+            where = f"{rel(settings.kb, folder)}/" if folder != settings.kb else "the top folder"
+            raise ToolError(f"'{notes.visible(part)}' looks the same as a name in {where} (it differs only in case, "
+                            f"Unicode form or letters drawn alike{odd}); nothing was changed.",
+                            "list_notes shows the names there: use that one, or a name that differs in more.")
         folder = folder / part
     return name
 
 
+# Cyrillic and Greek letters drawn as Latin ones (Unicode's confusables.txt, which Python does not ship).
+_LOOK_ALIKE = str.maketrans("АВЕКМНОРСТХУЅІЈҮԚԜаеорсухѕіјһԁԛԝӏүΑΒΕΖΗΙΚΜΝΟΡΤΥΧαορικνυχ",
+                            "ABEKMHOPCTXYSIJYQWaeopcyxsijhdqwlyABEZHIKMNOPTYXaopikvux")
+
+
 def _alike(name: str) -> str:
-    return unicodedata.normalize("NFC", name).casefold()
+    """A name as it looks: what shows nothing left out, in NFKC (full-width, ligatures), look-alikes Latin, no case."""
+    return unicodedata.normalize("NFKC", notes.SHOWN_ESCAPED.sub("", name)).translate(_LOOK_ALIKE).casefold()
 
 
 def _text_change(settings: Settings, approve, name: str, new_text: Callable[[str], str], op: str, done: str) -> str:
@@ -232,6 +241,8 @@ def append_note(settings: Settings, file_path: str, content: str, section: str |
         start, how = _new_note(settings, _new_name(settings, name))
         return _text_change(settings, approve, name, lambda _: added(start), "write",
                             f"Created {name}{how} (it did not exist) and added the content at {where} it.")
+    if privacy.is_private(settings.kb, name):  # a note that exists, and nothing is said of it
+        raise ToolError(f"{name} already exists; nothing was written.", "Choose another name.")
     _changeable(settings, path)
     return _text_change(settings, approve, name, added, "append", f"Appended to {where} {name}.")
 
@@ -244,8 +255,10 @@ def write_note(settings: Settings, file_path: str, content: str, overwrite: bool
         text = start + ("" if not start or start.endswith("\n") else "\n") + _lf(content)
         return _text_change(settings, approve, name, lambda _: text, "write", f"Created {name}{how}"
                             + (", with the content after it." if start else "."))
-    _changeable(settings, path)
-    if not overwrite:
+    private = privacy.is_private(settings.kb, name)  # a note that exists, and nothing is said of it
+    if not private:
+        _changeable(settings, path)
+    if private or not overwrite:
         raise ToolError(f"{name} already exists; nothing was written.", "To change part of it use edit_note, to add "
                         "to its end use append_note; pass overwrite: true only if the person asked for a full rewrite.")
     return _text_change(settings, approve, name, lambda _: _lf(content), "overwrite", f"Replaced {name}; {KEPT}")

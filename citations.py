@@ -40,9 +40,11 @@ NOT_THERE = "the quoted text is not there"
 QUOTE_NOT_SHOWN = "the quoted text never reached the model"
 UNREAD = "No note was read for this answer, yet it speaks of your notes."
 READ_BEFORE = " It may rest on what was read earlier in this conversation."
-# "Your notes" in the words of an answer that speaks of them (English and Chinese).
-ABOUT_THE_NOTES = re.compile(r"\byour (?:own )?(?:notes?|knowledge base|vault)\b|\baccording to (?:the|your) notes?\b"
-                             r"|\bthe notes? (?:says?|said|mentions?)\b|你的笔记|您的笔记|笔记(?:里|中|上)|根据笔记", re.I)
+# "Your notes" in the words of an answer that speaks of them (English and Chinese); a small model speaks as the
+# person too ("according to my notes", 根据我的笔记).
+ABOUT_THE_NOTES = re.compile(r"\b(?:your|my) (?:own )?(?:notes?|knowledge base|vault)\b"
+                             r"|\baccording to (?:the|your|my) notes?\b|\bthe notes? (?:says?|said|mentions?)\b"
+                             r"|[你您我]的(?:笔记|知识库)|笔记(?:里|中|上|显示|提到)|根据(?:我的)?笔记", re.I)
 QUOTE_CHARS = 500  # a quoted passage longer than this is not looked for
 
 _PATH = r"[\w\-./+#]*[\w\-+#]\.(?:md|txt)"  # C++.md, C#.md

@@ -37,7 +37,7 @@ INDEX_MAX_NOTE_BYTES = 2_000_000  # only the first 2 MB of a huge note are index
 INDEX_LEAD_CHARS = 400  # the opening paragraph, weighted as "lead"
 INDEX_BATCH = 500  # notes read and written together: bounds memory during a big build
 INDEX_PROGRESS_AFTER_S = 1.0  # a build running longer than this tells the person
-SCHEMA_VERSION = 7  # bump when the tables or the text preparation change: old indexes get rebuilt
+SCHEMA_VERSION = 8  # bump when the tables or the text preparation change: old indexes get rebuilt
 
 
 # --- Notes on disk ---
@@ -297,9 +297,9 @@ class Index:
         """Write changes in one transaction; a path changed to None is read whatever its stat says."""
         if not changed and not gone:
             return
-        copies = self.conn.execute("SELECT path, conflict_of FROM notes WHERE conflict_of NOT NULL").fetchall()
         notes_changed = {*changed, *gone}  # links to them and copies of them are private when they are: read again
-        changed = {p: None for p, note in [*self.linked.items(), *copies] if note in notes_changed} | changed
+        again = [p for p, note in self.linked.items() if note in notes_changed] + self.copies(notes_changed)
+        changed = dict.fromkeys(again) | changed
         self.touched.update(changed, gone)
         started, told, private_rules = time.monotonic(), False, privacy.rules(self.kb)
         with writing(self.conn):  # on an error the index is closed
@@ -324,6 +324,12 @@ class Index:
             self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         if told:
             notice(f"indexed {len(items)} notes in {time.monotonic() - started:.1f} s.")
+
+    def copies(self, notes: set) -> list:
+        """The indexed notes named as copies of these (vault.copy_of): beside each, named after it."""
+        stems = {note.rsplit(".", 1)[0] for note in notes}
+        return [path for stem in stems for path, in self.conn.execute("SELECT path FROM notes WHERE path > ? AND "
+                "path < ?", (stem, stem + "\U0010ffff")) if vault.copy_of(path) in notes]
 
     def remove(self, paths: list) -> None:
         rows = [(p,) for p in paths]

@@ -43,12 +43,14 @@ def list_notes(settings: Settings, folder: str | None = None, person: bool = Fal
 
 def guarded(settings: Settings, file_path: str, what: str = "file_path", new: bool = False):
     """The path guard (notes.safe_path) for a path the model gave, and the privacy boundary: to the model a private
-    note is no note (privacy.py). `new`: the path is for a note to be made, refused at a private path."""
+    note is no note (privacy.py). `new`: for a note to be made: refused where .kaignore keeps the name, whether or not
+    a note is there; at a note private by its front matter the caller answers as for any note that exists there."""
     path = safe_path(settings.kb, file_path, what)
-    if privacy.is_private(settings.kb, rel(settings.kb, path)):
-        if new:
-            raise ToolError("no note can be made at that path (the person keeps it from the model).",
-                            "Choose another name.")
+    name = rel(settings.kb, path)
+    if new and any(privacy.ignored(kept, privacy.rules(settings.kb)) for kept in (name, vault.copy_of(name)) if kept):
+        raise ToolError("no note can be made at that path (the person keeps notes of such names from the model).",
+                        "Choose another name.")
+    if not new and privacy.is_private(settings.kb, name):
         raise ToolError(*MISSING)
     return path
 

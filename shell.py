@@ -120,7 +120,7 @@ def _unreadable(kb: str, private: tuple[str, ...]) -> list[str]:
             path, is_folder = folder + entry.name, entry.is_dir(follow_symlinks=False)
             hidden = notes.is_hidden_name(entry.name) and (is_folder or not folder)
             if hidden or ruled(path + "/" if is_folder else path) or not is_folder \
-                    and (ruled(vault.conflict_of(path)) or unread_and_private(path)):
+                    and (ruled(vault.copy_of(path)) or unread_and_private(path)):
                 found.append(path)
             elif is_folder:
                 folders.append(path + "/")

@@ -272,6 +272,19 @@ def conflict_of(rel_path: str) -> str | None:
     return None
 
 
+# iCloud's `name 2.md`, Google Drive's `name (1).md`, OneDrive's `name-HOSTNAME.md`: names an ordinary note has too
+# (Obsidian's own `Untitled 2.md`), so they make no sync-conflict copy to search or list, only a private one.
+_COPY_TAIL = re.compile(r"(?<=[^/])(?: [2-9]| [1-9]\d+| \([1-9]\d*\)|-(?=[A-Z0-9-]*[A-Z])[A-Z0-9][A-Z0-9-]{1,14})"
+                        r"(?P<ext>\.[^./]+)\Z")
+
+
+def copy_of(rel_path: str) -> str | None:
+    """conflict_of's note, or the one a name of iCloud's, Google Drive's or OneDrive's form may be a copy of: for
+    privacy, where a note of its own taken for a copy is only kept private."""
+    found = _COPY_TAIL.search(rel_path)
+    return conflict_of(rel_path) or (rel_path[:found.start()] + found["ext"] if found else None)
+
+
 # --- Daily notes and templates ---
 _MOMENT = re.compile(r"\[[^\]]*\]|YYYY|YY|Q|MMMM|MMM|MM|M|Do|DDDD|DDD|DD|D|dddd|ddd|dd|d|E|HH|H|hh|h|mm|m|ss|s"
                      r"|A|a|WW|W|GGGG|GG")

@@ -59,7 +59,7 @@ def arguments(total: int, piece: int = 12) -> tuple[float, float]:
     parts = [Part("x" * piece) for _ in range(total // piece)]
     reply = agent.Reply()
     started = time.perf_counter()
-    reply.receive(parts, True, agent.UI(), set())
+    reply.receive(parts, True, agent.UI())
     assert len(reply.arguments()[0]) == len(parts) * piece
     ours = time.perf_counter() - started
     call, started = {"arguments": ""}, time.perf_counter()

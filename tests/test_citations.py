@@ -73,6 +73,9 @@ def test_an_invented_note_quoted_without_any_tool_call_is_caught(settings):
     ("python.md covers Python.", True),  # names a note no tool named
     ("Hello, how can I help?", False),
     ("You could call it git-tips.md if you like.", True),  # a path, with no tool call at all
+    ("根据我的笔记，文件保存在 Google Drive。", True),  # Qwen2.5-Coder-0.5B, speaking as the person, read nothing
+    ("According to my notes, water them daily.", True),
+    ("我的知识库里没有这个。", True),
 ])
 def test_an_answer_about_the_notes_with_none_read_says_so(settings, reply, unread):
     answer, _ = answered(settings, [{"content": reply}])

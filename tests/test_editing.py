@@ -71,7 +71,7 @@ def test_overlapping_matches_count_as_ambiguous(settings, kb):
 
 @pytest.mark.parametrize("args, expected", [
     ({"file_path": "python.md", "old_text": "", "new_text": "x"}, "old_text is empty"),
-    ({"file_path": "nope.md", "old_text": "a", "new_text": "b"}, "does not exist"),
+    ({"file_path": "nope.md", "old_text": "a", "new_text": "b"}, "no such note"),  # as a private one
     ({"file_path": "python.md", "old_text": "Use venv", "new_text": "Use venv"}, "the same"),
 ])
 def test_edit_refusals(settings, kb, args, expected):
@@ -135,6 +135,21 @@ def test_a_change_to_the_same_text_says_nothing_was_written(settings, kb):
     assert "Nothing was written: python.md already holds exactly that text." in result, result
     assert "kept" not in result  # no version was made, so none is promised
     assert history_texts(kb, "python.md") == [] and (kb / "python.md").read_bytes() == before
+
+
+def test_a_reorder_of_a_long_note_is_never_shown_as_no_change(settings, kb):  # a red team's 32,000 lines
+    (kb / "rep.md").write_text("a\nb\n" * 16_000, encoding="utf-8")
+    result = run_tool(settings, "write_note", file_path="rep.md", content="b\na\n" * 16_000, overwrite=True)
+    assert result.splitlines()[0] == "~ rep.md  +0 \u22120, 16000 lines moved", result
+    lines = [f"entry {i}\n" for i in range(6_000)]  # a block of 1,000 lines cut and pasted further down
+    (kb / "log.md").write_text("".join(lines), encoding="utf-8")
+    result = run_tool(settings, "write_note", file_path="log.md", overwrite=True,
+                      content="".join(lines[:1000] + lines[2000:5000] + lines[1000:2000] + lines[5000:]))
+    assert result.splitlines()[0] == "~ log.md  +0 \u22120, 1000 lines moved", result
+    (kb / "log.md").write_text("".join(lines), encoding="utf-8")
+    result = run_tool(settings, "write_note", file_path="log.md", content="".join(["new\n"] + lines[:-1]),
+                      overwrite=True)
+    assert result.splitlines()[0] == "~ log.md  +1 \u22121", result  # a line in at the top, one out at the end: no move
 
 
 def test_overwrite_keeps_the_notes_bom_and_crlf(settings, kb):

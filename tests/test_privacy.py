@@ -6,11 +6,13 @@ and names; the person still sees them in /read and the page."""
 
 import json
 import os
+import re
 
 import pytest
 from conftest import Recorder, StubClient, make_settings
 from fake_embedder import FakeEmbedder
 
+import embeddings
 import index
 import mcp_server
 import shell
@@ -71,12 +73,42 @@ def test_a_model_that_tries_every_tool_learns_nothing_of_a_private_note(vault):
     client = StubClient([{"tool_calls": tries}, {"content": "done"}])
     ui = Recorder(answers=[True] * 100)  # even a person saying yes to everything cannot make it leak
     run_agent("what is private?", [], make_settings(kb=vault, max_rounds=3, auto_approve=True), client, ui)
-    sent = results_sent(client)
+    sent = results_sent(client).replace("work/salary.md already exists", "as any note there")  # its own path
     assert leaked(sent) == [] and sent.count(SECRET) == 1  # once: the echo of the model's own query
     assert "3 private note(s) not listed" in sent  # counted, never named
     assert "salary → unresolved" in sent and 'No notes match \\"tag:money\\"' in sent  # to the model: no note
     assert {path: (vault / path).read_bytes() for path in PRIVATE} == before  # and untouched
     assert (vault / "vim.md").exists() and not (vault / "diary" / "new.md").exists()
+
+
+def test_a_private_notes_name_cannot_be_probed(vault):  # found by a red team
+    """Each tool answers for a private path as for a public one: making a note there or moving one onto it as where a
+    note exists, reading or changing it as where none does, at a name .kaignore keeps alike whether a note is there."""
+    (vault / "notes").mkdir()
+    (vault / "notes" / "bank.md").write_text(f"---\nprivate: true\n---\n{SECRET}\n", encoding="utf-8")
+    (vault / "notes" / "open.md").write_text("# Open\n", encoding="utf-8")
+    before = {path: path.read_bytes() for path in vault.rglob("*") if path.is_file()}
+    settings = make_settings(vault, auto_approve=True)
+
+    def answer(tool: str, path: str, **arguments) -> str:
+        arguments.setdefault("to_path" if tool == "move_note" and "from_path" in arguments else "file_path", path)
+        text = tools.execute_tool(tool, arguments, settings).text
+        return re.sub(r"b\u0430nk|\u043epen|bank|open|nobody|2026-11|new|U\+[0-9A-F]{4}", "NAME", text, flags=re.I)
+    making = [("write_note", {"content": "x"}), ("append_note", {"content": "x"}),
+              ("move_note", {"from_path": "vim.md"})]
+    for tool, arguments in making[::2]:
+        assert answer(tool, "notes/bank.md", **arguments) == answer(tool, "notes/open.md", **arguments)
+    for tool, arguments in [("read_note", {}), ("links", {}), ("edit_note", {"old_text": SECRET, "new_text": "x"}),
+                            ("delete_note", {}), ("move_note", {"to_path": "moved.md"})]:
+        key = "from_path" if tool == "move_note" else "file_path"
+        assert answer(tool, "", **{key: "notes/bank.md"}, **arguments) == answer(
+            tool, "", **{key: "notes/nobody.md"}, **arguments), tool
+    for tool, arguments in making:
+        assert answer(tool, "diary/2026-11.md", **arguments) == answer(tool, "diary/new.md", **arguments)
+        for twin, public in (("notes/Bank.md", "notes/Open.md"), ("notes/bank 2.md", "notes/open 2.md"),
+                             ("notes/b\u0430nk.md", "notes/\u043epen.md")):  # look-alikes of it, a copy's name
+            assert answer(tool, twin, **arguments) == answer(tool, public, **arguments), (tool, twin)
+    assert {path: path.read_bytes() for path in vault.rglob("*") if path.is_file()} == before  # nothing written
 
 
 def tried_on(vault, paths: list) -> str:
@@ -131,6 +163,42 @@ def test_a_sync_conflict_copy_of_a_private_note_is_private(vault):  # found by a
     (vault / ".trash" / "old.secret.md").write_text(f"{SECRET}\n", encoding="utf-8")
     result = tools.execute_tool("read_note", {"file_path": ".trash/old.secret.md"}, make_settings(vault))
     assert result.error and "hidden" in result.text and SECRET not in result.text
+
+
+CLOUD_COPIES = ["bank.secret 2.md", "bank.secret (1).md",  # iCloud's and Google Drive's, of a .kaignore'd note
+                "bank.secret-DESKTOP-AB12.md", "work/salary 2.md"]  # OneDrive's; iCloud's of a note saying private
+
+
+def cloud_copies(vault):
+    for copy in CLOUD_COPIES:
+        (vault / copy).write_text(f"# Copy\n\n{SECRET} dinner plans, [[vim]].\n", encoding="utf-8")
+    for name in ("Chapter 2.md", "Untitled.md", "Untitled 2.md"):  # such names are ordinary notes too
+        (vault / name).write_text("# Whales\n\nWhales sing.\n", encoding="utf-8")
+
+
+def test_a_cloud_copy_of_a_private_note_is_private(vault, tmp_path):  # found by a red team
+    cloud_copies(vault)
+    sent = tried_on(vault, CLOUD_COPIES)
+    assert "7 private note(s) not listed" in sent and "sync-conflict cop" not in sent
+    found = ask(vault, "search_notes", query="whales")
+    assert all(name in found for name in ("Chapter 2.md", "Untitled.md", "Untitled 2.md")) and "cop" not in found
+    index.close_index()
+    with FakeEmbedder() as embedder:
+        settings = make_settings(vault, index_dir=tmp_path / "index", embed_model="fake",
+                                 embed_base_url=embedder.base_url)
+        assert embeddings.reindex(settings) == 0  # --reindex: every note that may be embedded
+        sent = " ".join(embedder.inputs())
+    assert SECRET not in sent and "Whales" in sent
+    index.close_index()
+
+
+@pytest.mark.skipif(shell.sandbox_problem() is not None, reason=f"no sandbox here: {shell.sandbox_problem()}")
+def test_the_shell_cannot_read_a_cloud_copy_of_a_private_note(vault):
+    cloud_copies(vault)
+    result = tools.execute_tool("bash", {"command": f"grep -rl {SECRET} .; grep -rl Whales . | sort"},
+                                make_settings(vault, allow_shell=True, auto_approve=True))
+    assert SECRET not in result.text and all(f"./{copy}: Permission denied" in result.text for copy in CLOUD_COPIES)
+    assert "./Chapter 2.md\n./Untitled 2.md\n./Untitled.md" in result.text
 
 
 def test_private_in_any_case_keeps_a_note_private(vault):  # Obsidian's property names ignore case; a red team's

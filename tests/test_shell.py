@@ -410,6 +410,26 @@ def test_modes_and_owners_cannot_change(sandbox):
 
 
 @sandboxed
+def test_times_and_attributes_change_only_through_a_descriptor(sandbox):  # a red team's `touch ~/.ssh/id_rsa`
+    kb, run = sandbox
+    key = kb.parent / "id_rsa"  # outside the notes, the command's user's own
+    key.write_text("KEY\n")
+    os.chown(key, kb.stat().st_uid, kb.stat().st_gid)
+    before = {path: os.stat(path).st_mtime_ns for path in (key, kb / "note.md")}
+    result = run(f"touch -d 2001-01-01 {key} note.md; touch {key}; touch -h {key}")
+    assert result.count("Operation not permitted") + result.count("Permission denied") == 4, result
+    assert probe(run, f"os.utime({str(key)!r}, (0, 0))", f"os.setxattr({str(key)!r}, \"user.k\", b\"1\")",
+                 f"os.removexattr({str(key)!r}, \"user.k\")", f"syscall(261, -100, {str(key).encode()!r}, 0)",
+                 f"syscall(280, os.open(\"..\", os.O_PATH), b\"\", 0, 0x1000)",  # AT_EMPTY_PATH on an O_PATH descriptor
+                 ) == ["EPERM"] * 5 if os.uname().machine == "x86_64" else pytest.skip("x86_64 numbers")
+    assert {path: os.stat(path).st_mtime_ns for path in before} == before and not os.listxattr(key)
+    result = run("cd $TMPDIR && touch f && touch -d 2001-01-01 f && cp -p f g && stat -c %y g | cut -c1-4 && mkdir d"
+                 " && touch d/h && tar cf t.tar d && rm -r d && tar xmf t.tar --no-same-owner --no-same-permissions"
+                 " && ls d")
+    assert section(result, "stdout") == "2001\nh", result  # in the scratch folder a file's times are the command's
+
+
+@sandboxed
 @root_only
 def test_root_has_no_capabilities_left(kb):
     (kb / "probe.py").write_text(PROBE)
