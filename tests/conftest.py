@@ -131,6 +131,11 @@ def tool_call(name, **args) -> dict:
     return {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}
 
 
+def call(name, **args) -> dict:
+    """A scripted reply (fake_server's format) that calls one tool."""
+    return {"tool_calls": [tool_call(name, **args)]}
+
+
 posix_only = pytest.mark.skipif(os.name == "nt", reason="needs a pty")
 
 

@@ -1,19 +1,15 @@
 """Citations checked after each answer, with no model call: against the notes and against what the tools showed the
 model, through run_agent and the real tools (the stub client plays the model), and as the terminal shows them."""
 
-import json
 
 import pytest
 
 import citations
 import tools
 from agent import run_agent
-from conftest import Recorder, StubClient, Terminal, child_env, make_settings, posix_only
+from conftest import Recorder, StubClient, Terminal, call, child_env, make_settings, posix_only
 from test_web import make_web  # noqa: F401  (a fixture)
 
-
-def call(name: str, **arguments) -> dict:
-    return {"tool_calls": [{"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}]}
 
 
 def answered(settings, replies: list, history: list | None = None, question: str = "q"):

@@ -1,13 +1,10 @@
 """Checked citations and /sent in a real browser (Playwright driving /usr/bin/chromium, as test_web_browser.py): a
 citation that holds opens its note at the lines cited; one that does not is marked with its reason."""
 
-import json
 
+from conftest import call
 from test_web_browser import answered, ask, browser, open_page  # noqa: F401  (fixtures)
 
-
-def call(name: str, **arguments) -> dict:
-    return {"tool_calls": [{"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}]}
 
 
 def test_a_good_citation_opens_its_lines_and_a_bad_one_is_marked_with_its_reason(open_page, kb, fake_llm):

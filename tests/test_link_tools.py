@@ -21,7 +21,7 @@ import links
 import terminal
 import tools
 import versions
-from conftest import child_env, make_settings, tool_call, unpack_garden, write
+from conftest import call, child_env, make_settings, unpack_garden, write
 from test_editing import run_repl
 from test_mcp import McpProcess, server_env
 
@@ -382,7 +382,7 @@ def test_a_kill_between_two_writes_leaves_what_undo_puts_back(vault, tmp_path):
 def test_the_terminal_lists_the_files_a_move_touches_under_its_question(vault, monkeypatch, capsys):
     old = hashes(vault)
     run_repl(monkeypatch, make_settings(vault), ["rename it", "/undo"], [
-        {"tool_calls": [tool_call("move_note", from_path="读书/三体.md", to_path="三体新.md")]}, {"content": "Moved."}],
+        call("move_note", from_path="读书/三体.md", to_path="三体新.md"), {"content": "Moved."}],
         answers=["y"])
     err = capsys.readouterr().err
     files = "→ 读书/三体.md → 三体新.md|~ 三体新.md  +1 −1|~ 书单.md  +4 −4|~ 人物/刘慈欣.md  +1 −1|~ 板.canvas  +1 −1"
@@ -402,13 +402,11 @@ def test_a_question_lists_at_most_twenty_files_and_says_how_many_more(vault):
 
 
 def test_one_shot_yes_moves_with_every_link_and_undo_puts_it_back(call_main, fake_llm, vault):
-    fake_llm.replies = [{"tool_calls": [{"name": "move_note", "arguments": json.dumps(
-        {"from_path": "读书/三体.md", "to_path": "科幻/三体.md"}, ensure_ascii=False)}]}, {"content": "Done."}]
+    fake_llm.replies = [call("move_note", from_path="读书/三体.md", to_path="科幻/三体.md"), {"content": "Done."}]
     before, old = every_file(vault), hashes(vault)
     refused = call_main("move it", kb=vault, base_url=fake_llm.base_url)
     assert "rerun with --yes" in refused.stderr and hashes(vault) == old
-    fake_llm.replies = [{"tool_calls": [{"name": "move_note", "arguments": json.dumps(
-        {"from_path": "读书/三体.md", "to_path": "科幻/三体.md"}, ensure_ascii=False)}]}, {"content": "Done."}]
+    fake_llm.replies = [call("move_note", from_path="读书/三体.md", to_path="科幻/三体.md"), {"content": "Done."}]
     result = call_main("--yes", "move it", kb=vault, base_url=fake_llm.base_url)
     assert result.returncode == 0 and result.stdout == "Done.\n", result.stderr
     assert "→ 读书/三体.md → 科幻/三体.md\n  ~ 书单.md  +1 −1\n  ~ 人物/刘慈欣.md  +1 −1\n  ~ 板.canvas" in result.stderr

@@ -5,7 +5,6 @@ Inside the sandbox the notes folder is read-only, so a command that must leave a
 (its scratch folder) or stdout. Where a test needs a command that could change the notes, it makes
 shell.sandbox_problem() name a reason, as on a system without Landlock.
 """
-import json
 import os
 import re
 import signal
@@ -24,7 +23,7 @@ import shell
 import tools
 from agent import run_agent
 from config import load_settings
-from conftest import Recorder, StubClient, make_settings
+from conftest import Recorder, StubClient, call, make_settings
 from test_cli import MAIN, run_main
 from test_shell import group_members, press_ctrl_c_when_exists, running
 
@@ -38,10 +37,6 @@ START_AND_WAIT = 'sleep 30 & echo $! $$ > "$TMPDIR/p"; mv "$TMPDIR/p" "$TMPDIR/p
 
 def names(schemas) -> list[str]:
     return [schema["function"]["name"] for schema in schemas]
-
-
-def bash_call(command: str) -> dict:
-    return {"tool_calls": [{"name": "bash", "arguments": json.dumps({"command": command})}]}
 
 
 def tool_results(request: dict) -> list[str]:
@@ -330,7 +325,7 @@ def test_the_prompt_line_ends_whatever_the_answer(keys):
 
 @posix_only
 def test_ctrl_c_during_a_command_kills_it_and_ends_the_turn_cleanly(kb, scratch):
-    client = StubClient([bash_call(START_AND_WAIT)])
+    client = StubClient([call("bash", command=START_AND_WAIT)])
     settings = make_settings(kb, allow_shell=True, auto_approve=True)
     seen, history = [], []
     press_ctrl_c_when_exists(scratch / "pids", seen)
@@ -344,7 +339,7 @@ def test_ctrl_c_during_a_command_kills_it_and_ends_the_turn_cleanly(kb, scratch)
 
 
 def test_count_notes_by_folder_end_to_end(fake_llm, kb):
-    fake_llm.replies = [bash_call("find . -name '*.md' | cut -d/ -f2 | sort | uniq -c"),
+    fake_llm.replies = [call("bash", command="find . -name '*.md' | cut -d/ -f2 | sort | uniq -c"),
                         {"content": "You have 2 notes at the top and 1 in work."}]
     result = run_main("--allow-shell", "--yes", "count my notes by folder", kb=kb, base_url=fake_llm.base_url)
     assert result.returncode == 0, result.stderr
@@ -364,7 +359,7 @@ def test_the_request_offers_bash_only_when_enabled(kb):
 
 
 def test_one_shot_without_yes_refuses_and_says_how_to_allow(fake_llm, kb):
-    fake_llm.replies = [bash_call("echo ran"), {"content": "I could not run it."}]
+    fake_llm.replies = [call("bash", command="echo ran"), {"content": "I could not run it."}]
     result = run_main("--allow-shell", "run it", kb=kb, base_url=fake_llm.base_url)
     assert result.returncode == 0, result.stderr
     assert "--yes" in result.stderr  # the person sees how to allow it
@@ -372,7 +367,7 @@ def test_one_shot_without_yes_refuses_and_says_how_to_allow(fake_llm, kb):
 
 
 def test_piped_without_yes_refuses_too(fake_llm, kb):
-    fake_llm.replies = [bash_call("echo ran"), {"content": "no"}]
+    fake_llm.replies = [call("bash", command="echo ran"), {"content": "no"}]
     result = run_main("--allow-shell", kb=kb, base_url=fake_llm.base_url, stdin="run it\n")
     assert result.returncode == 0, result.stderr
     assert "--yes" in result.stderr
@@ -380,7 +375,7 @@ def test_piped_without_yes_refuses_too(fake_llm, kb):
 
 
 def test_timeout_is_reported_to_the_model(kb):
-    client = StubClient([bash_call("echo started; sleep 30"), {"content": "It was too slow."}])
+    client = StubClient([call("bash", command="echo started; sleep 30"), {"content": "It was too slow."}])
     settings = make_settings(kb, allow_shell=True, shell_timeout=0.5)
     run_agent("run the slow thing", settings=settings, client=client, ui=Recorder(answers=[True]))
     shell_result = tool_results(client.requests[1])[0]
@@ -391,7 +386,7 @@ def test_timeout_is_reported_to_the_model(kb):
 def test_ctrl_c_in_one_shot_stops_the_command_and_exits_130(fake_llm, kb, tmp_path):
     temp = tmp_path / "temp"  # main.py's temporary folder: the command's scratch folder is made inside it
     temp.mkdir()
-    fake_llm.replies = [bash_call(START_AND_WAIT)]
+    fake_llm.replies = [call("bash", command=START_AND_WAIT)]
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env.update({"DEEPSEEK_BASE_URL": fake_llm.base_url, "KNOWLEDGE_BASE": str(kb), "DEEPSEEK_API_KEY": "k",
                 "PYTHONIOENCODING": "utf-8", "TMPDIR": str(temp)})

@@ -19,7 +19,7 @@ import pytest
 
 import fake_server
 import web
-from conftest import make_settings
+from conftest import call, make_settings
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (requirements-dev.txt)")
 CHROMIUM = Path("/usr/bin/chromium")
@@ -395,8 +395,7 @@ def test_a_note_shows_its_properties_as_a_table_and_its_tags_search(open_page, k
 def test_a_cited_path_with_spaces_links_whole_and_opens(open_page, kb, fake_llm):
     (kb / "Projects" / "Alpha").mkdir(parents=True)
     (kb / "Projects/Alpha/Alpha roadmap.md").write_text("# Alpha roadmap\n\nBeta in May.\n", encoding="utf-8")
-    fake_llm.replies += [{"tool_calls": [{"name": "read_note",
-                                          "arguments": json.dumps({"file_path": "Projects/Alpha/Alpha roadmap.md"})}]},
+    fake_llm.replies += [call("read_note", file_path="Projects/Alpha/Alpha roadmap.md"),
                          {"content": "Beta ships in May (Projects/Alpha/Alpha roadmap.md); see also vim.md."}]
     page = open_page()
     ask(page, "when is the beta?")
