@@ -17,6 +17,8 @@ import tarfile
 import time
 from pathlib import Path
 
+import httpx2
+import openai
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
@@ -134,6 +136,34 @@ def tool_call(name, **args) -> dict:
 def call(name, **args) -> dict:
     """A scripted reply (fake_server's format) that calls one tool."""
     return {"tool_calls": [tool_call(name, **args)]}
+
+
+def assert_valid_history(messages: list[dict]) -> None:
+    """What the chat API checks of a conversation: after the system prompt a user's message first, every tool
+    call answered at once by one tool message each, in order, and no tool message unasked."""
+    i = 0
+    while messages[i]["role"] == "system":
+        i += 1
+    assert messages[i]["role"] == "user", messages[i]
+    while i < len(messages):
+        message = messages[i]
+        assert message["role"] != "tool", f"orphan tool message at {i}"
+        if message.get("tool_calls"):
+            ids = [c["id"] for c in message["tool_calls"]]
+            answered = [m.get("tool_call_id") for m in messages[i + 1: i + 1 + len(ids)]]
+            assert answered == ids, f"calls {ids} answered by {answered}"
+            i += len(ids)
+        i += 1
+
+
+def api_error(status: int, message: str) -> openai.APIStatusError:
+    """The error the openai SDK raises for an HTTP `status` whose body says `message`."""
+    request = httpx2.Request("POST", "http://x/v1/chat/completions")
+    response = httpx2.Response(status, request=request, json={"error": {"message": message}})
+    return {
+        400: openai.BadRequestError, 401: openai.AuthenticationError, 404: openai.NotFoundError,
+        429: openai.RateLimitError, 500: openai.InternalServerError,
+    }[status](message, response=response, body={"error": {"message": message}})
 
 
 posix_only = pytest.mark.skipif(os.name == "nt", reason="needs a pty")

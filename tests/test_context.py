@@ -4,6 +4,7 @@ sent only grows at its end between rare trims (so prompt caching keeps working).
 import json
 
 import pytest
+from conftest import assert_valid_history
 
 from context import (INTERRUPTED_RESULT, MESSAGE_OVERHEAD_TOKENS, TRIM_TO, estimate_tokens, fit_to_budget,
                      repair_history, text_tokens)
@@ -27,22 +28,9 @@ def turn(i: int, tool_chars: int = 8000, calls: int = 1, cjk: bool = False) -> l
 
 
 def assert_valid(messages: list[dict]) -> None:
-    """What the chat API checks: user first after system, every call answered at once, no orphans."""
-    i = 0
-    while messages[i]["role"] == "system":
-        i += 1
-    assert messages[i]["role"] == "user"
-    pending = []
-    for m in messages[i:]:
-        if m["role"] == "tool":
-            assert m["tool_call_id"] in pending, f"orphan tool message {m['tool_call_id']}"
-            pending.remove(m["tool_call_id"])
-            continue
-        assert not pending, f"unanswered tool calls {pending}"
-        if m["role"] == "assistant" and m.get("tool_calls"):
-            assert "reasoning_content" in m  # DeepSeek rejects a tool-call message without it
-            pending = [c["id"] for c in m["tool_calls"]]
-    assert not pending
+    """A valid conversation whose tool calls keep their reasoning_content: DeepSeek rejects one without it."""
+    assert_valid_history(messages)
+    assert all("reasoning_content" in m for m in messages if m.get("tool_calls")), messages
 
 
 def session_requests(turns: int, budget: int, cjk: bool = False, tool_chars: int = 6000):
