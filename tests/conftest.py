@@ -91,6 +91,12 @@ def run_main(*args, kb, base_url=NO_SERVER, stdin="", key="test-key", extra_env=
                           env=child_env(**main_env(kb, base_url, key, extra_env)), timeout=60, encoding="utf-8")
 
 
+def assert_clean_failure(result: subprocess.CompletedProcess, code: int) -> None:
+    """The program failed with exit status `code` and said why in one line: never a traceback."""
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.strip().count("\n") == 0
+
+
 @pytest.fixture
 def call_main(monkeypatch, capfd):
     """`python main.py ARGS` run in this process through main.main, as run_main runs it as a process: the same
