@@ -14,6 +14,8 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -29,6 +31,7 @@ import embeddings  # noqa: E402
 import fake_server  # noqa: E402
 import index  # noqa: E402
 import main  # noqa: E402
+import shell  # noqa: E402
 import tools  # noqa: E402
 from agent import UI  # noqa: E402
 import config  # noqa: E402
@@ -172,7 +175,53 @@ def api_error(status: int, message: str) -> openai.APIStatusError:
     }[status](message, response=response, body={"error": {"message": message}})
 
 
-posix_only = pytest.mark.skipif(os.name == "nt", reason="needs a pty")
+posix_only = pytest.mark.skipif(os.name == "nt", reason="needs a pty, POSIX signals and process groups")
+SANDBOX_PROBLEM = shell.sandbox_problem()
+sandboxed = pytest.mark.skipif(SANDBOX_PROBLEM is not None, reason=f"no Landlock sandbox here: {SANDBOX_PROBLEM}")
+
+
+def snapshot(folder: Path) -> dict:
+    """Every file's bytes (None for a folder) under `folder`, by path: equal snapshots, nothing changed."""
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in folder.rglob("*")}
+
+
+@pytest.fixture
+def scratch(tmp_path, monkeypatch):
+    """The shell command's scratch folder ($TMPDIR) made at a known path, to look inside it while it runs."""
+    known = tmp_path / "scratch"
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda **kw: (known.mkdir(), str(known))[1])
+    return known
+
+
+def press_ctrl_c_when_exists(path: Path, seen: list | None = None) -> None:
+    """Send this process SIGINT once `path` appears (the command under test has started); its text
+    goes to `seen` first, since the command's scratch folder is gone once run_shell is back."""
+    def watch():
+        deadline = time.monotonic() + 10
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)  # polling for the command to start, not sleeping in its place
+        if seen is not None and path.exists():
+            seen.append(path.read_text())
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def running(pid: int) -> bool:
+    """True if the process still exists, even as an unreaped zombie: run_shell reaps what it stops."""
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def group_members(pgid: int) -> list[str]:
+    """[] once no process (zombies included) is left in the process group, else a line saying so."""
+    try:
+        os.killpg(pgid, 0)
+        return [f"process group {pgid} still has processes"]
+    except ProcessLookupError:
+        return []
 
 
 class Terminal:

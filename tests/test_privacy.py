@@ -5,7 +5,6 @@ A scripted model tries every tool on every private note, and everything it was s
 and names; the person still sees them in /read and the page."""
 
 import json
-import os
 
 import pytest
 from conftest import Recorder, StubClient, call, make_settings, tool_call

@@ -10,7 +10,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
@@ -23,13 +22,9 @@ import shell
 import tools
 from agent import run_agent
 from config import load_settings
-from conftest import Recorder, StubClient, call, make_settings
-from test_cli import MAIN, run_main
-from test_shell import group_members, press_ctrl_c_when_exists, running
+from conftest import (MAIN, Recorder, StubClient, call, group_members, make_settings, posix_only,
+                      press_ctrl_c_when_exists, run_main, running, sandboxed, snapshot)
 
-posix_only = pytest.mark.skipif(os.name == "nt", reason="checks processes with ps and POSIX groups")
-PROBLEM = shell.sandbox_problem()
-sandboxed = pytest.mark.skipif(PROBLEM is not None, reason=f"no Landlock sandbox here: {PROBLEM}")
 NO_SANDBOX = "Landlock is not available on this system"
 # Starts a background sleep, leaves "its pid, the group's id" in $TMPDIR/pids, then sleeps in the foreground.
 START_AND_WAIT = 'sleep 30 & echo $! $$ > "$TMPDIR/p"; mv "$TMPDIR/p" "$TMPDIR/pids"; sleep 30'
@@ -43,22 +38,10 @@ def tool_results(request: dict) -> list[str]:
     return [unfenced(m["content"]) for m in request["messages"] if m["role"] == "tool"]
 
 
-def snapshot(folder) -> dict:
-    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in folder.rglob("*")}
-
-
 @pytest.fixture
 def unsandboxed(monkeypatch):
     """As on a system without Landlock: commands run as the person, and can change the notes."""
     monkeypatch.setattr(shell, "sandbox_problem", lambda: NO_SANDBOX)
-
-
-@pytest.fixture
-def scratch(tmp_path, monkeypatch):
-    """Make the command's scratch folder ($TMPDIR) a known path, to look inside it while the command runs."""
-    known = tmp_path / "scratch"
-    monkeypatch.setattr(tempfile, "mkdtemp", lambda **kw: (known.mkdir(), str(known))[1])
-    return known
 
 
 # --- off by default -------------------------------------------------------------------------------
