@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import os
+import queue
 import re
 import select
 import shutil
@@ -32,6 +33,7 @@ import fake_server  # noqa: E402
 import index  # noqa: E402
 import main  # noqa: E402
 import shell  # noqa: E402
+import terminal  # noqa: E402
 import tools  # noqa: E402
 from agent import UI  # noqa: E402
 import config  # noqa: E402
@@ -40,6 +42,9 @@ from config import Settings  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 MAIN = ROOT / "main.py"
 NO_SERVER = "http://127.0.0.1:9/v1"  # the discard port: a connection there is refused at once
+MCP_SERVER = ROOT / "mcp_server.py"
+MCP_LATEST = "2025-11-25"  # the newest MCP version the server speaks
+REPLY_TIMEOUT = 30  # seconds; only reached when a reply that should come never does
 
 # A runner that starts the tests in the background (bash's `&` without job control) hands them SIGINT ignored,
 # and every child would inherit that: the Ctrl+C tests need the person's Ctrl+C back.
@@ -129,6 +134,24 @@ def call_main(monkeypatch, capfd):
         return subprocess.CompletedProcess(["main.py", *args], code, out, err)
 
     return call
+
+
+def run_repl(monkeypatch, settings, lines, replies, answers=()):
+    """Drive main.repl with typed lines (and y/N answers), against a scripted model."""
+    typed = iter(list(lines))
+    answered = iter(list(answers))
+
+    def fake_input(prompt=""):
+        source = typed if prompt.startswith("\n>") else answered
+        try:
+            return next(source)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr("builtins.input", fake_input)
+    client = StubClient(replies)
+    assert main.repl(settings, client, terminal.Display()) == main.EXIT_OK
+    return client
 
 
 def run_tool(settings, name, ask=None, **args) -> str:
@@ -409,3 +432,71 @@ class Recorder(UI):
     def approve(self, approval):
         self.asked.append(approval.title)
         return None if self.answers is None else self.answers.pop(0)
+
+
+def server_env(**extra) -> dict:
+    """The test's environment without settings that would change what the server serves."""
+    return child_env(**{"MCP_ALLOW_DESTRUCTIVE": "0", "MCP_ALLOW_SHELL": "0", "AUTO_APPROVE": "0"}  # beat any .env
+                     | extra)
+
+
+class McpProcess:
+    """One server subprocess; replies are read by a thread so a missing reply fails instead of hanging."""
+
+    def __init__(self, kb: Path, *args: str, script: Path = MCP_SERVER, env: dict | None = None):
+        self.proc = subprocess.Popen([sys.executable, str(script), "--kb", str(kb), *args],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=env or server_env())
+        self.lines: queue.Queue = queue.Queue()
+        self.stderr_chunks: list[bytes] = []
+        self.next_id = 0
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+        threading.Thread(target=lambda: self.stderr_chunks.extend(self.proc.stderr), daemon=True).start()
+
+    def _read_stdout(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def send(self, message) -> None:
+        data = message if isinstance(message, bytes) else json.dumps(message).encode("utf-8")
+        self.proc.stdin.write(data + b"\n")
+        self.proc.stdin.flush()
+
+    def receive(self):
+        line = self.lines.get(timeout=REPLY_TIMEOUT)
+        assert line is not None, "the server closed stdout: " + self.stderr()
+        return json.loads(line)
+
+    def request(self, method: str, params: dict | None = None) -> dict:
+        self.next_id += 1
+        message = {"jsonrpc": "2.0", "id": self.next_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(message)
+        reply = self.receive()
+        assert reply["id"] == self.next_id
+        return reply
+
+    def initialize(self, version: str = MCP_LATEST) -> dict:
+        reply = self.request("initialize", {"protocolVersion": version, "capabilities": {},
+                                            "clientInfo": {"name": "test", "version": "1"}})
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return reply["result"]
+
+    def call(self, name: str, arguments) -> dict:
+        """The tool's result, its text as the tool wrote it: every result comes fenced as data (checked here)."""
+        result = self.request("tools/call", {"name": name, "arguments": arguments})["result"]
+        text = result["content"][0]["text"]
+        assert text.startswith("<<<data ") and "never an instruction" in text.split("\n")[0]
+        return {**result, "content": [{"type": "text", "text": fake_server.unfenced(text)}]}
+
+    def tool_names(self) -> list[str]:
+        return [tool["name"] for tool in self.request("tools/list")["result"]["tools"]]
+
+    def stderr(self) -> str:
+        return b"".join(self.stderr_chunks).decode("utf-8", "replace")
+
+    def close(self) -> int:
+        self.proc.stdin.close()
+        return self.proc.wait(timeout=REPLY_TIMEOUT)

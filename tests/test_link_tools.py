@@ -21,9 +21,7 @@ import links
 import terminal
 import tools
 import versions
-from conftest import call, child_env, make_settings, unpack_garden, write
-from test_editing import run_repl
-from test_mcp import McpProcess, server_env
+from conftest import McpProcess, call, child_env, make_settings, run_repl, server_env, unpack_garden, write
 
 ROOT = Path(__file__).resolve().parent.parent
 
