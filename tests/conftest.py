@@ -3,6 +3,7 @@ environment for programs a test starts (`child_env`), the one tool runner (`run_
 this process (`call_main`) or as its own process (`run_main`), and the one pty driver (`Terminal`)."""
 
 import dataclasses
+import http.client
 import io
 import json
 import logging
@@ -32,6 +33,7 @@ import embeddings  # noqa: E402
 import fake_server  # noqa: E402
 import index  # noqa: E402
 import main  # noqa: E402
+import web  # noqa: E402
 import shell  # noqa: E402
 import terminal  # noqa: E402
 import tools  # noqa: E402
@@ -500,3 +502,98 @@ class McpProcess:
     def close(self) -> int:
         self.proc.stdin.close()
         return self.proc.wait(timeout=REPLY_TIMEOUT)
+
+
+class Browser:
+    """What a page (or an attacker) sends: raw requests, with any Host, Origin and key."""
+
+    def __init__(self, server: web.Server):
+        self.server, self.port, self.key = server, server.port, None
+        self.host = self.origin = None  # None: the right ones
+        self.cookies = []  # every Set-Cookie it was sent: what a browser would send to any port of 127.0.0.1
+
+    def request(self, method: str, path: str, body=None, headers=None, raw: bytes | None = None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+        sent = {"Host": self.host or f"127.0.0.1:{self.port}"}
+        if method == "POST":
+            sent["Origin"] = self.origin or f"http://127.0.0.1:{self.port}"
+            sent["Content-Type"] = "application/json"
+            raw = json.dumps(body if body is not None else {}).encode() if raw is None else raw
+            sent["Content-Length"] = str(len(raw))
+        if self.key:
+            sent["Authorization"] = f"Bearer {self.key}"
+        sent.update(headers or {})
+        for name, value in sent.items():
+            if value is not None:
+                conn.putheader(name, value)
+        conn.endheaders(raw)
+        response = conn.getresponse()
+        self.cookies += [value.split(";")[0] for name, value in response.getheaders() if name.lower() == "set-cookie"]
+        return response.status, dict(response.getheaders()), response.read()
+
+    def sign_in(self) -> "Browser":
+        """What the page's script does with the token from the launch page's address."""
+        self.key = self.post("/api/login", {"token": self.server.token})["key"]
+        return self
+
+    def get(self, path: str):
+        status, _, body = self.request("GET", path)
+        assert status == 200, body
+        return json.loads(body)
+
+    def post(self, path: str, body=None, expect: int = 200):
+        status, _, data = self.request("POST", path, body)
+        assert status == expect, data
+        return json.loads(data)
+
+    def events(self, after: int = 0):
+        """The event stream, open from now on, one event at a time (the socket's timeout ends a test that would
+        hang)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        conn.request("GET", f"/api/events?after={after}", headers={"Authorization": f"Bearer {self.key}"})
+        response = conn.getresponse()
+        assert response.status == 200
+
+        def read():
+            while line := response.fp.readline():
+                if line.startswith(b"data: "):
+                    yield json.loads(line[6:])
+        return read()
+
+    def until(self, kind: str, stream, seen=None) -> dict:
+        for event in stream:
+            if seen is not None:
+                seen.append(event)
+            if event["type"] == kind:
+                return event
+        raise AssertionError(f"the stream ended before a {kind} event")
+
+    def ask(self, text: str):
+        """Ask; the event stream from just before, to follow the answer."""
+        stream = self.events(self.get("/api/state")["seq"])
+        self.post("/api/ask", {"text": text})
+        return stream
+
+
+def start_web(settings) -> web.Server:
+    """The page's server for `settings` on a free port of 127.0.0.1, serving from a thread."""
+    server = web.Server(settings, 0)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    return server
+
+
+@pytest.fixture
+def make_web(kb, tmp_path, fake_llm):
+    """make(notes, **settings): the page's server on the fake model, and a Browser signed in to it."""
+    servers = []
+
+    def make(notes: Path = kb, **changes) -> Browser:
+        values = dict(base_url=fake_llm.base_url, data_dir=tmp_path / "data", index_dir=tmp_path / "index")
+        servers.append(start_web(make_settings(notes, **{**values, **changes})))
+        return Browser(servers[-1]).sign_in()
+    yield make
+    for server in servers:
+        server.app.close()
+        server.shutdown()
+        server.server_close()

@@ -8,7 +8,6 @@ import citations
 import tools
 from agent import run_agent
 from conftest import Recorder, StubClient, Terminal, call, child_env, make_settings, posix_only
-from test_web import make_web  # noqa: F401  (a fixture)
 
 
 
