@@ -250,9 +250,10 @@ def group_members(pgid: int) -> list[str]:
 
 
 class Terminal:
-    """`python main.py ARGS` on a pty that is its controlling terminal, so Ctrl+C is a real SIGINT."""
+    """`python main.py ARGS` (or another `program`) on a pty that is its controlling terminal, so Ctrl+C is a real
+    SIGINT."""
 
-    def __init__(self, env: dict, *args):
+    def __init__(self, env: dict, *args, program: Path = MAIN):
         import fcntl
         import pty
         import termios
@@ -262,7 +263,7 @@ class Terminal:
             signal.signal(signal.SIGINT, signal.SIG_DFL)  # a test run in the background ignores it
             os.setsid()
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-        self.proc = subprocess.Popen([sys.executable, str(MAIN), *args], stdin=terminal, stdout=terminal,
+        self.proc = subprocess.Popen([sys.executable, str(program), *args], stdin=terminal, stdout=terminal,
                                      stderr=terminal, env=env, close_fds=True, preexec_fn=become_controlling_terminal)
         os.close(terminal)
         self.shown = b""
@@ -290,13 +291,17 @@ class Terminal:
     def send(self, data: bytes) -> None:
         os.write(self.controller, data)
 
-    def interrupt(self) -> None:
-        """Ctrl+C once the program waits for a key: CPython's readline misses a SIGINT that comes while it
-        is handling the key before (it only looks for one when select() is interrupted)."""
+    def press(self, keys: bytes) -> None:
+        """Type `keys` once the program waits for a key, as a person would: typed before readline has the
+        terminal, the terminal's own line editing would echo an Enter; and CPython's readline misses a SIGINT
+        that comes while it is handling the key before (it only looks for one when select() is interrupted)."""
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not self._waiting_for_a_key():
             select.select([self.controller], [], [], 0.01)
-        self.send(b"\x03")
+        self.send(keys)
+
+    def interrupt(self) -> None:
+        self.press(b"\x03")  # Ctrl+C
 
     def _waiting_for_a_key(self) -> bool:
         try:

@@ -22,8 +22,8 @@ import shell
 import tools
 from agent import run_agent
 from config import load_settings
-from conftest import (MAIN, Recorder, StubClient, call, group_members, make_settings, posix_only,
-                      press_ctrl_c_when_exists, run_main, running, sandboxed, snapshot)
+from conftest import (MAIN, ROOT, Recorder, StubClient, Terminal, call, child_env, group_members, make_settings,
+                      posix_only, press_ctrl_c_when_exists, run_main, running, sandboxed, snapshot)
 
 NO_SANDBOX = "Landlock is not available on this system"
 # Starts a background sleep, leaves "its pid, the group's id" in $TMPDIR/pids, then sleeps in the foreground.
@@ -262,44 +262,21 @@ sys.stderr.write("NEXT LINE\\n")
 """
 
 
-def answer_in_a_terminal(keys: bytes) -> str:
+def answer_in_a_terminal(keys: bytes, tmp_path) -> str:
     """What a terminal shows when `keys` are typed at terminal.ask's prompt and the next line is printed."""
-    import pty
-    import select
-    import termios
-    controller, terminal = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-c", ASK_IN_A_TERMINAL, str(MAIN.parent)], stdin=terminal,
-                            stdout=terminal, stderr=terminal, close_fds=True)
-    os.close(terminal)
-    shown, typed, deadline = b"", False, time.monotonic() + 20
-    try:
-        while time.monotonic() < deadline:
-            # Type only once readline has the terminal (no line editing by the terminal itself), as a
-            # person would; typed earlier, the terminal would echo the Enter on its own.
-            if not typed and b"[y/N] " in shown and not termios.tcgetattr(controller)[3] & termios.ICANON:
-                os.write(controller, keys)
-                typed = True
-            ready, _, _ = select.select([controller], [], [], 0.05)
-            if not ready:
-                continue
-            try:
-                chunk = os.read(controller, 4096)
-            except OSError:  # Linux: the terminal's other end is closed
-                break
-            if not chunk:
-                break
-            shown += chunk
-    finally:
-        os.close(controller)
-        proc.kill()
-        proc.wait()
-    return shown.decode(errors="replace").replace("\r\n", "\n")
+    script = tmp_path / "ask.py"
+    script.write_text(ASK_IN_A_TERMINAL, encoding="utf-8")
+    prompt = Terminal(child_env(), str(ROOT), program=script)
+    prompt.expect("[y/N] ")
+    prompt.press(keys)
+    assert prompt.close() == 0
+    return prompt.shown.decode(errors="replace").replace("\r\n", "\n")
 
 
 @posix_only
 @pytest.mark.parametrize("keys", [b"\r", b"y\r", b"no\r", b"\x04"], ids=["enter", "y", "no", "ctrl-d"])
-def test_the_prompt_line_ends_whatever_the_answer(keys):
-    shown = answer_in_a_terminal(keys)
+def test_the_prompt_line_ends_whatever_the_answer(keys, tmp_path):
+    shown = answer_in_a_terminal(keys, tmp_path)
     assert "NEXT LINE" in shown, shown
     assert re.search(r"\[y/N\] [^\n]*\nNEXT LINE", shown), repr(shown)  # on a line of its own, no blank one
 
