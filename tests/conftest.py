@@ -358,20 +358,23 @@ def hits(output: str) -> list:
     return re.findall(r"^(\S.*?) — ", output, re.M)
 
 
-GARDEN = Path("/work/shared/corpus/knowledge-garden.tar.gz")  # a real vault; absent on a clean clone: those tests skip
+# A real Obsidian vault, where the benches find it: in the shared corpus folder beside the project, or KA_CORPUS.
+GARDEN = Path(os.environ.get("KA_CORPUS", ROOT.parent / "shared" / "corpus")) / "knowledge-garden.tar.gz"
 
 
 def unpack_garden(folder: Path) -> Path:
     """The knowledge-garden vault unpacked into folder (its one top folder), or the test is skipped."""
     if not GARDEN.exists():
-        pytest.skip("the knowledge-garden corpus is not on this machine")
+        pytest.skip(f"no knowledge-garden corpus at {GARDEN} (the shared/corpus folder beside the project, or "
+                    "KA_CORPUS=FOLDER)")
     with tarfile.open(GARDEN) as archive:
         archive.extractall(folder, filter="data")
     return next(path for path in folder.iterdir() if path.is_dir()).resolve()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def garden(tmp_path_factory) -> Path:
+    """The vault unpacked once for the tests that only read it; a test that writes unpacks its own."""
     return unpack_garden(tmp_path_factory.mktemp("garden"))
 
 
