@@ -1,8 +1,8 @@
 """mcp_server.py as an MCP client sees it: a subprocess driven with JSON-RPC lines on stdin and stdout.
 
 Most tests share one server process (re-initializing is allowed, so each test sets the version it needs).
-Tests about flags, exit codes and stray output start their own. The optional last test connects the
-official `mcp` Python SDK's stdio client and is skipped when that package is not installed.
+Tests about flags, exit codes and stray output start their own. The last test connects the official `mcp`
+Python SDK's stdio client (requirements-dev.txt), and says so when it skips without it.
 """
 
 import shutil
@@ -385,8 +385,9 @@ def test_a_relative_kb_is_taken_from_the_working_directory_and_named_in_full(app
 # --- A real client ---
 
 def test_the_official_python_sdk_connects_lists_and_calls(notes):
-    mcp = pytest.importorskip("mcp")
-    anyio = pytest.importorskip("anyio")
+    mcp = pytest.importorskip("mcp", reason="the official MCP SDK is not installed: pip install -r "
+                                            "requirements-dev.txt")
+    import anyio  # the SDK's own dependency
     from mcp.client.stdio import stdio_client
 
     async def session() -> list[dict]:
