@@ -30,6 +30,7 @@ if not CHROMIUM.exists():
 ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 WAIT = 10_000  # ms Playwright waits for what the page should show
+RETRY = 4_000  # ms: longer than the page waits before it asks the server again (static/app.js, loadState)
 
 
 @pytest.fixture(scope="module")
@@ -273,6 +274,7 @@ def test_a_reload_a_second_tab_and_a_restart_keep_the_page_working(browser, kb, 
                                         text=True, env=env)
     context, errors = browser.new_context(), []
     context.set_default_timeout(WAIT)
+    context.clock.install()  # the page's retries wait seconds: the test moves its clock on instead
     context.on("page", lambda tab: tab.on("pageerror", lambda error: errors.append(str(error))))
     first = run(0)
     try:
@@ -294,9 +296,13 @@ def test_a_reload_a_second_tab_and_a_restart_keep_the_page_working(browser, kb, 
         restarted = run(port)  # a new key: the open tabs cannot go on with theirs ...
         try:
             address, _ = launched(restarted)
+            context.clock.fast_forward(RETRY)
             for tab in (page, second):
                 tab.wait_for_selector("#banner:has-text('Not signed in')")
-            context.new_page().goto(address)  # ... until the new launch page is opened, in any tab
+            launcher = context.new_page()  # ... until the new launch page is opened, in any tab
+            launcher.goto(address)
+            launcher.wait_for_selector("#log .notice")  # signed in: the new key is kept
+            context.clock.fast_forward(RETRY)
             for tab in (page, second):
                 tab.wait_for_selector("#banner", state="hidden")
             ask(second, "find my python notes")
