@@ -1,6 +1,7 @@
 """The `bash` tool as the agent and the person meet it: off by default, confirmed, sandboxed, interruptible.
 
-Unit-level checks go through tools.execute_tool; end-to-end ones run main.py against the fake server.
+Unit-level checks go through tools.execute_tool; end-to-end ones run main.py against the fake server (in this
+process, or as one where Ctrl+C must reach it).
 Inside the sandbox the notes folder is read-only, so a command that must leave a trace writes to $TMPDIR
 (its scratch folder) or stdout. Where a test needs a command that could change the notes, it makes
 shell.sandbox_problem() name a reason, as on a system without Landlock.
@@ -23,7 +24,7 @@ import tools
 from agent import run_agent
 from config import load_settings
 from conftest import (MAIN, ROOT, Recorder, StubClient, Terminal, call, child_env, group_members, make_settings,
-                      posix_only, press_ctrl_c_when_exists, run_main, running, sandboxed, snapshot)
+                      posix_only, press_ctrl_c_when_exists, running, sandboxed, snapshot)
 
 NO_SANDBOX = "Landlock is not available on this system"
 # Starts a background sleep, leaves "its pid, the group's id" in $TMPDIR/pids, then sleeps in the foreground.
@@ -298,10 +299,10 @@ def test_ctrl_c_during_a_command_kills_it_and_ends_the_turn_cleanly(kb, scratch)
     assert history[-1]["content"].startswith("stopped: the user pressed Ctrl+C after")
 
 
-def test_count_notes_by_folder_end_to_end(fake_llm, kb):
+def test_count_notes_by_folder_end_to_end(call_main, fake_llm, kb):
     fake_llm.replies = [call("bash", command="find . -name '*.md' | cut -d/ -f2 | sort | uniq -c"),
                         {"content": "You have 2 notes at the top and 1 in work."}]
-    result = run_main("--allow-shell", "--yes", "count my notes by folder", kb=kb, base_url=fake_llm.base_url)
+    result = call_main("--allow-shell", "--yes", "count my notes by folder", kb=kb, base_url=fake_llm.base_url)
     assert result.returncode == 0, result.stderr
     assert "bash" in names(fake_llm.requests[0]["tools"])
     shell_result = tool_results(fake_llm.requests[1])[0]
@@ -318,17 +319,17 @@ def test_the_request_offers_bash_only_when_enabled(kb):
         assert ("bash" in names(client.requests[0]["tools"])) is allow
 
 
-def test_one_shot_without_yes_refuses_and_says_how_to_allow(fake_llm, kb):
+def test_one_shot_without_yes_refuses_and_says_how_to_allow(call_main, fake_llm, kb):
     fake_llm.replies = [call("bash", command="echo ran"), {"content": "I could not run it."}]
-    result = run_main("--allow-shell", "run it", kb=kb, base_url=fake_llm.base_url)
+    result = call_main("--allow-shell", "run it", kb=kb, base_url=fake_llm.base_url)
     assert result.returncode == 0, result.stderr
     assert "--yes" in result.stderr  # the person sees how to allow it
     assert tool_results(fake_llm.requests[1])[0].startswith("Error: not done")
 
 
-def test_piped_without_yes_refuses_too(fake_llm, kb):
+def test_piped_without_yes_refuses_too(call_main, fake_llm, kb):
     fake_llm.replies = [call("bash", command="echo ran"), {"content": "no"}]
-    result = run_main("--allow-shell", kb=kb, base_url=fake_llm.base_url, stdin="run it\n")
+    result = call_main("--allow-shell", kb=kb, base_url=fake_llm.base_url, stdin="run it\n")
     assert result.returncode == 0, result.stderr
     assert "--yes" in result.stderr
     assert tool_results(fake_llm.requests[1])[0].startswith("Error: not done")
