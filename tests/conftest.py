@@ -362,20 +362,17 @@ def hits(output: str) -> list:
 GARDEN = Path(os.environ.get("KA_CORPUS", ROOT.parent / "shared" / "corpus")) / "knowledge-garden.tar.gz"
 
 
-def unpack_garden(folder: Path) -> Path:
-    """The knowledge-garden vault unpacked into folder (its one top folder), or the test is skipped."""
+@pytest.fixture(scope="session")
+def garden(tmp_path_factory) -> Path:
+    """The knowledge-garden vault unpacked once (its one top folder), or the test is skipped: only read it; a test
+    that writes copies it first."""
     if not GARDEN.exists():
         pytest.skip(f"no knowledge-garden corpus at {GARDEN} (the shared/corpus folder beside the project, or "
                     "KA_CORPUS=FOLDER)")
+    folder = tmp_path_factory.mktemp("garden")
     with tarfile.open(GARDEN) as archive:
         archive.extractall(folder, filter="data")
     return next(path for path in folder.iterdir() if path.is_dir()).resolve()
-
-
-@pytest.fixture(scope="session")
-def garden(tmp_path_factory) -> Path:
-    """The vault unpacked once for the tests that only read it; a test that writes unpacks its own."""
-    return unpack_garden(tmp_path_factory.mktemp("garden"))
 
 
 def make_settings(kb: Path, **changes) -> Settings:

@@ -8,6 +8,7 @@ the moved note under its new name, and files the move need not touch keep every 
 
 import hashlib
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,21 +17,13 @@ from pathlib import Path
 
 import pytest
 
-import index
 import links
 import terminal
 import tools
 import versions
-from conftest import McpProcess, call, child_env, make_settings, run_repl, server_env, unpack_garden, write
+from conftest import McpProcess, call, child_env, make_settings, run_repl, server_env, write
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(autouse=True)
-def cold():
-    index.close_index()
-    yield
-    index.close_index()
 
 
 @pytest.fixture
@@ -428,8 +421,8 @@ def test_mcp_moves_with_every_link_and_serves_links_as_read_only(vault, tmp_path
     undone(vault, old)
 
 
-def test_renaming_the_most_linked_note_of_a_real_vault_keeps_every_link(tmp_path):
-    kb = unpack_garden(tmp_path)
+def test_renaming_the_most_linked_note_of_a_real_vault_keeps_every_link(garden, tmp_path):
+    kb = Path(shutil.copytree(garden, tmp_path / garden.name))
     before, old = every_file(kb), hashes(kb)
     inbound = {}
     for (source, _), target in links.resolve_all(before).items():
