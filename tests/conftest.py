@@ -1,6 +1,9 @@
-"""Shared test fixtures and helpers: a notes folder in tmp_path, Settings for it, a stub OpenAI client, the one
-environment for programs a test starts (`child_env`), the one tool runner (`run_tool`), the command line run in
-this process (`call_main`) or as its own process (`run_main`), and the one pty driver (`Terminal`)."""
+"""Shared test fixtures and helpers: a notes folder in tmp_path, Settings for it, a stub OpenAI client and the
+replies it is scripted with (`call`, `tool_call`), the one environment for programs a test starts (`child_env`),
+the one tool runner (`run_tool`), the command line run in this process (`call_main`) or as its own process
+(`run_main`), the one pty driver (`Terminal`), the shell tests' process checks, the real vault (`garden`), the
+MCP server as a client drives it (`McpProcess`) and the page's server with a client for it (`make_web`).
+What test modules share is here: none imports another."""
 
 import dataclasses
 import http.client
@@ -33,10 +36,10 @@ import embeddings  # noqa: E402
 import fake_server  # noqa: E402
 import index  # noqa: E402
 import main  # noqa: E402
-import web  # noqa: E402
 import shell  # noqa: E402
 import terminal  # noqa: E402
 import tools  # noqa: E402
+import web  # noqa: E402
 from agent import UI  # noqa: E402
 import config  # noqa: E402
 from config import Settings  # noqa: E402
@@ -441,6 +444,8 @@ class Recorder(UI):
         return None if self.answers is None else self.answers.pop(0)
 
 
+# --- The MCP server, driven as a client drives it ---
+
 def server_env(**extra) -> dict:
     """The test's environment without settings that would change what the server serves."""
     return child_env(**{"MCP_ALLOW_DESTRUCTIVE": "0", "MCP_ALLOW_SHELL": "0", "AUTO_APPROVE": "0"}  # beat any .env
@@ -508,6 +513,8 @@ class McpProcess:
         self.proc.stdin.close()
         return self.proc.wait(timeout=REPLY_TIMEOUT)
 
+
+# --- The page's server, and what a page (or an attacker) sends it ---
 
 class Browser:
     """What a page (or an attacker) sends: raw requests, with any Host, Origin and key."""

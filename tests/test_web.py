@@ -26,9 +26,8 @@ import pytest
 import fake_server
 import sessions
 import web
-from conftest import Browser, make_settings, start_web
+from conftest import MAIN, Browser, make_settings, start_web
 
-ROOT = Path(__file__).resolve().parent.parent
 STOP_TURNS = 100  # Stop presses at random moments: the old asynchronous stop jammed about one in 25
 
 
@@ -245,7 +244,7 @@ def test_a_flood_of_idle_connections_does_not_shut_the_page_out(kb, tmp_path, fa
     env = {**os.environ, "KA_DATA_DIR": str(tmp_path / "data"), "DEEPSEEK_BASE_URL": fake_llm.base_url,
            "DEEPSEEK_API_KEY": "x", "XDG_CACHE_HOME": str(tmp_path / "cache")}
     desktop = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))  # the usual limit of open files
-    proc = subprocess.Popen([sys.executable, str(ROOT / "main.py"), "--web", "--port", "0", "--no-browser",
+    proc = subprocess.Popen([sys.executable, str(MAIN), "--web", "--port", "0", "--no-browser",
                              "--kb", str(kb)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             preexec_fn=desktop)
     idle = []
@@ -287,7 +286,7 @@ def test_a_question_streams_its_answer_and_tool_calls_and_is_saved_for_the_cli(m
     # The page's conversation goes on in the terminal: python main.py --continue sees the question.
     env = {**os.environ, "KA_DATA_DIR": str(tmp_path / "data"), "DEEPSEEK_BASE_URL": fake_llm.base_url,
            "DEEPSEEK_API_KEY": "x", "KNOWLEDGE_BASE": str(kb), "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    cli = subprocess.run([sys.executable, str(ROOT / "main.py"), "--continue", "summarise it in one line"],
+    cli = subprocess.run([sys.executable, str(MAIN), "--continue", "summarise it in one line"],
                          capture_output=True, text=True, env=env, timeout=60)
     assert cli.returncode == 0, cli.stderr
     assert "find my vim notes" in json.dumps(fake_llm.requests[-1]["messages"], ensure_ascii=False)
@@ -457,7 +456,7 @@ def test_a_note_comes_with_its_links_resolved_as_obsidian_does_and_its_backlinks
 def test_main_web_prints_the_launch_page_and_stops_cleanly_removing_it(kb, tmp_path, fake_llm, stop):
     env = {**os.environ, "KA_DATA_DIR": str(tmp_path / "data"), "DEEPSEEK_BASE_URL": fake_llm.base_url,
            "DEEPSEEK_API_KEY": "x", "XDG_CACHE_HOME": str(tmp_path / "cache"), "XDG_RUNTIME_DIR": ""}
-    proc = subprocess.Popen([sys.executable, str(ROOT / "main.py"), "--web", "--port", "0", "--no-browser",
+    proc = subprocess.Popen([sys.executable, str(MAIN), "--web", "--port", "0", "--no-browser",
                              "--kb", str(kb), "--yes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
     try:

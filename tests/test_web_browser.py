@@ -19,7 +19,7 @@ import pytest
 
 import fake_server
 import web
-from conftest import call, make_settings, start_web
+from conftest import MAIN, call, make_settings, start_web
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (requirements-dev.txt)")
 CHROMIUM = Path("/usr/bin/chromium")
@@ -268,7 +268,7 @@ def launched(proc) -> tuple[str, int]:
 def test_a_reload_a_second_tab_and_a_restart_keep_the_page_working(browser, kb, tmp_path, fake_llm):
     env = {**os.environ, "KA_DATA_DIR": str(tmp_path / "data"), "DEEPSEEK_BASE_URL": fake_llm.base_url,
            "DEEPSEEK_API_KEY": "x", "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    command = [sys.executable, str(Path(web.__file__).with_name("main.py")), "--web", "--no-browser",
+    command = [sys.executable, str(MAIN), "--web", "--no-browser",
                "--kb", str(kb), "--port"]
     run = lambda port: subprocess.Popen(command + [str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         text=True, env=env)
