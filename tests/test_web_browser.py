@@ -274,7 +274,6 @@ def test_a_reload_a_second_tab_and_a_restart_keep_the_page_working(browser, kb, 
                                         text=True, env=env)
     context, errors = browser.new_context(), []
     context.set_default_timeout(WAIT)
-    context.clock.install()  # the page's retries wait seconds: the test moves its clock on instead
     context.on("page", lambda tab: tab.on("pageerror", lambda error: errors.append(str(error))))
     first = run(0)
     try:
@@ -291,6 +290,7 @@ def test_a_reload_a_second_tab_and_a_restart_keep_the_page_working(browser, kb, 
         second.goto(f"http://127.0.0.1:{port}/")  # a new tab, the address typed: the browser kept the key
         second.wait_for_selector(".msg.answer:has-text('According to your note')")
 
+        context.clock.install()  # from here the page's retries wait seconds: the test moves its clock on instead
         first.send_signal(signal.SIGINT)
         assert first.wait(20) == 0
         restarted = run(port)  # a new key: the open tabs cannot go on with theirs ...
