@@ -2,7 +2,6 @@
 model, through run_agent and the real tools (the stub client plays the model), and as the terminal shows them."""
 
 import dataclasses
-import json
 
 import pytest
 
@@ -10,12 +9,8 @@ import citations
 import notes
 import tools
 from agent import run_agent
-from conftest import Recorder, StubClient, Terminal, child_env, make_settings, posix_only
-from test_web import make_web  # noqa: F401  (a fixture)
+from conftest import Recorder, StubClient, Terminal, call, child_env, make_settings, posix_only
 
-
-def call(name: str, **arguments) -> dict:
-    return {"tool_calls": [{"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}]}
 
 
 def answered(settings, replies: list, history: list | None = None, question: str = "q"):

@@ -3,9 +3,8 @@
 import codecs
 
 import pytest
-from conftest import StubClient, make_settings, run_tool, tool_call
+from conftest import make_settings, run_repl, run_tool, tool_call
 
-import main
 import terminal
 import versions
 import approval
@@ -294,24 +293,6 @@ def test_undo_puts_back_the_folders_a_change_made(settings, kb, name, args):
 
 
 # --- the REPL ---
-
-
-def run_repl(monkeypatch, settings, lines, replies, answers=()):
-    """Drive main.repl with typed lines (and y/N answers), against a scripted model."""
-    typed = iter(list(lines))
-    answered = iter(list(answers))
-
-    def fake_input(prompt=""):
-        source = typed if prompt.startswith("\n>") else answered
-        try:
-            return next(source)
-        except StopIteration:
-            raise EOFError from None
-
-    monkeypatch.setattr("builtins.input", fake_input)
-    client = StubClient(replies)
-    assert main.repl(settings, client, terminal.Display()) == main.EXIT_OK
-    return client
 
 
 def test_repl_delete_then_undo_brings_the_note_back(monkeypatch, capsys, kb):

@@ -8,6 +8,7 @@ the moved note under its new name, and files the move need not touch keep every 
 
 import hashlib
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,24 +18,14 @@ from pathlib import Path
 import pytest
 
 import diffs
-import index
 import links
 import terminal
 import reading
 import tools
 import versions
-from conftest import child_env, make_settings, tool_call, unpack_garden, write
-from test_editing import run_repl
-from test_mcp import McpProcess, server_env
+from conftest import McpProcess, call, child_env, make_settings, run_repl, server_env, write
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(autouse=True)
-def cold():
-    index.close_index()
-    yield
-    index.close_index()
 
 
 @pytest.fixture
@@ -381,7 +372,7 @@ def test_a_kill_between_two_writes_leaves_what_undo_puts_back(vault, tmp_path):
 def test_the_terminal_lists_the_files_a_move_touches_under_its_question(vault, monkeypatch, capsys):
     old = hashes(vault)
     run_repl(monkeypatch, make_settings(vault), ["rename it", "/undo"], [
-        {"tool_calls": [tool_call("move_note", from_path="读书/三体.md", to_path="三体新.md")]}, {"content": "Moved."}],
+        call("move_note", from_path="读书/三体.md", to_path="三体新.md"), {"content": "Moved."}],
         answers=["y"])
     err = capsys.readouterr().err
     files = "→ 读书/三体.md → 三体新.md|~ 三体新.md  +1 −1|~ 书单.md  +4 −4|~ 人物/刘慈欣.md  +1 −1|~ 板.canvas  +1 −1"
@@ -401,13 +392,11 @@ def test_a_question_lists_at_most_twenty_files_and_says_how_many_more(vault):
 
 
 def test_one_shot_yes_moves_with_every_link_and_undo_puts_it_back(call_main, fake_llm, vault):
-    fake_llm.replies = [{"tool_calls": [{"name": "move_note", "arguments": json.dumps(
-        {"from_path": "读书/三体.md", "to_path": "科幻/三体.md"}, ensure_ascii=False)}]}, {"content": "Done."}]
+    fake_llm.replies = [call("move_note", from_path="读书/三体.md", to_path="科幻/三体.md"), {"content": "Done."}]
     before, old = every_file(vault), hashes(vault)
     refused = call_main("move it", kb=vault, base_url=fake_llm.base_url)
     assert "rerun with --yes" in refused.stderr and hashes(vault) == old
-    fake_llm.replies = [{"tool_calls": [{"name": "move_note", "arguments": json.dumps(
-        {"from_path": "读书/三体.md", "to_path": "科幻/三体.md"}, ensure_ascii=False)}]}, {"content": "Done."}]
+    fake_llm.replies = [call("move_note", from_path="读书/三体.md", to_path="科幻/三体.md"), {"content": "Done."}]
     result = call_main("--yes", "move it", kb=vault, base_url=fake_llm.base_url)
     assert result.returncode == 0 and result.stdout == "Done.\n", result.stderr
     assert "→ 读书/三体.md → 科幻/三体.md\n  ~ 书单.md  +1 −1\n  ~ 人物/刘慈欣.md  +1 −1\n  ~ 板.canvas" in result.stderr
@@ -431,8 +420,8 @@ def test_mcp_moves_with_every_link_and_serves_links_as_read_only(vault, tmp_path
     undone(vault, old)
 
 
-def test_renaming_the_most_linked_note_of_a_real_vault_keeps_every_link(tmp_path):
-    kb = unpack_garden(tmp_path)
+def test_renaming_the_most_linked_note_of_a_real_vault_keeps_every_link(garden, tmp_path):
+    kb = Path(shutil.copytree(garden, tmp_path / garden.name))
     before, old = every_file(kb), hashes(kb)
     inbound = {}
     for (source, _), target in links.resolve_all(before).items():

@@ -12,12 +12,8 @@ import pytest
 import sent
 import sessions
 from agent import run_agent
-from conftest import Recorder, StubClient, Terminal, child_env, make_settings, posix_only
-from test_web import make_web  # noqa: F401  (a fixture)
+from conftest import Recorder, StubClient, Terminal, call, child_env, make_settings, posix_only
 
-
-def call(name: str, **arguments) -> dict:
-    return {"tool_calls": [{"name": name, "arguments": json.dumps(arguments)}]}
 
 
 def conversation_with(settings, replies, tmp_path, conversation=None):

@@ -1,6 +1,6 @@
 """Tests for vault.py: properties, tags, sections, excluded files, drawings, sync-conflict copies, daily notes
 and the vault's style, on texts written as people write them in Obsidian vaults (CRLF, BOM, Chinese), and on a
-real vault (knowledge-garden, skipped where /work/shared is absent)."""
+real vault (knowledge-garden, skipped where conftest.GARDEN is absent)."""
 
 import json
 import os
