@@ -21,9 +21,9 @@ import sqlite3
 import stat
 import threading
 import time
+from collections import namedtuple
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import NamedTuple
 
 import db
 import links
@@ -160,26 +160,9 @@ def _keys(values) -> str:
     return "\n" + "\n".join(values) + "\n" if values else ""
 
 
-class Note(NamedTuple):
-    """A note's columns in the `notes` table, its id aside."""
-    path: str
-    size: int
-    mtime_ns: int
-    title: str
-    title_key: str
-    stem_key: str
-    alias_keys: str
-    tags: str
-    conflict_of: str | None
-    private: int
-
-
-class Searched(NamedTuple):
-    """A note's columns in the `fts` table: the texts a query's words are matched in."""
-    path: str
-    title: str
-    lead: str
-    body: str
+# A note's columns in the `notes` table (its id aside), and in the `fts` table: the texts a query's words meet.
+Note = namedtuple("Note", "path size mtime_ns title title_key stem_key alias_keys tags conflict_of private")
+Searched = namedtuple("Searched", "path title lead body")
 
 
 def _row(kb: Path, path: str, size_mtime, private_rules: list):

@@ -25,6 +25,9 @@ COMMAND = "python main.py" if Path(sys.argv[0]).name in ("main.py", "-c", "") el
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    for stream in (sys.stdin, sys.stdout, sys.stderr):  # a character that cannot be read or shown gets '?'
+        if hasattr(stream, "reconfigure"):  # None without a console; an io.StringIO has none either
+            stream.reconfigure(errors="replace")
     parser = argparse.ArgumentParser(
         prog=COMMAND, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Chat with an AI agent about your Markdown notes. The settings in parentheses can also be "
@@ -62,18 +65,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def command_line(argv=None) -> argparse.Namespace:
-    """The flags, read once a character that cannot be read or shown on stdin, stdout or stderr becomes '?'."""
-    for stream in (sys.stdin, sys.stdout, sys.stderr):
-        if hasattr(stream, "reconfigure"):  # None without a console; an io.StringIO has none either
-            stream.reconfigure(errors="replace")
-    return parse_args(argv)
-
-
 # --version, --help and a mistyped flag are answered before the chat's modules load: without a bytecode cache (a
 # read-only checkout, PYTHONDONTWRITEBYTECODE=1) compiling them would take longer than all the rest of a start.
 if __name__ == "__main__":
-    command_line()
+    parse_args()
 
 import context  # noqa: E402
 import db  # noqa: E402
@@ -398,7 +393,7 @@ def run(args, display: Display) -> int:
 
 
 def main(argv=None) -> int:
-    args = command_line(argv)
+    args = parse_args(argv)
     display = Display()
     db.show_notices(lambda text: display.info(f"knowledge-agent: {visible(text)}"))  # every module's, on stderr
     try:
