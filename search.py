@@ -205,7 +205,8 @@ def _search(idx: Index, query: str, rest: str, parsed: tuple, tags: list, lo: st
     hits = [(path, title, None) for _id, path, title, _, _ in hits]
     if vector:
         by_meaning = [hit for hit in embeddings.notes_by_meaning(idx, vector, lo, hi) if not _hidden_copy(idx, hit[0])]
-        hits = hits[:every] + _fuse(hits[every:], by_meaning, {path for path, _, _ in hits[:every]})
+        kept = max(every, 1)  # the notes with every word, and at least the keyword best, keep their places
+        hits = hits[:kept] + _fuse(hits[kept:], by_meaning, {path for path, _, _ in hits[:kept]})
     patterns = _line_patterns(words) + _tag_patterns(tags)
     text = _format_hits(idx, patterns, hits[:SEARCH_MAX_HITS], total, some_only, where_text, query)
     return f"{notice}\n{text}" if notice else text
@@ -267,8 +268,9 @@ def _named(names: list) -> str:
 
 
 def _fuse(by_words: list, by_meaning: list, placed: set) -> list:
-    """Notes with some of the words and notes close in meaning, not `placed`, fused by reciprocal rank (the bench
-    measures it against max + 0.3 min): (path, title, its closest chunk's first line if found by meaning only)."""
+    """Notes with some of the words (below the keyword best) and notes close in meaning, not `placed`, fused by
+    reciprocal rank (the bench measures it against max + 0.3 min): (path, title, its closest chunk's first line if
+    found by meaning only)."""
     score = {}
     for ranked in (by_words, [hit for hit in by_meaning if hit[0] not in placed]):
         for rank, (path, _, _) in enumerate(ranked, 1):
