@@ -33,7 +33,7 @@ LIST_OUTPUT_CHARS = 6000
 
 
 # --- A query as FTS5 phrases ---
-SEARCH_NEAR_WORDS = 2  # a sentence's consecutive words with at most this many words between them in a note rank it higher
+SEARCH_NEAR_WORDS = 2  # a sentence's consecutive words at most this many words apart in a note rank it higher
 SEARCH_WORD_PARTS = 3  # a chunk of at most this many words (4 Chinese characters: 3 2-character words) is one word
 _WORD = re.compile(r"[^\W_]+")
 # Function and framing words: "how do I water my tomatoes" looks for water and tomatoes (a query of them alone, for
@@ -45,7 +45,7 @@ nor not of off on once only or other our out over own please possible re s same 
 than that the their them then there these they this those through to too under until up us ve very want wants
 was way ways we were what when where which while who whom why will with won would you your""".split())
 _FRAMING_ZH = re.compile("我想|我要|我该|怎么样|怎么|怎样|如何|什么|哪个|哪些|为什么|请问|能否|能不能|有没有|是否|办法")
-_PLURAL_ES = ("s", "x", "z", "ch", "sh", "o")  # box -> boxes, tomato -> tomatoes
+_PLURAL_ES = ("s", "x", "z", "ch", "sh")  # box -> boxes
 
 
 def _phrase(words: list) -> str:
@@ -56,17 +56,19 @@ def _phrase(words: list) -> str:
 
 
 def _forms(word: str) -> list:
-    """The word's other number, singular or plural, as it may stand in a note (tomatoes: tomato; box: boxes;
-    library: libraries); the index keeps words as written. A form no note has costs nothing."""
+    """The word's other number, singular or plural, as it may stand in a note; the index keeps words as written. A
+    form no note has costs nothing."""
     if not word.isascii() or not word.isalpha() or len(word) < 3:
         return []
-    if word.endswith("ies") and len(word) > 4:
+    if word.endswith("ies") and len(word) > 4:  # libraries -> library
         return [word[:-3] + "y"]
-    if word.endswith("s") and not word.endswith("ss"):
-        return [word[:-2]] * (word.endswith("es") and word[:-2].endswith(_PLURAL_ES)) + [word[:-1]]
-    if word.endswith("y") and word[-2] not in "aeiou":
+    if word.endswith("s") and not word.endswith("ss"):  # boxes -> box, tomatoes -> tomato, files -> file
+        return [word[:-2]] * (word.endswith("es") and word[:-2].endswith(_PLURAL_ES + ("o",))) + [word[:-1]]
+    if word.endswith("y") and word[-2] not in "aeiou":  # library -> libraries
         return [word[:-1] + "ies"]
-    return [word + "es"] * word.endswith(_PLURAL_ES) + [word + "s"] * (not word.endswith(_PLURAL_ES[:-1]))
+    if word.endswith("o"):  # tomato -> tomatoes, photo -> photos
+        return [word + "es", word + "s"]
+    return [word + "es"] if word.endswith(_PLURAL_ES) else [word + "s"]
 
 
 def _parse_query(query: str) -> tuple:

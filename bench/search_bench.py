@@ -637,8 +637,9 @@ def print_peers(kb: Path, index_dir: Path, args) -> None:
                 times.append(time.perf_counter() - started)
                 return out
             r = judge_split(timed_run, queries)
-            print(f"{label}, {len(queries)} | {name} | " + " | ".join(f"{v:.3f}" for lang in ("en", "zh") for v in r[lang])
-                  + f" | {ms(statistics.median(times))} | {ms(pct(times, 0.95))}", flush=True)
+            figures = " | ".join(f"{v:.3f}" for lang in ("en", "zh") for v in r[lang])
+            print(f"{label}, {len(queries)} | {name} | {figures} | {ms(statistics.median(times))} | "
+                  f"{ms(pct(times, 0.95))}", flush=True)
     start_cold(kb, index_dir)
 
 if __name__ == "__main__":
