@@ -5,6 +5,7 @@
     options: --project PATH (the checkout measured; default: this repo), --set sample|garden|core,
              --question ID (repeatable), --ctx TOKENS, --threads N, --timeout S, --raw FILE.jsonl,
              --setting NAME=VALUE (any other load_settings override), --questions FILE
+    python bench/answers.py --rescore FILE.jsonl     # an earlier run's records, scored again
 
 The questions (answers_questions.json beside this file) are over the sample notes (this repo's knowledge_base/)
 and the knowledge-garden vault (KA_CORPUS/knowledge-garden.tar.gz, else the nearest shared/corpus above the
@@ -87,7 +88,7 @@ def child(spec_file: str) -> None:
         answer = agent.run_agent(spec["question"], history=[], settings=settings, ui=BenchUI())
         report = getattr(answer, "citations", None)
         record.update(answer=str(answer), notice=getattr(answer, "notice", ""),
-                      citations=[{"text": c.text, "problem": c.problem} for c in getattr(report, "checks", [])],
+                      checks=[{"text": c.text, "problem": c.problem} for c in getattr(report, "checks", [])],
                       unread=getattr(report, "unread", ""))
     except Exception as exc:  # an AgentError, or a bug of the project's: either is the question's result
         record.update(answer="", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc())
@@ -135,8 +136,8 @@ def ask(question: dict, notes: Path, run: dict, proxy) -> dict:
     record["changed"] = sorted(name for name in after if name in before and before[name] != after[name])
     record["created"] = sorted(set(after) - set(before))
     record["removed"] = sorted(set(before) - set(after))
-    written = {name: after[name].decode("utf-8", "replace") for name in record["changed"] + record["created"]}
-    return {"id": question["id"], "question": question["question"], **record, **score(question, record, written)}
+    record["written"] = {name: after[name].decode("utf-8", "replace") for name in record["changed"] + record["created"]}
+    return {"id": question["id"], "question": question["question"], **record, **score(question, record)}
 
 
 # --- Scoring ---
@@ -151,28 +152,37 @@ def holds(text: str, groups: list[list[str]]) -> bool:
     return all(any(squeezed(alternative) in squeezed(text) for alternative in group) for group in groups)
 
 
-def score(question: dict, record: dict, written: dict[str, str]) -> dict:
+def score(question: dict, record: dict) -> dict:
     answer = record.get("answer") or ""
     if question["kind"] == "write":
-        correct = wrote(question["writes"], written, record)
+        correct = wrote(question["writes"], record)
     elif question["kind"] == "not_covered":
         correct = bool(NOT_COVERED.search(unicodedata.normalize("NFKC", answer)))
     else:
         correct = bool(answer) and holds(answer, question["expect"])
-    checks = record.get("citations") or []
+    checks = record.get("checks") or []
     usage = [e["reply"].get("usage") or {} for e in record["exchanges"]]
     tokens = lambda key: sum(u.get(key) or 0 for u in usage) if any(key in u for u in usage) else None  # noqa: E731
-    return {"correct": correct, "citations_valid": bool(checks) and not any(c["problem"] for c in checks),
+    return {"correct": correct, "shown_source": shown_source(question, record["exchanges"]),
+            "citations_valid": bool(checks) and not any(c["problem"] for c in checks),
             "citations": len(checks), "not_shown": sum(NOT_SHOWN in c["problem"] for c in checks),
             "no_tool_call": not record["tool_calls"], "protocol_text": bool(PROTOCOL.search(answer)),
             "requests": len(record["exchanges"]), "prompt_tokens": tokens("prompt_tokens"),
             "completion_tokens": tokens("completion_tokens")}
 
 
-def wrote(writes: dict, written: dict[str, str], record: dict) -> bool:
+def shown_source(question: dict, exchanges: list[dict]) -> bool:
+    """A tool result the model was sent names one of the notes the answer comes from."""
+    notes = {source.rsplit(":", 1)[0] for source in question.get("sources", [])}
+    results = [str(m.get("content")) for e in exchanges for m in e["request"].get("messages") or []
+               if m.get("role") == "tool"]
+    return any(note in result for note in notes for result in results)
+
+
+def wrote(writes: dict, record: dict) -> bool:
     """The note (by its path, or by its name in any folder) was written and holds every group; no other note
     that was there before was changed or removed."""
-    wanted = writes["note"].casefold()
+    written, wanted = record["written"], writes["note"].casefold()
     targets = [name for name in written if name.casefold() == wanted or Path(name).name.casefold() == wanted]
     others = set(record["changed"]) - set(targets)
     return not (others or record["removed"]) and any(holds(written[name], writes["contains"]) for name in targets)
@@ -213,9 +223,9 @@ def commit_of(project: Path) -> str:
     return done.stdout.strip()[:100] or "(not a git checkout)"
 
 
-COLUMNS = ("id", "lang", "kind", "correct", "cites ok", "not shown", "no tool", "junk", "req", "prompt", "compl",
-           "secs")
-ROW = "{:<22} {:<4} {:<11} {:<7} {:<8} {:>9} {:<7} {:<4} {:>3} {:>7} {:>6} {:>6}"
+COLUMNS = ("id", "lang", "kind", "correct", "source", "cites ok", "not shown", "no tool", "junk", "req", "prompt",
+           "compl", "secs")
+ROW = "{:<22} {:<4} {:<11} {:<7} {:<6} {:<8} {:>9} {:<7} {:<4} {:>3} {:>7} {:>6} {:>6}"
 
 
 def yes(flag: bool) -> str:
@@ -228,17 +238,39 @@ def number(value) -> str:
 
 def row(question: dict, result: dict) -> str:
     cites = f"{yes(result['citations_valid'])} ({result['citations']})"
-    return ROW.format(result["id"][:22], question["lang"], question["kind"], yes(result["correct"]), cites,
+    source = yes(result["shown_source"]) if question.get("sources") else "-"
+    return ROW.format(result["id"][:22], question["lang"], question["kind"], yes(result["correct"]), source, cites,
                       result["not_shown"], yes(result["no_tool_call"]), yes(result["protocol_text"]),
                       result["requests"], number(result["prompt_tokens"]), number(result["completion_tokens"]),
-                      f"{result['wall_seconds']:.0f}")
+                      f"{result['wall_seconds']:.0f}") + (f"  [{result['error'][:120]}]" if result.get("error") else "")
+
+
+def rescore(args) -> list[dict]:
+    """The records of an earlier run (--raw) scored again with this question set, and printed as a run is."""
+    questions = {q["id"]: q for q in json.loads(args.questions.read_text(encoding="utf-8"))["questions"]}
+    results = []
+    for line in args.rescore.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        question = questions[record["id"]]
+        again = score(question, record)
+        if "written" not in record and question["kind"] == "write":  # records of the first runs lack them
+            del again["correct"]
+        if "checks" not in record:
+            again = {key: value for key, value in again.items()
+                     if key not in ("citations", "citations_valid", "not_shown")}
+        results.append({**record, **again})
+    print(ROW.format(*COLUMNS))
+    print("\n".join(row(questions[r["id"]], r) for r in results))
+    print("\n" + "\n".join(totals(list(questions.values()), results)))
+    return results
 
 
 def totals(questions: list[dict], results: list[dict]) -> list[str]:
     by_id = {q["id"]: q for q in questions}
     count = lambda rs, key: sum(bool(r[key]) for r in rs)  # noqa: E731
     lines = [f"correct: {count(results, 'correct')}/{len(results)}"]
-    for label, keep in [("sample notes", lambda q: q["set"] == "sample"), ("knowledge-garden", lambda q: q["set"] == "garden"),
+    for label, keep in [("sample notes", lambda q: q["set"] == "sample"),
+                        ("knowledge-garden", lambda q: q["set"] == "garden"),
                         ("the five knowledge-garden questions of issue 31", lambda q: q.get("core")),
                         ("sample-notes fact questions", lambda q: q["set"] == "sample" and q["kind"] == "fact")]:
         part = [r for r in results if keep(by_id[r["id"]])]
@@ -252,12 +284,16 @@ def totals(questions: list[dict], results: list[dict]) -> list[str]:
         f"{lang} {count([r for r in results if by_id[r['id']]['lang'] == lang], 'correct')}/"
         f"{sum(by_id[r['id']]['lang'] == lang for r in results)}" for lang in ("en", "zh")))
     seconds = [r["wall_seconds"] for r in results]
-    lines += [f"citations valid: {count(results, 'citations_valid')}/{len(results)} answers "
+    sourced = [r for r in results if by_id[r["id"]].get("sources")]
+    lines += [f"a source note reached the model: {count(sourced, 'shown_source')}/{len(sourced)} questions that have "
+              f"one; correct with it: {sum(r['correct'] and r['shown_source'] for r in sourced)}",
+              f"citations valid: {count(results, 'citations_valid')}/{len(results)} answers "
               f"({sum(r['citations'] for r in results)} citations in all)",
               f"cites a line it was not shown: {sum(r['not_shown'] > 0 for r in results)} answers "
               f"({sum(r['not_shown'] for r in results)} citations)",
               f"answered with no tool call: {count(results, 'no_tool_call')}/{len(results)}",
-              f"protocol text (call JSON, <<<data marks) in the answer: {count(results, 'protocol_text')}/{len(results)}",
+              f"protocol text (call JSON, <<<data marks) in the answer: {count(results, 'protocol_text')}/"
+              f"{len(results)}",
               f"errors (no answer): {sum(bool(r.get('error')) for r in results)}",
               f"requests: {sum(r['requests'] for r in results)}",
               f"prompt tokens: {number(sum(r['prompt_tokens'] or 0 for r in results))}, completion tokens: "
@@ -295,7 +331,7 @@ def bench(args) -> list[dict]:
         for question in questions:
             result = ask(question, notes[question["set"]], run, proxy)
             results.append(result)
-            print(row(question, result) + (f"  [{result['error'][:120]}]" if result.get("error") else ""), flush=True)
+            print(row(question, result), flush=True)
             if args.raw:
                 with open(args.raw, "a", encoding="utf-8") as raw:
                     raw.write(json.dumps({"project": commit_of(project), "server": label, **result},
@@ -329,6 +365,7 @@ def parse(argv=None):
                         help="a load_settings override, e.g. max_rounds=6 (repeatable)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds for one question")
     parser.add_argument("--raw", type=Path, help="append every question's record and exchanges to this JSON-lines file")
+    parser.add_argument("--rescore", type=Path, help="score the records of an earlier --raw file again; ask nothing")
     return parser.parse_args(argv)
 
 
@@ -336,4 +373,5 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--child"]:
         child(sys.argv[2])
     else:
-        bench(parse())
+        arguments = parse()
+        (rescore if arguments.rescore else bench)(arguments)

@@ -62,15 +62,17 @@ def test_the_bench_scores_answers_and_counts_what_the_server_counted(tmp_path, c
     assert "cites a line it was not shown: 1 answers (1 citations)" in printed
     assert f"prompt tokens: {sum(sent):,}" in printed
     assert [json.loads(line)["id"] for line in raw.read_text(encoding="utf-8").splitlines()] == ["eggs", "quit"]
+    again = bench.rescore(bench.parse(["--rescore", str(raw), "--questions", str(questions)]))
+    assert [(r["correct"], r["shown_source"]) for r in again] == [(True, True), (False, False)]
 
 
 def test_a_question_the_notes_do_not_answer_is_right_only_when_the_answer_says_so():
     bench = load_bench()
     question = {"id": "tomatoes", "kind": "not_covered", "expect": []}
-    record = {"tool_calls": [], "exchanges": [], "citations": []}
+    record = {"tool_calls": [], "exchanges": [], "checks": []}
     said = [("Your notes don't say how often to water tomatoes.", True), ("笔记里没有提到浇水。", True),
             ("我没有找到相关的笔记。", True), ("Water them every two days.", False), ("每两天浇一次水。", False)]
-    assert [bench.score(question, {**record, "answer": answer}, {})["correct"] for answer, _ in said] == \
+    assert [bench.score(question, {**record, "answer": answer})["correct"] for answer, _ in said] == \
         [right for _, right in said]
 
 
@@ -78,11 +80,11 @@ def test_a_write_is_right_when_the_note_holds_the_text_and_no_other_note_changed
     bench = load_bench()
     question = {"id": "shop", "kind": "write", "expect": [], "writes": {"note": "shopping.md",
                                                                        "contains": [["eggs"], ["milk"]]}}
-    record = {"tool_calls": [{"name": "write_note"}], "exchanges": [], "citations": [], "answer": "Done.",
-              "changed": [], "created": ["lists/shopping.md"], "removed": []}
-    written = {"lists/shopping.md": "# Shopping\n\n- eggs\n- milk\n"}
-    assert bench.score(question, record, written)["correct"]
-    assert not bench.score(question, record, {"lists/shopping.md": "# Shopping\n\n- eggs\n"})["correct"]
-    clobbered = {**record, "changed": ["recipes.md"]}
-    assert not bench.score(question, clobbered, {**written, "recipes.md": "gone"})["correct"]
-    assert not bench.score(question, {**record, "removed": ["vim.md"]}, written)["correct"]
+    record = {"tool_calls": [{"name": "write_note"}], "exchanges": [], "checks": [], "answer": "Done.",
+              "changed": [], "created": ["lists/shopping.md"], "removed": [],
+              "written": {"lists/shopping.md": "# Shopping\n\n- eggs\n- milk\n"}}
+    assert bench.score(question, record)["correct"]
+    assert not bench.score(question, {**record, "written": {"lists/shopping.md": "# Shopping\n\n- eggs\n"}})["correct"]
+    clobbered = {**record, "changed": ["recipes.md"], "written": {**record["written"], "recipes.md": "gone"}}
+    assert not bench.score(question, clobbered)["correct"]
+    assert not bench.score(question, {**record, "removed": ["vim.md"]})["correct"]
