@@ -56,8 +56,9 @@ NOT_COVERED = re.compile(
     r"|\bnotes?\b[^.\n]{0,60}?\b(?:don't|do not|doesn't|does not|didn't|did not|no)\b"
     r"|(?:没有|未|没|不|无)[^。\n]{0,20}?(?:笔记|记录|提到|提及|找到|相关|信息|涉及|包含|内容|写)"
     r"|(?:笔记|记录)[^。\n]{0,20}?(?:没有|未|没|不|无)", re.I)
-# What a person must never see in an answer: tool calls written as text, the tool results' marks.
-PROTOCOL = re.compile(r'<<<data|>>>end|</?tool_call>|</?tools>|"name"\s*:\s*"\w+"\s*,\s*"(?:arguments|parameters)"')
+# What a person must never see in an answer: tool calls written as text, tool schemas, the tool results' marks.
+PROTOCOL = re.compile(r'<<<data|>>>end|</?tool_call>|</?tools>|"name"\s*:\s*"[^"\n]+"\s*,\s*"(?:arguments|parameters)"'
+                      r'|"type"\s*:\s*"function"')
 NOT_SHOWN = "never reached the model"  # in every problem citations.py reports for lines the model was not shown
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -182,7 +183,7 @@ def shown_source(question: dict, exchanges: list[dict]) -> bool:
 def wrote(writes: dict, record: dict) -> bool:
     """The note (by its path, or by its name in any folder) was written and holds every group; no other note
     that was there before was changed or removed."""
-    written, wanted = record["written"], writes["note"].casefold()
+    written, wanted = record.get("written", {}), writes["note"].casefold()
     targets = [name for name in written if name.casefold() == wanted or Path(name).name.casefold() == wanted]
     others = set(record["changed"]) - set(targets)
     return not (others or record["removed"]) and any(holds(written[name], writes["contains"]) for name in targets)
