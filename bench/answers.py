@@ -103,7 +103,7 @@ def child_env(scratch: Path) -> dict:
     return env | {"XDG_CONFIG_HOME": str(scratch / "config"), "XDG_DATA_HOME": str(scratch / "data"),
                   "XDG_CACHE_HOME": str(scratch / "cache"), "XDG_STATE_HOME": str(scratch / "state"),
                   "KA_INDEX_DIR": str(scratch / "index"), "KA_DATA_DIR": str(scratch / "data"),
-                  "NO_COLOR": "1", "PYTHONIOENCODING": "utf-8"}
+                  "NO_COLOR": "1", "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1"}  # the checkout as it is
 
 
 def ask(question: dict, notes: Path, run: dict, proxy) -> dict:
