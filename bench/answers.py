@@ -118,7 +118,7 @@ def ask(question: dict, notes: Path, run: dict, proxy) -> dict:
         spec = {"project": run["project"], "question": question["question"], "settings": settings,
                 "result": str(scratch / "result.json")}
         (scratch / "spec.json").write_text(json.dumps(spec, ensure_ascii=False), encoding="utf-8")
-        first, started = len(proxy.exchanges), time.monotonic()
+        started = time.monotonic()
         try:
             done = subprocess.run([sys.executable, __file__, "--child", str(scratch / "spec.json")],
                                   env=child_env(scratch), cwd=scratch, stdin=subprocess.DEVNULL,
@@ -129,11 +129,14 @@ def ask(question: dict, notes: Path, run: dict, proxy) -> dict:
         result_file = scratch / "result.json"
         record = json.loads(result_file.read_text(encoding="utf-8")) if result_file.exists() else {
             "answer": "", "tool_calls": [], "error": f"the question's process ended ({died}) without a result"}
-        record["wall_seconds"] = round(time.monotonic() - started, 1)
+        ended = time.monotonic()
+        record["wall_seconds"] = round(ended - started, 1)
         record["stderr"] = (stderr if isinstance(stderr, str) else stderr.decode("utf-8", "replace"))[-STDERR_KEPT:]
         after = local_model.snapshot(kb)
+    # By when they began: a request cut off by the timeout ends later, while the next question runs.
     record["exchanges"] = [{"status": e["status"], "seconds": e["seconds"], "request": e["request"],
-                            "reply": local_model.assemble(e["raw"])} for e in proxy.exchanges[first:]]
+                            "reply": local_model.assemble(e["raw"])} for e in list(proxy.exchanges)
+                           if started <= e["started"] < ended]
     record["changed"] = sorted(name for name in after if name in before and before[name] != after[name])
     record["created"] = sorted(set(after) - set(before))
     record["removed"] = sorted(set(before) - set(after))

@@ -175,7 +175,7 @@ class Proxy:
                         self.wfile.flush()
                     self.wfile.write(b"0\r\n\r\n")
                 finally:
-                    proxy.exchanges.append({"path": self.path, "request": json.loads(body or b"{}"),
+                    proxy.exchanges.append({"path": self.path, "request": json.loads(body or b"{}"), "started": started,
                                             "status": answer.status, "seconds": round(time.monotonic() - started, 1),
                                             "raw": raw.decode("utf-8", "replace")})
                     connection.close()
