@@ -57,6 +57,7 @@ ROUND_LIMIT = "not executed: the limit of model calls for one question was reach
 ROUND_NOTICE = ("[Stopped: reached the limit of {} model calls for one question (MAX_TOOL_ROUNDS or --max-rounds). "
                 "Ask again to continue, or raise the limit.]")
 LENGTH_NOTICE = "[The answer was cut off: the model reached its output limit (finish_reason=length).]"
+REPEAT_NOTICE = "[The answer was cut off: the model kept repeating the same line.]"
 EMPTY_NOTICE = "[The model returned an empty answer. Try rephrasing the question.]"
 KEY_HINT = ("Set DEEPSEEK_API_KEY for DeepSeek, or OPENAI_API_KEY (with OPENAI_BASE_URL for other servers): a key "
             "only goes to its own provider. Put it in the environment, .env beside main.py or {}")
@@ -153,7 +154,7 @@ class Reply:
     def __init__(self):
         self.content, self.reasoning, self.finish_reason, self.usage = "", None, None, Usage.of(None)
         self.calls: dict[int, dict] = {}  # by stream index; "arguments" as a list of pieces, joined once
-        self.shown = ""  # the text the person saw
+        self.shown, self.consumed = "", 0  # the text the person saw; how much of `content` it shows
         self.held = 0  # content from here on may still be tool calls written as text (replies.held_from)
         self.streaming = False  # the stream has started: the SDK does not retry errors raised while reading it
 
@@ -171,8 +172,12 @@ class Reply:
                 ui.reasoning(reasoning)
             if content:
                 self.content += content
+                if (end := replies.looping(self.content)) is not None:  # a small model's loop: stop it now
+                    self.content, self.finish_reason = self.content[:end], "repeat"
+                    getattr(parts, "close", lambda: None)()  # the server stops generating
+                    break
                 self.held = replies.held_from(self.content, self.held)
-                self._show(ui, self.held)
+                self._show(ui, min(self.held, replies.open_mark(self.content), replies.repeats_from(self.content)))
             for index, call_id, name, arguments in calls:
                 call = self.calls.setdefault(index, {"id": None, "name": None, "arguments": []})
                 call["id"] = call_id or call["id"]  # some servers repeat id and name in later chunks: set, never append
@@ -181,19 +186,25 @@ class Reply:
         if stream and self.finish_reason is None and not (self.content or self.calls or self.reasoning):
             raise NotOpenAI("the stream held no answer")  # e.g. an HTML page served as text/event-stream
         held = len(self.content) if self.calls else self.held
-        if held < len(self.content) and self.finish_reason == "length":
+        if held < len(self.content) and self.finish_reason in ("length", "repeat"):
             self.content = self.content[:held]  # calls cut off mid-way are neither run nor an answer: the notice says so
         elif held < len(self.content) and (written := replies.text_tool_calls(self.content[held:])):
             # kept as the server would have sent them: any server accepts the history
             self.calls = {i: {"id": None, "name": c["name"], "arguments": [c["arguments"]]} for i, c in enumerate(written)}
             self.content = self.content[:held].rstrip()
         self._show(ui, len(self.content))
+        self.content = replies.without_marks(self.content)
 
-    def _show(self, ui: UI, upto: int) -> None:  # what was held back, or the new piece
-        if upto > len(self.shown):
-            piece = self.content[len(self.shown):upto]
-            ui.text(piece)
-            self.shown += piece
+    def _show(self, ui: UI, upto: int) -> None:
+        """Show what was held back, or the new piece, never a tool result's marks: a line that may become one is held
+        (replies.open_mark), so each piece is cleaned alone, and costs what it adds."""
+        if upto > self.consumed:
+            piece, mid_line = self.content[self.consumed:upto], self.content[self.consumed - 1:self.consumed] not in "\n"
+            piece = replies.without_marks("." + piece)[1:] if mid_line else replies.without_marks(piece)
+            self.consumed = upto
+            if piece:
+                ui.text(piece)
+                self.shown += piece
 
     def arguments(self) -> list[str]:
         """Each call's arguments as the model sent them (the tool explains what is wrong with them)."""
@@ -311,12 +322,12 @@ class Model:
         marked cut off: the person saw it, so "summarise it" must still work."""
         import openai
         schemas = tools.tool_schemas(self.settings)  # once per round: every request of it, and their estimates
-        retried, refused, reply = False, None, Reply()
+        retried, refused, reply = False, None, Reply()  # refused: (the messages, the error) of a "too long" answer
         try:
             while True:
                 messages, estimate = self.request(history, schemas)
-                if messages == refused:  # nothing more can be left out: the window is too small for this request
-                    raise self._too_small(refused_error, schemas)
+                if refused and messages == refused[0]:  # nothing more can be left out: the window is too small
+                    raise self._too_small(refused[1], schemas)
                 reply, params = Reply(), self._params(messages, schemas)
                 try:
                     reply.receive(self._response(params), self.settings.stream, ui)
@@ -327,7 +338,7 @@ class Model:
                                          "above is incomplete.") from None
                     if isinstance(error, ContextTooLong):
                         self._learn_window(error.window, estimate)
-                        refused, refused_error = messages, error
+                        refused = messages, error
                         continue
                     if not reply.streaming or retried:  # the SDK already retried the rest
                         raise error from None
@@ -436,7 +447,8 @@ def run_agent(question: str, history: list[dict] | None = None, settings: Settin
             history.append(message)
             _save(history, reply.usage, (settings.base_url, settings.model))
             if not reply.calls:  # decided by the calls, not finish_reason: servers differ
-                notice = LENGTH_NOTICE if reply.finish_reason == "length" else "" if reply.content else EMPTY_NOTICE
+                notice = {"length": LENGTH_NOTICE, "repeat": REPEAT_NOTICE}.get(reply.finish_reason,
+                                                                             "" if reply.content else EMPTY_NOTICE)
                 break
             if round_number == settings.max_rounds:  # the last round's calls are not run
                 history.extend(_results([call["id"] for call in message["tool_calls"]], ROUND_LIMIT))

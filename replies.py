@@ -51,6 +51,10 @@ CONTEXT_ERROR = re.compile("|".join([
     r"greater than the context length|when context the overflows|cannot truncate prompt with n_keep",  # LM Studio
 ]), re.I)
 
+MARK_LINE = re.compile(r"^[ \t]*(?:<<<data|>>>end)\b.*(?:\n|$)", re.M)  # the marks tool results come between
+MARKS = ("<<<data", ">>>end")
+REPEATED_LINES = 6  # a reply whose last lines are one line this many times over is looping: it is stopped
+
 # server_kept_fewer: Qwen2.5's tokenizer (llama.cpp) counted 0.73-1.12 of context.py's estimate for 600 real
 # requests (system prompt, 8 tools, a question, one note read; a Chinese vault and English tldr pages), and
 # 0.60-1.62 for a note's text alone. A server that keeps the whole prompt so reports at least ~0.6 of the
@@ -75,7 +79,7 @@ def text_tool_calls(content: str) -> list[dict] | None:
         bodies = [text]
     calls = []
     for body in bodies or []:
-        values = _json_values(body)
+        values = _json_values(_rebraced(body))
         if values is None:
             lines = [line.strip() for line in body.strip().splitlines() if line.strip()]
             if len(lines) > 1 and all(_opens_like_call(line) for line in lines):
@@ -95,8 +99,19 @@ def text_tool_calls(content: str) -> list[dict] | None:
     return calls or None
 
 
+def _rebraced(text: str) -> str:
+    """A call written with braces too many ({{"name": …}}}, a small model's slip) as the one object it means."""
+    text = text.strip()
+    text = "{" + text.lstrip("{") if text.startswith("{{") else text
+    try:
+        _, end = json.JSONDecoder().raw_decode(text) if text.startswith("{") else (None, 0)
+    except ValueError:
+        return text
+    return text[:end] if end and text[end:].strip() and not text[end:].strip("} \t\r\n") else text
+
+
 def _line_call(line: str) -> dict:
-    values = _json_values(line)
+    values = _json_values(_rebraced(line))
     call = _call(values[0]) if values and len(values) == 1 else None
     return call or _broken_call(line) or {"name": "", "arguments": line}
 
@@ -145,6 +160,42 @@ def held_from(text: str, start: int = 0) -> int:
     while at >= 0 and not could_be_tool_call(text[at + 1:]):
         at = text.find("\n`", at + 1)
     return at + 1 if at >= 0 else len(text)
+
+
+def without_marks(text: str) -> str:
+    """The text without the lines holding tool results' marks, which a small model copies into its answer."""
+    return MARK_LINE.sub("", text)
+
+
+def open_mark(text: str) -> int:
+    """Where the line still being written starts, if it may yet be a mark line; else len(text)."""
+    start = text.rfind("\n") + 1
+    line = text[start:].lstrip(" \t")
+    return start if line and any(mark.startswith(line[:len(mark)]) for mark in MARKS) else len(text)
+
+
+def looping(text: str) -> int | None:
+    """Where a reply that keeps repeating one line (a small model's loop) should end, after the first of the
+    repeats; None while it is not looping."""
+    end = repeats_from(text)
+    return end if text.count("\n", end) >= REPEATED_LINES - 1 else None
+
+
+def repeats_from(text: str) -> int:
+    """Where the last whole line's repeats begin (it follows itself, or the line being written starts as it does: a
+    loop may be starting), to hold them back until it is clear; len(text) when they do not."""
+    at = len(text)
+    for _ in range(REPEATED_LINES + 1):  # only the last lines are looked at: each piece costs what it adds
+        at = text.rfind("\n", 0, at) if at > 0 else -1
+    *lines, partial = text[at + 1:].split("\n")
+    if not lines or not lines[-1].strip():
+        return len(text)
+    first = len(lines) - 1
+    while first > 0 and lines[first - 1] == lines[-1]:
+        first -= 1
+    if first < len(lines) - 1:
+        return len(text) - len(partial) - sum(len(line) + 1 for line in lines[first + 1:])
+    return len(text) - len(partial) if partial and lines[-1].startswith(partial) else len(text)
 
 
 def error_message(body, fallback: str) -> str:
@@ -210,11 +261,16 @@ class Usage(NamedTuple):
 
 
 def _without_echo(text: str) -> str:
-    """The text without a leading or trailing <tools>…</tools> (an echo of the tool list, or empty tags)."""
+    """The text without a leading or trailing <tools>…</tools> (an echo of the tool list, or empty tags); calls
+    inside such tags are kept (a small model wraps its call so too)."""
     text = text.strip()
     opening, closing = TOOLS_ECHO
     if text.startswith(opening) and closing in text:
-        text = text[text.index(closing) + len(closing):].strip()
+        inside, _, after = text[len(opening):].partition(closing)
+        values = _json_values(_rebraced(inside))
+        items = [item for value in values or [] for item in (value if isinstance(value, list) else [value])]
+        written = items and all(_call(item) and {"arguments", "parameters"} & set(item) for item in items)
+        text = (inside.strip() + "\n" if written else "") + after.strip()  # not the tool list: calls
     if text.endswith(closing) and opening in text:
         text = text[:text.rindex(opening)].strip()
     return text
@@ -317,7 +373,7 @@ def _opens_like_call(text: str) -> bool:
         return True
     if not rest.startswith("{"):
         return False
-    rest = rest[1:].lstrip()
+    rest = rest.lstrip("{").lstrip()
     if not rest:
         return True
     key = re.match(r'"([^"\\]*)(")?', rest)
