@@ -6,11 +6,11 @@ beside them its aliases and tags as keys, the note a sync-conflict copy was made
 its links (links.rows: what backlinks and link-keeping moves ask for). The other files' paths (attachments,
 canvases: what a link may also lead to) are kept in memory, from the walk and the watcher. What the owner
 excluded in Obsidian (Excluded files) is not indexed, and a drawing only by its words. One index file per notes
-folder, in WAL mode so processes share it; a damaged or outdated one is rebuilt. A process's first
-search compares every note's size and mtime with the index, later ones ask watch.py (Linux inotify) what
-changed; note_changed hears of the agent's own changes. search.py asks the questions, this file only keeps the
-answers current. It never writes inside the notes folder nor reads outside it (notes are read from the folder's
-own descriptor, as the tools read them); what the model can fix raises ToolError.
+folder, in WAL mode so processes share it; a damaged or outdated one is rebuilt (notebook.py holds it open).
+Its first search compares every note's size and mtime with the index, later ones ask watch.py (Linux inotify)
+what changed; its Notebook tells it of the agent's own changes. search.py asks the questions, this file only
+keeps the answers current. It never writes inside the notes folder nor reads outside it (notes are read from the
+folder's own descriptor, as the tools read them); what the model can fix raises ToolError.
 """
 
 import hashlib
@@ -18,10 +18,9 @@ import os
 import re
 import sqlite3
 import stat
-import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import db
 import frontmatter
@@ -211,7 +210,7 @@ def index_path(kb: Path, index_dir: Path) -> Path:
     return Path(index_dir) / f"{kb.name or 'root'}-{digest}.sqlite"
 
 
-def _open(path: Path) -> sqlite3.Connection:
+def open_file(path: Path) -> sqlite3.Connection:
     """The index file, made if new (synchronous=NORMAL is safe with WAL: at worst a change is read again)."""
     conn = db.connect(path, _SCHEMA, SCHEMA_VERSION, upgrade=False)
     tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE name IN ('meta', 'notes', 'fts', 'links')")
@@ -227,6 +226,7 @@ def writing(conn: sqlite3.Connection):
 
 @dataclass
 class Index:
+    """The index of one notes folder, open: its Notebook's. `rules`: the .kaignore rules now."""
     kb: Path
     path: Path
     watch: bool  # inotify wanted; `can_watch` turns False where it is missing or at its watch limit
@@ -234,14 +234,13 @@ class Index:
     can_watch: bool = watch.AVAILABLE
     watcher: watch.Watcher | None = None  # watching the folders of the last walk; None: the next search walks
     pending: set = field(default_factory=set)  # notes the agent changed: read whatever their stat says
-    touched: set = field(default_factory=set)  # notes seen changed since embeddings.py last looked
-    chunked: bool = False  # embeddings.py has compared every note's chunks in this process
     unnamed: list = field(default_factory=list)  # notes the last walk found with a path that is not UTF-8
     others: set = field(default_factory=set)  # the other files, from the last walk and the watcher since
     excluded: list = field(default_factory=list)  # the owner's Excluded files as the last walk read them
     linked: dict = field(default_factory=dict)  # the notes that are links -> where they lead, from the last walk
 
-    def refresh(self) -> None:
+    def refresh(self, rules: list) -> set:
+        """Bring the index up to date with the notes on disk; the paths it read again or dropped."""
         kaignore = str(privacy.signature(self.kb))
         stored = self.conn.execute("SELECT value FROM meta WHERE key='kaignore'").fetchone()
         private_changed = stored not in (None, (kaignore,))  # the person changed what is private
@@ -252,7 +251,6 @@ class Index:
             known = {p: (s, m) for p, s, m, _ in rows}
             changed = {p: st for p, st in on_disk.items() if known.get(p) != st}
             if private_changed:  # read again the notes .kaignore now judges otherwise than their stored flag
-                rules = privacy.rules(self.kb)
                 changed |= {p: None for p, _, _, private in rows
                             if p in on_disk and privacy.by_name(self.kb, p, self.linked.get(p), rules) != bool(private)}
             gone = [p for p in known if p not in on_disk]
@@ -267,11 +265,12 @@ class Index:
             del changed[path]
             (self.others.add if (self.kb / path).is_file() else self.others.discard)(path)
         changed |= dict.fromkeys(self.pending)
-        self.apply({p: st for p, st in changed.items() if not vault.is_excluded(p, self.excluded)}, gone)
+        read = self.apply({p: st for p, st in changed.items() if not vault.is_excluded(p, self.excluded)}, gone, rules)
         self.pending.clear()
         if stored != (kaignore,):
             with writing(self.conn):
                 self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('kaignore', ?)", (kaignore,))
+        return read
 
     def walk(self) -> tuple:
         """_walk's notes on disk; with inotify, a new watcher watches exactly the folders found, and the vault's
@@ -293,15 +292,15 @@ class Index:
             self.watcher.close()
         self.watcher = None
 
-    def apply(self, changed: dict, gone: list) -> None:
-        """Write changes in one transaction; a path changed to None is read whatever its stat says."""
+    def apply(self, changed: dict, gone: list, private_rules: list) -> set:
+        """Write changes in one transaction; a path changed to None is read whatever its stat says. The paths read
+        again or dropped."""
         if not changed and not gone:
-            return
+            return set()
         copies = self.conn.execute("SELECT path, conflict_of FROM notes WHERE conflict_of NOT NULL").fetchall()
         notes_changed = {*changed, *gone}  # links to them and copies of them are private when they are: read again
         changed = {p: None for p, note in [*self.linked.items(), *copies] if note in notes_changed} | changed
-        self.touched.update(changed, gone)
-        started, told, private_rules = time.monotonic(), False, privacy.rules(self.kb)
+        started, told = time.monotonic(), False
         with writing(self.conn):  # on an error the index is closed
             stored = "SELECT size, mtime_ns FROM notes WHERE path=?"  # another process may have indexed it
             items = [(p, st) for p, st in changed.items()
@@ -324,62 +323,10 @@ class Index:
             self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         if told:
             notice(f"indexed {len(items)} notes in {time.monotonic() - started:.1f} s.")
+        return {*changed, *gone}
 
     def remove(self, paths: list) -> None:
         rows = [(p,) for p in paths]
         self.conn.executemany("DELETE FROM fts WHERE rowid IN (SELECT id FROM notes WHERE path=?)", rows)
         self.conn.executemany("DELETE FROM notes WHERE path=?", rows)
         self.conn.executemany("DELETE FROM links WHERE source=?", rows)
-
-
-_INDEX: Index | None = None  # the one index this process has open
-_INDEX_LOCK = threading.RLock()  # one thread at a time uses it (the web UI searches from several)
-
-
-def close_index() -> None:
-    """Close the open index and its watcher (tests and benchmarks use this to start cold)."""
-    global _INDEX
-    if _INDEX is not None:
-        _INDEX.stop_watching()
-        _INDEX.conn.close()
-        _INDEX = None
-
-
-def with_index(kb: Path, index_dir: Path, watch: bool, action) -> str:
-    """action(index) on the index brought up to date; a damaged or outdated one is rebuilt."""
-    global _INDEX
-    path = index_path(kb, index_dir)
-    with _INDEX_LOCK:
-        for attempt in (1, 2, 3):
-            try:
-                if _INDEX is None or (_INDEX.kb, _INDEX.path, _INDEX.watch) != (kb, path, watch):
-                    close_index()
-                    _INDEX = Index(kb, path, watch, _open(path))
-                _INDEX.refresh()
-                return action(_INDEX)
-            except (OSError, sqlite3.Error) as exc:
-                close_index()
-                if attempt == 3 or isinstance(exc, OSError) or db.problem(exc) in ("busy", "denied"):
-                    notice(f"search index {path} failed: {db.why(exc)}")
-                    raise ToolError(f"the search index failed ({db.why(exc)}); the notice on the person's screen "
-                                    "says where it is.") from None
-                if db.problem(exc) == "damaged":
-                    notice(f"search index {path} cannot be used ({exc}); rebuilding it.")
-                    for suffix in ("", "-wal", "-shm"):
-                        Path(f"{path}{suffix}").unlink(missing_ok=True)
-                # else a plain error (a table gone while the index was open): opened again, damage shows
-            except BaseException:
-                close_index()  # whatever failed, the next search starts over with a full comparison
-                raise
-
-
-def note_changed(kb: Path, index_dir: Path, rel_path: str) -> None:
-    """The agent changed, made, deleted or moved this note (a folder: all): the next search re-reads it."""
-    idx = _INDEX
-    if idx is None or (idx.kb, idx.path) != (kb, index_path(kb, index_dir)):
-        return  # not open in this process: its first search compares everything anyway
-    if is_note_path(rel_path):
-        with _INDEX_LOCK:
-            idx.pending.add(PurePosixPath(rel_path.replace("\\", "/")).as_posix())
-    else:
-        idx.stop_watching()  # the next search compares every note

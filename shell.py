@@ -109,7 +109,7 @@ def _unreadable(kb: str, private: tuple[str, ...]) -> list[str]:
 
     def unread_and_private(path: str) -> bool:  # the index reads every other note's front matter
         return path.lower().endswith(notes.NOTE_SUFFIXES) and (
-            not notes.is_utf8(path) or vault.is_excluded(path, excluded)) and privacy.is_private(root, path)
+            not notes.is_utf8(path) or vault.is_excluded(path, excluded)) and privacy.is_private(root, path, rules)
     while folders:
         folder = folders.pop()
         try:

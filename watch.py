@@ -39,7 +39,11 @@ class Watcher:
             raise OSError(ctypes.get_errno(), "inotify_add_watch failed")  # the watch limit, most likely
 
     def close(self) -> None:
-        os.close(self.fd)
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    __del__ = close  # a Notebook dropped unclosed (a test's, a script's) gives its inotify instance back
 
     def changes(self) -> dict | None:
         """The notes and other files changed since the last call (path -> None); None when a full walk is needed."""

@@ -118,31 +118,31 @@ def test_quote_marks_inside_a_notes_name_are_no_quote(settings, kb):
     assert problems(answer) == {"python.md:3": citations.NOT_THERE}
 
 
-def test_every_tool_that_shows_note_text_counts_and_its_lines_are_the_notes_own(settings, kb):
+def test_every_tool_that_shows_note_text_counts_and_its_lines_are_the_notes_own(notebook, kb):
     long = "# Long\n\n" + "\n".join(f"## Part {n}\n\n{'words ' * 60}" for n in range(1, 80)) + "\n"
     (kb / "long.md").write_text(long, encoding="utf-8")
-    first = reading.read_note(settings, "long.md")  # the outline first, then as many lines as fit
+    first = reading.read_note(notebook, "long.md")  # the outline first, then as many lines as fit
     seen = citations.shown("read_note", "", first)["long.md"]
     assert {1, 2, 3, 4, 5, 237} <= seen and 236 not in seen  # what was read, and the outline's heading lines
-    later = reading.read_note(settings, "long.md", start_line=200)
+    later = reading.read_note(notebook, "long.md", start_line=200)
     assert min(citations.shown("read_note", "", later)["long.md"]) == 200
-    section = reading.read_note(settings, "long.md", section="Part 2")
+    section = reading.read_note(notebook, "long.md", section="Part 2")
     assert citations.shown("read_note", "", section) == {"long.md": {6, 7, 8}}
     (kb / "links.md").write_text("# L\n\nSee [[python]].\n", encoding="utf-8")
-    assert citations.shown("links", "", reading.links(settings, "links.md")) == {"links.md": {3}}
+    assert citations.shown("links", "", reading.links(notebook, "links.md")) == {"links.md": {3}}
     missed = tools.execute_tool("edit_note", {"file_path": "python.md", "old_text": "Use venv for project!",
-                                              "new_text": "x"}, settings)
+                                              "new_text": "x"}, notebook)
     assert citations.shown("edit_note", "", missed.text) == {"python.md": {4}}
     grep = "python.md:4:Use venv for projects.\n./work/meeting.md:3:Decided: ship search in December.\n"
     assert citations.shown("bash", "", grep) == {"python.md": {4}, "work/meeting.md": {3}}
 
 
-def test_a_saved_conversation_is_checked_again_for_a_page_drawing_it(settings):
+def test_a_saved_conversation_is_checked_again_for_a_page_drawing_it(settings, notebook):
     replies = [call("read_note", file_path="python.md"), {"content": "See python.md:99."},
                {"content": "Hi."}, {"content": "ghost.md:1 has it."}]
     history = []
     reports = [answered(settings, replies[i:i + n], history)[0].citations for i, n in ((0, 2), (2, 1), (3, 1))]
-    checked = citations.checked_answers(history, citations.reader(settings))
+    checked = citations.checked_answers(history, citations.reader(notebook))
     assert checked == {3: reports[0], 7: reports[2]}  # the answer with no citation and no claim has no report
     assert checked[7].failed() == ["ghost.md:1 — no such note"]
 

@@ -7,10 +7,9 @@ import stat
 import threading
 
 import pytest
-from conftest import Recorder, StubClient, make_settings
+from conftest import Recorder, StubClient, make_notebook, make_settings
 
 import db
-import index
 import main
 import mcp_server
 import search
@@ -36,18 +35,18 @@ def test_a_hostile_burst_of_overwrites_cannot_flush_the_original(kb):
     assert (kb / "plan.md").read_text(encoding="utf-8") == "hijacked 20\n"
     assert versions.list_versions(kb, "plan.md")[0].read_bytes() == original
     for _ in range(25):
-        tools.undo(make_settings(kb))
+        make_notebook(kb).undo()
     assert (kb / "plan.md").read_bytes() == original
 
 
 def test_non_destructive_appends_over_mcp_cannot_flush_it_either(kb):
-    settings = make_settings(kb, mcp_allow_destructive=True)
+    notebook = make_notebook(kb, mcp_allow_destructive=True)
     allowance = approval.Allowance(window_s=3600)
     original = (kb / "vim.md").read_bytes()
-    tools.execute_tool("write_note", {"file_path": "vim.md", "content": "gone\n", "overwrite": True}, settings,
+    tools.execute_tool("write_note", {"file_path": "vim.md", "content": "gone\n", "overwrite": True}, notebook,
                        lambda approval: True, allowance=allowance)
     for n in range(20):
-        tools.execute_tool("append_note", {"file_path": "vim.md", "content": f"line {n}"}, settings,
+        tools.execute_tool("append_note", {"file_path": "vim.md", "content": f"line {n}"}, notebook,
                            allowance=allowance)
     assert versions.list_versions(kb, "vim.md")[0].read_bytes() == original
 
@@ -60,8 +59,8 @@ def test_conversations_and_the_index_are_private_files(kb, tmp_path):
     """sessions.db (whole conversations, note text included) and the search index were created 0644."""
     data, cache = tmp_path / "data" / "knowledge-agent", tmp_path / "cache" / "knowledge-agent"
     sessions.SessionStore(data / "sessions.db").write(lambda c: c.execute("SELECT 1"))
-    search.search_notes(kb, cache, "vim")
-    index.close_index()
+    with make_notebook(kb, index_dir=cache) as notebook:
+        search.search_notes(notebook, "vim")
     for folder in (data, cache):
         assert mode(folder) == 0o700, folder
         assert [p.name for p in folder.iterdir() if mode(p) != 0o600] == [], folder
@@ -107,11 +106,11 @@ def test_auto_approve_does_not_lift_the_mcp_servers_hourly_bound(kb, monkeypatch
 
 @pytest.mark.parametrize("name", ["a\u200bb.md", "report\u061c.md", "\u202enote.md", "x\ufeff.md"])
 def test_a_new_name_with_an_invisible_character_is_refused(kb, name):
-    settings = make_settings(kb, auto_approve=True)
+    notebook = make_notebook(kb, auto_approve=True)
     for tool, args in (("write_note", {"file_path": name, "content": "x"}),
                        ("append_note", {"file_path": name, "content": "x"}),
                        ("move_note", {"from_path": "vim.md", "to_path": name})):
-        result = tools.execute_tool(tool, args, settings)
+        result = tools.execute_tool(tool, args, notebook)
         assert result.error and ("invisible formatting character" in result.text  # or, for direction marks,
                                  or "control characters" in result.text), tool  # the path guard's own refusal
     assert sorted(p.name for p in kb.iterdir()) == ["python.md", "vim.md", "work"]
@@ -134,16 +133,17 @@ def test_search_never_reads_outside_the_notes_while_a_folder_is_swapped_for_a_li
             os.rename(aside, real)
             swaps[0] += 1
 
+    notebook = make_notebook(kb, index_dir=tmp_path / "cache", search_watch=False)
     swapper = threading.Thread(target=swap)
     swapper.start()
     try:
         for _ in range(400):
-            found = search.search_notes(kb, tmp_path / "cache", "zebrafish", watch=False)
+            found = search.search_notes(notebook, "zebrafish")
             assert "SECRET" not in found
     finally:
         stop.set()
         swapper.join()
-        index.close_index()
+        notebook.close()
     assert swaps[0] > 20  # the swap really raced the searches
 
 
