@@ -8,9 +8,10 @@ canvases: what a link may also lead to) are kept in memory, from the walk and th
 excluded in Obsidian (Excluded files) is not indexed, and a drawing only by its words. One index file per notes
 folder, in WAL mode so processes share it; a damaged or outdated one is rebuilt (notebook.py holds it open).
 Its first search compares every note's size and mtime with the index, later ones ask watch.py (Linux inotify)
-what changed; its Notebook tells it of the agent's own changes. search.py asks the questions, this file only
-keeps the answers current. It never writes inside the notes folder nor reads outside it (notes are read from the
-folder's own descriptor, as the tools read them); what the model can fix raises ToolError.
+what changed; its Notebook tells it of the agent's own changes. The walk also finds what the shell's sandbox
+may not read (`unreadable`). search.py asks the questions, this file only keeps the answers current. It never
+writes inside the notes folder nor reads outside it (notes are read from the folder's own descriptor, as the
+tools read them); what the model can fix raises ToolError.
 """
 
 import hashlib
@@ -30,7 +31,7 @@ import privacy
 import vault
 import watch
 from db import notice
-from notes import NOTE_SUFFIXES, ToolError, is_note_path, readable_text
+from notes import NOTE_SUFFIXES, ToolError, is_hidden_name, is_note_path, readable_text
 
 INDEX_MAX_NOTE_BYTES = 2_000_000  # only the first 2 MB of a huge note are indexed
 INDEX_LEAD_CHARS = 400  # the opening paragraph, weighted as "lead"
@@ -40,12 +41,14 @@ SCHEMA_VERSION = 7  # bump when the tables or the text preparation change: old i
 
 
 # --- Notes on disk ---
-def _walk(kb: Path, excluded: list, watcher=None) -> tuple:
+def _walk(kb: Path, excluded: list, rules: list, watcher=None) -> tuple:
     """(notes -> (size, mtime_ns), notes whose paths are not UTF-8, the other files' paths, notes that are links ->
-    where they lead), hidden names and `excluded` (vault.ignore_filters) skipped; each folder watched first."""
-    found, unnamed, others, linked, stack = {}, [], set(), {}, [""]
+    where they lead, what the shell's sandbox seals by name: hidden folders, the top folder's hidden files and
+    privacy.matched (a folder whole), and the files it seals if their text says so: notes not indexed, sync-conflict
+    copies that are no note), hidden names and `excluded` (vault.ignore_filters) skipped; each folder watched first."""
+    found, unnamed, others, linked, sealed, unsure, stack = {}, [], set(), {}, set(), set(), [("", False)]
     while stack:
-        rel_dir = stack.pop()
+        rel_dir, shut_in = stack.pop()
         if watcher is not None:
             watcher.watch(kb / rel_dir, rel_dir)
         try:
@@ -54,25 +57,37 @@ def _walk(kb: Path, excluded: list, watcher=None) -> tuple:
             continue  # vanished or unreadable folder: nothing in it can be searched
         for entry in entries:
             name = entry.name
-            if name[0] == "." and name[:2] != "..":
-                continue  # hidden (is_hidden_name inlined: this runs once per note per comparison)
             path = f"{rel_dir}/{name}" if rel_dir else name
             try:
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(path)  # linked folders are not followed: no loops, no escapes
-                elif name.lower().endswith(NOTE_SUFFIXES) and not (excluded and vault.is_excluded(path, excluded)) \
-                        and (st := _note_stat(entry.path, kb)):
+                folder = entry.is_dir(follow_symlinks=False)
+                if name[0] == "." and name[:2] != "..":  # hidden (is_hidden_name inlined: this runs once per note)
+                    if folder or not rel_dir:  # not each folder's .DS_Store: refusals would bury grep -r's output
+                        sealed.add(path)
+                    continue
+                shut = shut_in or bool(rules) and privacy.matched(path, folder, rules)
+                if shut and not shut_in:
+                    sealed.add(path)
+                if folder:
+                    stack.append((path, shut))  # linked folders are not followed: no loops, no escapes
+                    continue
+                lower = name.lower()
+                note = lower.endswith(NOTE_SUFFIXES)
+                if note and not (excluded and vault.is_excluded(path, excluded)):
+                    if not (st := _note_stat(entry.path, kb)):
+                        continue
                     if notes.is_utf8(path):  # else it cannot be stored or shown: list_notes says how many
                         found[path] = st
                         if entry.is_symlink():  # known from the scan: only links pay for a second resolve
                             linked[path] = notes.rel(kb, Path(entry.path).resolve())
-                    else:
-                        unnamed.append(path)
-                elif not name.lower().endswith(NOTE_SUFFIXES) and notes.is_utf8(path) and entry.is_file():
+                        continue
+                    unnamed.append(path)
+                elif not note and notes.is_utf8(path) and entry.is_file():
                     others.add(path)  # an attachment or a canvas: links may lead to it
+                if not shut and (note or "conflict" in lower):  # vault.conflict_of's names all hold the word
+                    unsure.add(path)
             except (OSError, RuntimeError, ValueError):  # RuntimeError: a symlink loop; ValueError: one moved out
                 continue
-    return found, unnamed, others, linked
+    return found, unnamed, others, linked, sealed, unsure
 
 
 def _note_stat(path: str, kb: Path):
@@ -238,6 +253,8 @@ class Index:
     others: set = field(default_factory=set)  # the other files, from the last walk and the watcher since
     excluded: list = field(default_factory=list)  # the owner's Excluded files as the last walk read them
     linked: dict = field(default_factory=dict)  # the notes that are links -> where they lead, from the last walk
+    sealed: set = field(default_factory=set)  # _walk's, from the last walk and the watcher since
+    unsure: set = field(default_factory=set)  # _walk's: the files sealed if their text says private
 
     def refresh(self, rules: list) -> set:
         """Bring the index up to date with the notes on disk; the paths it read again or dropped."""
@@ -246,7 +263,7 @@ class Index:
         private_changed = stored not in (None, (kaignore,))  # the person changed what is private
         changed, gone = self.watcher.changes() if self.watcher and not private_changed else None, []
         if changed is None:
-            on_disk, self.unnamed, self.others, self.linked = self.walk()
+            on_disk, self.unnamed, self.others, self.linked, self.sealed, self.unsure = self.walk(rules)
             rows = self.conn.execute("SELECT path, size, mtime_ns, private FROM notes").fetchall()
             known = {p: (s, m) for p, s, m, _ in rows}
             changed = {p: st for p, st in on_disk.items() if known.get(p) != st}
@@ -256,14 +273,16 @@ class Index:
             gone = [p for p in known if p not in on_disk]
         else:  # the watcher's: a note that is a new link is known only by looking
             for path in changed:
+                self.judge(path, rules)
                 try:
-                    if (self.kb / path).is_symlink():
+                    if is_note_path(path) and (self.kb / path).is_symlink():
                         self.linked[path] = notes.rel(self.kb, (self.kb / path).resolve())
                 except (OSError, RuntimeError, ValueError):  # as _walk: a loop, or a link leading out
                     continue
         for path in [p for p in changed if not is_note_path(p)]:  # the watcher saw another file change
             del changed[path]
-            (self.others.add if (self.kb / path).is_file() else self.others.discard)(path)
+            if not is_hidden_name(path):  # the top folder's hidden files are the sandbox's only
+                (self.others.add if (self.kb / path).is_file() else self.others.discard)(path)
         changed |= dict.fromkeys(self.pending)
         read = self.apply({p: st for p, st in changed.items() if not vault.is_excluded(p, self.excluded)}, gone, rules)
         self.pending.clear()
@@ -272,7 +291,20 @@ class Index:
                 self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('kaignore', ?)", (kaignore,))
         return read
 
-    def walk(self) -> tuple:
+    def judge(self, path: str, rules: list) -> None:
+        """Keep `sealed` and `unsure` in step with a file the watcher saw change (a folder's change means a walk)."""
+        self.sealed.discard(path)
+        self.unsure.discard(path)
+        if not os.path.lexists(self.kb / path):
+            return
+        name = path.rsplit("/", 1)[-1].lower()
+        note = name.endswith(NOTE_SUFFIXES)
+        if is_hidden_name(name) or rules and privacy.matched(path, False, rules):
+            self.sealed.add(path)
+        elif note and vault.is_excluded(path, self.excluded) or not note and "conflict" in name:
+            self.unsure.add(path)
+
+    def walk(self, rules: list) -> tuple:
         """_walk's notes on disk; with inotify, a new watcher watches exactly the folders found, and the vault's
         settings file, whose change (Excluded files) means walking again."""
         self.stop_watching()
@@ -281,11 +313,11 @@ class Index:
             try:
                 self.watcher = watch.Watcher(walk_again={vault.APP_SETTINGS, privacy.KAIGNORE})
                 self.watcher.watch(self.kb / vault.OBSIDIAN_DIR, vault.OBSIDIAN_DIR)
-                return _walk(self.kb, self.excluded, self.watcher)
+                return _walk(self.kb, self.excluded, rules, self.watcher)
             except (OSError, AttributeError):  # no inotify here, or its watch limit: compare every time
                 self.stop_watching()
                 self.can_watch = False
-        return _walk(self.kb, self.excluded)
+        return _walk(self.kb, self.excluded, rules)
 
     def stop_watching(self) -> None:
         if self.watcher:

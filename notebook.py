@@ -77,10 +77,11 @@ class Notebook:
                     self.close()  # whatever failed, the next search starts over with a full comparison
                     raise
 
-    def private_notes(self) -> set:
-        """The notes privacy.py keeps from every model (for the shell's sandbox)."""
-        return self.with_index(lambda idx: {path for path, in idx.conn.execute(
-            "SELECT path FROM notes WHERE private")})
+    def unreadable(self) -> list[str]:
+        """The paths in the notes folder the shell's sandbox may not let a command read: what the index's walk
+        sealed, the private notes, and the files not indexed whose text (or their note's) is private."""
+        return self.with_index(lambda idx: sorted(idx.sealed | {p for p in idx.unsure if self.is_private(p)} | {
+            path for path, in idx.conn.execute("SELECT path FROM notes WHERE private")}))
 
     def changed(self, rel_path: str) -> None:
         """The agent changed, made, deleted or moved this note (a folder: all): the next search re-reads it."""

@@ -87,6 +87,15 @@ def ignored(rel_path: str, found: list) -> bool:
     return private
 
 
+def matched(rel_path: str, is_folder: bool, found: list) -> bool:
+    """Whether the .kaignore rules `found` match the entry (a folder: all in it, whatever a `!` line says, as in
+    git), or it is a sync-conflict copy of one they match: what the shell's sandbox keeps whole from a command."""
+    if is_folder:
+        return ignored(rel_path + "/", found)
+    original = vault.conflict_of(rel_path)
+    return ignored(rel_path, found) or original is not None and ignored(original, found)
+
+
 def says_private(properties: dict) -> bool:
     """Whether a note's properties (frontmatter.front_matter's) say `private: true`; Obsidian's names ignore case."""
     return any(isinstance(value, str) and value.strip().lower() in TRUE

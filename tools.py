@@ -67,7 +67,7 @@ def bash(notebook: Notebook, command: str, *, approve) -> str:
                      skippable=shell.sandbox_problem() is None))
     settings = notebook.settings
     return shell.run_shell(command, notebook.kb, settings.shell_timeout, settings.shell_network,
-                           hide=(settings.api_key or "",), private=tuple(sorted(notebook.private_notes())))
+                           hide=(settings.api_key or "",), unreadable=tuple(notebook.unreadable()))
 
 
 PATH = ("string", "Path relative to the notes folder, e.g. 'python.md' or 'work/ideas.md'.")

@@ -61,5 +61,5 @@ class Watcher:
                 path = f"{self.folder_of[wd]}/{name}".lstrip("/")
                 if mask & _IN_FOLDER or not is_utf8(path) or path in self.walk_again:
                     return None
-                if not is_hidden_name(name):  # a note, or an attachment a link may lead to
-                    changed[path] = None
+                if not is_hidden_name(name) or "/" not in path:  # a note, a file a link may lead to, or a
+                    changed[path] = None  # hidden file at the top, which the shell's sandbox seals (index._walk)
