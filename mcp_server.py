@@ -84,12 +84,11 @@ def error_response(request_id, code: int, message: str) -> dict:
 
 
 class McpServer:
-    """The state of one connection: the settings and their notebook, the tools served and the negotiated protocol
-    version."""
+    """The state of one connection: the notebook, the tools served and the negotiated protocol version."""
 
     def __init__(self, settings: Settings):
         # AUTO_APPROVE is the chat's --yes: it opens nothing here, the hourly bound least of all.
-        self.settings = settings = dataclasses.replace(settings, auto_approve=False)
+        settings = dataclasses.replace(settings, auto_approve=False)
         self.notebook = Notebook(settings)
         self.tools = served_tools(settings)
         # The client asked the person already (it sees destructiveHint); without the flag, nobody can be asked.

@@ -241,8 +241,7 @@ class Conversation:
             self.told.clear()
 
     def undone(self, message: str) -> None:
-        """The person undid a change (Notebook.undo): the next question says so, so the model does not trust what
-        it read before."""
+        """After an undo (Notebook.undo) the next question says so: the model must not trust what it read before."""
         self.told.append(f"[I ran /undo: {message}]")
 
     def add_usage(self, usage, endpoint: tuple[str, str] | None = None) -> None:
