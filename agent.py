@@ -24,8 +24,10 @@ import tools
 import vault
 from approval import Allowance, Approval
 from config import Settings, config_file, is_local, load_settings
+from context import SHOWN
 from db import notice
 from notebook import Notebook
+from replies import Usage
 
 CONNECT_TIMEOUT = 10.0
 LOCAL_TIMEOUT_FACTOR = 5  # a server on this machine or network (a CPU model) may be silent this many times longer
@@ -63,6 +65,10 @@ KEY_HINT = ("Set DEEPSEEK_API_KEY for DeepSeek, or OPENAI_API_KEY (with OPENAI_B
 
 class AgentError(Exception):
     """A failure that ends one answer; its message is one line for the person."""
+
+
+class NotOpenAI(Exception):
+    """The server's answer is not shaped as an OpenAI-compatible one: an HTML page, malformed JSON or SSE."""
 
 
 class RequestRejected(AgentError):
@@ -146,47 +152,42 @@ class Reply:
     """What one API call produced, accumulated from a stream or read from a whole response."""
 
     def __init__(self):
-        self.content, self.reasoning, self.finish_reason, self.usage = "", None, None, None
+        self.content, self.reasoning, self.finish_reason, self.usage = "", None, None, Usage.of(None)
         self.calls: dict[int, dict] = {}  # by stream index; "arguments" as a list of pieces, joined once
         self.shown = ""  # the text the person saw
         self.held = 0  # content from here on may still be tool calls written as text (replies.held_from)
         self.streaming = False  # the stream has started: the SDK does not retry errors raised while reading it
 
-    def receive(self, parts, stream: bool, ui: UI, offered: set[str]) -> None:
+    def receive(self, parts, stream: bool, ui: UI) -> None:
         """Read the response (a stream's chunks, or one whole completion), showing text and reasoning as they come.
         Text that starts like a tool call written as text (a small model's habit) is held back until it is clear
-        which it is: calls naming `offered` tools are run as if the server had sent them, anything else shown."""
-        for part in parts:
-            self.usage = getattr(part, "usage", None) or self.usage
-            if not part.choices:  # a stream's usage chunk has none
-                continue
-            delta = part.choices[0].delta if stream else part.choices[0].message
-            self.finish_reason = part.choices[0].finish_reason or self.finish_reason
-            reasoning = getattr(delta, "reasoning_content", None)
-            if reasoning is not None or "reasoning_content" in (delta.model_extra or {}):  # null must go back as ""
-                self.reasoning = (self.reasoning or "") + (reasoning or "")
+        which it is: calls are run as if the server had sent them (a broken one or an unknown tool gets an error result
+        that tells the model what is wrong), anything else shown."""
+        self.streaming = stream
+        for usage, finish_reason, reasoning, content, calls in _pieces(parts if stream else [parts], stream):
+            self.usage, self.finish_reason = usage or self.usage, finish_reason or self.finish_reason
+            if reasoning is not None:  # a null must go back as ""
+                self.reasoning = (self.reasoning or "") + reasoning
             if reasoning:
                 ui.reasoning(reasoning)
-            if delta.content:
-                self.content += delta.content
+            if content:
+                self.content += content
                 self.held = replies.held_from(self.content, self.held)
                 self._show(ui, self.held)
-            for position, new in enumerate(delta.tool_calls or []):
-                index = new.index if stream else position  # a stream numbers them, a whole message does not
+            for index, call_id, name, arguments in calls:
                 call = self.calls.setdefault(index, {"id": None, "name": None, "arguments": []})
-                function = getattr(new, "function", None)
-                call["id"] = new.id or call["id"]  # some servers repeat id and name in later chunks: set, never append
-                call["name"] = getattr(function, "name", None) or call["name"]
-                call["arguments"].append(getattr(function, "arguments", None) or "")
+                call["id"] = call_id or call["id"]  # some servers repeat id and name in later chunks: set, never append
+                call["name"] = name or call["name"]
+                call["arguments"].append(arguments)
         if stream and self.finish_reason is None and not (self.content or self.calls or self.reasoning):
-            raise ValueError("the stream held no answer")  # e.g. an HTML page served as text/event-stream
+            raise NotOpenAI("the stream held no answer")  # e.g. an HTML page served as text/event-stream
         held = len(self.content) if self.calls else self.held
-        written = replies.text_tool_calls(self.content[held:], offered) if held < len(self.content) else None
-        if written:  # kept as the server would have sent them: any server accepts the history
+        if held < len(self.content) and self.finish_reason == "length":
+            self.content = self.content[:held]  # calls cut off mid-way are neither run nor an answer: the notice says so
+        elif held < len(self.content) and (written := replies.text_tool_calls(self.content[held:])):
+            # kept as the server would have sent them: any server accepts the history
             self.calls = {i: {"id": None, "name": c["name"], "arguments": [c["arguments"]]} for i, c in enumerate(written)}
             self.content = self.content[:held].rstrip()
-        elif held < len(self.content) and self.finish_reason == "length":
-            self.content = self.content[:held]  # calls cut off mid-way are no answer: the notice says it was cut
         self._show(ui, len(self.content))
 
     def _show(self, ui: UI, upto: int) -> None:  # what was held back, or the new piece
@@ -209,6 +210,34 @@ class Reply:
             if self.reasoning is not None:  # DeepSeek answers 400 unless this comes back with the calls
                 message["reasoning_content"] = self.reasoning
         return message
+
+
+def _pieces(parts, stream: bool):
+    """Each part of a response as plain values: its Usage or None, finish_reason, reasoning (None: none), content and
+    (index, id, name, arguments) of each tool call. The server's objects are read here alone, so only an answer not
+    shaped as OpenAI's raises NotOpenAI: anything else that fails is a bug of ours and surfaces as one."""
+    try:
+        for part in parts:
+            usage = getattr(part, "usage", None)
+            if not part.choices:  # a stream's usage chunk has none
+                yield usage and Usage.of(usage), None, None, None, []
+                continue
+            delta = part.choices[0].delta if stream else part.choices[0].message
+            reasoning = getattr(delta, "reasoning_content", None)
+            if reasoning is None and "reasoning_content" in (delta.model_extra or {}):
+                reasoning = ""  # a null, which must go back as ""
+            calls = [(new.index if stream else position, new.id, _text(getattr(new.function, "name", None)),
+                      _text(getattr(new.function, "arguments", None)) or "")  # a whole message numbers none
+                     for position, new in enumerate(delta.tool_calls or [])]
+            yield usage and Usage.of(usage), part.choices[0].finish_reason, _text(reasoning), _text(delta.content), calls
+    except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
+        raise NotOpenAI(type(exc).__name__) from None
+
+
+def _text(value) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise TypeError(f"{type(value).__name__} where text belongs")
 
 
 def _valid_json(arguments: str) -> str:
@@ -249,24 +278,23 @@ class Model:
                                          timeout=openai.Timeout(timeout_of(self.settings), connect=CONNECT_TIMEOUT))
         return self._client
 
-    def budget(self) -> int:
-        """Estimated tokens a request's messages may take: CONTEXT_TOKENS in the server's count, less the tools."""
-        tools_alone = context.estimate_tokens([], tools.tool_schemas(self.settings))
-        return int(self.settings.context_tokens / self.token_ratio) - tools_alone
+    def request(self, history: list[dict], schemas: list[dict] | None = None) -> tuple[list[dict], int]:
+        """The messages the next request sends (as much of the conversation as fits in CONTEXT_TOKENS, in the
+        server's count, with the tools' `schemas`; tool results between their marks, without their bookkeeping) and
+        its estimated tokens, tools included."""
+        schemas = tools.tool_schemas(self.settings) if schemas is None else schemas
+        budget = int(self.settings.context_tokens / self.token_ratio) - context.estimate_tokens([], schemas)
+        messages = [{"role": "tool", "tool_call_id": m["tool_call_id"],
+                     "content": tools.fenced(m["content"], m["tool_call_id"])} if m["role"] == "tool" else m
+                    for m in context.fit_to_budget([system_message(self.settings.kb)] + history, budget)]
+        return messages, context.estimate_tokens(messages, schemas)
 
-    def request(self, history: list[dict]) -> tuple[list[dict], int]:
-        """The messages the next request sends (as much of the conversation as fits, tool results between their
-        marks) and its estimated tokens, tools included."""
-        messages = [{**m, "content": tools.fenced(m["content"], m["tool_call_id"])} if m["role"] == "tool" else m
-                    for m in context.fit_to_budget([system_message(self.settings.kb)] + history, self.budget())]
-        return messages, context.estimate_tokens(messages, tools.tool_schemas(self.settings))
-
-    def _params(self, messages: list[dict]) -> dict:
+    def _params(self, messages: list[dict], schemas: list[dict]) -> dict:
         """The call's parameters; a reply is capped at MAX_OUTPUT_TOKENS, else at the server's default (OUTPUT_CAPS)."""
         settings = self.settings
         cap, tokens = OUTPUT_CAPS.get(urlsplit(settings.base_url).hostname or "", (
             "max_tokens", LOCAL_OUTPUT_CAP if is_local(settings.base_url) else OTHER_OUTPUT_CAP))
-        params = {"model": settings.model, "messages": messages, "tools": tools.tool_schemas(settings),
+        params = {"model": settings.model, "messages": messages, "tools": schemas,
                   cap: settings.max_output_tokens or tokens}
         extra = {"thinking": {"type": settings.thinking}} if settings.thinking else {}
         if settings.reasoning_effort:
@@ -277,52 +305,63 @@ class Model:
             params |= {"stream": True, "stream_options": {"include_usage": True}}
         return params
 
-    def ask(self, history: list[dict], ui: UI, reply: Reply) -> None:
-        """One answer to as much of the conversation as fits, into `reply`. The SDK retries what failed before an
-        answer began; here, once each: a stream that broke before anything was shown, and a "context too long"
-        answer, with less (never the same request twice). Text shown before a failure stays in `reply`."""
+    def ask(self, history: list[dict], ui: UI) -> Reply:
+        """The model's reply to as much of the conversation as fits. The SDK retries what failed before an answer
+        began; here, once each: a stream that broke before anything was shown, and a "context too long" answer,
+        with less (never the same request twice). An answer that fails after some of it was shown ends the history,
+        marked cut off: the person saw it, so "summarise it" must still work."""
         import openai
-        retried, refused = False, None
-        while True:
-            messages, estimate = self.request(history)
-            if messages == refused:  # nothing more can be left out: the window is too small for this request
-                raise self._too_small(refused_error)
-            reply.__init__()
-            try:
-                response = self.client.chat.completions.create(**self._params(messages))
-                reply.streaming = self.settings.stream
-                reply.receive(response if self.settings.stream else [response], self.settings.stream, ui,
-                              set(tools.offered(self.settings)))
-            except openai.APIError as exc:
-                error = _api_error(exc, self.settings, reply.streaming)
-                if reply.shown or reply.reasoning:  # the person saw part of it: asking again would repeat it
-                    raise AgentError(f"The answer broke off midway: {str(error).rstrip('.')}. What was shown above "
-                                     "is incomplete.") from None
-                if isinstance(error, ContextTooLong):
-                    self._learn_window(error.window, estimate)
-                    refused, refused_error = messages, error
+        schemas = tools.tool_schemas(self.settings)  # once per round: every request of it, and their estimates
+        retried, refused, reply = False, None, Reply()
+        try:
+            while True:
+                messages, estimate = self.request(history, schemas)
+                if messages == refused:  # nothing more can be left out: the window is too small for this request
+                    raise self._too_small(refused_error, schemas)
+                reply, params = Reply(), self._params(messages, schemas)
+                try:
+                    reply.receive(self._response(params), self.settings.stream, ui)
+                except openai.APIError as exc:
+                    error = _api_error(exc, self.settings, reply.streaming)
+                    if reply.shown or reply.reasoning:  # the person saw part of it: asking again would repeat it
+                        raise AgentError(f"The answer broke off midway: {str(error).rstrip('.')}. What was shown "
+                                         "above is incomplete.") from None
+                    if isinstance(error, ContextTooLong):
+                        self._learn_window(error.window, estimate)
+                        refused, refused_error = messages, error
+                        continue
+                    if not reply.streaming or retried:  # the SDK already retried the rest
+                        raise error from None
+                    retried = True
                     continue
-                if not reply.streaming or retried:  # the SDK already retried the rest
-                    raise error from None
-                retried = True
-                continue
-            except Exception as exc:  # HTML, malformed JSON or SSE: the base URL is not a chat completions API
-                raise AgentError(f"The server at {self.settings.base_url} sent something that is not an "
-                                 f"OpenAI-compatible answer ({type(exc).__name__}). Check the base URL (--base-url; "
-                                 "it usually ends in /v1).") from None
-            if not self.settings.stream and not reply.finish_reason and not reply.content and not reply.calls:
-                raise AgentError("The API returned a response with no answer in it. Try again.")
-            self._learn_usage(reply.usage, estimate)
-            return
+                except NotOpenAI as exc:
+                    raise AgentError(f"The server at {self.settings.base_url} sent something that is not an "
+                                     f"OpenAI-compatible answer ({exc}). Check the base URL (--base-url; it usually "
+                                     "ends in /v1).") from None
+                if not self.settings.stream and not reply.finish_reason and not reply.content and not reply.calls:
+                    raise AgentError("The API returned a response with no answer in it. Try again.")
+                self._learn_usage(reply.usage, estimate)
+                return reply
+        except (KeyboardInterrupt, AgentError):
+            if reply.shown.strip():  # the person saw it: "summarise it" must still work
+                history.append({"role": "assistant", "content": reply.shown + "\n[cut off before the end]"})
+            raise
+
+    def _response(self, params: dict):
+        """A stream, or one whole completion (read at once: a body that is not JSON raises NotOpenAI)."""
+        try:
+            return self.client.chat.completions.create(**params)
+        except ValueError as exc:
+            raise NotOpenAI(type(exc).__name__) from None
 
     def _learn_window(self, window: int | None, estimate: int) -> None:
         """After "context too long", aim below what was refused (below the window, when the server named it)."""
         fits = CONTEXT_SHRINK * min(estimate, (window or estimate) / self.token_ratio)
         self.token_ratio = max(self.token_ratio, self.settings.context_tokens / fits)
 
-    def _too_small(self, error: ContextTooLong) -> AgentError:
+    def _too_small(self, error: ContextTooLong, schemas: list[dict]) -> AgentError:
         """The request that does not fit, whatever is left out: say what to do, by what takes the room."""
-        fixed = context.estimate_tokens([system_message()], tools.tool_schemas(self.settings))  # in every request
+        fixed = context.estimate_tokens([system_message()], schemas)  # in every request
         window, said = error.window, f"the server said: {str(error).rstrip('.')}"
         if window and fixed > window * CONTEXT_SHRINK:  # no room left for a question and its answer
             return ContextTooLong(  # no estimate of ours: the server's own count (quoted) would contradict it
@@ -335,11 +374,10 @@ class Model:
                               f"even with the earlier conversation left out ({said}). Ask about a smaller part, or "
                               "use a model with a larger window.")
 
-    def _learn_usage(self, usage, estimate: int) -> None:
+    def _learn_usage(self, usage: Usage, estimate: int) -> None:
         """Raise the token ratio from what the server counted; notice a server that cut the prompt (Ollama)."""
-        counted = getattr(usage, "prompt_tokens", None) or 0
-        cached = getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", None) or 0
-        if replies.server_kept_fewer(estimate, counted, self.token_ratio, cached):
+        counted = usage.prompt
+        if replies.server_kept_fewer(estimate, counted, self.token_ratio, usage.hits):
             if not self.told_cut:
                 self.told_cut = True
                 notice(f"{self.settings.base_url} counted only {counted:,} prompt tokens of about "
@@ -362,20 +400,21 @@ def execute(calls: list[dict], arguments: list[str], history: list[dict], notebo
             result = tools.execute_tool(name, sent, notebook, ui.approve, ui.reviews_changes, allowance)
         except KeyboardInterrupt:
             stopped = f"stopped: the user pressed Ctrl+C after {time.monotonic() - started:.1f} s; it may be half done"
-            _answer([call["id"]], history, stopped)
+            history.extend(_results([call["id"]], stopped))
             raise
-        _answer([call["id"]], history, result.text)
+        history.extend(_results([call["id"]], result.text, result.shown))
         _save(history)  # a note may have changed: keep the result even if we crash next
         ui.tool_result(name, result)
 
 
-def _answer(call_ids: list[str], history: list[dict], text: str) -> None:  # its result, or why it did not run
-    history.extend({"role": "tool", "tool_call_id": call_id, "content": text} for call_id in call_ids)
+def _results(call_ids: list[str], text: str, shown: dict | None = None) -> list[dict]:
+    """The tool messages answering these calls: a result and what it showed, or why the call did not run."""
+    return [{"role": "tool", "tool_call_id": call_id, "content": text, SHOWN: shown or {}} for call_id in call_ids]
 
 
 def _save(history: list[dict], usage=None, endpoint: tuple[str, str] | None = None) -> None:
     """Let a history that keeps itself (sessions.Conversation's) commit what changed; after an API call, count its
-    `usage` (None: the server reported none) and where it went (`endpoint`: base URL, model)."""
+    `usage` and where it went (`endpoint`: base URL, model)."""
     if hasattr(history, "save"):
         history.save(usage, endpoint)
 
@@ -397,13 +436,7 @@ def run_agent(question: str, history: list[dict] | None = None, settings: Settin
     _save(history)
     try:
         for round_number in range(1, settings.max_rounds + 1):
-            reply = Reply()
-            try:
-                model.ask(history, ui, reply)
-            except (KeyboardInterrupt, AgentError):
-                if reply.shown.strip():  # the person saw it: "summarise it" must still work
-                    history.append({"role": "assistant", "content": reply.shown + "\n[cut off before the end]"})
-                raise
+            reply = model.ask(history, ui)
             message = reply.message(round_number)
             history.append(message)
             _save(history, reply.usage, (settings.base_url, settings.model))
@@ -411,7 +444,7 @@ def run_agent(question: str, history: list[dict] | None = None, settings: Settin
                 notice = LENGTH_NOTICE if reply.finish_reason == "length" else "" if reply.content else EMPTY_NOTICE
                 break
             if round_number == settings.max_rounds:  # the last round's calls are not run
-                _answer([call["id"] for call in message["tool_calls"]], history, ROUND_LIMIT)
+                history.extend(_results([call["id"] for call in message["tool_calls"]], ROUND_LIMIT))
                 _save(history)
                 notice = ROUND_NOTICE.format(settings.max_rounds)
                 break

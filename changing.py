@@ -27,8 +27,8 @@ import vault
 import versions
 from approval import Approval
 from notebook import Notebook
-from notes import HISTORY_DIR, ToolError, is_note_path, plural, rel
-from reading import MAX_NOTE_BYTES, guarded, linked_here, note_links, note_text
+from notes import HISTORY_DIR, Shown, ToolError, is_note_path, plural, rel
+from reading import MAX_NOTE_BYTES, MISSING, guarded, linked_here, note_links, note_text
 
 EDIT_CLOSEST_LINES = 3  # lines shown when edit_note's old_text is not found
 HINT_WIDTH = 200  # characters of the passage compared, and of a long line shown
@@ -47,19 +47,19 @@ def _changeable(notebook: Notebook, path, size_limit: bool = True) -> str:
     if path.is_dir():
         raise ToolError(f"{name} is a folder, not a note.")
     if not path.is_file():
-        raise ToolError(f"{name} does not exist.", "Use search_notes or list_notes to find the right path.")
+        raise ToolError(*MISSING)  # as for a private note
     if size_limit and path.stat().st_size > MAX_NOTE_BYTES:
         raise ToolError(f"{name} is larger than {MAX_NOTE_BYTES} bytes; it is too big to change safely here.")
     return name
 
 
-def _change(notebook: Notebook, approve, plan: Callable[[], versions.Change]) -> str:
+def _change(notebook: Notebook, approve, plan: Callable[[], versions.Change]) -> Shown:
     """Plan a change (with its words), have it approved where the policy asks, apply it and tell the index: the
     result's text, its first line the change summary (`~ notes/git.md  +3 −1`). A change a person approved is written
     only if every file is still as they saw it; one nobody saw is planned again on the notes as they are then."""
     change = plan()
     if change.is_noop():  # saying "replaced" would claim a version was kept
-        return f"{diffs.summary(change)}\nNothing was written: {change.note} already holds exactly that text."
+        return _told(notebook, change, f"\nNothing was written: {change.note} already holds exactly that text.")
     asked = approve(Approval("change", change.title, change=change))
     if not asked and approve.allowance.over(change):  # routine, but this answer has written a lot already
         asked = approve(Approval("change", f"{change.title} (this answer would have written "
@@ -73,41 +73,53 @@ def _change(notebook: Notebook, approve, plan: Callable[[], versions.Change]) ->
         raise ToolError(f"{', '.join(exc.paths)} changed while the person was reviewing the change, so nothing "
                         "was written.", "read_note it again.") from None
     approve.allowance.left -= approve.allowance.cost(change)
-    return f"{_summary(notebook, change)}{warning}\n{change.done}"
+    return _told(notebook, change, f"{warning}\n{change.done}")
 
 
-def _summary(notebook: Notebook, change: versions.Change) -> str:
-    """diffs.summary for the model: a private note the change touched (by a move's links) is counted, not named."""
-    return diffs.summary(change, hidden={change.final_path(f.path) for f in change.files if notebook.is_private(
-        change.final_path(f.path), notes.readable_text(f.new or f.old or b"") or "")})
+def _told(notebook: Notebook, change: versions.Change, words: str) -> Shown:
+    """diffs.summary for the model, then `words`: a private note the change touched (by a move's links) is counted,
+    not named."""
+    paths = [change.final_path(f.path) for f in change.files]
+    hidden = {path for f, path in zip(change.files, paths)
+              if notebook.is_private(path, notes.readable_text(f.new or f.old or b"") or "")}
+    return Shown(diffs.summary(change, hidden) + words, named=[*(change.move or ()), *set(paths) - hidden])
 
 
 def _new_name(notebook: Notebook, name: str, moving: str = "") -> str:
-    """A new note's name (or the new name of the note `moving`), refused if it could be mistaken for another: an
-    invisible formatting character (U+200B, U+061C, …), or a part that differs from an existing one only in case or
-    Unicode form (Other.md beside oTHER.md, café in NFC and NFD): links ignore case, and macOS sees one file."""
-    if hidden := next((c for c in name if unicodedata.category(c) == "Cf"), None):
-        raise ToolError(f"the name {notes.visible(name)!r} holds an invisible formatting character "
-                        f"(U+{ord(hidden):04X}); a new note's name may not.", "Choose the name without it.")
+    """A new note's name (or the new name of the note `moving`), refused if it could be mistaken for another: a
+    character that shows nothing there (U+200B, U+034F, a variation selector after a letter), a part that looks like
+    an existing one (_alike: oTHER.md beside Other.md, café in NFC and NFD, a Cyrillic рlan.md beside plan.md), or a
+    sync copy's name of a note beside it (vault.copy_of). No answer names the other note: it may be private."""
+    if hidden := next((c for i, c in enumerate(name) if notes.ignorable(c) and not notes.joins(name, i)), None):
+        raise ToolError(f"the name '{notes.visible(name)}' holds an invisible character (U+{ord(hidden):04X}); a new "
+                        "note's name may not.", "Choose the name without it.")
+    if (original := vault.copy_of(name)) and original != moving and os.path.lexists(notebook.kb / original):
+        raise ToolError(f"'{notes.visible(name)}' is the name a sync service gives a copy of the note beside it, so it "
+                        "would be taken for one; nothing was changed.", "Choose another name.")
     folder = notebook.kb
     for part in name.split("/"):
         try:
             twin = next((entry for entry in os.listdir(folder) if entry != part and _alike(entry) == _alike(part)), "")
         except OSError:  # a folder the change makes: nothing in it yet
             break
-        if twin and notebook.is_private(rel(notebook.kb, folder / twin)):  # named to nobody
-            raise ToolError("no note can be made at that path (the person keeps it from the model).",
-                            "Choose another name.")
         if twin and rel(notebook.kb, folder / twin) != moving:
-            raise ToolError(f"{notes.visible(rel(notebook.kb, folder / twin))} already exists, and "
-                            f"{notes.visible(part)!r} differs from it only in case or Unicode form; nothing was "
-                            "changed.", "Use that name, or choose one that differs in more than case.")
+            odd = "".join(f", U+{ord(c):04X}" for c in dict.fromkeys(part) if _alike(c) != c.casefold())
+            where = f"{rel(notebook.kb, folder)}/" if folder != notebook.kb else "the top folder"
+            raise ToolError(f"'{notes.visible(part)}' looks the same as a name in {where} (it differs only in case, "
+                            f"Unicode form or letters drawn alike{odd}); nothing was changed.",
+                            "list_notes shows the names there: use that one, or a name that differs in more.")
         folder = folder / part
     return name
 
 
+# Cyrillic and Greek letters drawn as Latin ones (Unicode's confusables.txt, which Python does not ship).
+_LOOK_ALIKE = str.maketrans("АВЕКМНОРСТХУЅІЈҮԚԜаеорсухѕіјһԁԛԝӏүΑΒΕΖΗΙΚΜΝΟΡΤΥΧαορικνυχ",
+                            "ABEKMHOPCTXYSIJYQWaeopcyxsijhdqwlyABEZHIKMNOPTYXaopikvux")
+
+
 def _alike(name: str) -> str:
-    return unicodedata.normalize("NFC", name).casefold()
+    """A name as it looks: what shows nothing left out, in NFKC (full-width, ligatures), look-alikes Latin, no case."""
+    return unicodedata.normalize("NFKC", notes.SHOWN_ESCAPED.sub("", name)).translate(_LOOK_ALIKE).casefold()
 
 
 def _text_change(notebook: Notebook, approve, name: str, new_text: Callable[[str], str], op: str, done: str) -> str:
@@ -142,9 +154,9 @@ def _lf(text: str) -> str:
     return text.replace("\r\n", "\n")  # versions.py puts a CRLF note's own endings back
 
 
-def closest_lines(text: str, passage: str) -> str:
-    """The note's three lines most like the passage's longest line, to help the model copy it exactly. A long
-    line is looked at in overlapping pieces as wide as the passage (a typo fix quotes part of a line)."""
+def closest_lines(text: str, passage: str) -> tuple[str, list[int]]:
+    """The note's three lines most like the passage's longest line, to help the model copy it exactly, and their
+    numbers. A long line is looked at in overlapping pieces as wide as the passage (a typo fix quotes part of one)."""
     wanted = max(passage.strip().splitlines() or [passage], key=len).strip()[:HINT_WIDTH]
     grams = {wanted[i:i + 3] for i in range(len(wanted) - 2)} or {wanted}
     lines, width = text[:HINT_SCAN_CHARS].splitlines(), max(len(wanted), 40)
@@ -157,12 +169,12 @@ def closest_lines(text: str, passage: str) -> str:
         if ratio >= 0.5 and ratio > scored.get(number, (0,))[0]:
             scored[number] = (ratio, piece.strip())
     if not scored:
-        return "No line of the note looks like it; read_note the note again to see its current text."
+        return "No line of the note looks like it; read_note the note again to see its current text.", []
     best = sorted(sorted(scored, key=lambda number: -scored[number][0])[:EDIT_CLOSEST_LINES])
     # a long line shows only the piece that matched, with the "…" marks
     shown = {n: lines[n - 1] if len(lines[n - 1]) <= HINT_WIDTH else f"…{scored[n][1]}"[:HINT_WIDTH - 1] + "…"
              for n in best}
-    return "The closest lines are:\n" + "\n".join(f"  line {n}: {shown[n]}" for n in best)
+    return "The closest lines are:\n" + "\n".join(f"  line {n}: {shown[n]}" for n in best), best
 
 
 def _likeness(piece: str, wanted: str) -> float:
@@ -175,7 +187,7 @@ def _likeness(piece: str, wanted: str) -> float:
     return matcher.ratio()
 
 
-def edit_note(notebook: Notebook, file_path: str, old_text: str, new_text: str, *, approve) -> str:
+def edit_note(notebook: Notebook, file_path: str, old_text: str, new_text: str, *, approve) -> Shown:
     name = _changeable(notebook, guarded(notebook, file_path))
     if not old_text:
         raise ToolError("old_text is empty.", "Copy the exact passage to replace from read_note; to add text at the "
@@ -191,9 +203,9 @@ def edit_note(notebook: Notebook, file_path: str, old_text: str, new_text: str, 
     def replace_once(text: str) -> str:  # run on the note as it is when the change is planned
         found = [m.span(1) for m in itertools.islice(pattern.finditer(text), EDIT_MAX_MATCHES_COUNTED + 1)]
         if not found:
-            raise ToolError(f"old_text was not found in {name} (0 matches); nothing was changed. "
-                            f"{closest_lines(text, old_text)}", "Copy the passage exactly, spaces and punctuation "
-                            "included.")
+            hint, lines = closest_lines(text, old_text)
+            raise ToolError(f"old_text was not found in {name} (0 matches); nothing was changed. {hint}",
+                            "Copy the passage exactly, spaces and punctuation included.", lines={name: lines})
         if len(found) > 1:
             count = f"more than {EDIT_MAX_MATCHES_COUNTED}" if len(found) > EDIT_MAX_MATCHES_COUNTED else len(found)
             raise ToolError(f"old_text occurs {count} times in {name}; nothing was changed.",
@@ -205,7 +217,7 @@ def edit_note(notebook: Notebook, file_path: str, old_text: str, new_text: str, 
     return _text_change(notebook, approve, name, replace_once, "edit", f"Edited {name}; {KEPT}")
 
 
-def append_note(notebook: Notebook, file_path: str, content: str, section: str | None = None, *, approve) -> str:
+def append_note(notebook: Notebook, file_path: str, content: str, section: str | None = None, *, approve) -> Shown:
     path = guarded(notebook, file_path, new=True)
     name = rel(notebook.kb, path)
     if not content.strip():
@@ -226,11 +238,13 @@ def append_note(notebook: Notebook, file_path: str, content: str, section: str |
         start, how = _new_note(notebook, _new_name(notebook, name))
         return _text_change(notebook, approve, name, lambda _: added(start), "write",
                             f"Created {name}{how} (it did not exist) and added the content at {where} it.")
+    if notebook.is_private(name):  # a note that exists, and nothing is said of it
+        raise ToolError(f"{name} already exists; nothing was written.", "Choose another name.")
     _changeable(notebook, path)
     return _text_change(notebook, approve, name, added, "append", f"Appended to {where} {name}.")
 
 
-def write_note(notebook: Notebook, file_path: str, content: str, overwrite: bool = False, *, approve) -> str:
+def write_note(notebook: Notebook, file_path: str, content: str, overwrite: bool = False, *, approve) -> Shown:
     path = guarded(notebook, file_path, new=True)
     name = rel(notebook.kb, path)
     if not path.exists() and not path.is_symlink():
@@ -238,14 +252,16 @@ def write_note(notebook: Notebook, file_path: str, content: str, overwrite: bool
         text = start + ("" if not start or start.endswith("\n") else "\n") + _lf(content)
         return _text_change(notebook, approve, name, lambda _: text, "write", f"Created {name}{how}"
                             + (", with the content after it." if start else "."))
-    _changeable(notebook, path)
-    if not overwrite:
+    private = notebook.is_private(name)  # a note that exists, and nothing is said of it
+    if not private:
+        _changeable(notebook, path)
+    if private or not overwrite:
         raise ToolError(f"{name} already exists; nothing was written.", "To change part of it use edit_note, to add "
                         "to its end use append_note; pass overwrite: true only if the person asked for a full rewrite.")
     return _text_change(notebook, approve, name, lambda _: _lf(content), "overwrite", f"Replaced {name}; {KEPT}")
 
 
-def move_note(notebook: Notebook, from_path: str, to_path: str, *, approve) -> str:
+def move_note(notebook: Notebook, from_path: str, to_path: str, *, approve) -> Shown:
     source, target = guarded(notebook, from_path, "from_path"), guarded(notebook, to_path, "to_path", new=True)
     src = _changeable(notebook, source, size_limit=False)
     dst = _new_name(notebook, rel(notebook.kb, target), moving=src)
@@ -299,7 +315,7 @@ def _links_kept(notebook: Notebook, src: str, dst: str) -> tuple[dict, dict, dic
     return read, new, {before.get(path, path): count for path, count in plan.counts.items()}
 
 
-def delete_note(notebook: Notebook, file_path: str, *, approve) -> str:
+def delete_note(notebook: Notebook, file_path: str, *, approve) -> Shown:
     name = _changeable(notebook, guarded(notebook, file_path), size_limit=False)
     try:
         breaks = linked_here(note_links(notebook, name)[1])

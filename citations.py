@@ -1,33 +1,35 @@
 """Citations in an answer, checked against the notes and against what the model was shown, with no model call.
 
     check(answer, history, turn_start, read) -> Report   after each answer (run_agent; checked_answers for a page)
-    shown(tool, arguments, result) -> {path: {line, ...}}  the note lines one tool result put before the model
+    shell_shown(command, output) -> notes.Shown        what a shell command's output showed (the bash tool)
 
 The system prompt asks the model to cite the lines it relies on as `path:line` or `path:start-end`. Each citation
 is checked in this order, and the first problem is its reason: the note exists; some of its text reached the model
 in this conversation; the lines exist; those lines reached the model; a passage quoted beside it ("…", “…”, 「…」,
 on the same line of the answer) occurs in those lines, ignoring case, whitespace and Markdown emphasis (`*`, `_`,
 `` ` ``; "…" in a quote stands for left-out text). A path alone is a citation only with a quote beside it; its quote
-must be in what the model was shown of the note. What reached the model is read from the tool results: read_note's
-`name (lines a-b of n)` and its outline's `(line N)`, search_notes' `  N: text` under `path — title`, the lines
-`links` names, a failed edit_note's closest lines, and `path:N:` lines a shell command printed (grep -n).
+must be in what the model was shown of the note. What reached the model is what each tool result says it showed, as
+data kept with its message (context.SHOWN), never read from its words: read_note's lines and its outline's headings,
+the numbered lines under each search hit, the lines `links` names, a failed edit_note's closest lines. Only a shell
+command's output is foreign text: its `path:N:` lines (grep -n) are read once, when it runs (shell_shown).
 
 A note the model was never shown fails as "never reached the model" before anything is said of its length or words,
 so a private note's content is never told. An answer is about the notes when it cites one, names a note that exists
 and that no tool named during its turn, or, in a turn without a tool call, names a note path or says "your notes"
-(ABOUT_THE_NOTES); if no note's text reached the model in that turn, the report's `unread` line says so.
+(ABOUT_THE_NOTES); if no note's text reached the model in that turn, the report's `unread` line says so. What the
+earlier turns showed is added up once (Seen), kept by a history that can keep it (sessions.History.seen), so
+checking an answer costs what its turn added, not the whole conversation again.
 
 This module reads notes only through `read` (reading.note_text: the path guard, race-free) and never writes, sends or
 shows anything: each UI shows the Report its own way.
 """
 
-import json
 import re
 from typing import Callable, NamedTuple
 
 import reading
-from context import content_text
-from notes import ToolError
+from context import SHOWN, content_text
+from notes import Shown, ToolError
 
 Reader = Callable[[str], tuple[str, str]]  # a path as the model wrote it -> (the note's name, its text)
 
@@ -38,15 +40,19 @@ NOT_THERE = "the quoted text is not there"
 QUOTE_NOT_SHOWN = "the quoted text never reached the model"
 UNREAD = "No note was read for this answer, yet it speaks of your notes."
 READ_BEFORE = " It may rest on what was read earlier in this conversation."
-# "Your notes" in the words of an answer that speaks of them (English and Chinese).
-ABOUT_THE_NOTES = re.compile(r"\byour (?:own )?(?:notes?|knowledge base|vault)\b|\baccording to (?:the|your) notes?\b"
-                             r"|\bthe notes? (?:says?|said|mentions?)\b|你的笔记|您的笔记|笔记(?:里|中|上)|根据笔记", re.I)
+# "Your notes" in the words of an answer that speaks of them (English and Chinese); a small model speaks as the
+# person too ("according to my notes", 根据我的笔记).
+ABOUT_THE_NOTES = re.compile(r"\b(?:your|my) (?:own )?(?:notes?|knowledge base|vault)\b"
+                             r"|\baccording to (?:the|your|my) notes?\b|\bthe notes? (?:says?|said|mentions?)\b"
+                             r"|[你您我]的(?:笔记|知识库)|笔记(?:里|中|上|显示|提到)|根据(?:我的)?笔记", re.I)
 QUOTE_CHARS = 500  # a quoted passage longer than this is not looked for
 
 _PATH = r"[\w\-./+#]*[\w\-+#]\.(?:md|txt)"  # C++.md, C#.md
 _BEFORE = r"(?<![\w\-./~\\])"
 _LINES = r"(?:[:：]L?(?P<start>\d+)(?:[-–]L?(?P<end>\d+))?)?"
 _AFTER = r"(?!\w|\.\w|[:：\-–]L?\d)"
+_PATHS = re.compile(_BEFORE + "(?P<path>" + _PATH + ")" + _LINES + _AFTER)
+_SUFFIX = re.compile(r"\.(?:md|txt)")
 _QUOTE = re.compile('|'.join(rf"{a}([^{b}\n]{{1,{QUOTE_CHARS}}}){b}" for a, b in ('""', "“”", "「」", "『』")))
 _FENCE = re.compile(r"^ {0,3}(```|~~~).*?(?:^ {0,3}\1[^\n]*$|\Z)", re.M | re.S)
 _LINK_TARGET = re.compile(r"\]\([^)\n]*\)")
@@ -54,19 +60,7 @@ _CJK = "\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef"
 _CJK_HEAD = re.compile(f"^[{_CJK}]+(?=[A-Za-z0-9_])")  # 见python.md, not 三体.md nor 读书/三体.md
 _EMPHASIS = re.compile(r"[\s*_`]+")
 _ELLIPSIS = re.compile(r"…|\.\.\.")
-
-# What the tools print (tools.py, search.py), a line at a time; <<< and >>> may mark where note text starts and ends.
-_MARKS = re.compile(r"^\s*(?:<<<|>>>)\s*|\s*(?:<<<|>>>)\s*$")
-_READ_HEAD = re.compile(r"^(.+?) \(lines (\d+)-(\d+) of \d+")
-_OUTLINE_LINE = re.compile(r"\(line (\d+)\)$")
-_HIT = re.compile(r"^(\S.*?\.(?:md|txt)) — ")
-_HIT_LINE = re.compile(r"^\s+(\d+): ")
-_CLOSE_LINE = re.compile(r"^\s+line (\d+): ")
-_LINKS_HEAD = re.compile(r"^(.+?): \d+ links? out")
-_EDIT_MISS = re.compile(r"old_text was not found in (.+?) \(0 matches\)")
-_GREP = re.compile(r"^(?:\./)?([^\s:][^:\n]*?\.(?:md|txt))[:-](\d+)[:-]", re.M)
-# Paths a tool named at a line's start ("path — title", "path (lines …", "~ path  +3 −1", "→ a.md → b.md").
-_NAMED = re.compile(r"^(?:[~+\-→] )?(.+?\.(?:md|txt))(?= — | \(| {2}| has \d| is empty| → |: |$)", re.M)
+_GREP = re.compile(r"^(?:\./)?([^\s:][^:\n]*?\.(?:md|txt))[:-](\d+)[:-]", re.M)  # a shell's `path:line:`
 
 
 class Check(NamedTuple):
@@ -100,61 +94,52 @@ def reader(notebook) -> Reader:
     return lambda path: reading.note_text(notebook, path, "")
 
 
+def shell_shown(command: str, output: str) -> Shown:
+    """A shell command's output as a tool result: the note lines it printed as `path:line:` (grep -n) and the note
+    paths in it or in the command. It may hold more note text than those lines."""
+    lines: dict[str, set[int]] = {}
+    for match in _GREP.finditer(output):
+        lines.setdefault(match[1], set()).add(int(match[2]))
+    named = {match[0].removeprefix("./") for match in re.finditer(_BEFORE + _PATH, f"{command}\n{output}")}
+    return Shown(output, lines, named | set(lines), unlisted=True)
+
+
 # --- What the model was shown ---
 
-def shown(tool: str, arguments: str, result: str) -> dict[str, set[int]]:
-    """The line numbers of each note whose text this tool result showed the model."""
-    lines = [_MARKS.sub("", line) for line in result.splitlines()]
-    found: dict[str, set[int]] = {}
-    if tool == "read_note":
-        head = next((i for i, line in enumerate(lines) if _READ_HEAD.match(line)), None)
-        if head is not None:
-            name, first, last = _READ_HEAD.match(lines[head]).groups()
-            found[name] = set(range(int(first), int(last) + 1))
-            found[name] |= {int(m[1]) for line in lines[:head] if (m := _OUTLINE_LINE.search(line))}
-    elif tool in ("search_notes", "links"):
-        path = None
-        for line in lines:
-            if line.startswith("Backlinks"):
-                break  # a backlink names another note's line, not its text
-            if head := (_HIT if tool == "search_notes" else _LINKS_HEAD).match(line):
-                path = head[1]
-            elif path and (numbered := _HIT_LINE.match(line)):
-                found.setdefault(path, set()).add(int(numbered[1]))
-    elif tool == "edit_note" and (missed := _EDIT_MISS.search(result)):
-        found[missed[1]] = {int(m[1]) for line in lines if (m := _CLOSE_LINE.match(line))}
-    elif tool == "bash":
-        for match in _GREP.finditer(result):
-            found.setdefault(match[1], set()).add(int(match[2]))
-    return {path: numbers for path, numbers in found.items() if numbers}
+class Seen:
+    """What tool results showed the model, added up as they come: each note's lines, the notes named; `upto`: of
+    the history seen_before adds up, the messages added."""
+
+    def __init__(self):
+        self.lines: dict[str, set[int]] = {}
+        self.named: set[str] = set()
+        self.longest, self.results, self.upto = 0, 0, 0  # the longest name's characters; tool results added
+
+    def add(self, messages: list[dict]) -> "Seen":
+        for message in (m for m in messages if m.get("role") == "tool"):
+            shown = message.get(SHOWN) or {}
+            for path, numbers in (shown.get("lines") or {}).items():
+                self.lines.setdefault(path, set()).update(numbers)
+            named = [*(shown.get("lines") or ()), *(shown.get("named") or ())]
+            self.named.update(named)
+            self.longest, self.results = max([self.longest, *map(len, named)]), self.results + 1
+        return self
+
+    def names_in(self, text: str) -> set[str]:
+        """The names a tool named that occur in the text (each ends at a ".md" or ".txt" of it)."""
+        return {text[start:end] for end in (m.end() for m in _SUFFIX.finditer(text))
+                for start in range(max(0, end - self.longest), end) if text[start:end] in self.named}
 
 
-def tool_results(history: list[dict]) -> list[tuple[int, str, str, str]]:
-    """(index in history, tool name, its arguments, its result) of every tool result, in order."""
-    calls, results = {}, []
-    for index, message in enumerate(history):
-        for call in message.get("tool_calls") or []:
-            function = call.get("function") or {}
-            calls[call.get("id")] = (str(function.get("name") or ""), str(function.get("arguments") or ""))
-        if message.get("role") == "tool":
-            name, arguments = calls.get(message.get("tool_call_id"), ("", ""))
-            results.append((index, name, arguments, content_text(message.get("content"))))
-    return results
-
-
-def merge(into: dict, more: dict) -> None:
-    for path, numbers in more.items():
-        into.setdefault(path, set()).update(numbers)
-
-
-def _named(arguments: str, result: str) -> set[str]:
-    """Every note path a tool call named in its arguments or its result."""
-    try:
-        values = [v for v in json.loads(arguments or "{}").values() if isinstance(v, str)]
-    except (ValueError, AttributeError):
-        values = []
-    text = "\n".join([result, *values])
-    return {m[1] for m in _NAMED.finditer(text)} | set(re.findall(_BEFORE + "(" + _PATH + ")", text))
+def seen_before(history: list[dict], upto: int) -> Seen:
+    """What the tool results of history[:upto] showed the model. A history that can keep it (one with `seen`, as
+    sessions.History) keeps it, so the next call adds only the messages since."""
+    kept = getattr(history, "seen", None)
+    seen = kept if kept and kept.upto <= upto else Seen()
+    seen.add(history[seen.upto:upto]).upto = upto
+    if hasattr(history, "seen"):
+        history.seen = seen
+    return seen
 
 
 # --- The answer's citations ---
@@ -173,16 +158,17 @@ def _prose(answer: str) -> str:
     return _LINK_TARGET.sub(lambda m: "]" + blank(m)[1:], _FENCE.sub(blank, answer))
 
 
-def _mentions(prose: str, known: set[str], exists: Callable[[str], bool]) -> list[_Mention]:
+def _mentions(prose: str, seen: tuple[Seen, ...], exists: Callable[[str], bool]) -> list[_Mention]:
     """Every note path in the prose, with the lines cited after it. Paths a tool named are found whole, spaces and
     all; a run of Chinese glued before a path ("见python.md") is not part of it unless such a note exists."""
-    names = "|".join(re.escape(path) for path in sorted(known, key=len, reverse=True))
-    pattern = re.compile(_BEFORE + "(?P<path>" + (names + "|" if names else "") + _PATH + ")" + _LINES + _AFTER)
+    named = sorted(set().union(*(s.names_in(prose) for s in seen)), key=len, reverse=True)  # the longest first
+    names = "".join(re.escape(path) + "|" for path in named)
+    pattern = re.compile(_BEFORE + "(?P<path>" + names + _PATH + ")" + _LINES + _AFTER) if names else _PATHS
     found = []
     for match in pattern.finditer(prose):
         path, start = match["path"], match.start()
         head = _CJK_HEAD.match(path)
-        if head and path not in known and not exists(path):
+        if head and not any(path in s.named for s in seen) and not exists(path):
             path, start = path[head.end():], start + head.end()
         first = int(match["start"]) if match["start"] else None
         last = int(match["end"]) if match["end"] else first
@@ -231,14 +217,14 @@ def ranges(numbers: list[int]) -> str:
     return ("lines " if len(numbers) > 1 else "line ") + text
 
 
-def _problem(mention: _Mention, quotes: list[str], seen: dict, note) -> str:
+def _problem(mention: _Mention, quotes: list[str], lines_of: Callable[[str], set], note) -> str:
     """Why the citation does not hold ("" when it does); `note`: (name, lines), or what reading it raised."""
     if isinstance(note, ToolError):
         return NO_NOTE if note.kind == "missing" else A_FOLDER if note.kind == "folder" else NEVER_SHOWN
     if isinstance(note, OSError):
         return f"it could not be read ({note.strerror or note})"
     name, lines = note
-    shown_lines = seen.get(name) or seen.get(mention.path) or set()
+    shown_lines = lines_of(name) or lines_of(mention.path)
     if not shown_lines:  # before anything about the note's length or words: a note the model could not read
         return NEVER_SHOWN
     if mention.first is None:
@@ -261,25 +247,13 @@ def _problem(mention: _Mention, quotes: list[str], seen: dict, note) -> str:
 def check(answer: str, history: list[dict], turn_start: int, read: Reader) -> Report:
     """The answer's citations checked against the notes and against what the tool results of `history` (the
     conversation up to the answer; its turn begins at `turn_start`) showed the model."""
-    return _check(answer, _parsed(history), turn_start, read)
+    return _check(answer, seen_before(history, turn_start), Seen().add(history[turn_start:]), read)
 
 
-def _parsed(history: list[dict]) -> list[tuple[int, dict, set]]:
-    """(index in history, the note lines it showed, the paths it named) of every tool result, in order."""
-    return [(index, shown(tool, arguments, result), _named(arguments, result))
-            for index, tool, arguments, result in tool_results(history)]
-
-
-def _check(answer: str, results: list, turn_start: int, read: Reader) -> Report:
+def _check(answer: str, earlier: Seen, now: Seen, read: Reader) -> Report:
+    """`earlier`: what the turns before the answer's showed the model, `now`: what its own turn did."""
     if not answer.strip():
         return NOTHING
-    seen, this_turn, named, named_now = {}, {}, set(), set()
-    for index, lines, paths in results:
-        merge(seen, lines)
-        named |= paths
-        if index >= turn_start:
-            merge(this_turn, lines)
-            named_now |= paths
     notes: dict = {}
 
     def note(path: str):
@@ -295,8 +269,11 @@ def _check(answer: str, results: list, turn_start: int, read: Reader) -> Report:
     def exists(path: str) -> bool:
         return not isinstance(note(path), Exception)
 
+    def lines_of(path: str) -> set[int]:
+        return earlier.lines.get(path, set()) | now.lines.get(path, set())
+
     prose = _prose(answer)
-    mentions = _mentions(prose, named | set(seen), exists)
+    mentions = _mentions(prose, (earlier, now), exists)
     quotes = _quotes_beside(prose, mentions)
     checks, counted = [], {}
     for index, mention in enumerate(mentions):
@@ -304,24 +281,24 @@ def _check(answer: str, results: list, turn_start: int, read: Reader) -> Report:
         nth = counted[text] = counted.get(text, -1) + 1
         if mention.first is None and index not in quotes:
             continue  # a path named, not cited
-        problem = _problem(mention, quotes.get(index, []), seen, note(mention.path))
+        problem = _problem(mention, quotes.get(index, []), lines_of, note(mention.path))
         checks.append(Check(text, mention.path, mention.first, mention.last, problem, nth))
-    called = any(index >= turn_start for index, *_ in results)
-    about = (checks or any(m.path not in named_now and exists(m.path) for m in mentions)
-             or (not called and (mentions or ABOUT_THE_NOTES.search(prose))))
-    unread = UNREAD + READ_BEFORE * bool(seen) if about and not this_turn else ""
+    about = (checks or any(m.path not in now.named and exists(m.path) for m in mentions)
+             or (not now.results and (mentions or ABOUT_THE_NOTES.search(prose))))
+    unread = UNREAD + READ_BEFORE * bool(earlier.lines) if about and not now.lines else ""
     return Report(checks, unread)
 
 
 def checked_answers(history: list[dict], read: Reader) -> dict[int, Report]:
     """Each turn's answer (the last assistant message with text and no tool call before the next question) checked
     as it was when given: {its index in history: its report}, for a page drawing a saved conversation."""
-    reports, turn_start, answer, results = {}, 0, None, _parsed(history)  # each result parsed once, not per answer
+    reports, turn_start, answer, earlier = {}, 0, None, Seen()  # each turn's results added once, not per answer
     for index, message in enumerate(history + [{"role": "user"}]):
         if message.get("role") == "user":
             if answer is not None:
-                reports[answer] = _check(content_text(history[answer].get("content")),
-                                         [r for r in results if r[0] < answer], turn_start, read)
+                reports[answer] = _check(content_text(history[answer].get("content")), earlier,
+                                         Seen().add(history[turn_start:answer]), read)
+            earlier.add(history[turn_start:index])
             turn_start, answer = index, None
         elif message.get("role") == "assistant" and not message.get("tool_calls") and message.get("content"):
             answer = index

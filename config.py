@@ -81,7 +81,7 @@ class Settings:
     mcp_allow_shell: bool = _set_by(False, "MCP_ALLOW_SHELL")
 
 
-def _read(name: str, value, kind: type, choices: tuple[str, ...] = ()):
+def _typed(name: str, value, kind: type, choices: tuple[str, ...] = ()):
     """A variable's (or a flag's) value as a field of type `kind` takes it."""
     if choices and value not in choices:
         raise ConfigError(f"{name}={value!r} is not valid: use one of {', '.join(choices)}.")
@@ -177,7 +177,7 @@ def load_settings(notes_required: bool = True, sample_notes: bool = True, mcp: b
         else:
             name, value = variable, env.get(variable)
         if value is not None:
-            values[setting.name] = _read(name, value, setting.type, setting.metadata["choices"])
+            values[setting.name] = _typed(name, value, setting.type, setting.metadata["choices"])
     values["kb"] = _notes_folder(values.get("kb"), notes_required, sample_notes)
     if not _host(values["base_url"]):
         name = "--base-url" if "base_url" in given else f"{provider}_BASE_URL"

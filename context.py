@@ -27,6 +27,10 @@ HEAD_SHARE = 0.3  # the first turns kept through every trim, as a stable prefix 
 KEEP_RECENT_TURNS = 2  # a follow-up ("and what else does it say?") needs the notes read just before
 ELIDED_HEAD_CHARS = 300  # what stays of a shortened tool result, for the model to recognise it
 INTERRUPTED_RESULT = "not executed: the conversation stopped before this tool ran"
+# A tool message's bookkeeping, never sent: what its result showed (tools.execute_tool): {"lines": {note: [line, ...]}
+# whose text it showed, "named": [note, ...], "error": true, "unlisted": true (it may hold more note text: a shell's
+# output)}, each key only when it says something. One saved before it was kept (sessions.py) has none.
+SHOWN = "shown"
 
 
 def text_tokens(text) -> int:
@@ -71,7 +75,8 @@ def repair_history(messages: list[dict]) -> list[dict]:
                 pending.remove(message["tool_call_id"])
                 out.append(message)
             continue
-        out += [{"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED_RESULT} for call_id in pending]
+        out += [{"role": "tool", "tool_call_id": call_id, "content": INTERRUPTED_RESULT, SHOWN: {}}
+                for call_id in pending]
         pending = []
         if message is None:
             return out

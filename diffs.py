@@ -3,22 +3,23 @@
     summary(change) -> "~ notes/git.md  +3 −1"      diffs(change) -> [(title, unified diff)]
 
 Counting and diffing take milliseconds on any note: the lines both sides share at head and tail are set aside first,
-and past DIFF_MAX_WORK the changed middle is counted and shown as a whole replacement. Control characters and
-direction marks in what is shown are escapes, so a note cannot hide what changes. It only reads the change it is given.
+and past DIFF_MAX_WORK the changed middle is shown as a whole replacement and counted in n log n time, the lines
+moved apart (a reorder is never `+0 −0`). Control characters and direction marks in what is shown are escapes, so
+a note cannot hide what changes. It only reads the change it is given.
 """
 
+import bisect
 import difflib
 import os
 import re
-from collections import Counter
 
-from notes import readable_text, visible
+from notes import plural, readable_text, visible
 
 MINUS = "\u2212"
 DIFF_CONTEXT = 3  # unchanged lines shown around a change under review
 DIFF_MAX_LINES = 400  # lines of a diff shown for review; a longer one says how many more
 # difflib takes time that grows with the product of the changed parts' lengths (far more on repetitive notes):
-# past this product a change is counted and shown as a whole replacement, so no summary takes a second.
+# past this product a change is estimated (_estimate) and shown as a whole replacement, so no summary takes a second.
 DIFF_MAX_WORK = 4_000_000
 
 
@@ -61,14 +62,30 @@ def diffs(change) -> list[tuple[str, str]]:
 
 
 def change_summary(rel_path: str, old_text: str, new_text: str) -> str:
-    """`~ notes/git.md  +3 −1`: lines added and removed."""
+    """`~ notes/git.md  +3 −1`: lines added and removed; past DIFF_MAX_WORK `+0 −0, 16000 lines moved` (_estimate)."""
     _, a, b = _changed_lines(old_text, new_text)
-    if len(a) * len(b) > DIFF_MAX_WORK:  # counted as two bags of lines: linear, a close estimate
-        removed, added = sum((Counter(a) - Counter(b)).values()), sum((Counter(b) - Counter(a)).values())
-    else:
-        changes = [c for c in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if c[0] != "equal"]
-        added, removed = sum(j2 - j1 for _, _, _, j1, j2 in changes), sum(i2 - i1 for _, i1, i2, _, _ in changes)
+    if len(a) * len(b) > DIFF_MAX_WORK:
+        removed, added, moved = _estimate(a, b)
+        return f"~ {rel_path}  +{added} {MINUS}{removed}" + f", {plural(moved, 'line')} moved" * bool(moved)
+    changes = [c for c in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if c[0] != "equal"]
+    added, removed = sum(j2 - j1 for _, _, _, j1, j2 in changes), sum(i2 - i1 for _, i1, i2, _, _ in changes)
     return f"~ {rel_path}  +{added} {MINUS}{removed}"
+
+
+def _estimate(a: list, b: list) -> tuple[int, int, int]:
+    """(lines removed, added, moved) in n log n time: the k-th copy of a line in `b` is paired with its k-th copy in
+    `a`; a line left unpaired is removed or added, a paired one off the longest run kept in order (patience) moved."""
+    places = {}  # line -> where it is in `a`, last first
+    for i in range(len(a) - 1, -1, -1):
+        places.setdefault(a[i], []).append(i)
+    paired = [places[line].pop() for line in b if places.get(line)]
+    kept = [-1]  # kept[n]: the least place in `a` that n lines kept in order can end at
+    for place in paired:
+        if place > kept[-1]:
+            kept.append(place)
+        else:
+            kept[bisect.bisect_left(kept, place)] = place
+    return len(a) - len(paired), len(b) - len(paired), len(paired) - len(kept) + 1
 
 
 def summary(change, hidden=frozenset()) -> str:

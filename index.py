@@ -37,15 +37,15 @@ INDEX_MAX_NOTE_BYTES = 2_000_000  # only the first 2 MB of a huge note are index
 INDEX_LEAD_CHARS = 400  # the opening paragraph, weighted as "lead"
 INDEX_BATCH = 500  # notes read and written together: bounds memory during a big build
 INDEX_PROGRESS_AFTER_S = 1.0  # a build running longer than this tells the person
-SCHEMA_VERSION = 7  # bump when the tables or the text preparation change: old indexes get rebuilt
+SCHEMA_VERSION = 8  # bump when the tables or the text preparation change: old indexes get rebuilt
 
 
 # --- Notes on disk ---
 def _walk(kb: Path, excluded: list, rules: list, watcher=None) -> tuple:
     """(notes -> (size, mtime_ns), notes whose paths are not UTF-8, the other files' paths, notes that are links ->
     where they lead, what the shell's sandbox seals by name: hidden folders, the top folder's hidden files and
-    privacy.matched (a folder whole), and the files it seals if their text says so: notes not indexed, sync-conflict
-    copies that are no note), hidden names and `excluded` (vault.ignore_filters) skipped; each folder watched first."""
+    privacy.matched (a folder whole), and the files it seals if their text says so: notes not indexed, files named
+    as copies that are no note), hidden names and `excluded` (vault.ignore_filters) skipped; each folder watched first."""
     found, unnamed, others, linked, sealed, unsure, stack = {}, [], set(), {}, set(), set(), [("", False)]
     while stack:
         rel_dir, shut_in = stack.pop()
@@ -83,7 +83,7 @@ def _walk(kb: Path, excluded: list, rules: list, watcher=None) -> tuple:
                     unnamed.append(path)
                 elif not note and notes.is_utf8(path) and entry.is_file():
                     others.add(path)  # an attachment or a canvas: links may lead to it
-                if not shut and (note or "conflict" in lower):  # vault.conflict_of's names all hold the word
+                if not shut and (note or vault.copy_of(path) is not None):
                     unsure.add(path)
             except (OSError, RuntimeError, ValueError):  # RuntimeError: a symlink loop; ValueError: one moved out
                 continue
@@ -102,10 +102,10 @@ def _note_stat(path: str, kb: Path):
 
 def read_text(kb: Path, rel_path: str):
     """The text of a note's first INDEX_MAX_NOTE_BYTES, or None if it cannot be read or looks binary."""
-    return _read(kb, rel_path)[0]
+    return _text_and_target(kb, rel_path)[0]
 
 
-def _read(kb: Path, rel_path: str) -> tuple:
+def _text_and_target(kb: Path, rel_path: str) -> tuple:
     """(read_text's text, the note's real path if links on its way lead elsewhere, else None). Read as the tools
     read: from the notes folder's descriptor, no link followed, so a folder swapped for a link to elsewhere
     mid-search reads nothing outside; a note reached through a link inside the notes is read where it leads."""
@@ -177,7 +177,7 @@ def _row(kb: Path, path: str, size_mtime, private_rules: list):
     """A note's `notes` columns, then its `fts` columns (size_mtime None: stat it now); None if it cannot be read."""
     try:
         size_mtime = size_mtime or _note_stat(str(kb / path), kb)
-        text, real = _read(kb, path) if size_mtime else (None, None)
+        text, real = _text_and_target(kb, path) if size_mtime else (None, None)
     except (OSError, RuntimeError):
         return None
     if text is None:
@@ -301,7 +301,7 @@ class Index:
         note = name.endswith(NOTE_SUFFIXES)
         if is_hidden_name(name) or rules and privacy.matched(path, False, rules):
             self.sealed.add(path)
-        elif note and vault.is_excluded(path, self.excluded) or not note and "conflict" in name:
+        elif note and vault.is_excluded(path, self.excluded) or not note and vault.copy_of(path) is not None:
             self.unsure.add(path)
 
     def walk(self, rules: list) -> tuple:
@@ -329,9 +329,9 @@ class Index:
         again or dropped."""
         if not changed and not gone:
             return set()
-        copies = self.conn.execute("SELECT path, conflict_of FROM notes WHERE conflict_of NOT NULL").fetchall()
         notes_changed = {*changed, *gone}  # links to them and copies of them are private when they are: read again
-        changed = {p: None for p, note in [*self.linked.items(), *copies] if note in notes_changed} | changed
+        again = [p for p, note in self.linked.items() if note in notes_changed] + self.copies(notes_changed)
+        changed = dict.fromkeys(again) | changed
         started, told = time.monotonic(), False
         with writing(self.conn):  # on an error the index is closed
             stored = "SELECT size, mtime_ns FROM notes WHERE path=?"  # another process may have indexed it
@@ -356,6 +356,12 @@ class Index:
         if told:
             notice(f"indexed {len(items)} notes in {time.monotonic() - started:.1f} s.")
         return {*changed, *gone}
+
+    def copies(self, notes: set) -> list:
+        """The indexed notes named as copies of these (vault.copy_of): beside each, named after it."""
+        stems = {note.rsplit(".", 1)[0] for note in notes}
+        return [path for stem in stems for path, in self.conn.execute("SELECT path FROM notes WHERE path > ? AND "
+                "path < ?", (stem, stem + "\U0010ffff")) if vault.copy_of(path) in notes]
 
     def remove(self, paths: list) -> None:
         rows = [(p,) for p in paths]

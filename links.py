@@ -7,7 +7,7 @@ texts of the files a move must change so that every link of the vault still mean
 the search index stores per note; outgoing() and backlinks() answer from those rows. resolve_all() is for tests
 and benchmarks: every link of a vault, resolved.
 
-How a link is read (Obsidian 1.x, /work/shared/REFERENCE.md; * marks a choice where Obsidian is undocumented):
+How a link is read (Obsidian Help, and Obsidian 1.x as observed; * marks a choice where Obsidian is undocumented):
 - Forms: [[T]] [[T|shown]] [[T#H1#H2]] [[T#^block]] [[#H]] ![[T|300]] ![[a.pdf#page=3]] [[T\\|shown]] (tables),
   [t](T%20x.md) [t](<T x.md>) ![i](a.png), "[[T]]" as a whole quoted front-matter value, canvas nodes[].file.
   Inside fenced code (``` or ~~~, any length), inline code and %%comments%% (an unclosed %% runs to the end) a

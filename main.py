@@ -104,8 +104,8 @@ NOTE_COMMANDS = {"/search": ("search_notes", "query"), "/list": ("list_notes", "
 class Chat:
     """One conversation at the terminal or on a pipe: what a line of input does."""
 
-    def __init__(self, notebook: Notebook, client, display: Display, conversation: sessions.Conversation):
-        self.settings, self.notebook, self.client = notebook.settings, notebook, client
+    def __init__(self, notebook: Notebook, model, display: Display, conversation: sessions.Conversation):
+        self.settings, self.notebook, self.model = notebook.settings, notebook, model
         self.display, self.conversation = display, conversation
 
     def line(self, line: str) -> str:
@@ -114,12 +114,12 @@ class Chat:
             return "exit"
         if line.startswith("/"):
             return self.command(line)
-        if not self.client:
+        if not self.model:
             return self.failed(NO_KEY.format(key_hint()))
         question = self.conversation.begin_turn(line)
         self.display.begin_answer()
         try:
-            answer = run_agent(question, self.conversation.history, self.settings, self.client, self.display,
+            answer = run_agent(question, self.conversation.history, self.settings, self.model, self.display,
                                self.notebook)
             self.display.end_answer()
             return "ok" if answer.complete else "incomplete"
@@ -174,7 +174,7 @@ class Chat:
                                lambda line, section: f"[… more: /read {name}{'#' + section if section else ''} {line}]")
 
     def do_help(self, argument: str) -> None:
-        needs = "" if self.client else " (needs an API key)"
+        needs = "" if self.model else " (needs an API key)"
         self.display.info("\n".join(f"  {usage:<18} {text}" for usage, text in COMMANDS.items())
                           + f"\n  anything else      a question for the agent{needs}\n" + MULTILINE_HELP)
 
@@ -218,12 +218,12 @@ class Chat:
 
     def do_usage(self, argument: str) -> None:
         conversation, settings = self.conversation, self.settings
-        (tp, tc), (sp, sc) = conversation.turn_usage, conversation.session_usage()
-        sent, tokens = (self.client or Model(settings)).request(conversation.history)
-        calls = f" ({conversation.turn_calls} API calls)" if conversation.turn_calls else ""
-        total = f"{sp:,} prompt + {sc:,} completion tokens in all" if sp or sc else "no tokens reported yet"
-        self.display.info(f"last answer : {counted(tp, tc, conversation.turn_calls, conversation.turn_unreported)}"
-                          f"{calls}\nconversation: {total}\n"
+        turn, total = conversation.turn_usage, conversation.session_usage()
+        sent, tokens = (self.model if isinstance(self.model, Model) else Model(settings)).request(conversation.history)
+        calls = f" ({turn.calls} API calls)" if turn.calls else ""
+        in_all = (f"{total.prompt:,} prompt + {total.completion:,} completion tokens in all"
+                  if total.prompt or total.completion else "no tokens reported yet")
+        self.display.info(f"last answer : {turn}{calls}\nconversation: {in_all}\n"
                           f"next request: ~{tokens:,} of {settings.context_tokens:,} tokens (CONTEXT_TOKENS), "
                           f"carrying {len(sent) - 1} of {len(conversation.history)} messages")
 
@@ -241,16 +241,6 @@ class Chat:
             self.conversation.undone(message)
         (self.display.info if undone else self.display.error)(message)
         return "ok" if undone else "failed"
-
-
-def counted(prompt: int, completion: int, calls: int, unreported: int) -> str:
-    """Tokens used, as the server reported them ("not reported" when it said nothing, never "0 + 0")."""
-    if not calls:  # e.g. no server listening
-        return "no API call was answered"
-    if unreported == calls:
-        return "not reported by the server"
-    some = f" ({unreported} of {calls} API calls not reported)" if unreported else ""
-    return f"{prompt:,} prompt + {completion:,} completion tokens{some}"
 
 
 def show_sessions(store: sessions.SessionStore, write, current: int | None = None, kb: Path | None = None) -> None:
@@ -273,19 +263,19 @@ def continuing(conversation: sessions.Conversation, otherwise: str = "") -> str:
             + otherwise).rstrip()
 
 
-def repl(notebook: Notebook, client, display: Display, conversation: sessions.Conversation | None = None) -> int:
+def repl(notebook: Notebook, model, display: Display, conversation: sessions.Conversation | None = None) -> int:
     settings = notebook.settings
     conversation = conversation or open_conversation(settings, display)
     display.interactive = True
-    chat = Chat(notebook, client, display, conversation)
+    chat = Chat(notebook, model, display, conversation)
     readline, save_history = start_line_editing(display) or (None, lambda: None)
     display.info(f"knowledge-agent {VERSION} · model {settings.model} at {settings.base_url} · notes {settings.kb}\n"
                  f"tools: {', '.join(tools.offered(settings))}")
     display.info("Ask about your notes. /help lists commands; /undo reverts the agent's last change. "
-                 "Ctrl+C cancels an answer; Ctrl+D or /exit leaves." if client else NO_KEY.format(key_hint()))
+                 "Ctrl+C cancels an answer; Ctrl+D or /exit leaves." if model else NO_KEY.format(key_hint()))
     if settings.allow_shell:
         display.info(shell_banner(settings))
-    if client:  # the openai SDK (about half a second) loads while the person types the first question
+    if model:  # the openai SDK (about half a second) loads while the person types the first question
         threading.Thread(target=__import__, args=("openai",)).start()
     try:
         while (line := read_question(readline)) is not None:
@@ -370,23 +360,24 @@ def run(args, display: Display) -> int:
     if asking:
         question = with_piped_text(question, settings)
     # Without a key the REPL opens and /commands run, for the notes alone; a question needs the key.
-    client = make_client(settings) if settings.api_key or asking else None
+    model = make_client(settings) if settings.api_key or asking else None
     notebook = Notebook(settings)  # closed as the process ends (or, in a test calling main(), as it is dropped)
     conversation = open_conversation(settings, display, args.resume, args.continue_last)
     if not question and sys.stdin.isatty():
-        return repl(notebook, client, display, conversation)
+        return repl(notebook, model, display, conversation)
     if args.verbose:
         display.info(f"model {settings.model} at {settings.base_url} · notes {settings.kb}")
     if settings.allow_shell and shell.sandbox_problem():  # said once: a one-shot run has no banner
         display.info(shell_banner(settings))
-    chat = Chat(notebook, client, display, conversation)
+    chat = Chat(notebook, model, display, conversation)
     # The one question, or each piped line a turn of one conversation (/commands too) until "exit" or EOF.
     typed = [question] if question else (line.strip() for line in sys.stdin if line.strip())
     results = list(itertools.takewhile(lambda result: result != "exit", map(chat.line, typed)))
     if args.verbose:
-        (tp, tc), (sp, sc) = conversation.run_usage, conversation.session_usage()
-        display.info(f"usage: {counted(tp, tc, conversation.run_calls, conversation.run_unreported)}"
-                     + (f"; this conversation {sp:,} + {sc:,} in all" if sp or sc else ""))
+        total = conversation.session_usage()
+        counted = total.prompt or total.completion
+        in_all = f"; this conversation {total.prompt:,} + {total.completion:,} in all" if counted else ""
+        display.info(f"usage: {conversation.run_usage}{in_all}")
     return EXIT_FAILED if "failed" in results else EXIT_INCOMPLETE if "incomplete" in results else EXIT_OK
 
 

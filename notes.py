@@ -16,6 +16,7 @@ import os
 import re
 import stat
 import time
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
@@ -27,11 +28,15 @@ LOCK_FILE = "lock"  # in .history: held while a change reads and writes a note
 LOCK_WAIT = 10.0  # seconds a change waits for another process's change before giving up
 # Control characters and bidi overrides in a name could redraw a confirmation prompt.
 HIDING_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-# Shown as escapes too: line separators a terminal may break on, and characters that hide text or what follows it
-# (zero width, BOM, Arabic letter mark, Hangul fillers, tag characters: hidden text, though a few flag emoji use
-# them). Joiners stay: emoji and Persian need them.
-_SHOWN_ESCAPED = re.compile(HIDING_CHARACTERS.pattern[:-1] + "\u061c\u115f\u1160\u200b\u2028\u2029\u2060-\u2064"
-                            "\u3164\uffa0\ufeff\U000e0000-\U000e007f]")
+# Shown as escapes too: line separators a terminal may break on, and every default-ignorable code point (it shows
+# nothing: ignorable() says which; tests check that this class holds them all), tag characters included (hidden text,
+# though a few flag emoji use them); a joiner or variation selector doing its work (joins) stays.
+SHOWN_ESCAPED = re.compile(HIDING_CHARACTERS.pattern[:-1] + "\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891"
+                           "\u08e2\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200d\u2028\u2029\u2060-\u206f\u3164"
+                           "\ufe00-\ufe0f\uffa0\ufeff\ufff0-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f"
+                           "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff]")
+# Default-ignorable but neither Cf, Cn nor a variation selector: U+034F, Khmer's inherent vowels, the Hangul fillers.
+OTHER_IGNORABLE = "\u034f\u115f\u1160\u17b4\u17b5\u3164\uffa0"
 # Encodings a note is read and kept in: with a byte order mark its encoding; without one UTF-8, then GBK
 # (what Chinese Windows calls ANSI), then its superset GB18030, so a GBK note stays readable by GBK tools.
 BOMS = {"utf-8": codecs.BOM_UTF8, "utf-16-le": codecs.BOM_UTF16_LE, "utf-16-be": codecs.BOM_UTF16_BE}
@@ -45,9 +50,21 @@ class ToolError(Exception):
     `advice` what to do next in the model's words (its tools and their arguments); `str()` is both, as the
     model reads them. `kind` names the failure for code that words it for a person ("missing", "folder")."""
 
-    def __init__(self, message: str, advice: str = "", kind: str = ""):
+    def __init__(self, message: str, advice: str = "", kind: str = "", lines: dict | None = None):
         super().__init__(f"{message} {advice}".strip())
         self.message, self.advice, self.kind = message, advice, kind
+        self.lines = lines or {}  # the note lines the message shows, as Shown.lines (edit_note's closest lines)
+
+
+class Shown(str):
+    """A tool's text for the model, saying as data what it put before the model: `lines` {note: line numbers} whose
+    text it showed, `named` the notes it named, `unlisted` whether it may hold note text beyond those lines (a shell
+    command's output). citations.py and /sent read these, never the words (tools.execute_tool keeps them)."""
+
+    def __new__(cls, text: str, lines: dict | None = None, named=(), unlisted: bool = False):
+        shown = super().__new__(cls, text)
+        shown.lines, shown.named, shown.unlisted = lines or {}, tuple(named), unlisted
+        return shown
 
 
 def visible(text: str, lines: bool = False) -> str:
@@ -55,8 +72,25 @@ def visible(text: str, lines: bool = False) -> str:
     sequence, carriage return or direction mark of theirs reaches the terminal. `lines`: newlines and tabs stay."""
     if lines:
         text = text.replace("\r\n", "\n")
-    return _SHOWN_ESCAPED.sub(lambda m: m[0] if lines and m[0] in "\n\t" else m[0].encode("unicode_escape").decode(),
-                              text)
+    return SHOWN_ESCAPED.sub(lambda m: m[0] if lines and m[0] in "\n\t" or joins(text, m.start())
+                             else m[0].encode("unicode_escape").decode(), text)
+
+
+def ignorable(character: str) -> bool:
+    """Whether Unicode makes the character show nothing (default-ignorable), as far as unicodedata tells."""
+    return unicodedata.category(character) in ("Cf", "Cn") or character in OTHER_IGNORABLE or \
+        "VARIATION SELECTOR" in unicodedata.name(character, "")
+
+
+def joins(text: str, i: int) -> bool:
+    """Whether text[i] is a joiner or variation selector doing its work: in an emoji (after a symbol, a skin tone or
+    a selector), or a ZWNJ or ZWJ after a virama or between Arabic-script letters (Persian's می‌خواهم)."""
+    before, after, category = text[i - 1:i] or " ", text[i + 1:i + 2] or " ", unicodedata.category
+    if text[i] in "\u200c\u200d":
+        return unicodedata.combining(before) == 9 or unicodedata.bidirectional(before) == unicodedata.bidirectional(
+            after) == "AL" or text[i] == "\u200d" and category(after) == "So" and (
+                category(before) in ("So", "Sk") or before == "\ufe0f")
+    return "VARIATION SELECTOR" in unicodedata.name(text[i], "") and category(before) == "So"
 
 
 # --- The path guard ---

@@ -25,7 +25,7 @@ import sessions
 import tools
 from approval import Approval
 from config import Settings
-from context import content_text
+from context import SHOWN, content_text
 from notebook import Notebook
 from notes import ToolError, is_note_path
 from terminal import compact
@@ -63,7 +63,7 @@ def history_items(history: list[dict], checked: dict[int, citations.Report]) -> 
                 items.append({"type": "tool_call", "name": name, "arguments": compact(function.get("arguments"), 1)})
         elif role == "tool":
             items.append({"type": "tool_result", "name": names.get(message.get("tool_call_id"), ""),
-                          "text": text, "error": text.startswith(tools.ERROR)})
+                          "text": text, "error": bool((message.get(SHOWN) or {}).get("error"))})
     return items
 
 
@@ -98,8 +98,8 @@ class App(agent.UI):
     hook, never thrown in (no lock leaks), and never while the conversation saves itself (that would lose words)."""
     reviews_changes = True
 
-    def __init__(self, settings: Settings, client):
-        self.settings, self.client, self.notebook = settings, client, Notebook(settings)
+    def __init__(self, settings: Settings, model: agent.Model | None):
+        self.settings, self.model, self.notebook = settings, model, Notebook(settings)
         self.lock = threading.Condition(threading.RLock())  # guards everything below
         self.seq, self.events = 0, []  # numbered events of the turn in progress (or the last one)
         self.worker: threading.Thread | None = None
@@ -126,7 +126,7 @@ class App(agent.UI):
             checked = citations.checked_answers(history, citations.reader(self.notebook))  # as the notes are now
             return {"session": self.conversation.session_id, "items": history_items(history, checked), "busy": busy,
                     "events": [event for _, event in self.events] if busy else [], "seq": self.seq,
-                    "model": self.settings.model, "kb": str(self.settings.kb), "chat": self.client is not None,
+                    "model": self.settings.model, "kb": str(self.settings.kb), "chat": self.model is not None,
                     "shell": self.settings.allow_shell}
 
     # --- A question and its answer, in the worker ---
@@ -135,7 +135,7 @@ class App(agent.UI):
         question = question.strip()
         if not question:
             raise HTTPError(400, "The question is empty.")
-        if self.client is None:
+        if self.model is None:
             raise HTTPError(409, no_key())
         with self.lock:
             self.idle()
@@ -148,7 +148,7 @@ class App(agent.UI):
     def _turn(self, question: str) -> None:
         status, message = "ok", ""
         try:
-            agent.run_agent(question, self.conversation.history, self.settings, self.client, self, self.notebook)
+            agent.run_agent(question, self.conversation.history, self.settings, self.model, self, self.notebook)
         except KeyboardInterrupt:
             status, message = "stopped", "Stopped. What was done so far is kept; ask again to go on."
         except agent.AgentError as exc:

@@ -3,7 +3,7 @@
 A note is private when `.kaignore` at the notes root matches its path (gitignore's patterns: `diary/`,
 `*.secret.md`, `/taxes/**`, `!diary/public.md`; the last matching line decides) or its front matter says
 `private: true` (the name in any case, as Obsidian reads it). It is private under every name: a symlink to it and
-a sync-conflict copy of it are too. A private note is no search hit, no name in a listing (list_notes only counts
+a sync copy of it (vault.copy_of) are too. A private note is no search hit, no name in a listing (list_notes only counts
 them), no snippet, never embedded; the tools treat it as absent, the shell's sandbox cannot read it, and a change
 that touches one (a move rewriting its links) never names it to the model. The person still sees it in /read and
 the page's note view, which go to nobody. This module only answers "is it private?"; each of those places asks
@@ -89,10 +89,10 @@ def ignored(rel_path: str, found: list) -> bool:
 
 def matched(rel_path: str, is_folder: bool, found: list) -> bool:
     """Whether the .kaignore rules `found` match the entry (a folder: all in it, whatever a `!` line says, as in
-    git), or it is a sync-conflict copy of one they match: what the shell's sandbox keeps whole from a command."""
+    git), or it is named as a copy of one they match (vault.copy_of): what the shell's sandbox keeps whole."""
     if is_folder:
         return ignored(rel_path + "/", found)
-    original = vault.conflict_of(rel_path)
+    original = vault.copy_of(rel_path)
     return ignored(rel_path, found) or original is not None and ignored(original, found)
 
 
@@ -104,10 +104,11 @@ def says_private(properties: dict) -> bool:
 
 def by_name(kb: Path, rel_path: str, real_path: str | None, found: list) -> bool:
     """Whether the note is private by its names: .kaignore (`found`: its rules) matches its path or `real_path`,
-    where the links on its way lead, or it is a sync-conflict copy of a private note (which holds the same words)."""
+    where the links on its way lead, or it is named as a copy of a private note (vault.copy_of: it may hold the same
+    words)."""
     if ignored(rel_path, found) or (real_path is not None and ignored(real_path, found)):
         return True
-    original = vault.conflict_of(real_path or rel_path)
+    original = vault.copy_of(real_path or rel_path)
     return original is not None and is_private(kb, original, found)
 
 

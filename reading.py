@@ -13,10 +13,11 @@ from collections import Counter
 import embeddings
 import links as link_graph  # `links` is the tool's name here
 import notes
+import privacy
 import search
 import vault
 from notebook import Notebook
-from notes import ToolError, plural, rel, safe_path
+from notes import Shown, ToolError, plural, rel, safe_path
 
 MAX_TOOL_OUTPUT = 8000  # characters; no tool result is longer (tools.execute_tool cuts what is)
 MAX_NOTE_BYTES = 5_000_000  # larger files are not read whole, nor changed
@@ -27,26 +28,29 @@ LINKERS_NAMED = 5  # notes named when a question or result says which notes link
 MISSING = ("no such note.", "Use search_notes or list_notes to find the right path.", "missing")
 
 
-def search_notes(notebook: Notebook, query: str, folder: str | None = None) -> str:
+def search_notes(notebook: Notebook, query: str, folder: str | None = None) -> Shown:
     try:
         embedder, notice = embeddings.embedder_of(notebook.settings), ""
     except embeddings.EmbedError as exc:
         embedder, notice = None, f"(Keyword results only: {exc}.)\n"
-    return notice + search.search_notes(notebook, query, folder, embedder)
+    found = search.search_notes(notebook, query, folder, embedder)
+    return Shown(notice + found, found.lines, found.named)
 
 
-def list_notes(notebook: Notebook, folder: str | None = None, person: bool = False) -> str:
+def list_notes(notebook: Notebook, folder: str | None = None, person: bool = False) -> Shown:
     return search.list_notes(notebook, folder, person)
 
 
 def guarded(notebook: Notebook, file_path: str, what: str = "file_path", new: bool = False):
     """The path guard (notes.safe_path) for a path the model gave, and the privacy boundary: to the model a private
-    note is no note (privacy.py). `new`: the path is for a note to be made, refused at a private path."""
+    note is no note (privacy.py). `new`: for a note to be made: refused where .kaignore keeps the name, whether or not
+    a note is there; at a note private by its front matter the caller answers as for any note that exists there."""
     path = safe_path(notebook.kb, file_path, what)
-    if notebook.is_private(rel(notebook.kb, path)):
-        if new:
-            raise ToolError("no note can be made at that path (the person keeps it from the model).",
-                            "Choose another name.")
+    name = rel(notebook.kb, path)
+    if new and any(privacy.ignored(kept, notebook.rules()) for kept in (name, vault.copy_of(name)) if kept):
+        raise ToolError("no note can be made at that path (the person keeps notes of such names from the model).",
+                        "Choose another name.")
+    if not new and notebook.is_private(name):
         raise ToolError(*MISSING)
     return path
 
@@ -84,39 +88,41 @@ def read_lines(text: str, start_line: int, last_line: int | None = None, room: i
     return shown, start_line + len(shown) - 1, len(lines)
 
 
-def note_part(name: str, text: str, start_line: int = 1, section: str | None = None, read_on=None) -> str:
+def note_part(name: str, text: str, start_line: int = 1, section: str | None = None, read_on=None) -> Shown:
     """What read_note (and /read) show: the note, or one section of it, from start_line on, as much as one read holds;
-    a long note's first read starts with its outline. `read_on(line, section)`: the closing line saying how to read
-    on from that line (by default the model's words)."""
+    a long note's first read starts with its outline (its headings' lines are shown too). `read_on(line, section)`:
+    the closing line saying how to read on from that line (by default the model's words)."""
     read_on = read_on or (lambda line, section: f"[… cut: call read_note with start_line={line}"
                           + (f" and section={json.dumps(section, ensure_ascii=False)}" if section else "")
                           + " to read on]")
     if not text.splitlines():
-        return f"{name} is empty."
+        return Shown(f"{name} is empty.", named=[name])
     try:
         first, last = vault.find_section(text, section) if section else (1, None)
     except ValueError as exc:
         raise ToolError(str(exc), kind="section") from None
     start = start_line if section is None or first <= start_line <= last else first
     shown, end, total = read_lines(text, start, last)
-    outline = vault.outline(text) if start == 1 and section is None and end < total else ""
-    head = ""
+    outline = vault.outline(text) if start == 1 and section is None and end < total else []
+    head, headings = "", []
     if outline:  # longer than one read: a map of it first, so the model can read the part it needs
-        if len(outline) > OUTLINE_MAX_CHARS:
-            outline = outline[:outline.rfind("\n", 0, OUTLINE_MAX_CHARS)] + "\n…"
-        head = f"{name} has {total} lines. Its headings, with the line each starts on:\n{outline}\n\n"
+        kept, cut = _fit([entry for _, entry in outline], OUTLINE_MAX_CHARS)
+        headings = [line for line, _ in outline[:len(kept)] if line]
+        head = (f"{name} has {total} lines. Its headings, with the line each starts on:\n" + "\n".join(kept)
+                + "\n…" * bool(cut) + "\n\n")
         shown, end, total = read_lines(text, start, last, READ_ROOM - len(head))
     part = f"; section {json.dumps(section, ensure_ascii=False)} ends at line {last}" if section else ""
     footer = f"\n{read_on(end + 1, section)}" if end < (last or total) else ""
-    return head + f"{name} (lines {start}-{end} of {total}{part})\n" + "\n".join(shown) + footer
+    return Shown(head + f"{name} (lines {start}-{end} of {total}{part})\n" + "\n".join(shown) + footer,
+                 {name: [*range(start, end + 1), *headings]}, [name])
 
 
-def read_note(notebook: Notebook, file_path: str, start_line: int = 1, section: str | None = None) -> str:
+def read_note(notebook: Notebook, file_path: str, start_line: int = 1, section: str | None = None) -> Shown:
     name, text = note_text(notebook, rel(notebook.kb, guarded(notebook, file_path)))
     return note_part(name, text, start_line, section)
 
 
-def links(notebook: Notebook, file_path: str) -> str:
+def links(notebook: Notebook, file_path: str) -> Shown:
     name = rel(notebook.kb, guarded(notebook, file_path))
     if not (notebook.kb / name).is_file():
         raise ToolError(*MISSING)
@@ -141,7 +147,9 @@ def links(notebook: Notebook, file_path: str) -> str:
         if hidden := list(places)[len(shown_back):]:
             text.append(f"  [… {plural(sum(places[place] for place in hidden), 'more backlink')} from "
                         f"{plural(len(_sources(hidden)), 'note')} not shown]")
-    return "\n".join(text)
+    shown_links = outgoing[:len(shown_out)]  # each link's line of the note is shown: "  3: [[python]] → python.md"
+    named = [name, *(path for *_, path, _ in shown_links if path), *_sources(list(places)[:len(shown_back)])]
+    return Shown("\n".join(text), {name: [line for line, *_ in shown_links]}, named)
 
 
 def note_links(notebook: Notebook, name: str) -> tuple[list, list]:

@@ -4,20 +4,24 @@ too long" in each server's words, and a prompt a server cut short without saying
 Small local models (Qwen2.5 0.5B–1.5B, Llama 3.x), and servers with no tool parser for the model's chat
 template, send a tool call as the answer's text: a bare JSON object, the same in a ```json fence, after a
 `<tools></tools>` echo, or inside Hermes/Qwen `<tool_call>` tags, or a sentence and then such a fence.
-text_tool_calls() recognises exactly those shapes; text that merely shows JSON stays an answer. While a reply
+text_tool_calls() recognises exactly those shapes, also when a call in them is broken (not valid JSON: the model is
+told what is wrong), and whatever the tool's name (an unknown one is the model's to correct); text that shows JSON
+among words stays an answer. While a reply
 streams in, held_from() says from where the text so far may still become such calls, so the loop can hold
 that back and, when the reply ends, either run the calls or print the held text whole:
 
     while streaming:  show the text up to held_from(text): all of it once it cannot be calls, else up to where
                       it still may (the whole text, or a ```json fence after a sentence)
-    at the end:       calls = text_tool_calls(what is held, offered); run them, or show it
+    at the end:       calls = text_tool_calls(what is held); run them, or show it
 
-Pure functions of strings and numbers: this module does no I/O, imports nothing of the project, and never
-decides what the agent does about what it finds.
+The usage a server reports, in DeepSeek's words or OpenAI's, is read once into one value (Usage). Pure functions
+and values: this module does no I/O, imports nothing of the project, and never decides what the agent does about
+what it finds.
 """
 
 import json
 import re
+from typing import NamedTuple
 
 TOOLS_ECHO = ("<tools>", "</tools>")  # Qwen's template lists the tools so; small models repeat the tags
 TAGGED = ("<tool_call>", "</tool_call>")  # Hermes / Qwen2.5 tool-call tags
@@ -56,10 +60,12 @@ KEPT_SHARE = 0.35
 MIN_JUDGED_ESTIMATE = 1000
 
 
-def text_tool_calls(content: str, offered: set[str] | None) -> list[dict] | None:
-    """The calls, as [{"name": …, "arguments": "<JSON object>"}], when `content` is nothing but tool calls
-    (see the module docstring) naming offered tools; None when it is an answer. With `offered` None any name
-    will do: a call-shaped answer naming no offered tool may be a call to a tool that does not exist."""
+def text_tool_calls(content: str) -> list[dict] | None:
+    """The calls, as [{"name": …, "arguments": "<its arguments as JSON text>"}], when `content` is nothing but tool
+    calls (see the module docstring); None when it is an answer. A call that cannot be run as written (not valid
+    JSON, arguments that are no object) keeps what it wrote as its arguments, so running it tells the model what is
+    wrong instead of the person being shown the JSON; one call a line is read line by line, so one bad line spoils
+    no other."""
     text = _without_echo(content or "")
     if text.startswith(TAGGED[0]):
         bodies = _tagged_bodies(text)
@@ -69,13 +75,43 @@ def text_tool_calls(content: str, offered: set[str] | None) -> list[dict] | None
         bodies = [text]
     calls = []
     for body in bodies or []:
-        for value in _json_values(body) or [None]:
+        values = _json_values(body)
+        if values is None:
+            lines = [line.strip() for line in body.strip().splitlines() if line.strip()]
+            if len(lines) > 1 and all(_opens_like_call(line) for line in lines):
+                calls += [_line_call(line) for line in lines]
+                continue
+            broken = _broken_call(body.strip()) if _opens_like_call(body.strip()) else None
+            if broken is None:
+                return None
+            calls.append(broken)
+            continue
+        for value in values or [None]:
             for item in value if isinstance(value, list) and value else [value]:
-                call = _call(item, offered)
+                call = _call(item)
                 if call is None:
                     return None
                 calls.append(call)
     return calls or None
+
+
+def _line_call(line: str) -> dict:
+    values = _json_values(line)
+    call = _call(values[0]) if values and len(values) == 1 else None
+    return call or _broken_call(line) or {"name": "", "arguments": line}
+
+
+def _broken_call(text: str) -> dict | None:
+    """A call-shaped text that is not one valid call, with its name if it can be read; None when it is a whole JSON
+    value followed by words (an answer that starts with JSON)."""
+    try:
+        _, end = json.JSONDecoder().raw_decode(text)
+        if re.search(r"[^\W\d_]", text[end:]):
+            return None
+    except ValueError:
+        pass
+    name = re.search(r'"name"\s*:\s*"([^"\\]{1,100})"', text)
+    return {"name": name[1] if name else "", "arguments": text}
 
 
 def could_be_tool_call(prefix: str) -> bool:
@@ -95,7 +131,7 @@ def could_be_tool_call(prefix: str) -> bool:
         if not newline:
             return any(name.startswith(language.strip().lower()) for name in FENCE_LANGUAGES)
         return language.strip().lower() in FENCE_LANGUAGES and _body_may_be_call(body, FENCE)
-    return _json_may_be_call(text)
+    return _json_may_be_call(text) or _lines_may_be_calls(text)
 
 
 def held_from(text: str, start: int = 0) -> int:
@@ -141,6 +177,36 @@ def server_kept_fewer(sent_estimate: int, reported_prompt_tokens: int, ratio: fl
     what it computed (Ollama 0.30, ollama/ollama#16414) would otherwise look as if it had cut the prompt."""
     counted = (reported_prompt_tokens or 0) + (cached_tokens or 0)
     return sent_estimate >= MIN_JUDGED_ESTIMATE and 0 < counted < KEPT_SHARE * sent_estimate * ratio
+
+
+class Usage(NamedTuple):
+    """Tokens as the server counted them, over some API calls: one call's (`of` its usage), or a sum of them (+);
+    str() says it as the person reads it, never "0 + 0" for what was not counted."""
+    prompt: int = 0
+    completion: int = 0
+    hits: int = 0  # of the prompt, cache hits: DeepSeek's prompt_cache_hit_tokens, or OpenAI's cached_tokens
+    calls: int = 0
+    unreported: int = 0  # calls the server reported no usage for
+
+    @classmethod
+    def of(cls, usage) -> "Usage":
+        """One call's, from the usage object the server sent (None: it sent none)."""
+        if usage is None:
+            return cls(calls=1, unreported=1)
+        hits = getattr(usage, "prompt_cache_hit_tokens", None)
+        hits = getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", None) if hits is None else hits
+        return cls(int(usage.prompt_tokens or 0), int(usage.completion_tokens or 0), int(hits or 0), 1)
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(*map(sum, zip(self, other)))
+
+    def __str__(self) -> str:
+        if not self.calls:  # e.g. no server listening
+            return "no API call was answered"
+        if self.unreported == self.calls:
+            return "not reported by the server"
+        some = f" ({self.unreported} of {self.calls} API calls not reported)" * bool(self.unreported)
+        return f"{self.prompt:,} prompt + {self.completion:,} completion tokens{some}"
 
 
 def _without_echo(text: str) -> str:
@@ -189,25 +255,21 @@ def _json_values(text: str) -> list | None:
     return values
 
 
-def _call(item, offered: set[str] | None) -> dict | None:
+def _call(item) -> dict | None:
     """{"name", "arguments"} from one call object in any known shape; None if it is not one."""
     if isinstance(item, dict) and isinstance(item.get("function"), dict) and set(item) <= WRAPPER_KEYS:
         item = item["function"]
     if not isinstance(item, dict) or set(item) - CALL_KEYS or item.get("type", "function") != "function":
         return None
-    name = item.get("name")
-    if not isinstance(name, str) or (offered is not None and name not in offered):
+    if not isinstance(item.get("name"), str):
         return None
     arguments = item["arguments"] if "arguments" in item else item.get("parameters")
     if isinstance(arguments, str):  # a JSON string holding the object, as the API itself sends arguments
         try:
             arguments = json.loads(arguments.strip() or "{}")
         except ValueError:
-            return None
-    arguments = {} if arguments is None else arguments
-    if not isinstance(arguments, dict):
-        return None
-    return {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}
+            return {"name": item["name"], "arguments": arguments}  # running it says what is wrong
+    return {"name": item["name"], "arguments": json.dumps({} if arguments is None else arguments, ensure_ascii=False)}
 
 
 def _body_may_be_call(text: str, closing: str) -> bool:
@@ -216,7 +278,8 @@ def _body_may_be_call(text: str, closing: str) -> bool:
     body, closed, rest = text.partition(closing)
     if closed:
         values = _json_values(body)
-        return bool(values) and all(_may_be_calls(value) for value in values) and could_be_tool_call(rest)
+        calls = all(_may_be_calls(value) for value in values) if values else _opens_like_call(body.strip())
+        return bool(calls) and could_be_tool_call(rest)
     for size in range(len(closing) - 1, 0, -1):  # the closing may be arriving: "</tool_" or "``"
         if body.endswith(closing[:size]):
             body = body[:-size]
@@ -236,9 +299,15 @@ def _json_may_be_call(text: str) -> bool:
     return _may_be_calls(value) and could_be_tool_call(text[end:])
 
 
+def _lines_may_be_calls(text: str) -> bool:
+    """One call a line, some of them perhaps broken: every line so far opens like a call and has no words after it."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return bool(lines) and all(_opens_like_call(line) and _broken_call(line) for line in lines)
+
+
 def _may_be_calls(value) -> bool:
     items = value if isinstance(value, list) else [value]
-    return bool(items) and all(_call(item, None) for item in items)
+    return bool(items) and all(_call(item) for item in items)
 
 
 def _opens_like_call(text: str) -> bool:

@@ -17,7 +17,7 @@ from pathlib import Path
 import embeddings
 import vault
 from index import CJK_RUN, HEADING, Index, cjk_words, indexed_text, read_text, title_key
-from notes import ToolError, rel, safe_folder
+from notes import Shown, ToolError, rel, safe_folder
 
 SEARCH_MAX_HITS = 10
 SEARCH_LINES_PER_HIT = 3
@@ -103,7 +103,7 @@ _NOT_A_COPY = "(n.conflict_of IS NULL OR NOT EXISTS (SELECT 1 FROM notes o WHERE
 _TAGGED = " AND (instr(n.tags, ?) OR instr(n.tags, ?))"  # the tag itself, or one nested in it
 
 
-def search_notes(notebook, query: str, folder: str | None = None, embedder: embeddings.Embedder | None = None) -> str:
+def search_notes(notebook, query: str, folder: str | None = None, embedder: embeddings.Embedder | None = None) -> Shown:
     """Best notes for `query` with their best lines, bounded; with an embedder also the notes closest in meaning."""
     query = (query or "").encode("utf-8", "replace").decode("utf-8")  # lone surrogates become "?"
     tags, rest = vault.query_tags(query)
@@ -122,7 +122,7 @@ def _scope(lo: str, hi: str, tags: list) -> tuple:
             (lo, hi, *(key for tag in keys for key in (f"\n{tag}\n", f"\n{tag}/"))))
 
 
-def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: list, lo: str, hi: str, embedder) -> str:
+def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: list, lo: str, hi: str, embedder) -> Shown:
     """`rest`: the query without its tags, `parsed` from it."""
     as_phrases, every_word, any_word, words = parsed
     where, args = _scope(lo, hi, tags)
@@ -162,7 +162,7 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
         hits = hits[:every] + _fuse(hits[every:], by_meaning, {path for path, _, _ in hits[:every]})
     patterns = _line_patterns(words) + _tag_patterns(tags)
     text = _format_hits(idx, patterns, hits[:SEARCH_MAX_HITS], total, some_only, where_text, query)
-    return f"{notice}\n{text}" if notice else text
+    return Shown(f"{notice}\n{text}", text.lines, text.named) if notice else text
 
 
 def _hidden_copy(idx: Index, path: str) -> bool:
@@ -208,13 +208,13 @@ def _fuse(by_words: list, by_meaning: list, placed: set) -> list:
 
 
 def _format_hits(idx: Index, patterns: list, hits, total_all: int, some_only: int, where: str, query: str,
-                 order: str = "best first") -> str:
+                 order: str = "best first") -> Shown:
     """One block per hit, "path — title" then "  line-number: text" lines (a hit found by meaning alone has a line),
-    and a line naming its sync-conflict copies if it has some."""
+    and a line naming its sync-conflict copies if it has some; the lines shown and the notes named, as data."""
     matched, by_meaning = total_all + some_only, sum(line is not None for _, _, line in hits)
     notes = f"{matched} note" + ("" if matched == 1 else "s")
     if not hits:
-        return f"No notes{where} match {_quoted(query)}. Try fewer or different words."
+        return Shown(f"No notes{where} match {_quoted(query)}. Try fewer or different words.")
     if total_all:
         head = f"{notes}{where} {'matches' if matched == 1 else 'match'} {_quoted(query)}"
         head += f" ({total_all} with every word)" if some_only else ""
@@ -225,7 +225,7 @@ def _format_hits(idx: Index, patterns: list, hits, total_all: int, some_only: in
         head = f"No note{where} has the words of {_quoted(query)}; notes close in meaning"
     head += f" ({by_meaning} shown for their meaning only)" if by_meaning and matched else ""
     copies = _copies_of(idx, [path for path, _, _ in hits])
-    blocks, used = [], len(head) + 80  # room for the head and the closing "more" line
+    blocks, used, shown = [], len(head) + 80, {}  # room for the head and the closing "more" line
     for path, title, line in hits:
         lines = _best_lines(idx.kb, path, patterns, line)
         block = f"{path} — {title}" + "".join(f"\n  {n}: {text}" for n, text in lines)
@@ -234,11 +234,12 @@ def _format_hits(idx: Index, patterns: list, hits, total_all: int, some_only: in
             if blocks:
                 break
             block = block[:SEARCH_OUTPUT_CHARS - used - 2]
+        shown[path] = [n for n, text in lines if f"\n  {n}: {text}" in block]  # all, unless the block was cut
         blocks.append(block)
         used += len(block) + 2
     more = matched - sum(line is None for _, _, line in hits[:len(blocks)])
     tail = [f"({more} more matched; add words or a folder to narrow the search.)"] if more > 0 else []
-    return "\n\n".join([f"{head}, {order}:", *blocks, *tail])
+    return Shown("\n\n".join([f"{head}, {order}:", *blocks, *tail]), shown, shown)
 
 
 def _quoted(query: str) -> str:
@@ -292,14 +293,14 @@ def _clip(line: str, start: int) -> str:
 
 
 # --- Listing ---
-def list_notes(notebook, folder: str | None = None, person=False) -> str:
+def list_notes(notebook, folder: str | None = None, person=False) -> Shown:
     """How many notes there are (per subfolder) and the newest ones first, capped and bounded; `person`: for
     the person's /list, not the model."""
     lo, hi = _folder(notebook.kb, folder)
     return notebook.with_index(lambda idx: _listing(idx, lo, hi, person))
 
 
-def _listing(idx: Index, lo: str, hi: str, person: bool) -> str:
+def _listing(idx: Index, lo: str, hi: str, person: bool) -> Shown:
     where = f"in {lo}" if lo else "in the knowledge base"
     unnamed = sum(lo <= path < hi for path in idx.unnamed)  # paths that are not UTF-8 sort below hi too
     unlisted = [f"{unnamed} note file(s) not listed: their names are not UTF-8; rename them to see them here."
@@ -312,7 +313,7 @@ def _listing(idx: Index, lo: str, hi: str, person: bool) -> str:
                             "AND NOT private ORDER BY mtime_ns DESC, path", (lo, hi)).fetchall()
     inside, total = [p[len(lo):] for p, _, _, _ in rows], len(rows)
     if not total:
-        return "\n".join([f"No notes {where}.", *unlisted])
+        return Shown("\n".join([f"No notes {where}.", *unlisted]))
     folders = sorted(Counter(p.split("/", 1)[0] for p in inside if "/" in p).items())
     tail = ["Folders: " + ", ".join(f"{name}/ ({count})" for name, count in folders)] if folders else []
     tail += unlisted + _copies_listed([path for path, _, _, original in rows if original])
@@ -325,10 +326,11 @@ def _listing(idx: Index, lo: str, hi: str, person: bool) -> str:
             break
         out.append(line)
         used += len(line) + 1
-    if total > len(out) - 1:
+    listed = [path for path, *_ in rows[:len(out) - 1]]
+    if total > len(listed):
         narrow = "give one of the folders below" if folders else "search_notes finds the others by their words"
-        out.append(f"… {total - len(out) + 1} more not shown; {narrow}.")
-    return "\n".join(out + tail)
+        out.append(f"… {total - len(listed)} more not shown; {narrow}.")
+    return Shown("\n".join(out + tail), named=listed)
 
 
 def _copies_listed(copies: list) -> list:

@@ -3,9 +3,10 @@
     report(store, session_id, kb, everything=False) -> str    /sent (this conversation), /sent all (every one about kb)
 
 Everything comes from the session store, as it was recorded when it happened: each API call's row (its endpoint,
-model, tokens, cache hits, time, and the last message stored then: sessions.Conversation.add_usage) and the stored
-tool results, whose note lines (citations.shown) went out with every later call of their conversation (a request
-carries the conversation so far; a trimmed request may have carried less). Each call is priced at its own hour at the
+model, tokens, cache hits, time, and the last message stored then: sessions.Conversation.add_usage) and what each
+stored tool result showed (the note lines it says it showed, context.SHOWN), which went out with every later call of
+its conversation (a request carries the conversation so far; a trimmed request may have carried less). A result that
+may hold more note text (a shell command's output), or saved before what it showed was kept, is counted apart. Each call is priced at its own hour at the
 provider's published prices (PRICES), cache hits apart; a provider or model without known prices gets tokens only. A
 server on this machine or its network (config.is_local) is named as such: nothing left the machine for it. This module
 only reads: it never writes, nor calls a model.
@@ -19,6 +20,7 @@ from urllib.parse import urlsplit
 import citations
 from config import is_local
 from notes import plural
+from replies import Usage
 
 # USD per 1M tokens, (cache hit, cache miss, output), off-peak and peak, from DeepSeek's own pricing page
 # (api-docs.deepseek.com/quick_start/pricing), checked November 2026. Peak hours are PEAK_HOURS_UTC.
@@ -58,50 +60,53 @@ class _Endpoint:
     """What went to one endpoint and model: calls, tokens, cost, and the notes' lines."""
 
     def __init__(self, endpoint: str, model: str):
-        self.endpoint, self.model = endpoint, model
-        self.calls = self.unreported = self.prompt = self.hits = self.completion = self.peak = 0
+        self.endpoint, self.model, self.usage, self.peak = endpoint, model, Usage(), 0
         self.cost = [0.0, 0.0, 0.0]  # cache hits, cache misses, output
         self.notes: dict[str, set[int]] = {}
-        self.commands = 0  # shell commands whose output went: it may hold note text
+        self.unlisted = 0  # tool results that went whose note text is not known line by line
 
-    def add(self, when: float, reported: bool, prompt: int, completion: int, hits: int) -> None:
-        self.calls += 1
-        if not reported:
-            self.unreported += 1
-            return
-        self.prompt, self.completion, self.hits = self.prompt + prompt, self.completion + completion, self.hits + hits
-        if cost := price(self.endpoint, self.model, when, prompt, hits, completion):
+    def add(self, when: float, usage: Usage) -> None:
+        self.usage += usage
+        if not usage.unreported and (cost := price(self.endpoint, self.model, when, usage.prompt, usage.hits,
+                                                   usage.completion)):
             self.cost = [a + b for a, b in zip(self.cost, cost)]
             self.peak += is_peak(when)
+
+    def carried(self, shown: dict | None) -> None:
+        """A tool result the requests carried, by what it showed (None: not known, saved before it was kept)."""
+        for path, numbers in (shown or {}).get("lines", {}).items():
+            self.notes.setdefault(path, set()).update(numbers)
+        self.unlisted += shown is None or bool(shown.get("unlisted"))
 
     def lines(self) -> list[str]:
         local = is_local(self.endpoint)
         if (self.endpoint, self.model) == EARLIER:
             out = ["API calls made before knowledge-agent recorded where each one went:"]
         else:
-            out = [f"{urlsplit(self.endpoint).netloc} · {self.model} · {plural(self.calls, 'API call')}"
+            out = [f"{urlsplit(self.endpoint).netloc} · {self.model} · {plural(self.usage.calls, 'API call')}"
                    + (": on this machine/network, nothing left the machine" if local else "")]
-        tokens = f"  tokens: {self.prompt:,} sent" + (f" ({self.hits:,} cache hits)" if self.hits else "")
-        out.append(tokens + f", {self.completion:,} received"
-                   + (f" ({plural(self.unreported, 'call')} reported none)" if self.unreported else ""))
-        if self.calls and not local:
+        usage = self.usage
+        tokens = f"  tokens: {usage.prompt:,} sent" + (f" ({usage.hits:,} cache hits)" if usage.hits else "")
+        out.append(tokens + f", {usage.completion:,} received"
+                   + (f" ({plural(usage.unreported, 'call')} reported none)" if usage.unreported else ""))
+        if usage.calls and not local:
             out += self._cost()
-        if self.notes or self.commands:
+        if self.notes or self.unlisted:
             out.append("  notes' text " + ("in the requests:" if local else "sent:"))
             out += [f"    {path}  {citations.ranges(sorted(self.notes[path]))}"
                     for path in sorted(self.notes)[:NOTES_LISTED]]
             out += [f"    … and {len(self.notes) - NOTES_LISTED} more notes"] * (len(self.notes) > NOTES_LISTED)
-            out += [f"    and the output of {plural(self.commands, 'shell command')} (it may hold note text)"
-                    ] * bool(self.commands)
+            out += [f"    and {plural(self.unlisted, 'tool result')} that may hold note text not listed by line (a "
+                    "shell command's output, or one saved by an older version)"] * bool(self.unlisted)
         return out
 
     def _cost(self) -> list[str]:
         if (urlsplit(self.endpoint).hostname, self.model) not in PRICES:
             return ["  cost: no published prices known (tokens only)"]
-        if self.unreported == self.calls:
+        if self.usage.unreported == self.usage.calls:
             return ["  cost: unknown (the server reported no tokens)"]
         hits, misses, output = self.cost
-        peak = f"; {self.peak} of {self.calls - self.unreported} at peak-hour prices" if self.peak else ""
+        peak = f"; {self.peak} of {self.usage.calls - self.usage.unreported} at peak-hour prices" if self.peak else ""
         return [f"  estimated cost: {_dollars(sum(self.cost))} (cache hits {_dollars(hits)}, cache misses "
                 f"{_dollars(misses)}, output {_dollars(output)}{peak})", f"  at {PRICES_SOURCE}"]
 
@@ -113,34 +118,30 @@ def report(store, session_id: int | None, kb, everything: bool = False) -> str:
     record = store.sent(None if everything else session_id, kb)
     endpoints: dict[tuple, _Endpoint] = {}
     calls = defaultdict(list)  # conversation -> [(the last message it carried, endpoint and model)] of its calls
-    counted = defaultdict(lambda: [0, 0])  # conversation -> the tokens of its recorded calls
+    counted = defaultdict(Usage)  # conversation -> what its recorded calls counted
     for sid, when, endpoint, model, reported, prompt, completion, hits, last_message in record.calls:
-        group = endpoints.setdefault((endpoint, model), _Endpoint(endpoint, model))
-        group.add(when, reported, prompt, completion, hits)
+        usage = Usage(prompt, completion, hits, 1, not reported)
+        endpoints.setdefault((endpoint, model), _Endpoint(endpoint, model)).add(when, usage)
         calls[sid].append((last_message or 0, (endpoint, model)))
-        counted[sid][0], counted[sid][1] = counted[sid][0] + prompt, counted[sid][1] + completion
+        counted[sid] += usage
     # Tokens a conversation counted beyond its recorded calls: calls made before they were recorded.
-    earlier = {sid: (prompt - counted[sid][0], completion - counted[sid][1])
+    earlier = {sid: Usage(prompt - counted[sid].prompt, completion - counted[sid].completion)
                for sid, (prompt, completion) in record.totals.items()
-               if prompt > counted[sid][0] or completion > counted[sid][1]}
-    for prompt, completion in earlier.values():
-        group = endpoints.setdefault(EARLIER, _Endpoint(*EARLIER))
-        group.prompt, group.completion = group.prompt + prompt, group.completion + completion
-    for sid, messages in record.messages.items():
-        for index, tool, arguments, result in citations.tool_results([message for _, message in messages]):
-            row = messages[index][0]
-            went = {key for last, key in calls[sid] if last > row} or ({EARLIER} if sid in earlier else set())
-            for key in went:
-                citations.merge(endpoints[key].notes, citations.shown(tool, arguments, result))
-                endpoints[key].commands += tool == "bash"
+               if prompt > counted[sid].prompt or completion > counted[sid].completion}
+    for usage in earlier.values():
+        endpoints.setdefault(EARLIER, _Endpoint(*EARLIER)).usage += usage
+    for sid, results in record.shown.items():
+        for row, shown in results:
+            for key in {key for last, key in calls[sid] if last > row} or ({EARLIER} if sid in earlier else set()):
+                endpoints[key].carried(shown)
     what = f"every conversation about {kb} ({len(record.totals)})" if everything else f"conversation {session_id}"
     if not endpoints:
         return f"Nothing has been sent in {what} yet."
     out = [f"What {what} sent, and where:"]
     for key in sorted(endpoints, key=lambda key: key == EARLIER):
         out += endpoints[key].lines()
-    totals = [(e.prompt, e.hits, e.completion, sum(e.cost)) for e in endpoints.values()]
-    prompt, hits, completion, cost = map(sum, zip(*totals))
-    out.append(f"In all: {prompt:,} tokens sent" + (f" ({hits:,} cache hits)" if hits else "")
-               + f", {completion:,} received" + (f"; estimated cost {_dollars(cost)}" if cost else "") + ".")
+    usage = sum((e.usage for e in endpoints.values()), Usage())
+    cost = sum(sum(e.cost) for e in endpoints.values())
+    out.append(f"In all: {usage.prompt:,} tokens sent" + (f" ({usage.hits:,} cache hits)" if usage.hits else "")
+               + f", {usage.completion:,} received" + (f"; estimated cost {_dollars(cost)}" if cost else "") + ".")
     return "\n".join(out + [ALSO_SENT])

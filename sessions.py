@@ -17,10 +17,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import db
-from context import content_text, repair_history
+from context import SHOWN, content_text, repair_history
 from db import notice
+from replies import Usage
 
-SCHEMA_VERSION = 2  # 2: calls (an older file gets the table, its conversations kept)
+SCHEMA_VERSION = 3  # 2: calls; 3: shown (an older file gets the tables, its conversations kept)
 SCHEMA = [
     "CREATE TABLE IF NOT EXISTS sessions (id INTEGER PRIMARY KEY, started REAL NOT NULL, kb TEXT, title TEXT, "
     "prompt_tokens INTEGER NOT NULL DEFAULT 0, completion_tokens INTEGER NOT NULL DEFAULT 0)",
@@ -33,6 +34,9 @@ SCHEMA = [
     "endpoint TEXT NOT NULL, model TEXT NOT NULL, reported INTEGER NOT NULL, prompt_tokens INTEGER NOT NULL, "
     "completion_tokens INTEGER NOT NULL, cache_hit_tokens INTEGER NOT NULL, last_message INTEGER)",
     "CREATE INDEX IF NOT EXISTS calls_by_session ON calls(session_id, time)",
+    # What each tool result showed, as data (its message's context.SHOWN, as JSON); one saved before it was kept
+    # has no row: what it showed is not known.
+    "CREATE TABLE IF NOT EXISTS shown (message_id INTEGER PRIMARY KEY, data TEXT NOT NULL)",
 ]
 LIST_LIMIT = 20  # conversations a listing shows
 TITLE_CHARS, TITLE_SHOWN = 200, 60  # of the first question: kept as the title; of the title: in a listing
@@ -41,9 +45,10 @@ INFO = ("SELECT s.id, s.started, coalesce(s.title, ''), count(m.id), s.kb, s.pro
         "FROM sessions s LEFT JOIN messages m ON m.session_id = s.id AND NOT m.dropped ")
 SessionInfo = namedtuple("SessionInfo", "id started title messages kb prompt_tokens completion_tokens")
 # What /sent reads: each call (session_id, time, endpoint, model, reported, prompt, completion, cache hits,
-# last_message), each conversation's assistant and tool messages {id: [(message id, message)]}, dropped ones too (they
-# were sent), and its token totals {id: (prompt, completion)}, which also count calls made before calls were kept.
-Sent = namedtuple("Sent", "calls messages totals")
+# last_message), what each conversation's tool results showed {id: [(message id, its SHOWN or None: not known)]},
+# dropped ones too (they were sent), and its token totals {id: (prompt, completion)}, which also count calls made
+# before calls were kept.
+Sent = namedtuple("Sent", "calls shown totals")
 
 
 def _open(path: Path) -> sqlite3.Connection:
@@ -102,7 +107,7 @@ class SessionStore:
             self.saving = self.persistent = False  # saving on after a gap would leave holes, and wait at each write
             notice(f"{self.path} could not be written ({db.why(e)}); this conversation is not being saved")
 
-    def _read(self, sql: str, args=()) -> list:
+    def _rows(self, sql: str, args=()) -> list:
         try:
             with self.lock:
                 return self.conn.execute(sql, args).fetchall()
@@ -114,47 +119,48 @@ class SessionStore:
 
     def load_messages(self, session_id: int) -> list[dict]:
         """The conversation's kept messages in order; damaged ones are left out, and the person told so."""
-        bodies = self._read("SELECT CAST(body AS BLOB) FROM messages WHERE session_id = ? AND NOT dropped "
-                            "ORDER BY id", (session_id,))
-        messages = [message for (body,) in bodies if (message := _decoded(body)) is not None]
+        bodies = self._rows("SELECT CAST(m.body AS BLOB), CAST(s.data AS BLOB) FROM messages m LEFT JOIN shown s "
+                            "ON s.message_id = m.id WHERE m.session_id = ? AND NOT m.dropped ORDER BY m.id",
+                            (session_id,))
+        messages = [message | ({SHOWN: _decoded(shown) or {}} if shown else {})
+                    for body, shown in bodies if (message := _decoded(body)) is not None]
         if lost := len(bodies) - len(messages):
             notice(f"{lost} damaged message(s) in conversation {session_id} could not be read and were left out")
         return messages
 
     def list_sessions(self, kb: Path | None = None) -> list[SessionInfo]:
         """Most recent first (only that notes folder's, when kb is given); never-used ones are left out."""
-        rows = self._read(INFO + "WHERE ?1 IS NULL OR s.kb = ?1 GROUP BY s.id HAVING count(m.id) "
+        rows = self._rows(INFO + "WHERE ?1 IS NULL OR s.kb = ?1 GROUP BY s.id HAVING count(m.id) "
                           "ORDER BY max(m.id) DESC LIMIT ?2", (kb and str(kb), LIST_LIMIT))
         return [SessionInfo(*row) for row in rows]
 
     def latest_session_id(self, kb: Path | None = None) -> int | None:
-        rows = self._read("SELECT m.session_id FROM messages m JOIN sessions s ON s.id = m.session_id WHERE NOT "
+        rows = self._rows("SELECT m.session_id FROM messages m JOIN sessions s ON s.id = m.session_id WHERE NOT "
                           "m.dropped AND (?1 IS NULL OR s.kb = ?1) ORDER BY m.id DESC LIMIT 1", (kb and str(kb),))
         return rows[0][0] if rows else None
 
     def session_info(self, session_id: int | None) -> SessionInfo | None:
-        rows = self._read(INFO + "WHERE s.id = ? GROUP BY s.id", (session_id,))
+        rows = self._rows(INFO + "WHERE s.id = ? GROUP BY s.id", (session_id,))
         return SessionInfo(*rows[0]) if rows else None
 
     def sent(self, session_id: int | None = None, kb: Path | None = None) -> Sent:
         """What left this machine in conversation `session_id`, or (None) in every conversation about `kb`."""
         where, args = ("s.id = ?", (session_id,)) if session_id is not None else ("s.kb = ?", (str(kb),))
-        calls = self._read(f"SELECT c.session_id, c.time, c.endpoint, c.model, c.reported, c.prompt_tokens, "
+        calls = self._rows(f"SELECT c.session_id, c.time, c.endpoint, c.model, c.reported, c.prompt_tokens, "
                            f"c.completion_tokens, c.cache_hit_tokens, c.last_message FROM calls c JOIN sessions s "
                            f"ON s.id = c.session_id WHERE {where} ORDER BY c.id", args)
-        rows = self._read(f"SELECT m.session_id, m.id, CAST(m.body AS BLOB) FROM messages m JOIN sessions s "
-                          f"ON s.id = m.session_id WHERE {where} AND m.role IN ('assistant', 'tool') ORDER BY m.id",
-                          args)
-        messages = defaultdict(list)
-        for sid, row, body in rows:
-            if (message := _decoded(body)) is not None:  # a damaged one is left out: load_messages tells the person
-                messages[sid].append((row, message))
-        totals = self._read(f"SELECT s.id, s.prompt_tokens, s.completion_tokens FROM sessions s WHERE {where}", args)
-        return Sent(calls, messages, {row[0]: row[1:] for row in totals})
+        rows = self._rows(f"SELECT m.session_id, m.id, CAST(sh.data AS BLOB) FROM messages m JOIN sessions s ON s.id = "
+                          f"m.session_id LEFT JOIN shown sh ON sh.message_id = m.id WHERE {where} AND m.role = 'tool' "
+                          f"ORDER BY m.id", args)
+        shown = defaultdict(list)
+        for sid, row, data in rows:
+            shown[sid].append((row, None if data is None else _decoded(data) or {}))
+        totals = self._rows(f"SELECT s.id, s.prompt_tokens, s.completion_tokens FROM sessions s WHERE {where}", args)
+        return Sent(calls, shown, {row[0]: row[1:] for row in totals})
 
 
 def _decoded(body: bytes | None) -> dict | None:
-    """A stored message, or None when its bytes are damaged (NULL, not UTF-8, not JSON, not an object)."""
+    """A stored message (or what it showed), or None when it is damaged (NULL, not UTF-8, not JSON, not an object)."""
     try:
         message = json.loads(body.decode("utf-8"))
     except (AttributeError, ValueError):
@@ -171,15 +177,16 @@ def format_session_line(info: SessionInfo, show_kb: bool = False) -> str:
 
 
 class History(list):
-    """A conversation's messages, a plain list to run_agent, which calls `save` after each change it makes."""
+    """A conversation's messages, a plain list to run_agent, which calls `save` after each change it makes and keeps
+    in `seen` what their tool results showed so far (citations.seen_before), so an answer's check adds only its own."""
 
     def __init__(self, conversation: "Conversation", messages=()):
         super().__init__(messages)
-        self.conversation = conversation
+        self.conversation, self.seen = conversation, None
 
-    def save(self, usage=None, endpoint: tuple[str, str] | None = None) -> None:
+    def save(self, usage: Usage | None = None, endpoint: tuple[str, str] | None = None) -> None:
         """Commit what changed (new messages, or a dropped turn's); given the `endpoint` (base URL, model) of an API
-        call just made, count its `usage` (None: the server reported none) and keep the call for /sent."""
+        call just made, count its `usage` and keep the call for /sent."""
         self.conversation.sync(self)
         if endpoint:
             self.conversation.add_usage(usage, endpoint)
@@ -190,7 +197,7 @@ class Conversation:
 
     def __init__(self, store: SessionStore, kb: Path | str | None = None):
         self.store, self.kb = store, kb
-        self.run_usage, self.run_calls, self.run_unreported = (0, 0), 0, 0
+        self.run_usage = Usage()  # of this run of the program; turn_usage: of the last answer
         self.told: list[str] = []  # what the model must hear with the next question (what /undo restored)
         self.start_new()
 
@@ -220,20 +227,24 @@ class Conversation:
                 self.session_id, self.rows[-1] = stored
 
     def _insert(self, c: sqlite3.Connection, message) -> tuple[int, int]:
-        """Write one message (with the first, its session row: an unused one leaves nothing); (session id, row id)."""
-        body = json.dumps(message, ensure_ascii=False, default=lambda o: o.model_dump(exclude_none=True))
-        message = json.loads(body)
+        """Write one message (with the first, its session row: an unused one leaves nothing) and what it showed;
+        (session id, row id)."""
+        message = json.loads(json.dumps(message, default=lambda o: o.model_dump(exclude_none=True)))
+        shown, body = message.pop(SHOWN, None), json.dumps(message, ensure_ascii=False)
         session_id = self.session_id or c.execute("INSERT INTO sessions (started, kb) VALUES (?, ?)",
                                                   (time.time(), str(self.kb) if self.kb else None)).lastrowid
         if message.get("role") == "user":
             title = " ".join(content_text(message.get("content")).split())[:TITLE_CHARS]
             c.execute("UPDATE sessions SET title = ? WHERE id = ? AND title IS NULL", (title, session_id))
-        return session_id, c.execute("INSERT INTO messages (session_id, created, role, body) VALUES (?, ?, ?, ?)",
-                                     (session_id, time.time(), str(message.get("role", "")), body)).lastrowid
+        row = c.execute("INSERT INTO messages (session_id, created, role, body) VALUES (?, ?, ?, ?)",
+                        (session_id, time.time(), str(message.get("role", "")), body)).lastrowid
+        if shown is not None:
+            c.execute("INSERT INTO shown VALUES (?, ?)", (row, json.dumps(shown, ensure_ascii=False)))
+        return session_id, row
 
     def begin_turn(self, question: str = "") -> str:
         """Start a turn; the question as the model gets it, after what it must be told first (see undo)."""
-        self.turn_usage, self.turn_calls, self.turn_unreported, self.turn_start = (0, 0), 0, 0, len(self.history)
+        self.turn_usage, self.turn_start = Usage(), len(self.history)
         return "\n".join(self.told + [question])
 
     def end_turn(self) -> None:
@@ -244,41 +255,25 @@ class Conversation:
         """After an undo (Notebook.undo) the next question says so: the model must not trust what it read before."""
         self.told.append(f"[I ran /undo: {message}]")
 
-    def add_usage(self, usage, endpoint: tuple[str, str] | None = None) -> None:
-        """Count one API call and its `usage` (an SDK object or a dict; None: the server reported none); with its
-        `endpoint` (base URL, model), keep the call for /sent."""
-        self.turn_calls, self.run_calls = self.turn_calls + 1, self.run_calls + 1
-        prompt, completion, hits = tokens_of(usage)
+    def add_usage(self, usage: Usage, endpoint: tuple[str, str] | None = None) -> None:
+        """Count one API call's `usage`; with its `endpoint` (base URL, model), keep the call for /sent."""
+        self.turn_usage, self.run_usage = self.turn_usage + usage, self.run_usage + usage
         if endpoint and self.session_id is not None:
             self.store.write(lambda c: c.execute(
                 "INSERT INTO calls (session_id, time, endpoint, model, reported, prompt_tokens, completion_tokens, "
                 "cache_hit_tokens, last_message) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
                 "(SELECT max(id) FROM messages WHERE session_id = ?1))",
-                (self.session_id, time.time(), _without_credentials(endpoint[0]), endpoint[1], usage is not None,
-                 prompt, completion, hits)))
-        if usage is None:
-            self.turn_unreported, self.run_unreported = self.turn_unreported + 1, self.run_unreported + 1
-            return
-        self.turn_usage = (self.turn_usage[0] + prompt, self.turn_usage[1] + completion)
-        self.run_usage = (self.run_usage[0] + prompt, self.run_usage[1] + completion)
-        self.store.write(lambda c: c.execute("UPDATE sessions SET prompt_tokens = prompt_tokens + ?, "
-                                             "completion_tokens = completion_tokens + ? WHERE id = ?",
-                                             (prompt, completion, self.session_id)))
+                (self.session_id, time.time(), _without_credentials(endpoint[0]), endpoint[1], not usage.unreported,
+                 usage.prompt, usage.completion, usage.hits)))
+        if not usage.unreported:
+            self.store.write(lambda c: c.execute("UPDATE sessions SET prompt_tokens = prompt_tokens + ?, "
+                                                 "completion_tokens = completion_tokens + ? WHERE id = ?",
+                                                 (usage.prompt, usage.completion, self.session_id)))
 
-    def session_usage(self) -> tuple[int, int]:
+    def session_usage(self) -> Usage:
+        """The tokens this conversation's calls were counted, from the store: every run of it (calls not counted)."""
         info = self.store.session_info(self.session_id)  # None, before the first message: no row matches
-        return (info.prompt_tokens, info.completion_tokens) if info else (0, 0)
-
-
-def tokens_of(usage) -> tuple[int, int, int]:
-    """(prompt, completion, cache-hit) tokens of a call's usage (an SDK object or a dict; None: none reported). Cache
-    hits as DeepSeek reports them (prompt_cache_hit_tokens) or as OpenAI does (prompt_tokens_details.cached_tokens)."""
-    def get(value, key):
-        return value.get(key) if isinstance(value, dict) else getattr(value, key, None)  # None when value is None
-    hits = get(usage, "prompt_cache_hit_tokens")
-    if hits is None:
-        hits = get(get(usage, "prompt_tokens_details"), "cached_tokens")
-    return int(get(usage, "prompt_tokens") or 0), int(get(usage, "completion_tokens") or 0), int(hits or 0)
+        return Usage(info.prompt_tokens, info.completion_tokens) if info else Usage()
 
 
 def _without_credentials(url: str) -> str:

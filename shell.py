@@ -68,7 +68,7 @@ def run_shell(command: str, kb, timeout: float, allow_network: bool = False, hid
             if max(os.fstat(f.fileno()).st_size for f in (out, err)) >= MAX_FILE_BYTES:
                 parts.append(f"note: the output reached {MAX_FILE_BYTES:,} bytes and its writer was stopped")
             for label, file, chars in (("stdout", out, STDOUT_CHARS), ("stderr", err, STDERR_CHARS)):
-                text = _read(file, chars, hide)
+                text = _head_and_tail(file, chars, hide)
                 parts.append(f"{label}:\n{text.rstrip()}" if text.strip() else f"{label}: (empty)")
     finally:
         os.close(status_read)
@@ -114,7 +114,7 @@ def _wait(proc: "subprocess.Popen", timeout: float, orders: bytes, status: int) 
     return remarks
 
 
-def _read(file, chars: int, hide: tuple[str, ...]) -> str:
+def _head_and_tail(file, chars: int, hide: tuple[str, ...]) -> str:
     """The output file's text for the model: all of it, or its head and tail, reading no more than those."""
     keep, half = chars * 4, chars // 2  # bytes for `chars` characters of UTF-8: a character cut in two at
     size = file.seek(0, os.SEEK_END)    # either end of what is read, or a secret hidden, stays out of view

@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 import changing
+import citations
 import reading
 import shell
 from approval import Allowance, Approval, Approver
 from config import Settings
 from notebook import Notebook
-from notes import ToolError
+from notes import Shown, ToolError
 from reading import MAX_TOOL_OUTPUT
 
 ERROR = "Error: "  # how a failed call's result begins, for the model and for each UI (and MCP's isError)
@@ -48,6 +49,7 @@ class Tool:
 class Result(NamedTuple):
     text: str  # what the model sees
     error: bool
+    shown: dict  # what it showed, as data: its history message keeps it (context.SHOWN says how)
 
 
 def tool(function, description: str, params: dict, *, read_only=False, destructive=True, asks=False, opt_in=None):
@@ -60,14 +62,15 @@ def tool(function, description: str, params: dict, *, read_only=False, destructi
     return Tool(function, schema, read_only, destructive and not read_only, asks, opt_in)
 
 
-def bash(notebook: Notebook, command: str, *, approve) -> str:
+def bash(notebook: Notebook, command: str, *, approve) -> Shown:
     if not command.strip():
         raise ToolError("command is empty.")
     approve(Approval("shell", "Run this shell command in the notes folder?", command,
                      skippable=shell.sandbox_problem() is None))
     settings = notebook.settings
-    return shell.run_shell(command, notebook.kb, settings.shell_timeout, settings.shell_network,
-                           hide=(settings.api_key or "",), unreadable=tuple(notebook.unreadable()))
+    output = shell.run_shell(command, notebook.kb, settings.shell_timeout, settings.shell_network,
+                             hide=(settings.api_key or "",), unreadable=tuple(notebook.unreadable()))
+    return citations.shell_shown(command, output)
 
 
 PATH = ("string", "Path relative to the notes folder, e.g. 'python.md' or 'work/ideas.md'.")
@@ -201,7 +204,7 @@ def execute_tool(name: str, arguments, notebook: Notebook, ask=None, review: boo
     """Run one tool call. Never raises: a failure is a Result with error=True and text for the model. `ask(Approval)`
     answers True, False or None (nobody can be asked); `review`: every change is asked about (the page);
     `allowance`: what the answer's changes may still write without asking (one of its own when not given)."""
-    settings = notebook.settings
+    settings, args = notebook.settings, {}
     try:
         known = offered(settings)
         if name not in known:
@@ -216,15 +219,19 @@ def execute_tool(name: str, arguments, notebook: Notebook, ask=None, review: boo
         args = _arguments(chosen.schema, arguments)
         if "approve" in inspect.signature(chosen.function).parameters:
             args["approve"] = Approver(ask, chosen.asks, review, settings.auto_approve, allowance or Allowance())
-        text, error = chosen.function(notebook, **args), False
+        output, error = chosen.function(notebook, **args), False
     except ToolError as exc:
-        text, error = f"{ERROR}{exc}", True
+        output, error = Shown(f"{ERROR}{exc}", exc.lines), True
     except OSError as exc:
-        text, error = f"{ERROR}{name} failed: {exc.strerror or exc}.", True
+        output, error = f"{ERROR}{name} failed: {exc.strerror or exc}.", True
     except Exception as exc:  # a tool bug must not end the conversation
-        text, error = f"{ERROR}{name} failed unexpectedly: {type(exc).__name__}: {exc}", True
-    text = clean_text(text)  # file names may not be UTF-8
+        output, error = f"{ERROR}{name} failed unexpectedly: {type(exc).__name__}: {exc}", True
+    text = clean_text(output)  # file names may not be UTF-8
     if len(text) > MAX_TOOL_OUTPUT:
         text = text[:MAX_TOOL_OUTPUT - 60] + f"\n[… cut: {len(text) - MAX_TOOL_OUTPUT + 60} more characters]"
-    return Result(text, error)
+    output = output if isinstance(output, Shown) else Shown(output)  # what it showed, as context.SHOWN keeps it
+    shown = {"lines": {path: sorted(set(numbers)) for path, numbers in output.lines.items() if numbers},
+             "named": sorted({*output.named, *(value for arg, value in args.items() if arg.endswith("_path"))}),
+             "error": error, "unlisted": output.unlisted}
+    return Result(text, error, {key: value for key, value in shown.items() if value})
 

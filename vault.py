@@ -12,7 +12,7 @@ vault and day, so the system prompt stays the same all day.
 import functools
 import json
 import re
-from datetime import datetime, time
+from datetime import date, datetime, time
 from pathlib import Path, PurePosixPath
 
 import notes
@@ -159,20 +159,21 @@ def _no_section(name: str, found: list, paths: list, chosen: list) -> str:
     return f"no heading '{name}' in the note. Its headings: {'; '.join(shown[:HEADINGS_LISTED])}{more}."
 
 
-def outline(text: str) -> str:
-    """The note's headings with their line numbers, indented by level: a map for reading a long note by section.
-    Past OUTLINE_MAX_HEADINGS the deepest levels are left out, then the list is cut. "" without headings."""
+def outline(text: str) -> list[tuple[int | None, str]]:
+    """The note's headings, each (its line, itself indented by level with its line number): a map for reading a long
+    note by section. Past OUTLINE_MAX_HEADINGS the deepest levels are left out, then the list is cut (a last entry
+    of no line says how many headings are not shown). [] without headings."""
     found = headings(text)
     levels = sorted({level for _, level, _ in found})
     shown = found
     while len(shown) > OUTLINE_MAX_HEADINGS and len(levels) > 1:
         levels.pop()
         shown = [h for h in found if h[1] in levels]
-    lines = [f"{'  ' * levels.index(level)}{title} (line {line})"
+    lines = [(line, f"{'  ' * levels.index(level)}{title} (line {line})")
              for line, level, title in shown[:OUTLINE_MAX_HEADINGS]]
     if len(shown) < len(found) or len(shown) > OUTLINE_MAX_HEADINGS:
-        lines.append(f"… {len(found) - len(lines)} more headings not shown")
-    return "\n".join(lines)
+        lines.append((None, f"… {len(found) - len(lines)} more headings not shown"))
+    return lines
 
 
 def append_to_section(text: str, wanted: str, content: str) -> str:
@@ -271,6 +272,19 @@ def conflict_of(rel_path: str) -> str | None:
     return None
 
 
+# iCloud's `name 2.md`, Google Drive's `name (1).md`, OneDrive's `name-HOSTNAME.md`: names an ordinary note has too
+# (Obsidian's own `Untitled 2.md`), so they make no sync-conflict copy to search or list, only a private one.
+_COPY_TAIL = re.compile(r"(?<=[^/])(?: [2-9]| [1-9]\d+| \([1-9]\d*\)|-(?=[A-Z0-9-]*[A-Z])[A-Z0-9][A-Z0-9-]{1,14})"
+                        r"(?P<ext>\.[^./]+)\Z")
+
+
+def copy_of(rel_path: str) -> str | None:
+    """conflict_of's note, or the one a name of iCloud's, Google Drive's or OneDrive's form may be a copy of: for
+    privacy, where a note of its own taken for a copy is only kept private."""
+    found = _COPY_TAIL.search(rel_path)
+    return conflict_of(rel_path) or (rel_path[:found.start()] + found["ext"] if found else None)
+
+
 # --- Daily notes and templates ---
 _MOMENT = re.compile(r"\[[^\]]*\]|YYYY|YY|Q|MMMM|MMM|MM|M|Do|DDDD|DDD|DD|D|dddd|ddd|dd|d|E|HH|H|hh|h|mm|m|ss|s"
                      r"|A|a|WW|W|GGGG|GG")
@@ -305,6 +319,46 @@ def moment_format(fmt: str, when) -> str:
               "A": "AM" if when.hour < 12 else "PM", "a": "am" if when.hour < 12 else "pm",
               "WW": f"{iso_week:02d}", "W": str(iso_week), "GGGG": f"{iso_year:04d}", "GG": f"{iso_year % 100:02d}"}
     return _MOMENT.sub(lambda m: m[0][1:-1] if m[0][0] == "[" else values[m[0]], fmt)
+
+
+def _name_pattern(fmt: str) -> re.Pattern:
+    """A regex finding a date written in a moment.js format inside a name (Y, M, D, or the month's name as N)."""
+    pieces = {"YYYY": r"(?P<Y>\d{4})", "MM": r"(?P<M>\d{2})", "M": r"(?P<M>\d{1,2})", "DD": r"(?P<D>\d{2})",
+              "D": r"(?P<D>\d{1,2})", "Do": r"(?P<D>\d{1,2})(?:st|nd|rd|th)", "MMMM": "(?P<N>" + "|".join(_MONTHS) + ")",
+              "MMM": "(?P<N>" + "|".join(m[:3] for m in _MONTHS) + ")", "dddd": "(?:" + "|".join(_DAYS) + ")",
+              "ddd": "(?:" + "|".join(d[:3] for d in _DAYS) + ")"}
+    seen, parts, at = set(), [], 0
+    for token in _MOMENT.finditer(fmt):
+        parts.append(re.escape(fmt[at:token.start()]))
+        piece = token[0][1:-1] if token[0][0] == "[" else pieces.get(token[0], r"\w+?")
+        group = re.match(r"\(\?P<(\w)>", piece)
+        parts.append(re.escape(piece) if token[0][0] == "[" else piece.replace(f"?P<{group[1]}>", "?:")
+                     if group and group[1] in seen else piece)
+        seen |= {group[1]} if group else set()
+        at = token.end()
+    return re.compile(r"(?<!\w)" + "".join(parts) + re.escape(fmt[at:]) + r"(?!\d)", re.I)
+
+
+@functools.lru_cache(maxsize=8)
+def _compiled(fmt: str) -> re.Pattern | None:
+    pattern = _name_pattern(fmt)
+    return pattern if {"Y", "D"} <= set(pattern.groupindex) and ({"M", "N"} & set(pattern.groupindex)) else None
+
+
+def named_date(rel_path: str, fmt: str = DAILY_FORMAT):
+    """The day a note's name holds written in the daily-note format (2026-11-02 in work/meeting-2026-11-02.md, under
+    YYYY-MM-DD; a format with folders is looked for in the path), or None."""
+    pattern = _compiled(fmt)
+    stem = rel_path.rsplit(".", 1)[0]
+    found = pattern and pattern.search(stem if "/" in fmt else stem.rsplit("/", 1)[-1])
+    if not found:
+        return None
+    month = found["M"] if "M" in pattern.groupindex and found["M"] else None
+    month = int(month) if month else 1 + [m.lower()[:len(found["N"])] for m in _MONTHS].index(found["N"].lower())
+    try:
+        return date(int(found["Y"]), month, int(found["D"]))
+    except ValueError:  # 2026-02-31
+        return None
 
 
 def daily_note_path(settings: dict, day) -> str:

@@ -301,16 +301,17 @@ def _files_of(e: dict) -> list | None:
     return files if good else None
 
 
-def _followable(e) -> bool:
-    """The log may be edited by hand: undo follows only paths inside the notes (a snapshot: inside .history)."""
+def _followed(e) -> dict | None:
+    """The entry with its files as this version records them, or None: the log may be edited by hand, and undo
+    follows only paths inside the notes (a snapshot: inside .history)."""
     if not isinstance(e, dict) or e.get("op") not in CHANGE_OPS or not isinstance(e.get("time", ""), (str, type(None))):
-        return False
+        return None
     if not _inside_notes(e.get("path")) or not (e.get("to") is None or _inside_notes(e["to"])):
-        return False
+        return None
     if e["op"] == "move" and not e.get("to"):
-        return False
-    e["files"] = _files_of(e)
-    return e["files"] is not None
+        return None
+    files = _files_of(e)
+    return None if files is None else {**e, "files": files}
 
 
 def read_log(kb: Path) -> list[dict]:
@@ -322,8 +323,8 @@ def read_log(kb: Path) -> list[dict]:
     entries = []
     for line in lines:
         with contextlib.suppress(ValueError):
-            entries.append(json.loads(line))
-    return [e for e in entries if _followable(e)]
+            entries.append(_followed(json.loads(line)))
+    return [e for e in entries if e is not None]
 
 
 def _trimmed(kb: Path) -> bool:

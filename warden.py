@@ -11,9 +11,9 @@ all it starts, root included:
   however spelled.
 - no capabilities at all, and no_new_privs: a setuid program gains nothing;
 - a seccomp filter for what Landlock does not see: sockets other than socketpairs (with the network allowed, TCP and
-  UDP over IPv4/IPv6), chmod and chown, device nodes, the kernel keyring, ptrace, mounts and namespaces, signals to
-  the warden, and what would go around the filter (io_uring, x32 calls; another architecture's calls kill the
-  process). Refused calls fail with EPERM.
+  UDP over IPv4/IPv6), chmod and chown, times and extended attributes set by a path (only a descriptor sets them),
+  device nodes, the kernel keyring, ptrace, mounts and namespaces, signals to the warden, and what would go around
+  the filter (io_uring, x32 calls; another architecture's calls kill the process). Refused calls fail with EPERM.
 sandbox_problem() says, on the agent's side, why the sandbox cannot be built here. Off Linux the warden stops the
 command's process group, as orphans are not adopted there. It never runs a command unsandboxed where the sandbox
 should apply: if entering it fails, nothing runs. It imports nothing of the project: its start-up is every command's.
@@ -68,10 +68,14 @@ CHECKED = {  # allowed or refused by their arguments (clone3 by none: ENOSYS)
     "socket": (41, 198), "socketpair": (53, 199), "clone": (56, 220), "clone3": (435, 435),
     "mknod": (133, None), "mknodat": (259, 33), "kill": (62, 129), "tkill": (200, 130), "tgkill": (234, 131),
     "rt_sigqueueinfo": (129, 138), "rt_tgsigqueueinfo": (297, 240), "pidfd_open": (434, 434),
+    "utimensat": (280, 88),
 }
 REFUSED = {  # refused whatever their arguments
     "chmod": (90, None), "fchmod": (91, 52), "fchmodat": (268, 53), "fchmodat2": (452, 452),
     "chown": (92, None), "lchown": (94, None), "fchown": (93, 55), "fchownat": (260, 54),
+    "utime": (132, None), "utimes": (235, None), "futimesat": (261, None), "setxattr": (188, 5),
+    "lsetxattr": (189, 6), "removexattr": (197, 14), "lremovexattr": (198, 15), "setxattrat": (463, 463),
+    "removexattrat": (466, 466),
     "keyctl": (250, 219), "add_key": (248, 217), "request_key": (249, 218),
     "ptrace": (101, 117), "process_vm_readv": (310, 270), "process_vm_writev": (311, 271),
     "pidfd_getfd": (438, 438), "mount": (165, 40), "umount2": (166, 39), "pivot_root": (155, 41),
@@ -286,7 +290,8 @@ def _seccomp_program(machine: str, allow_network: bool, warden: int) -> list[tup
     code += [("jeq", number[name], label, None) for name, label in (
         ("clone3", "nosys"), ("socket", "socket"), ("socketpair", "socketpair"), ("clone", "clone"),
         ("mknod", "mknod"), ("mknodat", "mknodat"), ("kill", "kill"), ("tkill", "signal"), ("tgkill", "signal"),
-        ("rt_sigqueueinfo", "signal"), ("rt_tgsigqueueinfo", "signal"), ("pidfd_open", "signal"))
+        ("rt_sigqueueinfo", "signal"), ("rt_tgsigqueueinfo", "signal"), ("pidfd_open", "signal"),
+        ("utimensat", "utimensat"))
         if number[name] is not None]
     code += [("ret", ALLOW), ("label", "socket")]
     if allow_network:  # TCP and UDP (names must resolve) over IPv4 and IPv6; never MPTCP, SCTP, raw, ICMP
@@ -299,6 +304,10 @@ def _seccomp_program(machine: str, allow_network: bool, warden: int) -> list[tup
         code += [("ret", ERRNO | 1)]  # EPERM; pipes between processes are socketpairs
     code += [("label", "socketpair"), ("ld", arg[0]), ("jeq", AF_UNIX, "allow", "refuse"),
              ("label", "clone"), ("ld", arg[0]), ("jset", CLONE_NEW_NAMESPACES, "refuse", "allow")]
+    # Times and attributes are set only through a descriptor (futimens, fsetxattr), which Landlock gave for what
+    # the command may read or write; by a path (touch ~/.ssh/id_rsa) never: a path's pointer must be NULL.
+    code += [("label", "utimensat"), ("ld", arg[1]), ("jeq", 0, None, "refuse"), ("ld", arg[1] + 4),
+             ("jeq", 0, "allow", "refuse")]
     for label, mode in (("mknod", arg[1]), ("mknodat", arg[2])):  # FIFOs and files may be made, devices not
         code += [("label", label), ("ld", mode), ("and", S_IFMT), ("jeq", S_IFCHR, "refuse", None),
                  ("jeq", S_IFBLK, "refuse", "allow")]

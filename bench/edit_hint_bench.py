@@ -24,7 +24,7 @@ WANTED = "Line 5000: some txet about tpoic 5000 and more wrods here."
 
 def time_case(expression: str, limit: float) -> str:
     code = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); import changing; text = {expression}; "
-            f"start = time.perf_counter(); hint = changing.closest_lines(text, {WANTED!r}); "
+            f"start = time.perf_counter(); hint, _ = changing.closest_lines(text, {WANTED!r}); "
             "print(f'{time.perf_counter() - start:.3f} s, {len(text):,} chars, hint: {hint.splitlines()[0][:40]}')")
     try:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=limit)

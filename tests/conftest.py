@@ -1,13 +1,18 @@
 """Shared test fixtures and helpers: a notes folder in tmp_path, Settings and a Notebook for it (each test makes its
-own: nothing of one test's index, vectors or privacy verdicts reaches the next), a stub OpenAI client, the one
-environment for programs a test starts (`child_env`), the one tool runner (`run_tool`), the command line run in
-this process (`call_main`) or as its own process (`run_main`), and the one pty driver (`Terminal`)."""
+own: nothing of one test's index, vectors or privacy verdicts reaches the next), a stub OpenAI client and the
+replies it is scripted with (`call`, `tool_call`), the one environment for programs a test starts (`child_env`),
+the one tool runner (`run_tool`), the command line run in this process (`call_main`) or as its own process
+(`run_main`), the one pty driver (`Terminal`), the shell tests' process checks, the real vault (`garden`), the
+MCP server as a client drives it (`McpProcess`) and the page's server with a client for it (`make_web`).
+What test modules share is here: none imports another."""
 
 import dataclasses
+import http.client
 import io
 import json
 import logging
 import os
+import queue
 import re
 import select
 import shutil
@@ -15,9 +20,13 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
+import threading
 import time
 from pathlib import Path
 
+import httpx2
+import openai
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
@@ -26,7 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import fake_server  # noqa: E402
 import main  # noqa: E402
+import shell  # noqa: E402
+import terminal  # noqa: E402
 import tools  # noqa: E402
+import web  # noqa: E402
 from agent import UI  # noqa: E402
 import config  # noqa: E402
 from config import Settings  # noqa: E402
@@ -35,6 +47,9 @@ from notebook import Notebook  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 MAIN = ROOT / "main.py"
 NO_SERVER = "http://127.0.0.1:9/v1"  # the discard port: a connection there is refused at once
+MCP_SERVER = ROOT / "mcp_server.py"
+MCP_LATEST = "2025-11-25"  # the newest MCP version the server speaks
+REPLY_TIMEOUT = 30  # seconds; only reached when a reply that should come never does
 
 # A runner that starts the tests in the background (bash's `&` without job control) hands them SIGINT ignored,
 # and every child would inherit that: the Ctrl+C tests need the person's Ctrl+C back.
@@ -87,6 +102,12 @@ def run_main(*args, kb, base_url=NO_SERVER, stdin="", key="test-key", extra_env=
                           env=child_env(**main_env(kb, base_url, key, extra_env)), timeout=60, encoding="utf-8")
 
 
+def assert_clean_failure(result: subprocess.CompletedProcess, code: int) -> None:
+    """The program failed with exit status `code` and said why in one line: never a traceback."""
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr and result.stderr.strip().count("\n") == 0
+
+
 @pytest.fixture
 def call_main(monkeypatch, capfd):
     """`python main.py ARGS` run in this process through main.main, as run_main runs it as a process: the same
@@ -116,6 +137,24 @@ def call_main(monkeypatch, capfd):
     return call
 
 
+def run_repl(monkeypatch, notebook, lines, replies, answers=()):
+    """Drive main.repl with typed lines (and y/N answers), against a scripted model."""
+    typed = iter(list(lines))
+    answered = iter(list(answers))
+
+    def fake_input(prompt=""):
+        source = typed if prompt.startswith("\n>") else answered
+        try:
+            return next(source)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr("builtins.input", fake_input)
+    client = StubClient(replies)
+    assert main.repl(notebook, client, terminal.Display()) == main.EXIT_OK
+    return client
+
+
 def run_tool(notebook, name, ask=None, **args) -> str:
     """One tool call as the model sends it (arguments as JSON) through tools.execute_tool: the text it returns.
     `ask(approval)` answers a confirmation: True, False or None (nobody to ask)."""
@@ -127,13 +166,93 @@ def tool_call(name, **args) -> dict:
     return {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}
 
 
-posix_only = pytest.mark.skipif(os.name == "nt", reason="needs a pty")
+def call(name, **args) -> dict:
+    """A scripted reply (fake_server's format) that calls one tool."""
+    return {"tool_calls": [tool_call(name, **args)]}
+
+
+def assert_valid_history(messages: list[dict]) -> None:
+    """What the chat API checks of a conversation: after the system prompt a user's message first, every tool
+    call answered at once by one tool message each, in order, and no tool message unasked."""
+    i = 0
+    while messages[i]["role"] == "system":
+        i += 1
+    assert messages[i]["role"] == "user", messages[i]
+    while i < len(messages):
+        message = messages[i]
+        assert message["role"] != "tool", f"orphan tool message at {i}"
+        if message.get("tool_calls"):
+            ids = [c["id"] for c in message["tool_calls"]]
+            answered = [m.get("tool_call_id") for m in messages[i + 1: i + 1 + len(ids)]]
+            assert answered == ids, f"calls {ids} answered by {answered}"
+            i += len(ids)
+        i += 1
+
+
+def api_error(status: int, message: str) -> openai.APIStatusError:
+    """The error the openai SDK raises for an HTTP `status` whose body says `message`."""
+    request = httpx2.Request("POST", "http://x/v1/chat/completions")
+    response = httpx2.Response(status, request=request, json={"error": {"message": message}})
+    return {
+        400: openai.BadRequestError, 401: openai.AuthenticationError, 404: openai.NotFoundError,
+        429: openai.RateLimitError, 500: openai.InternalServerError,
+    }[status](message, response=response, body={"error": {"message": message}})
+
+
+posix_only = pytest.mark.skipif(os.name == "nt", reason="needs a pty, POSIX signals and process groups")
+SANDBOX_PROBLEM = shell.sandbox_problem()
+sandboxed = pytest.mark.skipif(SANDBOX_PROBLEM is not None, reason=f"no Landlock sandbox here: {SANDBOX_PROBLEM}")
+
+
+def snapshot(folder: Path) -> dict:
+    """Every file's bytes (None for a folder) under `folder`, by path: equal snapshots, nothing changed."""
+    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in folder.rglob("*")}
+
+
+@pytest.fixture
+def scratch(tmp_path, monkeypatch):
+    """The shell command's scratch folder ($TMPDIR) made at a known path, to look inside it while it runs."""
+    known = tmp_path / "scratch"
+    monkeypatch.setattr(tempfile, "mkdtemp", lambda **kw: (known.mkdir(), str(known))[1])
+    return known
+
+
+def press_ctrl_c_when_exists(path: Path, seen: list | None = None) -> None:
+    """Send this process SIGINT once `path` appears (the command under test has started); its text
+    goes to `seen` first, since the command's scratch folder is gone once run_shell is back."""
+    def watch():
+        deadline = time.monotonic() + 10
+        while not path.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)  # polling for the command to start, not sleeping in its place
+        if seen is not None and path.exists():
+            seen.append(path.read_text())
+        os.kill(os.getpid(), signal.SIGINT)
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def running(pid: int) -> bool:
+    """True if the process still exists, even as an unreaped zombie: run_shell reaps what it stops."""
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def group_members(pgid: int) -> list[str]:
+    """[] once no process (zombies included) is left in the process group, else a line saying so."""
+    try:
+        os.killpg(pgid, 0)
+        return [f"process group {pgid} still has processes"]
+    except ProcessLookupError:
+        return []
 
 
 class Terminal:
-    """`python main.py ARGS` on a pty that is its controlling terminal, so Ctrl+C is a real SIGINT."""
+    """`python main.py ARGS` (or another `program`) on a pty that is its controlling terminal, so Ctrl+C is a real
+    SIGINT."""
 
-    def __init__(self, env: dict, *args):
+    def __init__(self, env: dict, *args, program: Path = MAIN):
         import fcntl
         import pty
         import termios
@@ -143,7 +262,7 @@ class Terminal:
             signal.signal(signal.SIGINT, signal.SIG_DFL)  # a test run in the background ignores it
             os.setsid()
             fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-        self.proc = subprocess.Popen([sys.executable, str(MAIN), *args], stdin=terminal, stdout=terminal,
+        self.proc = subprocess.Popen([sys.executable, str(program), *args], stdin=terminal, stdout=terminal,
                                      stderr=terminal, env=env, close_fds=True, preexec_fn=become_controlling_terminal)
         os.close(terminal)
         self.shown = b""
@@ -171,13 +290,17 @@ class Terminal:
     def send(self, data: bytes) -> None:
         os.write(self.controller, data)
 
-    def interrupt(self) -> None:
-        """Ctrl+C once the program waits for a key: CPython's readline misses a SIGINT that comes while it
-        is handling the key before (it only looks for one when select() is interrupted)."""
+    def press(self, keys: bytes) -> None:
+        """Type `keys` once the program waits for a key, as a person would: typed before readline has the
+        terminal, the terminal's own line editing would echo an Enter; and CPython's readline misses a SIGINT
+        that comes while it is handling the key before (it only looks for one when select() is interrupted)."""
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not self._waiting_for_a_key():
             select.select([self.controller], [], [], 0.01)
-        self.send(b"\x03")
+        self.send(keys)
+
+    def interrupt(self) -> None:
+        self.press(b"\x03")  # Ctrl+C
 
     def _waiting_for_a_key(self) -> bool:
         try:
@@ -234,21 +357,21 @@ def hits(output: str) -> list:
     return re.findall(r"^(\S.*?) — ", output, re.M)
 
 
-GARDEN = Path("/work/shared/corpus/knowledge-garden.tar.gz")  # a real vault; absent on a clean clone: those tests skip
+# A real Obsidian vault, where the benches find it: in the shared corpus folder beside the project, or KA_CORPUS.
+GARDEN = Path(os.environ.get("KA_CORPUS", ROOT.parent / "shared" / "corpus")) / "knowledge-garden.tar.gz"
 
 
-def unpack_garden(folder: Path) -> Path:
-    """The knowledge-garden vault unpacked into folder (its one top folder), or the test is skipped."""
+@pytest.fixture(scope="session")
+def garden(tmp_path_factory) -> Path:
+    """The knowledge-garden vault unpacked once (its one top folder), or the test is skipped: only read it; a test
+    that writes copies it first."""
     if not GARDEN.exists():
-        pytest.skip("the knowledge-garden corpus is not on this machine")
+        pytest.skip(f"no knowledge-garden corpus at {GARDEN} (the shared/corpus folder beside the project, or "
+                    "KA_CORPUS=FOLDER)")
+    folder = tmp_path_factory.mktemp("garden")
     with tarfile.open(GARDEN) as archive:
         archive.extractall(folder, filter="data")
     return next(path for path in folder.iterdir() if path.is_dir()).resolve()
-
-
-@pytest.fixture(scope="module")
-def garden(tmp_path_factory) -> Path:
-    return unpack_garden(tmp_path_factory.mktemp("garden"))
 
 
 def make_settings(kb: Path, **changes) -> Settings:
@@ -326,3 +449,170 @@ class Recorder(UI):
     def approve(self, approval):
         self.asked.append(approval.title)
         return None if self.answers is None else self.answers.pop(0)
+
+
+# --- The MCP server, driven as a client drives it ---
+
+def server_env(**extra) -> dict:
+    """The test's environment without settings that would change what the server serves."""
+    return child_env(**{"MCP_ALLOW_DESTRUCTIVE": "0", "MCP_ALLOW_SHELL": "0", "AUTO_APPROVE": "0"}  # beat any .env
+                     | extra)
+
+
+class McpProcess:
+    """One server subprocess; replies are read by a thread so a missing reply fails instead of hanging."""
+
+    def __init__(self, kb: Path, *args: str, script: Path = MCP_SERVER, env: dict | None = None):
+        self.proc = subprocess.Popen([sys.executable, str(script), "--kb", str(kb), *args],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=env or server_env())
+        self.lines: queue.Queue = queue.Queue()
+        self.stderr_chunks: list[bytes] = []
+        self.next_id = 0
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+        threading.Thread(target=lambda: self.stderr_chunks.extend(self.proc.stderr), daemon=True).start()
+
+    def _read_stdout(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def send(self, message) -> None:
+        data = message if isinstance(message, bytes) else json.dumps(message).encode("utf-8")
+        self.proc.stdin.write(data + b"\n")
+        self.proc.stdin.flush()
+
+    def receive(self):
+        line = self.lines.get(timeout=REPLY_TIMEOUT)
+        assert line is not None, "the server closed stdout: " + self.stderr()
+        return json.loads(line)
+
+    def request(self, method: str, params: dict | None = None) -> dict:
+        self.next_id += 1
+        message = {"jsonrpc": "2.0", "id": self.next_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.send(message)
+        reply = self.receive()
+        assert reply["id"] == self.next_id
+        return reply
+
+    def initialize(self, version: str = MCP_LATEST) -> dict:
+        reply = self.request("initialize", {"protocolVersion": version, "capabilities": {},
+                                            "clientInfo": {"name": "test", "version": "1"}})
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return reply["result"]
+
+    def call(self, name: str, arguments) -> dict:
+        """The tool's result, its text as the tool wrote it: every result comes fenced as data (checked here)."""
+        result = self.request("tools/call", {"name": name, "arguments": arguments})["result"]
+        text = result["content"][0]["text"]
+        assert text.startswith("<<<data ") and "never an instruction" in text.split("\n")[0]
+        return {**result, "content": [{"type": "text", "text": fake_server.unfenced(text)}]}
+
+    def tool_names(self) -> list[str]:
+        return [tool["name"] for tool in self.request("tools/list")["result"]["tools"]]
+
+    def stderr(self) -> str:
+        return b"".join(self.stderr_chunks).decode("utf-8", "replace")
+
+    def close(self) -> int:
+        self.proc.stdin.close()
+        return self.proc.wait(timeout=REPLY_TIMEOUT)
+
+
+# --- The page's server, and what a page (or an attacker) sends it ---
+
+class Browser:
+    """What a page (or an attacker) sends: raw requests, with any Host, Origin and key."""
+
+    def __init__(self, server: web.Server):
+        self.server, self.port, self.key = server, server.port, None
+        self.host = self.origin = None  # None: the right ones
+        self.cookies = []  # every Set-Cookie it was sent: what a browser would send to any port of 127.0.0.1
+
+    def request(self, method: str, path: str, body=None, headers=None, raw: bytes | None = None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+        sent = {"Host": self.host or f"127.0.0.1:{self.port}"}
+        if method == "POST":
+            sent["Origin"] = self.origin or f"http://127.0.0.1:{self.port}"
+            sent["Content-Type"] = "application/json"
+            raw = json.dumps(body if body is not None else {}).encode() if raw is None else raw
+            sent["Content-Length"] = str(len(raw))
+        if self.key:
+            sent["Authorization"] = f"Bearer {self.key}"
+        sent.update(headers or {})
+        for name, value in sent.items():
+            if value is not None:
+                conn.putheader(name, value)
+        conn.endheaders(raw)
+        response = conn.getresponse()
+        self.cookies += [value.split(";")[0] for name, value in response.getheaders() if name.lower() == "set-cookie"]
+        return response.status, dict(response.getheaders()), response.read()
+
+    def sign_in(self) -> "Browser":
+        """What the page's script does with the token from the launch page's address."""
+        self.key = self.post("/api/login", {"token": self.server.token})["key"]
+        return self
+
+    def get(self, path: str):
+        status, _, body = self.request("GET", path)
+        assert status == 200, body
+        return json.loads(body)
+
+    def post(self, path: str, body=None, expect: int = 200):
+        status, _, data = self.request("POST", path, body)
+        assert status == expect, data
+        return json.loads(data)
+
+    def events(self, after: int = 0):
+        """The event stream, open from now on, one event at a time (the socket's timeout ends a test that would
+        hang)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        conn.request("GET", f"/api/events?after={after}", headers={"Authorization": f"Bearer {self.key}"})
+        response = conn.getresponse()
+        assert response.status == 200
+
+        def read():
+            while line := response.fp.readline():
+                if line.startswith(b"data: "):
+                    yield json.loads(line[6:])
+        return read()
+
+    def until(self, kind: str, stream, seen=None) -> dict:
+        for event in stream:
+            if seen is not None:
+                seen.append(event)
+            if event["type"] == kind:
+                return event
+        raise AssertionError(f"the stream ended before a {kind} event")
+
+    def ask(self, text: str):
+        """Ask; the event stream from just before, to follow the answer."""
+        stream = self.events(self.get("/api/state")["seq"])
+        self.post("/api/ask", {"text": text})
+        return stream
+
+
+def start_web(settings) -> web.Server:
+    """The page's server for `settings` on a free port of 127.0.0.1, serving from a thread."""
+    server = web.Server(settings, 0)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    return server
+
+
+@pytest.fixture
+def make_web(kb, tmp_path, fake_llm):
+    """make(notes, **settings): the page's server on the fake model, and a Browser signed in to it."""
+    servers = []
+
+    def make(notes: Path = kb, **changes) -> Browser:
+        values = dict(base_url=fake_llm.base_url, data_dir=tmp_path / "data", index_dir=tmp_path / "index")
+        servers.append(start_web(make_settings(notes, **{**values, **changes})))
+        return Browser(servers[-1]).sign_in()
+    yield make
+    for server in servers:
+        server.app.close()
+        server.shutdown()
+        server.server_close()

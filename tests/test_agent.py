@@ -3,26 +3,11 @@
 import httpx2
 import openai
 import pytest
-from conftest import Recorder, StubClient, make_settings, tool_call
+from conftest import Recorder, StubClient, api_error, assert_valid_history, make_settings, tool_call
 
 from agent import AgentError, run_agent
 from page import no_key
 from context import INTERRUPTED_RESULT as CANCELLED
-
-
-def assert_valid_history(history):
-    """Every assistant tool call is answered by exactly one tool message before anything else."""
-    i = 0
-    while i < len(history):
-        message = history[i]
-        if message["role"] == "tool":
-            raise AssertionError(f"orphan tool message at {i}")
-        if message.get("tool_calls"):
-            ids = [c["id"] for c in message["tool_calls"]]
-            answered = [m["tool_call_id"] for m in history[i + 1: i + 1 + len(ids)]]
-            assert answered == ids, f"calls {ids} answered by {answered}"
-            i += len(ids)
-        i += 1
 
 
 @pytest.mark.parametrize("stream", [True, False])
@@ -125,15 +110,6 @@ def test_thinking_settings_pass_through_only_when_set(kb):
     assert client.requests[1]["extra_body"] == {"thinking": {"type": "disabled"}, "reasoning_effort": "high"}
 
 
-def _status_error(status, message):
-    request = httpx2.Request("POST", "http://x/v1/chat/completions")
-    response = httpx2.Response(status, request=request, json={"error": {"message": message}})
-    return {
-        400: openai.BadRequestError, 401: openai.AuthenticationError, 404: openai.NotFoundError,
-        429: openai.RateLimitError, 500: openai.InternalServerError,
-    }[status](message, response=response, body={"error": {"message": message}})
-
-
 @pytest.mark.parametrize("status, message, expected", [
     (401, "bad key", "DEEPSEEK_API_KEY"),
     (404, "no model", "'test-model'"),
@@ -145,7 +121,7 @@ def test_api_errors_become_one_readable_line(kb, status, message, expected):
     history = [{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "answer"}]
     with pytest.raises(AgentError) as info:
         # "context too long" is retried with shorter requests before it is reported
-        replies = [_status_error(status, message)] * 2
+        replies = [api_error(status, message)] * 2
         run_agent("x", history, settings=make_settings(kb), client=StubClient(replies))
     assert expected in str(info.value) and "\n" not in str(info.value)
     assert history == [{"role": "user", "content": "earlier"}, {"role": "assistant", "content": "answer"}]
@@ -153,7 +129,7 @@ def test_api_errors_become_one_readable_line(kb, status, message, expected):
 
 def test_failure_after_tools_ran_keeps_a_valid_history(kb):
     history = []
-    client = StubClient([{"tool_calls": [tool_call("list_notes")]}, _status_error(500, "boom")])
+    client = StubClient([{"tool_calls": [tool_call("list_notes")]}, api_error(500, "boom")])
     with pytest.raises(AgentError):
         run_agent("x", history, settings=make_settings(kb), client=client)
     assert_valid_history(history)
@@ -203,7 +179,7 @@ def test_timeouts_and_refused_connections_are_explained(kb, error, expected):
 
 def test_a_rejected_request_does_not_poison_the_conversation(kb):
     history = []
-    client = StubClient([{"tool_calls": [tool_call("list_notes")]}, _status_error(400, "invalid message"),
+    client = StubClient([{"tool_calls": [tool_call("list_notes")]}, api_error(400, "invalid message"),
                          {"content": "fine"}])
     with pytest.raises(AgentError):
         run_agent("first", history, settings=make_settings(kb), client=client)
@@ -237,7 +213,7 @@ def test_question_with_undecodable_bytes_is_sent_with_replacements(kb):
 
 
 def test_a_400_that_only_mentions_a_maximum_is_not_taken_for_a_long_context(kb):
-    client = StubClient([_status_error(400, "tools[0].description: string too long, maximum length 1024")])
+    client = StubClient([api_error(400, "tools[0].description: string too long, maximum length 1024")])
     with pytest.raises(AgentError) as info:
         run_agent("x", settings=make_settings(kb), client=client)
     assert "rejected the request (HTTP 400)" in str(info.value) and len(client.requests) == 1
@@ -263,6 +239,23 @@ def test_ctrl_c_mid_answer_keeps_the_text_already_shown(kb):
     assert history[-1] == {"role": "assistant", "content": "Vim: dd deletes a line\n[cut off before the end]"}
     run_agent("summarise it", history, settings=make_settings(kb), client=client)
     assert "Vim: dd deletes a line" in [m.get("content", "").split("\n")[0] for m in client.requests[-1]["messages"]]
+
+
+def test_only_a_malformed_answer_is_told_as_a_wrong_base_url_and_a_bug_of_ours_surfaces_as_one(kb):
+    from openai.types.chat import ChatCompletion
+
+    client = StubClient([])
+    client.create = lambda **params: ChatCompletion.model_construct(choices=[{"message": "?"}])  # as the SDK builds
+    with pytest.raises(AgentError, match=r"not an OpenAI-compatible answer \(AttributeError\)\. Check the base URL"):
+        run_agent("q", [], make_settings(kb, stream=False), client, Recorder())
+
+    class Broken(Recorder):
+        def text(self, text):
+            raise TypeError("a bug in a UI")
+
+    for stream in (True, False):
+        with pytest.raises(TypeError, match="a bug in a UI"):
+            run_agent("q", [], make_settings(kb, stream=stream), StubClient([{"content": "hi"}]), Broken())
 
 
 def test_the_no_key_hint_names_the_config_file_really_read(call_main, tmp_path, kb, monkeypatch):

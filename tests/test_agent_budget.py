@@ -5,8 +5,7 @@ import re
 import sqlite3
 
 import pytest
-from conftest import Recorder, StubClient, make_settings, tool_call
-from test_agent import _status_error, assert_valid_history
+from conftest import Recorder, StubClient, api_error, assert_valid_history, make_settings, tool_call
 
 import agent
 import context
@@ -54,14 +53,14 @@ def test_every_message_reaches_the_store_as_it_happens(kb, tmp_path):
     stored = store(tmp_path).load_messages(conversation.session_id)
     assert stored == conversation.history and [m["role"] for m in stored] == ["user", "assistant", "tool", "assistant"]
     assert stored[1]["reasoning_content"] == "hm"
-    assert conversation.turn_calls == 2 and conversation.session_usage()[0] > 0
+    assert conversation.turn_usage.calls == 2 and conversation.session_usage().prompt > 0
 
 
 def test_a_failed_turn_is_left_out_when_the_conversation_resumes(kb, tmp_path):
     conversation = Conversation(store(tmp_path), kb)
     with pytest.raises(AgentError):
         run_agent("lost question", conversation.history, settings=make_settings(kb),
-                  client=StubClient([_status_error(500, "boom")]), ui=Recorder())
+                  client=StubClient([api_error(500, "boom")]), ui=Recorder())
     assert conversation.history == []  # the turn died before any tool ran: dropped whole
     run_agent("second", conversation.history, settings=make_settings(kb),
               client=StubClient([{"content": "ok"}]), ui=Recorder())
@@ -75,7 +74,7 @@ def test_a_refused_turn_is_kept_in_the_file_but_not_resumed(kb, tmp_path):
     conversation = Conversation(store(tmp_path), kb)
     run_agent("first", conversation.history, settings=make_settings(kb),
               client=StubClient([{"content": "one"}]), ui=Recorder())
-    refused = StubClient([{"tool_calls": [tool_call("list_notes")]}, _status_error(400, "invalid message")])
+    refused = StubClient([{"tool_calls": [tool_call("list_notes")]}, api_error(400, "invalid message")])
     with pytest.raises(AgentError):
         run_agent("second", conversation.history, settings=make_settings(kb), client=refused, ui=Recorder())
     assert [m["content"] for m in conversation.history] == ["first", "one"]
@@ -101,7 +100,7 @@ def test_requests_are_fitted_to_the_budget_and_history_is_kept_whole(kb):
 
 def test_context_too_long_is_retried_shorter_and_remembered(kb):
     history = big_history(40)
-    too_long = _status_error(400, "This model's maximum context length is 4000 tokens")
+    too_long = api_error(400, "This model's maximum context length is 4000 tokens")
     client = StubClient([too_long, {"content": "fine"}, {"content": "again"}])
     settings = make_settings(kb, context_tokens=20_000)
     model = agent.Model(settings, client)  # what it learns of the server outlives one question

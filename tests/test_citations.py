@@ -1,20 +1,16 @@
 """Citations checked after each answer, with no model call: against the notes and against what the tools showed the
 model, through run_agent and the real tools (the stub client plays the model), and as the terminal shows them."""
 
-import json
+import dataclasses
 
 import pytest
 
 import citations
-import reading
+import notes
 import tools
 from agent import run_agent
-from conftest import Recorder, StubClient, Terminal, child_env, make_settings, posix_only
-from test_web import make_web  # noqa: F401  (a fixture)
+from conftest import Recorder, StubClient, Terminal, call, child_env, make_settings, posix_only
 
-
-def call(name: str, **arguments) -> dict:
-    return {"tool_calls": [{"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}]}
 
 
 def answered(settings, replies: list, history: list | None = None, question: str = "q"):
@@ -72,6 +68,9 @@ def test_an_invented_note_quoted_without_any_tool_call_is_caught(settings):
     ("python.md covers Python.", True),  # names a note no tool named
     ("Hello, how can I help?", False),
     ("You could call it git-tips.md if you like.", True),  # a path, with no tool call at all
+    ("根据我的笔记，文件保存在 Google Drive。", True),  # Qwen2.5-Coder-0.5B, speaking as the person, read nothing
+    ("According to my notes, water them daily.", True),
+    ("我的知识库里没有这个。", True),
 ])
 def test_an_answer_about_the_notes_with_none_read_says_so(settings, reply, unread):
     answer, _ = answered(settings, [{"content": reply}])
@@ -118,23 +117,38 @@ def test_quote_marks_inside_a_notes_name_are_no_quote(settings, kb):
     assert problems(answer) == {"python.md:3": citations.NOT_THERE}
 
 
-def test_every_tool_that_shows_note_text_counts_and_its_lines_are_the_notes_own(notebook, kb):
+def test_every_tool_that_shows_note_text_says_which_lines_and_they_are_the_notes_own(notebook, kb):
+    def shown(name, **arguments) -> dict:
+        result = tools.execute_tool(name, arguments, notebook)
+        return {path: set(lines) for path, lines in result.shown.get("lines", {}).items()}
+
     long = "# Long\n\n" + "\n".join(f"## Part {n}\n\n{'words ' * 60}" for n in range(1, 80)) + "\n"
     (kb / "long.md").write_text(long, encoding="utf-8")
-    first = reading.read_note(notebook, "long.md")  # the outline first, then as many lines as fit
-    seen = citations.shown("read_note", "", first)["long.md"]
+    seen = shown("read_note", file_path="long.md")["long.md"]  # the outline first, then as many lines as fit
     assert {1, 2, 3, 4, 5, 237} <= seen and 236 not in seen  # what was read, and the outline's heading lines
-    later = reading.read_note(notebook, "long.md", start_line=200)
-    assert min(citations.shown("read_note", "", later)["long.md"]) == 200
-    section = reading.read_note(notebook, "long.md", section="Part 2")
-    assert citations.shown("read_note", "", section) == {"long.md": {6, 7, 8}}
+    assert min(shown("read_note", file_path="long.md", start_line=200)["long.md"]) == 200
+    assert shown("read_note", file_path="long.md", section="Part 2") == {"long.md": {6, 7, 8}}
     (kb / "links.md").write_text("# L\n\nSee [[python]].\n", encoding="utf-8")
-    assert citations.shown("links", "", reading.links(notebook, "links.md")) == {"links.md": {3}}
-    missed = tools.execute_tool("edit_note", {"file_path": "python.md", "old_text": "Use venv for project!",
-                                              "new_text": "x"}, notebook)
-    assert citations.shown("edit_note", "", missed.text) == {"python.md": {4}}
+    assert shown("links", file_path="links.md") == {"links.md": {3}}
+    assert shown("edit_note", file_path="python.md", old_text="Use venv for project!", new_text="x") == {
+        "python.md": {4}}  # its closest lines
     grep = "python.md:4:Use venv for projects.\n./work/meeting.md:3:Decided: ship search in December.\n"
-    assert citations.shown("bash", "", grep) == {"python.md": {4}, "work/meeting.md": {3}}
+    assert citations.shell_shown("grep -rn ship .", grep).lines == {"python.md": {4}, "work/meeting.md": {3}}
+
+
+def test_a_reworded_tool_result_is_checked_by_what_it_says_it_showed(settings, monkeypatch):
+    read = tools.TOOLS["read_note"].function
+
+    def reworded(notebook, **arguments):
+        result = read(notebook, **arguments)
+        return notes.Shown("Here it is, numbered from the top:\n" + result.split("\n", 1)[1], result.lines,
+                           result.named)
+
+    monkeypatch.setitem(tools.TOOLS, "read_note", dataclasses.replace(tools.TOOLS["read_note"], function=reworded))
+    answer, history = answered(settings, [call("read_note", file_path="python.md"),
+                                          {"content": 'It says "装饰器很有用" (python.md:3), see python.md:99.'}])
+    assert "(lines 1-4 of 4)" not in history[2]["content"]
+    assert problems(answer) == {"python.md:3": "", "python.md:99": "the note has 4 lines"}
 
 
 def test_a_saved_conversation_is_checked_again_for_a_page_drawing_it(settings, notebook):
@@ -155,6 +169,14 @@ def test_the_one_shot_answer_is_stdout_and_each_failed_citation_a_line_on_stderr
     assert result.stdout == 'It says "装饰器很有用" (python.md:3), and python.md:99 "x\\x1b[2J".\n'
     assert "✗ python.md:99 — the note has 4 lines" in result.stderr.splitlines()
     assert "python.md:3 —" not in result.stderr and "\x1b" not in result.stderr
+
+
+def test_what_was_read_in_an_earlier_run_is_kept_with_the_conversation(call_main, fake_llm, kb):
+    assert call_main("find vim notes", kb=kb, base_url=fake_llm.base_url).returncode == 0  # searches, reads vim.md
+    fake_llm.replies = [{"content": '"dd" deletes a line (vim.md:3); "gg" (vim.md:99).'}]
+    result = call_main("--continue", "and dd?", kb=kb, base_url=fake_llm.base_url)
+    assert "✗ vim.md:99 — the note has 4 lines" in result.stderr and "vim.md:3 —" not in result.stderr
+    assert citations.READ_BEFORE.strip() in result.stderr
 
 
 @posix_only

@@ -9,14 +9,9 @@ import sys
 
 import pytest
 
-from conftest import MAIN, child_env, run_main  # noqa: F401  (test_shell_tool.py imports MAIN and run_main here)
+from conftest import MAIN, assert_clean_failure, child_env, run_main
 
 QUICK_RETRY = {"retry-after-ms": "1"}  # the SDK honours it, so retries take no time
-
-
-def assert_clean_failure(result, code):
-    assert result.returncode == code, result.stderr
-    assert "Traceback" not in result.stderr and result.stderr.strip().count("\n") == 0
 
 
 @pytest.mark.parametrize("flags", [[], ["--no-stream"]])

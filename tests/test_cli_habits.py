@@ -18,8 +18,7 @@ import fake_server
 import config
 import main
 import reading
-import tools
-from conftest import MAIN, NO_SERVER, ROOT, Terminal, child_env, posix_only, run_main, run_tool
+from conftest import MAIN, MCP_SERVER, NO_SERVER, ROOT, Terminal, child_env, posix_only, run_main, run_tool
 from notebook import Notebook
 
 PASTE_START, PASTE_END = b"\x1b[200~", b"\x1b[201~"
@@ -279,7 +278,6 @@ def test_piped_text_in_a_legacy_encoding_is_decoded(call_main, fake_llm, kb):
 
 # --- An installable command: one package, nothing generic at the top level of site-packages ---
 
-MCP_SERVER = ROOT / "mcp_server.py"
 TOOLS_LIST = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}\n'
 
 

@@ -6,6 +6,7 @@ import pytest
 
 import config
 from config import ConfigError, load_settings
+from conftest import assert_clean_failure
 
 
 @pytest.fixture
@@ -152,8 +153,7 @@ def test_a_settings_file_that_is_not_utf8_is_one_line_naming_it(tmp_path, kb, sc
     result = subprocess.run([sys.executable, os.path.join(project, script), "--kb", str(kb), "hello"][:4 if
                             script == "mcp_server.py" else 5], capture_output=True, text=True, timeout=60,
                             stdin=subprocess.DEVNULL)
-    assert result.returncode == 2, result.stderr
-    assert "Traceback" not in result.stderr and result.stderr.strip().count("\n") == 0
+    assert_clean_failure(result, 2)
     assert f"{user_file} is not UTF-8 text" in result.stderr
 
 

@@ -1,14 +1,17 @@
 """The context budget: every request fits, the latest turn is intact, the history stays valid, and what is
 sent only grows at its end between rare trims (so prompt caching keeps working)."""
 
+import functools
 import json
 
 import pytest
+from conftest import assert_valid_history
 
 from context import (INTERRUPTED_RESULT, MESSAGE_OVERHEAD_TOKENS, TRIM_TO, estimate_tokens, fit_to_budget,
                      repair_history, text_tokens)
 
 SYSTEM = {"role": "system", "content": "You help with notes."}
+LONG_SESSION_BUDGET = 20_000  # tokens
 ELIDED = "[… elided, "
 
 
@@ -27,22 +30,9 @@ def turn(i: int, tool_chars: int = 8000, calls: int = 1, cjk: bool = False) -> l
 
 
 def assert_valid(messages: list[dict]) -> None:
-    """What the chat API checks: user first after system, every call answered at once, no orphans."""
-    i = 0
-    while messages[i]["role"] == "system":
-        i += 1
-    assert messages[i]["role"] == "user"
-    pending = []
-    for m in messages[i:]:
-        if m["role"] == "tool":
-            assert m["tool_call_id"] in pending, f"orphan tool message {m['tool_call_id']}"
-            pending.remove(m["tool_call_id"])
-            continue
-        assert not pending, f"unanswered tool calls {pending}"
-        if m["role"] == "assistant" and m.get("tool_calls"):
-            assert "reasoning_content" in m  # DeepSeek rejects a tool-call message without it
-            pending = [c["id"] for c in m["tool_calls"]]
-    assert not pending
+    """A valid conversation whose tool calls keep their reasoning_content: DeepSeek rejects one without it."""
+    assert_valid_history(messages)
+    assert all("reasoning_content" in m for m in messages if m.get("tool_calls")), messages
 
 
 def session_requests(turns: int, budget: int, cjk: bool = False, tool_chars: int = 6000):
@@ -59,6 +49,13 @@ def session_requests(turns: int, budget: int, cjk: bool = False, tool_chars: int
         stored += full_turn
     # The requests shared their message dicts with `stored`: any change made to one would show here.
     assert stored == [SYSTEM] + [m for i in range(turns) for m in turn(i, tool_chars, 1 + i % 3, cjk)]
+
+
+@functools.cache
+def long_session(cjk: bool, tool_chars: int = 6000) -> list[tuple[list, list]]:
+    """Every (request, sent) of a 120-turn session at a 20,000-token budget: replayed once, read by each test
+    that looks at it from its own side."""
+    return list(session_requests(120, LONG_SESSION_BUDGET, cjk, tool_chars))
 
 
 def test_estimate_counts_cjk_per_character_and_latin_per_three_and_a_half():
@@ -103,9 +100,8 @@ def test_oldest_turns_go_whole_when_shortening_is_not_enough():
 
 @pytest.mark.parametrize("cjk", [False, True])
 def test_long_session_every_request_fits_and_latest_turn_is_intact(cjk):
-    budget = 20_000
-    for request, sent in session_requests(120, budget, cjk):
-        assert estimate_tokens(sent) <= budget
+    for request, sent in long_session(cjk):
+        assert estimate_tokens(sent) <= LONG_SESSION_BUDGET
         assert_valid(sent)
         assert sent[0] == SYSTEM
         current = request[max(i for i, m in enumerate(request) if m["role"] == "user"):]
@@ -116,13 +112,12 @@ def test_long_session_every_request_fits_and_latest_turn_is_intact(cjk):
 def test_what_is_sent_only_grows_at_its_end_between_rare_trims(cjk):
     """Prompt caching bills a repeated prefix cheaply: request k+1 starts with request k unchanged, except
     at a trim, which cuts back to about half the budget; what was shortened or dropped never comes back."""
-    budget, previous, trims, requests, dropped = 20_000, None, 0, [], set()
+    previous, trims, dropped, requests = None, 0, set(), long_session(cjk, tool_chars=2000 if cjk else 6000)
     shortened: set[str] = set()
-    for request, sent in session_requests(120, budget, cjk, tool_chars=2000 if cjk else 6000):  # ~1,700 tokens
-        requests.append((request, sent))
+    for request, sent in requests:  # each tool result ~1,700 tokens
         if previous and sent[:len(previous)] != previous:
             trims += 1
-            assert estimate_tokens(sent) <= budget * TRIM_TO
+            assert estimate_tokens(sent) <= LONG_SESSION_BUDGET * TRIM_TO
         for m in sent:
             if m["role"] == "tool":
                 assert m["tool_call_id"] not in shortened or ELIDED in m["content"]
@@ -134,7 +129,7 @@ def test_what_is_sent_only_grows_at_its_end_between_rare_trims(cjk):
         previous = sent
     assert 0 < trims <= len(requests) / 8
     request, sent = requests[len(requests) // 2]
-    assert fit_to_budget(request, budget) == sent  # the same history gives the same request, whatever came after
+    assert fit_to_budget(request, LONG_SESSION_BUDGET) == sent  # the same history, the same request, come what may
 
 
 @pytest.mark.parametrize("cjk", [False, True])
@@ -142,7 +137,7 @@ def test_a_trim_keeps_the_head_of_the_conversation_so_its_cached_prefix_survives
     """A trim used to rewrite everything after the system prompt, so the provider's cache of the whole
     conversation was lost each time; the first turns now stay, shortened, ahead of every later request."""
     previous, kept_at_trims = None, []
-    for _, sent in session_requests(120, 20_000, cjk, tool_chars=2000 if cjk else 6000):
+    for _, sent in long_session(cjk, tool_chars=2000 if cjk else 6000):
         if previous and sent[:len(previous)] != previous:  # a trim: how much of the last request still leads
             kept_at_trims.append(next(i for i, (a, b) in enumerate(zip(sent, previous + [None])) if a != b))
         previous = sent

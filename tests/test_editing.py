@@ -3,9 +3,8 @@
 import codecs
 
 import pytest
-from conftest import StubClient, make_notebook, run_tool, tool_call
+from conftest import make_notebook, run_repl, run_tool, tool_call
 
-import main
 import terminal
 import versions
 import approval
@@ -70,7 +69,7 @@ def test_overlapping_matches_count_as_ambiguous(notebook, kb):
 
 @pytest.mark.parametrize("args, expected", [
     ({"file_path": "python.md", "old_text": "", "new_text": "x"}, "old_text is empty"),
-    ({"file_path": "nope.md", "old_text": "a", "new_text": "b"}, "does not exist"),
+    ({"file_path": "nope.md", "old_text": "a", "new_text": "b"}, "no such note"),  # as a private one
     ({"file_path": "python.md", "old_text": "Use venv", "new_text": "Use venv"}, "the same"),
 ])
 def test_edit_refusals(notebook, kb, args, expected):
@@ -134,6 +133,21 @@ def test_a_change_to_the_same_text_says_nothing_was_written(notebook, kb):
     assert "Nothing was written: python.md already holds exactly that text." in result, result
     assert "kept" not in result  # no version was made, so none is promised
     assert history_texts(kb, "python.md") == [] and (kb / "python.md").read_bytes() == before
+
+
+def test_a_reorder_of_a_long_note_is_never_shown_as_no_change(notebook, kb):  # a red team's 32,000 lines
+    (kb / "rep.md").write_text("a\nb\n" * 16_000, encoding="utf-8")
+    result = run_tool(notebook, "write_note", file_path="rep.md", content="b\na\n" * 16_000, overwrite=True)
+    assert result.splitlines()[0] == "~ rep.md  +0 \u22120, 16000 lines moved", result
+    lines = [f"entry {i}\n" for i in range(6_000)]  # a block of 1,000 lines cut and pasted further down
+    (kb / "log.md").write_text("".join(lines), encoding="utf-8")
+    result = run_tool(notebook, "write_note", file_path="log.md", overwrite=True,
+                      content="".join(lines[:1000] + lines[2000:5000] + lines[1000:2000] + lines[5000:]))
+    assert result.splitlines()[0] == "~ log.md  +0 \u22120, 1000 lines moved", result
+    (kb / "log.md").write_text("".join(lines), encoding="utf-8")
+    result = run_tool(notebook, "write_note", file_path="log.md", content="".join(["new\n"] + lines[:-1]),
+                      overwrite=True)
+    assert result.splitlines()[0] == "~ log.md  +1 \u22121", result  # a line in at the top, one out at the end: no move
 
 
 def test_overwrite_keeps_the_notes_bom_and_crlf(notebook, kb):
@@ -278,24 +292,6 @@ def test_undo_puts_back_the_folders_a_change_made(notebook, kb, name, args):
 
 
 # --- the REPL ---
-
-
-def run_repl(monkeypatch, notebook, lines, replies, answers=()):
-    """Drive main.repl with typed lines (and y/N answers), against a scripted model."""
-    typed = iter(list(lines))
-    answered = iter(list(answers))
-
-    def fake_input(prompt=""):
-        source = typed if prompt.startswith("\n>") else answered
-        try:
-            return next(source)
-        except StopIteration:
-            raise EOFError from None
-
-    monkeypatch.setattr("builtins.input", fake_input)
-    client = StubClient(replies)
-    assert main.repl(notebook, client, terminal.Display()) == main.EXIT_OK
-    return client
 
 
 def test_repl_delete_then_undo_brings_the_note_back(monkeypatch, capsys, kb):

@@ -5,6 +5,7 @@ import json
 import os
 import stat
 import threading
+import unicodedata
 
 import pytest
 from conftest import Recorder, StubClient, make_notebook, make_settings
@@ -12,6 +13,7 @@ from conftest import Recorder, StubClient, make_notebook, make_settings
 import db
 import main
 import mcp_server
+import notes
 import search
 import sessions
 import approval
@@ -104,16 +106,49 @@ def test_auto_approve_does_not_lift_the_mcp_servers_hourly_bound(kb, monkeypatch
     assert sorted(p.name for p in kb.glob("big*.md")) == ["big0.md", "big1.md", "big2.md"]
 
 
-@pytest.mark.parametrize("name", ["a\u200bb.md", "report\u061c.md", "\u202enote.md", "x\ufeff.md"])
+@pytest.mark.parametrize("name", ["a\u200bb.md", "report\u061c.md", "\u202enote.md", "x\ufeff.md",
+                                  "plan\u034f.md", "plan\ufe0f.md", "plan\u17b4.md",  # a red team's
+                                  "plan\U000e0100.md", "\u3164.md", "plan\u2065.md"])  # a Hangul filler, unassigned
 def test_a_new_name_with_an_invisible_character_is_refused(kb, name):
     notebook = make_notebook(kb, auto_approve=True)
     for tool, args in (("write_note", {"file_path": name, "content": "x"}),
                        ("append_note", {"file_path": name, "content": "x"}),
                        ("move_note", {"from_path": "vim.md", "to_path": name})):
         result = tools.execute_tool(tool, args, notebook)
-        assert result.error and ("invisible formatting character" in result.text  # or, for direction marks,
+        assert result.error and ("invisible character" in result.text  # or, for direction marks,
                                  or "control characters" in result.text), tool  # the path guard's own refusal
+        assert notes.visible(name) in result.text and notes.visible(name) != name  # shown escaped
     assert sorted(p.name for p in kb.iterdir()) == ["python.md", "vim.md", "work"]
+
+
+@pytest.mark.parametrize("name", ["\u0440lan.md", "\uff50lan.md", "\u03c1lan.md", "PLAN.md", "\u0420LAN.md",
+                                  "work/pl\u0430n.md"])  # Cyrillic р, full-width ｐ, Greek ρ, case, Cyrillic Р, а
+def test_a_new_name_that_looks_like_an_existing_one_is_refused(kb, name):  # found by a red team
+    (kb / "plan.md").write_text("# Plan\n", encoding="utf-8")
+    (kb / "work" / "plan.md").write_text("# Plan\n", encoding="utf-8")
+    before = sorted(str(p.relative_to(kb)) for p in kb.rglob("*"))
+    notebook = make_notebook(kb, auto_approve=True)
+    for tool, args in (("write_note", {"file_path": name, "content": "x"}),
+                       ("append_note", {"file_path": name, "content": "x"}),
+                       ("move_note", {"from_path": "vim.md", "to_path": name})):
+        result = tools.execute_tool(tool, args, notebook)
+        assert result.error and "looks the same as a name in" in result.text, (tool, result.text)
+        assert "plan.md" not in result.text.replace(name.rsplit("/")[-1], "")  # the other note is not named
+    assert sorted(str(p.relative_to(kb)) for p in kb.rglob("*")) == before
+
+
+def test_emoji_and_joining_scripts_keep_their_invisible_characters(kb):
+    notebook = make_notebook(kb, auto_approve=True)
+    for name in ("\u2764\ufe0f plan.md", "\U0001f468\u200d\U0001f469\u200d\U0001f467 family.md",
+                 "\U0001f44d\U0001f3fd\u200d\u2642 ok.md", "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645.md",
+                 "\u0915\u094d\u200d\u0937.md"):  # ❤️, a family, a skin tone, Persian ZWNJ, Devanagari ZWJ
+        result = tools.execute_tool("write_note", {"file_path": name, "content": "x"}, notebook)
+        assert not result.error and (kb / name).exists() and notes.visible(name) == name, result.text
+
+
+def test_every_character_unicode_makes_invisible_is_shown_escaped():
+    ignorable = [chr(c) for c in range(0x110000) if notes.ignorable(chr(c)) and unicodedata.category(chr(c)) != "Cn"]
+    assert len(ignorable) > 400 and [c for c in ignorable if notes.visible(f"a{c}b") == f"a{c}b"] == []
 
 
 def test_search_never_reads_outside_the_notes_while_a_folder_is_swapped_for_a_link(tmp_path, kb):

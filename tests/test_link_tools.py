@@ -8,6 +8,7 @@ the moved note under its new name, and files the move need not touch keep every 
 
 import hashlib
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,9 +23,7 @@ import terminal
 import reading
 import tools
 import versions
-from conftest import child_env, make_notebook, tool_call, unpack_garden, write
-from test_editing import run_repl
-from test_mcp import McpProcess, server_env
+from conftest import McpProcess, call, child_env, make_notebook, run_repl, server_env, write
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -245,18 +244,15 @@ def test_a_name_no_link_can_hold_or_a_look_alike_of_another_note_is_refused(tmp_
     notebook = make_notebook(kb, auto_approve=True)
     move = lambda dst: tools.execute_tool("move_note", {"from_path": "b.md", "to_path": dst}, notebook)  # noqa: E731
     assert "the link to b].md in a.md (line 1) cannot be written" in move("b].md").text  # [[b]]] is [[b]] and ']'
-    for twin, existing in (("oTHER.md", "Other.md"), (unicodedata.normalize("NFD", "café.md"), "café.md"),
-                           ("OTHER.md/x.md", "Other.md")):
-        result = move(twin)
-        assert result.error and f"{existing} already exists, and" in result.text and "only in case" in result.text
-        written = tools.execute_tool("write_note", {"file_path": twin, "content": "x"}, notebook)
-        assert written.error and f"{existing} already exists, and" in written.text
+    for twin in ("oTHER.md", unicodedata.normalize("NFD", "café.md"), "OTHER.md/x.md"):
+        for result in (move(twin), tools.execute_tool("write_note", {"file_path": twin, "content": "x"}, notebook)):
+            assert result.error and "looks the same as a name in the top folder" in result.text, result.text
     write(kb, "Secret-Plans.md", "---\nprivate: true\n---\nplans\n")
     write(kb, "Diary/d.md", "dear diary\n")
     write(kb, ".kaignore", "Diary/\n")
-    for private in ("secret-plans.md", "diary/new.md"):  # a private note's name is told to nobody
+    for private in ("secret-plans.md", "diary/new.md"):  # as a public note's twin: a private name is told to nobody
         result = tools.execute_tool("write_note", {"file_path": private, "content": "x"}, notebook)
-        assert result.error and "no note can be made at that path" in result.text, result.text
+        assert result.error and "looks the same as a name in the top folder" in result.text, result.text
         assert "Secret" not in result.text and "Diary" not in result.text
     old = hashes(kb)
     moved(kb, "b.md", "B.md")  # a case-only rename of the note itself is no look-alike; [[b]] still leads to it
@@ -376,7 +372,7 @@ def test_a_kill_between_two_writes_leaves_what_undo_puts_back(vault, tmp_path):
 def test_the_terminal_lists_the_files_a_move_touches_under_its_question(vault, monkeypatch, capsys):
     old = hashes(vault)
     run_repl(monkeypatch, make_notebook(vault), ["rename it", "/undo"], [
-        {"tool_calls": [tool_call("move_note", from_path="读书/三体.md", to_path="三体新.md")]}, {"content": "Moved."}],
+        call("move_note", from_path="读书/三体.md", to_path="三体新.md"), {"content": "Moved."}],
         answers=["y"])
     err = capsys.readouterr().err
     files = "→ 读书/三体.md → 三体新.md|~ 三体新.md  +1 −1|~ 书单.md  +4 −4|~ 人物/刘慈欣.md  +1 −1|~ 板.canvas  +1 −1"
@@ -396,13 +392,11 @@ def test_a_question_lists_at_most_twenty_files_and_says_how_many_more(vault):
 
 
 def test_one_shot_yes_moves_with_every_link_and_undo_puts_it_back(call_main, fake_llm, vault):
-    fake_llm.replies = [{"tool_calls": [{"name": "move_note", "arguments": json.dumps(
-        {"from_path": "读书/三体.md", "to_path": "科幻/三体.md"}, ensure_ascii=False)}]}, {"content": "Done."}]
+    fake_llm.replies = [call("move_note", from_path="读书/三体.md", to_path="科幻/三体.md"), {"content": "Done."}]
     before, old = every_file(vault), hashes(vault)
     refused = call_main("move it", kb=vault, base_url=fake_llm.base_url)
     assert "rerun with --yes" in refused.stderr and hashes(vault) == old
-    fake_llm.replies = [{"tool_calls": [{"name": "move_note", "arguments": json.dumps(
-        {"from_path": "读书/三体.md", "to_path": "科幻/三体.md"}, ensure_ascii=False)}]}, {"content": "Done."}]
+    fake_llm.replies = [call("move_note", from_path="读书/三体.md", to_path="科幻/三体.md"), {"content": "Done."}]
     result = call_main("--yes", "move it", kb=vault, base_url=fake_llm.base_url)
     assert result.returncode == 0 and result.stdout == "Done.\n", result.stderr
     assert "→ 读书/三体.md → 科幻/三体.md\n  ~ 书单.md  +1 −1\n  ~ 人物/刘慈欣.md  +1 −1\n  ~ 板.canvas" in result.stderr
@@ -426,8 +420,8 @@ def test_mcp_moves_with_every_link_and_serves_links_as_read_only(vault, tmp_path
     undone(vault, old)
 
 
-def test_renaming_the_most_linked_note_of_a_real_vault_keeps_every_link(tmp_path):
-    kb = unpack_garden(tmp_path)
+def test_renaming_the_most_linked_note_of_a_real_vault_keeps_every_link(garden, tmp_path):
+    kb = Path(shutil.copytree(garden, tmp_path / garden.name))
     before, old = every_file(kb), hashes(kb)
     inbound = {}
     for (source, _), target in links.resolve_all(before).items():

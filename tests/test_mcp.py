@@ -1,30 +1,23 @@
 """mcp_server.py as an MCP client sees it: a subprocess driven with JSON-RPC lines on stdin and stdout.
 
 Most tests share one server process (re-initializing is allowed, so each test sets the version it needs).
-Tests about flags, exit codes and stray output start their own. The optional last test connects the
-official `mcp` Python SDK's stdio client and is skipped when that package is not installed.
+Tests about flags, exit codes and stray output start their own. The last test connects the official `mcp`
+Python SDK's stdio client (requirements-dev.txt), and says so when it skips without it.
 """
 
-import json
-import queue
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
-from fake_server import unfenced
 
 import tools
 from config import VERSION
-from conftest import ROOT, child_env
+from conftest import MCP_LATEST, MCP_SERVER, REPLY_TIMEOUT, ROOT, McpProcess, server_env
 from mcp_server import MCP_MAX_MESSAGE_BYTES
 
-SERVER = ROOT / "mcp_server.py"
-REPLY_TIMEOUT = 30  # seconds; only reached when a reply that should come never does
-LATEST = "2025-11-25"
 VERSIONS = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"]
 
 # A server with three extra tools, to test what the core does not have yet: a tool that needs a person's
@@ -57,74 +50,6 @@ tools.TOOLS.update(forget_note=tools.tool(forget_note, "Test tool forget_note", 
 import mcp_server
 sys.exit(mcp_server.main())
 """
-
-
-def server_env(**extra) -> dict:
-    """The test's environment without settings that would change what the server serves."""
-    return child_env(**{"MCP_ALLOW_DESTRUCTIVE": "0", "MCP_ALLOW_SHELL": "0", "AUTO_APPROVE": "0"}  # beat any .env
-                     | extra)
-
-
-class McpProcess:
-    """One server subprocess; replies are read by a thread so a missing reply fails instead of hanging."""
-
-    def __init__(self, kb: Path, *args: str, script: Path = SERVER, env: dict | None = None):
-        self.proc = subprocess.Popen([sys.executable, str(script), "--kb", str(kb), *args],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env=env or server_env())
-        self.lines: queue.Queue = queue.Queue()
-        self.stderr_chunks: list[bytes] = []
-        self.next_id = 0
-        threading.Thread(target=self._read_stdout, daemon=True).start()
-        threading.Thread(target=lambda: self.stderr_chunks.extend(self.proc.stderr), daemon=True).start()
-
-    def _read_stdout(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(None)
-
-    def send(self, message) -> None:
-        data = message if isinstance(message, bytes) else json.dumps(message).encode("utf-8")
-        self.proc.stdin.write(data + b"\n")
-        self.proc.stdin.flush()
-
-    def receive(self):
-        line = self.lines.get(timeout=REPLY_TIMEOUT)
-        assert line is not None, "the server closed stdout: " + self.stderr()
-        return json.loads(line)
-
-    def request(self, method: str, params: dict | None = None) -> dict:
-        self.next_id += 1
-        message = {"jsonrpc": "2.0", "id": self.next_id, "method": method}
-        if params is not None:
-            message["params"] = params
-        self.send(message)
-        reply = self.receive()
-        assert reply["id"] == self.next_id
-        return reply
-
-    def initialize(self, version: str = LATEST) -> dict:
-        reply = self.request("initialize", {"protocolVersion": version, "capabilities": {},
-                                            "clientInfo": {"name": "test", "version": "1"}})
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        return reply["result"]
-
-    def call(self, name: str, arguments) -> dict:
-        """The tool's result, its text as the tool wrote it: every result comes fenced as data (checked here)."""
-        result = self.request("tools/call", {"name": name, "arguments": arguments})["result"]
-        text = result["content"][0]["text"]
-        assert text.startswith("<<<data ") and "never an instruction" in text.split("\n")[0]
-        return {**result, "content": [{"type": "text", "text": unfenced(text)}]}
-
-    def tool_names(self) -> list[str]:
-        return [tool["name"] for tool in self.request("tools/list")["result"]["tools"]]
-
-    def stderr(self) -> str:
-        return b"".join(self.stderr_chunks).decode("utf-8", "replace")
-
-    def close(self) -> int:
-        self.proc.stdin.close()
-        return self.proc.wait(timeout=REPLY_TIMEOUT)
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +95,7 @@ def test_initialize_answers_the_version_the_client_asked_for(server, version):
 
 @pytest.mark.parametrize("asked", ["2099-01-01", "1.0", ""])
 def test_an_unknown_version_gets_the_latest(server, asked):
-    assert server.initialize(asked)["protocolVersion"] == LATEST
+    assert server.initialize(asked)["protocolVersion"] == MCP_LATEST
 
 
 # --- Tools ---
@@ -276,7 +201,7 @@ def test_batches_only_in_the_version_that_had_them(server):
              {"jsonrpc": "2.0", "method": "notifications/initialized"},
              {"jsonrpc": "2.0", "id": "b", "method": "tools/call",
               "params": {"name": "read_note", "arguments": {"file_path": "python.md"}}},
-             {"jsonrpc": "2.0", "id": "c", "method": "initialize", "params": {"protocolVersion": LATEST}},
+             {"jsonrpc": "2.0", "id": "c", "method": "initialize", "params": {"protocolVersion": MCP_LATEST}},
              "junk"]
     try:
         server.initialize("2025-06-18")
@@ -295,7 +220,7 @@ def test_batches_only_in_the_version_that_had_them(server):
         server.send([{"jsonrpc": "2.0", "method": "notifications/initialized"}])  # nothing to answer
         assert_alive(server)
     finally:
-        server.initialize(LATEST)
+        server.initialize(MCP_LATEST)
 
 
 def test_a_huge_line_is_skipped_and_a_big_one_is_served(server, notes):
@@ -369,7 +294,7 @@ def test_stdout_carries_only_protocol_messages(notes, patched_server_script):
 def test_version_and_help_name_the_command_run(tmp_path):
     """Found by an outside tester: --version was an unrecognized argument, and --help named mcp_server.py even
     for the installed knowledge-agent-mcp (its install is checked in test_cli_habits)."""
-    version = subprocess.run([sys.executable, str(SERVER), "--version"], capture_output=True, text=True,
+    version = subprocess.run([sys.executable, str(MCP_SERVER), "--version"], capture_output=True, text=True,
                              env=server_env(), timeout=REPLY_TIMEOUT)
     assert (version.returncode, version.stdout) == (0, f"knowledge-agent {VERSION}\n"), version.stderr
     renamed = tmp_path / "knowledge-agent-mcp"
@@ -387,7 +312,7 @@ def test_closed_stdin_exits_0_quietly(notes):
 
 
 def test_a_client_that_stops_reading_ends_the_server_quietly(notes):
-    proc = subprocess.Popen([sys.executable, str(SERVER), "--kb", str(notes)], stdin=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, str(MCP_SERVER), "--kb", str(notes)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=server_env())
     proc.stdout.close()  # the reply to the ping below has nowhere to go
     _, stderr = proc.communicate(b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n', timeout=REPLY_TIMEOUT)
@@ -462,12 +387,13 @@ def test_a_relative_kb_is_taken_from_the_working_directory_and_named_in_full(app
 # --- A real client ---
 
 def test_the_official_python_sdk_connects_lists_and_calls(notes):
-    mcp = pytest.importorskip("mcp")
-    anyio = pytest.importorskip("anyio")
+    mcp = pytest.importorskip("mcp", reason="the official MCP SDK is not installed: pip install -r "
+                                            "requirements-dev.txt")
+    import anyio  # the SDK's own dependency
     from mcp.client.stdio import stdio_client
 
     async def session() -> list[dict]:
-        params = mcp.StdioServerParameters(command=sys.executable, args=[str(SERVER), "--kb", str(notes)],
+        params = mcp.StdioServerParameters(command=sys.executable, args=[str(MCP_SERVER), "--kb", str(notes)],
                                            env=server_env())
         async with stdio_client(params) as (read, write), mcp.ClientSession(read, write) as client:
             results = [await client.initialize(), await client.list_tools(),

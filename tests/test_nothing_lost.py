@@ -59,17 +59,27 @@ def test_two_processes_editing_one_note_lose_nothing(tmp_path, kb):
     assert text == "# Tasks\n" + "".join(f"- {item[:-1]} done.\n" for item in items)
 
 
-KILLED_WRITER = """
-import sys
+# Reads crash moments, one a line: for each, forks a writer (this process has imported everything already, so
+# the writer starts at once), lets it rewrite big.md for that many seconds, kills it and says so.
+KILLED_WRITERS = """
+import os, signal, sys, time
 sys.path.insert(0, {root!r})
 from pathlib import Path
 import tools
 from config import Settings
 from notebook import Notebook
 notebook = Notebook(Settings(None, "", "", Path({kb!r}), index_dir=Path({cache!r})))
-print("ready", flush=True)
-for i in range(1000):
-    tools.execute_tool("write_note", {{"file_path": "big.md", "content": (f"v{{i}} " * 400_000), "overwrite": True}}, notebook)
+for moment in sys.stdin:
+    writer = os.fork()
+    if writer == 0:
+        for i in range(1000):
+            tools.execute_tool("write_note", {{"file_path": "big.md", "content": (f"v{{i}} " * 400_000),
+                                              "overwrite": True}}, notebook)
+        os._exit(0)
+    time.sleep(float(moment))  # the moment of the crash: the writer never ends before it
+    os.kill(writer, signal.SIGKILL)
+    os.waitpid(writer, 0)
+    print("killed", flush=True)
 """
 
 
@@ -82,17 +92,13 @@ def test_a_writer_killed_mid_change_leaves_an_undoable_note_and_no_temp_files(tm
     from notebook import Notebook
     notebook = Notebook(Settings(None, "", "", kb, index_dir=tmp_path / "cache"))
     (kb / "big.md").write_text("original\n", encoding="utf-8")
-    script = KILLED_WRITER.format(root=str(ROOT), kb=str(kb), cache=str(tmp_path / "cache-killed"))
+    script = KILLED_WRITERS.format(root=str(ROOT), kb=str(kb), cache=str(tmp_path / "cache-killed"))
+    writers = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     rng = random.Random(11)
     for _ in range(12):
-        writer = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-        assert writer.stdout.readline() == "ready\n"
-        try:
-            writer.wait(timeout=rng.uniform(0.05, 0.6))  # the moment of the crash: never expected to end
-        except subprocess.TimeoutExpired:
-            writer.kill()
-        writer.wait()
-        writer.stdout.close()
+        writers.stdin.write(f"{rng.uniform(0.05, 0.6)}\n")
+        writers.stdin.flush()
+        assert writers.stdout.readline() == "killed\n"
         data = (kb / "big.md").read_bytes()
         words = set(data.split())
         assert data == b"original\n" or len(words) == 1  # a whole version, never half of two
@@ -103,6 +109,8 @@ def test_a_writer_killed_mid_change_leaves_an_undoable_note_and_no_temp_files(tm
         left = [p for p in kb.rglob(".~*.tmp")]
         assert left == []
         (kb / "big.md").write_bytes(data)  # back to what the crash left, for the next round
+    writers.stdin.close()
+    assert writers.wait(timeout=60) == 0
 
 
 def test_a_folder_swapped_for_a_link_mid_change_never_leads_outside(tmp_path, kb):

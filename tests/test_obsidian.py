@@ -2,7 +2,7 @@
 aliases and tags as search fields, excluded files, drawings and sync-conflict copies kept out of the hits,
 sections, front matter kept valid, daily notes from their template, and the vault's style in the system prompt.
 
-Real files in tmp_path; the knowledge-garden vault (/work/shared/corpus) where it exists, else those tests skip.
+Real files in tmp_path; the knowledge-garden vault (conftest.GARDEN) where it exists, else those tests skip.
 """
 
 import json

@@ -14,7 +14,6 @@ from fake_server import CONTEXT_ERRORS, TEXT_CALL_SHAPES, FakeLLM, as_text, cont
 from replies import (context_window, could_be_tool_call, error_message, held_from, is_context_error,
                      server_kept_fewer, text_tool_calls)
 
-OFFERED = {"search_notes", "read_note", "write_note", "list_notes", "edit_note"}
 WRITE = {"name": "write_note", "arguments": json.dumps({"file_path": "todo.md", "content": "# Todo\n\n- 写信\n"},
                                                        ensure_ascii=False)}
 SEARCH = {"name": "search_notes", "arguments": json.dumps({"query": "python"})}
@@ -28,7 +27,7 @@ def streamed(text: str, piece: int = 3) -> tuple[str, list | None]:
         held = held_from(text[:end], held)
         assert held == held_from(text[:end])  # what it learnt from the shorter text changes nothing
     shown = text[:held]
-    calls = text_tool_calls(text[held:], OFFERED) if held < len(text) else None
+    calls = text_tool_calls(text[held:]) if held < len(text) else None
     return (shown if calls or held == len(text) else text), calls
 
 
@@ -38,7 +37,7 @@ def streamed(text: str, piece: int = 3) -> tuple[str, list | None]:
 @pytest.mark.parametrize("calls", [[WRITE], [WRITE, SEARCH]])
 def test_each_text_shape_becomes_the_calls_and_shows_nothing(shape, calls):
     text = as_text(calls, shape)
-    assert text_tool_calls(text, OFFERED) == calls
+    assert text_tool_calls(text) == calls
     assert streamed(text) == ("", calls)
     assert all(could_be_tool_call(text[:end]) for end in range(len(text) + 1))  # never released early
 
@@ -66,28 +65,45 @@ def test_each_text_shape_becomes_the_calls_and_shows_nothing(shape, calls):
     ('```json\n{"name": "search_notes", "arguments": {"query": "python"}}\n', [SEARCH]),
 ])
 def test_calls_in_the_shapes_servers_send(content, expected):
-    assert text_tool_calls(content, OFFERED) == expected
+    assert text_tool_calls(content) == expected
     assert streamed(content) == ("", expected)
 
 
 @pytest.mark.parametrize("content", [
-    # Qwen2.5-Coder-0.5B-Instruct, asked to "create todo.md …": no such tool, and not even valid JSON
-    '```json\n{\n  "name": "create_todo.md",\n  "arguments": {\n    "file_path": "work/ideas.md",\n    "content": '
-    '"1. Complete the assignment on Monday.\n  }\n}\n```',
-    '{"name": "delete_everything", "arguments": {}}',  # a name that is no offered tool
     'To search, the agent sends {"name": "search_notes", "arguments": {"query": "python"}}.',
     '```json\n{"name": "search_notes", "arguments": {"query": "python"}}\n```\nThis searches your notes.',
     '```python\n{"name": "search_notes", "arguments": {}}\n```',
     '{"name": "search_notes", "description": "Search the notes", "parameters": {"type": "object"}}',  # a schema
-    '{"name": "search_notes", "arguments": ["python"]}',
-    '{"name": "search_notes", "arguments": "not json"}',
+    '{"name": "search_notes", "arguments": {}} is how you search',
     '{"title": "Python", "tags": ["lang"]}',
     '[]', '{}', '', '   ', '<tools></tools>',
     '<tool_call>\n{"name": "search_notes", "arguments": {}}\n</tool_call>\nDone, I searched.',
 ])
-def test_text_that_shows_json_is_an_answer(content):
-    assert text_tool_calls(content, OFFERED) is None
+def test_text_that_shows_json_among_words_is_an_answer(content):
+    assert text_tool_calls(content) is None
     assert streamed(content) == (content, None)  # shown whole, whether released early or at the end
+
+
+@pytest.mark.parametrize("content, expected", [
+    # Qwen2.5-Coder-0.5B-Instruct, asked to "create todo.md …": no such tool, and not even valid JSON
+    ('```json\n{\n  "name": "create_todo.md",\n  "arguments": {\n    "file_path": "work/ideas.md",\n    "content": '
+     '"1. Complete the assignment on Monday.\n  }\n}\n```',
+     [{"name": "create_todo.md", "arguments": '{\n  "name": "create_todo.md",\n  "arguments": {\n    "file_path": '
+       '"work/ideas.md",\n    "content": "1. Complete the assignment on Monday.\n  }\n}'}]),
+    ('{"name": "delete_everything", "arguments": {}}', [{"name": "delete_everything", "arguments": "{}"}]),
+    ('{"name": "search_notes", "arguments": ["python"]}', [{"name": "search_notes", "arguments": '["python"]'}]),
+    ('{"name": "search_notes", "arguments": "not json"}', [{"name": "search_notes", "arguments": "not json"}]),
+    # three calls a line, one with a '}' too many (Qwen2.5-Coder-0.5B on llama.cpp): each line is its own call
+    ('{"name": "search_notes", "arguments": {"query": "python"}}\n{"name": "read_note", "arguments": '
+     '{"file_path": "python.md"}}}\n{"name": "list_notes", "arguments": {}}',
+     [SEARCH, {"name": "read_note", "arguments": '{"name": "read_note", "arguments": {"file_path": "python.md"}}}'},
+      {"name": "list_notes", "arguments": "{}"}]),
+])
+def test_call_shaped_text_is_calls_even_when_broken_or_unknown(content, expected):
+    """Such a reply is never printed: the agent runs it, and a broken call's or an unknown tool's error result tells
+    the model what is wrong (test_the_agent_turns_broken_text_calls_into_help)."""
+    assert text_tool_calls(content) == expected
+    assert streamed(content) == ("", expected)
 
 
 @pytest.mark.parametrize("prose", [
@@ -101,23 +117,13 @@ def test_prose_is_released_as_soon_as_it_is_clearly_prose(prose):
     assert calls is None and shown.startswith(prose)
 
 
-def test_a_call_to_a_tool_that_does_not_exist_can_be_told_from_an_answer():
-    # what Qwen2.5-Coder-0.5B sent, twice in four tries, for "create todo.md with a list of three things to do"
-    sent = ('{"name": "create_todo.md", "arguments": {"file_path": "todo.md", "content": "To-do List:\\n\\n1. '
-            'Complete project\\n2. Review code\\n3. Update README.md"}}')
-    assert text_tool_calls(sent, OFFERED) is None
-    assert text_tool_calls(sent, None) == [{"name": "create_todo.md", "arguments": json.dumps(
-        {"file_path": "todo.md", "content": "To-do List:\n\n1. Complete project\n2. Review code\n3. Update README.md"})}]
-    assert text_tool_calls("Here it is: " + sent, None) is None
-
-
 @pytest.mark.parametrize("prose", ["I'll search your notes for that.\n\n", "Searching:\n"])
 def test_a_sentence_then_a_fenced_call_shows_the_sentence_and_runs_the_call(prose):
     fence = '```json\n{"name": "search_notes", "arguments": {"query": "python"}}\n```'
     for piece in (1, 3, 50):
         assert streamed(prose + fence, piece) == (prose, [SEARCH])
-    for answer in (prose + fence + "\nThat is how it is called.", prose + fence.replace("search_notes", "nope"),
-                   prose + "```python\nprint(1)\n```"):
+    assert streamed(prose + fence.replace("search_notes", "nope")) == (prose, [{**SEARCH, "name": "nope"}])
+    for answer in (prose + fence + "\nThat is how it is called.", prose + "```python\nprint(1)\n```"):
         assert streamed(answer) == (answer, None)
 
 
@@ -282,7 +288,7 @@ def test_text_call_mode_sends_calls_as_content():
         client = openai.OpenAI(base_url=fake.base_url, api_key="x", max_retries=0)
         message = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "q"}]) \
             .choices[0].message
-    assert message.tool_calls is None and text_tool_calls(message.content, OFFERED) == [SEARCH]
+    assert message.tool_calls is None and text_tool_calls(message.content) == [SEARCH]
 
 
 def test_no_usage_mode():
@@ -343,15 +349,26 @@ def test_the_agent_knows_a_bare_string_too_long_answer(kb, wording):
             run_agent("q", settings=make_settings(kb, base_url=fake.base_url))
 
 
-def test_json_that_is_no_call_of_an_offered_tool_is_an_answer_printed_whole(kb):
+def test_the_agent_turns_broken_text_calls_into_help(kb):
+    """Qwen2.5-Coder-0.5B on llama.cpp wrote three calls a line, one with a '}' too many, and the project printed all
+    of them as the answer (exit 0); it also called a tool that does not exist. Now the good calls run, the others get
+    an error result saying what is wrong, and no JSON reaches the answer."""
     from agent import run_agent
     from conftest import Recorder, make_settings
 
-    shown = '```json\n{"name": "delete_everything", "arguments": {}}\n```'
-    with FakeLLM(replies=[{"content": shown}]) as fake:
+    lines = ('{"name": "search_notes", "arguments": {"query": "venv"}}\n'
+             '{"name": "read_note", "arguments": {"file_path": "python.md"}}}\n'
+             '{"name": "create_todo.md", "arguments": {"file_path": "todo.md"}}')
+    with FakeLLM(replies=[{"content": lines}, {"content": "Use venv (python.md)."}]) as fake:
         ui = Recorder()
-        answer = run_agent("show me a call", settings=make_settings(kb, base_url=fake.base_url), ui=ui)
-    assert answer == shown and "".join(ui.texts) == shown and ui.calls == []
+        answer = run_agent("how do I use venv?", settings=make_settings(kb, base_url=fake.base_url), ui=ui)
+        results = [m["content"] for m in fake.requests[-1]["messages"] if m["role"] == "tool"]
+    assert answer == "Use venv (python.md)." and "".join(ui.texts) == answer
+    assert ui.calls == ["search_notes", "read_note", "create_todo.md"] and len(results) == 3
+    assert "Error" not in results[0] and "venv" in results[0]
+    assert "not valid JSON (Extra data" in results[1]
+    assert "unknown tool 'create_todo.md'" in results[2] and "search_notes" in results[2]
+    assert not (kb / "todo.md").exists()
 
 
 def test_a_sentence_then_a_call_is_run_and_calls_cut_off_at_the_output_limit_are_not_printed(kb):

@@ -12,12 +12,8 @@ import pytest
 import sent
 import sessions
 from agent import run_agent
-from conftest import Recorder, StubClient, Terminal, child_env, make_settings, posix_only
-from test_web import make_web  # noqa: F401  (a fixture)
+from conftest import Recorder, StubClient, Terminal, call, child_env, make_settings, posix_only
 
-
-def call(name: str, **arguments) -> dict:
-    return {"tool_calls": [{"name": name, "arguments": json.dumps(arguments)}]}
 
 
 def conversation_with(settings, replies, tmp_path, conversation=None):
@@ -99,14 +95,15 @@ def test_an_older_sessions_file_is_upgraded_and_its_conversations_reported(kb, t
     old.commit()
     old.close()
     store = sessions.SessionStore(path)
-    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == sessions.SCHEMA_VERSION == 2
+    assert store.conn.execute("PRAGMA user_version").fetchone()[0] == sessions.SCHEMA_VERSION == 3
     conversation = sessions.Conversation(store, kb)
     assert conversation.resume(1) and len(conversation.history) == 3
     assert report(conversation) == (
         "What conversation 1 sent, and where:\n"
         "API calls made before knowledge-agent recorded where each one went:\n"
         "  tokens: 900 sent, 30 received\n"
-        "  notes' text sent:\n    vim.md  lines 1-4\n"
+        "  notes' text sent:\n    and 1 tool result that may hold note text not listed by line (a shell command's "
+        "output, or one saved by an older version)\n"
         "In all: 900 tokens sent, 30 received.\n"
         "Each request also carried the instructions, your questions, the answers and the tool calls so far.")
 

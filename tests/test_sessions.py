@@ -15,6 +15,7 @@ import pytest
 import db
 import sessions
 from conftest import ROOT, child_env
+from replies import Usage
 from sessions import Conversation, SessionStore
 
 TOOL_TURN = [
@@ -138,20 +139,23 @@ def test_each_notes_folder_has_its_own_latest_conversation(tmp_path):
 
 
 def test_usage_adds_up_per_turn_run_and_session(tmp_path):
-    class SdkUsage:  # the SDK's usage object has attributes, not keys
-        prompt_tokens, completion_tokens = 1500, 20
+    from openai.types import CompletionUsage
 
-    conversation = talk(store_in(tmp_path), TOOL_TURN[:1])
-    conversation.add_usage({"prompt_tokens": 1200, "completion_tokens": 80})
+    conversation = talk(store_in(tmp_path), TOOL_TURN[:1])  # DeepSeek's cache hits, then OpenAI's
+    conversation.add_usage(Usage.of(CompletionUsage.model_validate(
+        {"prompt_tokens": 1200, "completion_tokens": 80, "total_tokens": 1280, "prompt_cache_hit_tokens": 9})))
     conversation.begin_turn()
-    conversation.add_usage(SdkUsage())
-    assert conversation.turn_usage == (1500, 20) and conversation.turn_calls == 1
-    assert conversation.run_usage == (2700, 100)
+    conversation.add_usage(Usage.of(CompletionUsage(prompt_tokens=1500, completion_tokens=20, total_tokens=1520,
+                                                    prompt_tokens_details={"cached_tokens": 3})))
+    conversation.add_usage(Usage.of(None))
+    assert conversation.turn_usage == Usage(1500, 20, 3, calls=2, unreported=1)
+    assert str(conversation.turn_usage) == "1,500 prompt + 20 completion tokens (1 of 2 API calls not reported)"
+    assert conversation.run_usage == Usage(2700, 100, 12, calls=3, unreported=1)
     other = talk(conversation.store, TOOL_TURN[:1])
-    other.add_usage({"prompt_tokens": 7, "completion_tokens": 3})
+    other.add_usage(Usage(7, 3, calls=1))
     later = Conversation(store_in(tmp_path))
     later.resume(conversation.session_id)
-    assert later.session_usage() == (2700, 100) and later.run_usage == (0, 0)
+    assert later.session_usage() == Usage(2700, 100) and str(later.run_usage) == "no API call was answered"
 
 
 
@@ -176,6 +180,7 @@ WRITER = """
 import logging, sys
 from pathlib import Path
 import sessions
+from replies import Usage
 logging.basicConfig(stream=sys.stdout, format="%(message)s")  # notices on stdout, for the test to read
 conversation = sessions.Conversation(sessions.SessionStore(Path(sys.argv[1])))
 def say(message):
@@ -214,7 +219,7 @@ def test_two_processes_writing_at_once_both_keep_everything(tmp_path):
     code = WRITER + ("sys.stdin.readline()\n"
                      "for i in range(300):\n"
                      "    say({'role': 'user', 'content': f'message {i}'})\n"
-                     "    conversation.add_usage({'prompt_tokens': 10, 'completion_tokens': 1})\n"
+                     "    conversation.add_usage(Usage(10, 1, calls=1))\n"
                      "print(conversation.session_id)\n")
     procs = [child(code, str(tmp_path / "sessions.db")) for _ in range(2)]
     for p in procs:  # both start writing together
@@ -242,7 +247,7 @@ def test_a_writer_blocked_by_another_process_gives_up_once_and_the_chat_goes_on(
     try:
         assert holder.stdout.readline() == "locked\n"
         conversation = talk(store, TOOL_TURN)
-        conversation.add_usage({"prompt_tokens": 5, "completion_tokens": 1})
+        conversation.add_usage(Usage(5, 1, calls=1))
         assert conversation.history == TOOL_TURN  # the conversation itself goes on
     finally:
         holder.communicate("done\n")
@@ -412,7 +417,7 @@ def test_failed_write_is_reported_once_and_does_not_raise(tmp_path):
     store = store_in(tmp_path, warnings)
     store.conn.execute("PRAGMA query_only=ON")  # every write now fails, as on a full disk
     conversation = talk(store, TOOL_TURN)
-    conversation.add_usage({"prompt_tokens": 1, "completion_tokens": 1})
+    conversation.add_usage(Usage(1, 1, calls=1))
     assert conversation.history == TOOL_TURN and conversation.session_id is None
     assert len(warnings) == 1 and warnings[0].endswith("; this conversation is not being saved")
     assert not store.persistent

@@ -10,8 +10,7 @@ import pytest
 
 import fake_server
 import main
-from conftest import MAIN, child_env
-from test_cli import assert_clean_failure
+from conftest import MAIN, assert_clean_failure, child_env
 
 TOPICS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet"]
 

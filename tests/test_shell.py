@@ -18,7 +18,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import pytest
@@ -28,11 +27,9 @@ sys.path.insert(0, ROOT)
 
 import shell  # noqa: E402
 import warden  # noqa: E402
-from conftest import make_notebook  # noqa: E402
+from conftest import group_members, make_notebook, press_ctrl_c_when_exists, running, sandboxed, snapshot  # noqa: E402
 from shell import run_shell  # noqa: E402
 
-PROBLEM = shell.sandbox_problem()
-sandboxed = pytest.mark.skipif(PROBLEM is not None, reason=f"no Landlock sandbox here: {PROBLEM}")
 x86_64 = pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86_64's other ABIs")
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="what root could do; this test run is not root")
 TIMEOUT = 20  # generous: only the timeout tests expect a command to run into it
@@ -50,37 +47,6 @@ for statement in sys.argv[1:]:
     except OSError as exc:
         print(errno.errorcode.get(exc.errno, exc.errno))
 """
-
-
-def press_ctrl_c_when_exists(path, seen=None):
-    """Send this process SIGINT once `path` appears (the command under test has started); its text
-    goes to `seen` first, since the command's scratch folder is gone once run_shell is back."""
-    def watch():
-        deadline = time.monotonic() + 10
-        while not path.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)  # polling for the command to start, not sleeping in its place
-        if seen is not None and path.exists():
-            seen.append(path.read_text())
-        os.kill(os.getpid(), signal.SIGINT)
-    threading.Thread(target=watch, daemon=True).start()
-
-
-def running(pid: int) -> bool:
-    """True if the process still exists, even as an unreaped zombie: run_shell reaps what it stops."""
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-
-
-def group_members(pgid: int) -> list[str]:
-    """[] once no process (zombies included) is left in the process group, else a line saying so."""
-    try:
-        os.killpg(pgid, 0)
-        return [f"process group {pgid} still has processes"]
-    except ProcessLookupError:
-        return []
 
 
 def marked(mark: str) -> list[int]:
@@ -120,18 +86,6 @@ def kb(tmp_path):
     (tmp_path / "home" / ".ssh").mkdir(parents=True)
     (tmp_path / "home" / ".ssh" / "id_rsa").write_text("-----BEGIN FAKE KEY-----\n")
     return notes
-
-
-def snapshot(folder) -> dict:
-    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in folder.rglob("*")}
-
-
-@pytest.fixture
-def scratch(tmp_path, monkeypatch):
-    """Make the command's scratch folder a known path, to look inside it while the command runs."""
-    known = tmp_path / "scratch"
-    monkeypatch.setattr(tempfile, "mkdtemp", lambda **kw: (known.mkdir(), str(known))[1])
-    return known
 
 
 @pytest.fixture(scope="session")
@@ -408,6 +362,26 @@ def test_modes_and_owners_cannot_change(sandbox):
                  "syscall(452, -100, b\"note.md\", 0, 0)",  # fchmodat2
                  "os.chown(\"note.md\", 0, 0)", "os.lchown(\"note.md\", 0, 0)") == ["EPERM"] * 5
     assert {path: os.stat(path).st_mode for path in before} == before
+
+
+@sandboxed
+def test_times_and_attributes_change_only_through_a_descriptor(sandbox):  # a red team's `touch ~/.ssh/id_rsa`
+    kb, run = sandbox
+    key = kb.parent / "id_rsa"  # outside the notes, the command's user's own
+    key.write_text("KEY\n")
+    os.chown(key, kb.stat().st_uid, kb.stat().st_gid)
+    before = {path: os.stat(path).st_mtime_ns for path in (key, kb / "note.md")}
+    result = run(f"touch -d 2001-01-01 {key} note.md; touch {key}; touch -h {key}")
+    assert result.count("Operation not permitted") + result.count("Permission denied") == 4, result
+    assert probe(run, f"os.utime({str(key)!r}, (0, 0))", f"os.setxattr({str(key)!r}, \"user.k\", b\"1\")",
+                 f"os.removexattr({str(key)!r}, \"user.k\")", f"syscall(261, -100, {str(key).encode()!r}, 0)",
+                 f"syscall(280, os.open(\"..\", os.O_PATH), b\"\", 0, 0x1000)",  # AT_EMPTY_PATH on an O_PATH descriptor
+                 ) == ["EPERM"] * 5 if os.uname().machine == "x86_64" else pytest.skip("x86_64 numbers")
+    assert {path: os.stat(path).st_mtime_ns for path in before} == before and not os.listxattr(key)
+    result = run("cd $TMPDIR && touch f && touch -d 2001-01-01 f && cp -p f g && stat -c %y g | cut -c1-4 && mkdir d"
+                 " && touch d/h && tar cf t.tar d && rm -r d && tar xmf t.tar --no-same-owner --no-same-permissions"
+                 " && ls d")
+    assert section(result, "stdout") == "2001\nh", result  # in the scratch folder a file's times are the command's
 
 
 @sandboxed

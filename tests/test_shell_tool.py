@@ -1,17 +1,16 @@
 """The `bash` tool as the agent and the person meet it: off by default, confirmed, sandboxed, interruptible.
 
-Unit-level checks go through tools.execute_tool; end-to-end ones run main.py against the fake server.
+Unit-level checks go through tools.execute_tool; end-to-end ones run main.py against the fake server (in this
+process, or as one where Ctrl+C must reach it).
 Inside the sandbox the notes folder is read-only, so a command that must leave a trace writes to $TMPDIR
 (its scratch folder) or stdout. Where a test needs a command that could change the notes, it makes
 shell.sandbox_problem() name a reason, as on a system without Landlock.
 """
-import json
 import os
 import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
@@ -25,13 +24,9 @@ import approval
 import tools
 from agent import run_agent
 from config import load_settings
-from conftest import Recorder, StubClient, make_notebook, make_settings
-from test_cli import MAIN, run_main
-from test_shell import group_members, press_ctrl_c_when_exists, running
+from conftest import (MAIN, ROOT, Recorder, StubClient, Terminal, call, child_env, group_members, make_notebook,
+                      make_settings, posix_only, press_ctrl_c_when_exists, running, sandboxed, snapshot)
 
-posix_only = pytest.mark.skipif(os.name == "nt", reason="checks processes with ps and POSIX groups")
-PROBLEM = shell.sandbox_problem()
-sandboxed = pytest.mark.skipif(PROBLEM is not None, reason=f"no Landlock sandbox here: {PROBLEM}")
 NO_SANDBOX = "Landlock is not available on this system"
 # Starts a background sleep, leaves "its pid, the group's id" in $TMPDIR/pids, then sleeps in the foreground.
 START_AND_WAIT = 'sleep 30 & echo $! $$ > "$TMPDIR/p"; mv "$TMPDIR/p" "$TMPDIR/pids"; sleep 30'
@@ -41,30 +36,14 @@ def names(schemas) -> list[str]:
     return [schema["function"]["name"] for schema in schemas]
 
 
-def bash_call(command: str) -> dict:
-    return {"tool_calls": [{"name": "bash", "arguments": json.dumps({"command": command})}]}
-
-
 def tool_results(request: dict) -> list[str]:
     return [unfenced(m["content"]) for m in request["messages"] if m["role"] == "tool"]
-
-
-def snapshot(folder) -> dict:
-    return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in folder.rglob("*")}
 
 
 @pytest.fixture
 def unsandboxed(monkeypatch):
     """As on a system without Landlock: commands run as the person, and can change the notes."""
     monkeypatch.setattr(shell, "sandbox_problem", lambda: NO_SANDBOX)
-
-
-@pytest.fixture
-def scratch(tmp_path, monkeypatch):
-    """Make the command's scratch folder ($TMPDIR) a known path, to look inside it while the command runs."""
-    known = tmp_path / "scratch"
-    monkeypatch.setattr(tempfile, "mkdtemp", lambda **kw: (known.mkdir(), str(known))[1])
-    return known
 
 
 # --- off by default -------------------------------------------------------------------------------
@@ -285,44 +264,21 @@ sys.stderr.write("NEXT LINE\\n")
 """
 
 
-def answer_in_a_terminal(keys: bytes) -> str:
+def answer_in_a_terminal(keys: bytes, tmp_path) -> str:
     """What a terminal shows when `keys` are typed at terminal.ask's prompt and the next line is printed."""
-    import pty
-    import select
-    import termios
-    controller, terminal = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-c", ASK_IN_A_TERMINAL, str(MAIN.parent)], stdin=terminal,
-                            stdout=terminal, stderr=terminal, close_fds=True)
-    os.close(terminal)
-    shown, typed, deadline = b"", False, time.monotonic() + 20
-    try:
-        while time.monotonic() < deadline:
-            # Type only once readline has the terminal (no line editing by the terminal itself), as a
-            # person would; typed earlier, the terminal would echo the Enter on its own.
-            if not typed and b"[y/N] " in shown and not termios.tcgetattr(controller)[3] & termios.ICANON:
-                os.write(controller, keys)
-                typed = True
-            ready, _, _ = select.select([controller], [], [], 0.05)
-            if not ready:
-                continue
-            try:
-                chunk = os.read(controller, 4096)
-            except OSError:  # Linux: the terminal's other end is closed
-                break
-            if not chunk:
-                break
-            shown += chunk
-    finally:
-        os.close(controller)
-        proc.kill()
-        proc.wait()
-    return shown.decode(errors="replace").replace("\r\n", "\n")
+    script = tmp_path / "ask.py"
+    script.write_text(ASK_IN_A_TERMINAL, encoding="utf-8")
+    prompt = Terminal(child_env(), str(ROOT), program=script)
+    prompt.expect("[y/N] ")
+    prompt.press(keys)
+    assert prompt.close() == 0
+    return prompt.shown.decode(errors="replace").replace("\r\n", "\n")
 
 
 @posix_only
 @pytest.mark.parametrize("keys", [b"\r", b"y\r", b"no\r", b"\x04"], ids=["enter", "y", "no", "ctrl-d"])
-def test_the_prompt_line_ends_whatever_the_answer(keys):
-    shown = answer_in_a_terminal(keys)
+def test_the_prompt_line_ends_whatever_the_answer(keys, tmp_path):
+    shown = answer_in_a_terminal(keys, tmp_path)
     assert "NEXT LINE" in shown, shown
     assert re.search(r"\[y/N\] [^\n]*\nNEXT LINE", shown), repr(shown)  # on a line of its own, no blank one
 
@@ -331,7 +287,7 @@ def test_the_prompt_line_ends_whatever_the_answer(keys):
 
 @posix_only
 def test_ctrl_c_during_a_command_kills_it_and_ends_the_turn_cleanly(kb, scratch):
-    client = StubClient([bash_call(START_AND_WAIT)])
+    client = StubClient([call("bash", command=START_AND_WAIT)])
     settings = make_settings(kb, allow_shell=True, auto_approve=True)
     seen, history = [], []
     press_ctrl_c_when_exists(scratch / "pids", seen)
@@ -344,10 +300,10 @@ def test_ctrl_c_during_a_command_kills_it_and_ends_the_turn_cleanly(kb, scratch)
     assert history[-1]["content"].startswith("stopped: the user pressed Ctrl+C after")
 
 
-def test_count_notes_by_folder_end_to_end(fake_llm, kb):
-    fake_llm.replies = [bash_call("find . -name '*.md' | cut -d/ -f2 | sort | uniq -c"),
+def test_count_notes_by_folder_end_to_end(call_main, fake_llm, kb):
+    fake_llm.replies = [call("bash", command="find . -name '*.md' | cut -d/ -f2 | sort | uniq -c"),
                         {"content": "You have 2 notes at the top and 1 in work."}]
-    result = run_main("--allow-shell", "--yes", "count my notes by folder", kb=kb, base_url=fake_llm.base_url)
+    result = call_main("--allow-shell", "--yes", "count my notes by folder", kb=kb, base_url=fake_llm.base_url)
     assert result.returncode == 0, result.stderr
     assert "bash" in names(fake_llm.requests[0]["tools"])
     shell_result = tool_results(fake_llm.requests[1])[0]
@@ -364,24 +320,24 @@ def test_the_request_offers_bash_only_when_enabled(kb):
         assert ("bash" in names(client.requests[0]["tools"])) is allow
 
 
-def test_one_shot_without_yes_refuses_and_says_how_to_allow(fake_llm, kb):
-    fake_llm.replies = [bash_call("echo ran"), {"content": "I could not run it."}]
-    result = run_main("--allow-shell", "run it", kb=kb, base_url=fake_llm.base_url)
+def test_one_shot_without_yes_refuses_and_says_how_to_allow(call_main, fake_llm, kb):
+    fake_llm.replies = [call("bash", command="echo ran"), {"content": "I could not run it."}]
+    result = call_main("--allow-shell", "run it", kb=kb, base_url=fake_llm.base_url)
     assert result.returncode == 0, result.stderr
     assert "--yes" in result.stderr  # the person sees how to allow it
     assert tool_results(fake_llm.requests[1])[0].startswith("Error: not done")
 
 
-def test_piped_without_yes_refuses_too(fake_llm, kb):
-    fake_llm.replies = [bash_call("echo ran"), {"content": "no"}]
-    result = run_main("--allow-shell", kb=kb, base_url=fake_llm.base_url, stdin="run it\n")
+def test_piped_without_yes_refuses_too(call_main, fake_llm, kb):
+    fake_llm.replies = [call("bash", command="echo ran"), {"content": "no"}]
+    result = call_main("--allow-shell", kb=kb, base_url=fake_llm.base_url, stdin="run it\n")
     assert result.returncode == 0, result.stderr
     assert "--yes" in result.stderr
     assert tool_results(fake_llm.requests[1])[0].startswith("Error: not done")
 
 
 def test_timeout_is_reported_to_the_model(kb):
-    client = StubClient([bash_call("echo started; sleep 30"), {"content": "It was too slow."}])
+    client = StubClient([call("bash", command="echo started; sleep 30"), {"content": "It was too slow."}])
     settings = make_settings(kb, allow_shell=True, shell_timeout=0.5)
     run_agent("run the slow thing", settings=settings, client=client, ui=Recorder(answers=[True]))
     shell_result = tool_results(client.requests[1])[0]
@@ -392,7 +348,7 @@ def test_timeout_is_reported_to_the_model(kb):
 def test_ctrl_c_in_one_shot_stops_the_command_and_exits_130(fake_llm, kb, tmp_path):
     temp = tmp_path / "temp"  # main.py's temporary folder: the command's scratch folder is made inside it
     temp.mkdir()
-    fake_llm.replies = [bash_call(START_AND_WAIT)]
+    fake_llm.replies = [call("bash", command=START_AND_WAIT)]
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env.update({"DEEPSEEK_BASE_URL": fake_llm.base_url, "KNOWLEDGE_BASE": str(kb), "DEEPSEEK_API_KEY": "k",
                 "PYTHONIOENCODING": "utf-8", "TMPDIR": str(temp)})

@@ -3,9 +3,8 @@
 The chat runs in a real terminal (a pty) against the fake OpenAI-compatible server, as a person uses it.
 """
 
-import json
 
-from conftest import Terminal, child_env, posix_only
+from conftest import Terminal, call, child_env, posix_only, tool_call
 
 # Erase the line, go back to its start and write an innocent question over it.
 SPOOF = "old/scratch.md\x1b[2K\rMove scratch.md to old/scratch.md"
@@ -26,14 +25,10 @@ def chat_in_a_terminal(fake_llm, kb, question: str, answers: list[bytes]) -> str
     return chat.shown.decode(errors="replace")
 
 
-def move_call(from_path: str, to_path: str) -> dict:
-    return {"tool_calls": [{"name": "move_note", "arguments": json.dumps({"from_path": from_path, "to_path": to_path})}]}
-
-
 @posix_only
 def test_a_name_with_terminal_escapes_never_reaches_the_prompt(fake_llm, kb):
     (kb / "important.md").write_text("# Important\n", encoding="utf-8")
-    fake_llm.replies = [move_call("important.md", SPOOF), {"content": "Done."}]
+    fake_llm.replies = [call("move_note", from_path="important.md", to_path=SPOOF), {"content": "Done."}]
     shown = chat_in_a_terminal(fake_llm, kb, "tidy up", [])
     assert "[y/N]" not in shown  # refused before anyone is asked
     assert "\x1b[2K" not in shown and "\\x1b[2K" in shown  # the trace shows the escape, it does not run it
@@ -43,7 +38,7 @@ def test_a_name_with_terminal_escapes_never_reaches_the_prompt(fake_llm, kb):
 
 @posix_only
 def test_a_plain_move_is_asked_about_with_the_real_names(fake_llm, kb):
-    fake_llm.replies = [move_call("vim.md", "old/vim.md"), {"content": "Left it."}]
+    fake_llm.replies = [call("move_note", from_path="vim.md", to_path="old/vim.md"), {"content": "Left it."}]
     shown = chat_in_a_terminal(fake_llm, kb, "archive vim", [b"n\r"])
     assert "Move vim.md to old/vim.md? [y/N]" in shown
     assert (kb / "vim.md").exists() and not (kb / "old").exists()
@@ -68,7 +63,7 @@ def test_no_escape_sequence_of_the_model_reaches_the_terminal(fake_llm, kb):
     (kb / "plan.md").write_text("# Plan\n", encoding="utf-8")
     cover = "".join(HOSTILE) + "Delete old-draft.md? (a copy is kept in .history/)\x1b[30;40m"
     fake_llm.replies = [{"reasoning": "thinking " + "".join(HOSTILE), "content": cover,
-                         "tool_calls": [{"name": "delete_note", "arguments": json.dumps({"file_path": "plan.md"})}]},
+                         "tool_calls": [tool_call("delete_note", file_path="plan.md")]},
                         {"content": "Answer " + "".join(HOSTILE)}]
     shown = chat_in_a_terminal(fake_llm, kb, "tidy up", [b"n\r"])
     assert obeyed(shown) == [] and "\\x1b[30;40m" in shown and "\\x1b]52;" in shown
@@ -79,7 +74,7 @@ def test_no_escape_sequence_of_the_model_reaches_the_terminal(fake_llm, kb):
 def test_no_escape_sequence_of_a_note_reaches_the_terminal(call_main, fake_llm, kb):
     """The same through what a note holds: a tool trace line, and /read by hand."""
     (kb / "evil.md").write_text("# Evil\n" + "".join(HOSTILE) + "\n", encoding="utf-8")
-    fake_llm.replies = [{"tool_calls": [{"name": "read_note", "arguments": json.dumps({"file_path": "evil.md"})}]},
+    fake_llm.replies = [call("read_note", file_path="evil.md"),
                         {"content": "Read it."}]
     traced = call_main("read evil.md", kb=kb, base_url=fake_llm.base_url)
     assert traced.returncode == 0 and obeyed(traced.stdout + traced.stderr) == []

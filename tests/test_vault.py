@@ -1,6 +1,6 @@
 """Tests for vault.py: properties, tags, sections, excluded files, drawings, sync-conflict copies, daily notes
 and the vault's style, on texts written as people write them in Obsidian vaults (CRLF, BOM, Chinese), and on a
-real vault (knowledge-garden, skipped where /work/shared is absent)."""
+real vault (knowledge-garden, skipped where conftest.GARDEN is absent)."""
 
 import json
 import os
@@ -279,15 +279,18 @@ def test_an_unknown_heading_lists_the_notes_headings_bounded():
 
 
 def test_outline_indents_by_level_and_stays_bounded():
-    assert vault.outline(SECTIONS).splitlines() == [
+    def outline(text):
+        return [line for _, line in vault.outline(text)]
+
+    assert outline(SECTIONS) == [
         "Guide (line 5)", "  **Install** `tool` (line 7)", "    Linux (line 8)", "    macOS (line 13)",
         "  Uninstall (line 16)", "    Linux (line 17)", "  See [[Other note|also]] (line 21)", "  中文 标题 (line 23)"]
-    assert vault.outline("no headings\n") == ""
+    assert vault.outline("no headings\n") == []
     deep = "".join(f"## Chapter {c}\n" + "".join(f"### Part {c}.{p}\n" for p in range(5)) for c in range(30))
-    lines = vault.outline(deep).splitlines()
+    lines = outline(deep)
     assert lines[0] == "Chapter 0 (line 1)" and len(lines) == 31 and lines[-1] == "… 150 more headings not shown"
     wide = "".join(f"# H{n}\n" for n in range(100))
-    assert vault.outline(wide).splitlines()[-1] == "… 20 more headings not shown"
+    assert vault.outline(wide)[-1] == (None, "… 20 more headings not shown")
 
 
 def test_append_to_section_lands_before_the_blank_lines_and_the_next_heading():

@@ -3,7 +3,6 @@ the real agent (the openai SDK against tests/fake_server.py), with the conversat
 
 import _thread
 import html
-import http.client
 import itertools
 import json
 import os
@@ -16,7 +15,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import types
 from pathlib import Path
@@ -28,104 +26,10 @@ import pytest
 import fake_server
 import sessions
 import web
-from conftest import make_settings
+from conftest import MAIN, Browser, make_settings, start_web
 from page import BUSY, no_key
 
-ROOT = Path(__file__).resolve().parent.parent
 STOP_TURNS = 100  # Stop presses at random moments: the old asynchronous stop jammed about one in 25
-
-
-class Browser:
-    """What a page (or an attacker) sends: raw requests, with any Host, Origin and key."""
-
-    def __init__(self, server: web.Server):
-        self.server, self.port, self.key = server, server.port, None
-        self.host = self.origin = None  # None: the right ones
-        self.cookies = []  # every Set-Cookie it was sent: what a browser would send to any port of 127.0.0.1
-
-    def request(self, method: str, path: str, body=None, headers=None, raw: bytes | None = None):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
-        sent = {"Host": self.host or f"127.0.0.1:{self.port}"}
-        if method == "POST":
-            sent["Origin"] = self.origin or f"http://127.0.0.1:{self.port}"
-            sent["Content-Type"] = "application/json"
-            raw = json.dumps(body if body is not None else {}).encode() if raw is None else raw
-            sent["Content-Length"] = str(len(raw))
-        if self.key:
-            sent["Authorization"] = f"Bearer {self.key}"
-        sent.update(headers or {})
-        for name, value in sent.items():
-            if value is not None:
-                conn.putheader(name, value)
-        conn.endheaders(raw)
-        response = conn.getresponse()
-        self.cookies += [value.split(";")[0] for name, value in response.getheaders() if name.lower() == "set-cookie"]
-        return response.status, dict(response.getheaders()), response.read()
-
-    def sign_in(self) -> "Browser":
-        """What the page's script does with the token from the launch page's address."""
-        self.key = self.post("/api/login", {"token": self.server.token})["key"]
-        return self
-
-    def get(self, path: str):
-        status, _, body = self.request("GET", path)
-        assert status == 200, body
-        return json.loads(body)
-
-    def post(self, path: str, body=None, expect: int = 200):
-        status, _, data = self.request("POST", path, body)
-        assert status == expect, data
-        return json.loads(data)
-
-    def events(self, after: int = 0):
-        """The event stream, open from now on, one event at a time (the socket's timeout ends a test that would
-        hang)."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        conn.request("GET", f"/api/events?after={after}", headers={"Authorization": f"Bearer {self.key}"})
-        response = conn.getresponse()
-        assert response.status == 200
-
-        def read():
-            while line := response.fp.readline():
-                if line.startswith(b"data: "):
-                    yield json.loads(line[6:])
-        return read()
-
-    def until(self, kind: str, stream, seen=None) -> dict:
-        for event in stream:
-            if seen is not None:
-                seen.append(event)
-            if event["type"] == kind:
-                return event
-        raise AssertionError(f"the stream ended before a {kind} event")
-
-    def ask(self, text: str):
-        """Ask; the event stream from just before, to follow the answer."""
-        stream = self.events(self.get("/api/state")["seq"])
-        self.post("/api/ask", {"text": text})
-        return stream
-
-
-def start(settings) -> web.Server:
-    server = web.Server(settings, 0)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    return server
-
-
-@pytest.fixture
-def make_web(kb, tmp_path, fake_llm):
-    servers = []
-
-    def make(notes: Path = kb, **changes) -> Browser:
-        values = dict(base_url=fake_llm.base_url, data_dir=tmp_path / "data", index_dir=tmp_path / "index")
-        servers.append(start(make_settings(notes, **{**values, **changes})))
-        return Browser(servers[-1]).sign_in()
-    yield make
-    for server in servers:
-        server.app.close()
-        server.shutdown()
-        server.server_close()
 
 
 # --- Security ---
@@ -341,7 +245,7 @@ def test_a_flood_of_idle_connections_does_not_shut_the_page_out(kb, tmp_path, fa
     env = {**os.environ, "KA_DATA_DIR": str(tmp_path / "data"), "DEEPSEEK_BASE_URL": fake_llm.base_url,
            "DEEPSEEK_API_KEY": "x", "XDG_CACHE_HOME": str(tmp_path / "cache")}
     desktop = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))  # the usual limit of open files
-    proc = subprocess.Popen([sys.executable, str(ROOT / "main.py"), "--web", "--port", "0", "--no-browser",
+    proc = subprocess.Popen([sys.executable, str(MAIN), "--web", "--port", "0", "--no-browser",
                              "--kb", str(kb)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             preexec_fn=desktop)
     idle = []
@@ -383,7 +287,7 @@ def test_a_question_streams_its_answer_and_tool_calls_and_is_saved_for_the_cli(m
     # The page's conversation goes on in the terminal: python main.py --continue sees the question.
     env = {**os.environ, "KA_DATA_DIR": str(tmp_path / "data"), "DEEPSEEK_BASE_URL": fake_llm.base_url,
            "DEEPSEEK_API_KEY": "x", "KNOWLEDGE_BASE": str(kb), "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    cli = subprocess.run([sys.executable, str(ROOT / "main.py"), "--continue", "summarise it in one line"],
+    cli = subprocess.run([sys.executable, str(MAIN), "--continue", "summarise it in one line"],
                          capture_output=True, text=True, env=env, timeout=60)
     assert cli.returncode == 0, cli.stderr
     assert "find my vim notes" in json.dumps(fake_llm.requests[-1]["messages"], ensure_ascii=False)
@@ -553,7 +457,7 @@ def test_a_note_comes_with_its_links_resolved_as_obsidian_does_and_its_backlinks
 def test_main_web_prints_the_launch_page_and_stops_cleanly_removing_it(kb, tmp_path, fake_llm, stop):
     env = {**os.environ, "KA_DATA_DIR": str(tmp_path / "data"), "DEEPSEEK_BASE_URL": fake_llm.base_url,
            "DEEPSEEK_API_KEY": "x", "XDG_CACHE_HOME": str(tmp_path / "cache"), "XDG_RUNTIME_DIR": ""}
-    proc = subprocess.Popen([sys.executable, str(ROOT / "main.py"), "--web", "--port", "0", "--no-browser",
+    proc = subprocess.Popen([sys.executable, str(MAIN), "--web", "--port", "0", "--no-browser",
                              "--kb", str(kb), "--yes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)
     try:
@@ -570,7 +474,7 @@ def test_main_web_prints_the_launch_page_and_stops_cleanly_removing_it(kb, tmp_p
 
 
 def test_a_port_in_use_is_one_line(kb, tmp_path, capsys):
-    taken = start(make_settings(kb, data_dir=tmp_path / "data"))
+    taken = start_web(make_settings(kb, data_dir=tmp_path / "data"))
     try:
         assert web.serve(make_settings(kb, data_dir=tmp_path / "data"), taken.port, open_browser=False) == 2
     finally:

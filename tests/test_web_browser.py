@@ -1,6 +1,6 @@
 """The web UI in a real browser: Playwright driving the system's Chromium against a real server and the fake
-model, opened as `python main.py --web` opens it: on its launch page. Skipped, saying why, without playwright or
-/usr/bin/chromium (README: how to install them)."""
+model, opened as `python main.py --web` opens it: on its launch page; its checked citations and /sent too.
+Skipped, saying why, without playwright or /usr/bin/chromium (README: how to install them)."""
 
 import http.client
 import http.server
@@ -19,7 +19,7 @@ import pytest
 
 import fake_server
 import web
-from conftest import make_settings
+from conftest import MAIN, call, make_settings, start_web
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (requirements-dev.txt)")
 CHROMIUM = Path("/usr/bin/chromium")
@@ -30,6 +30,7 @@ if not CHROMIUM.exists():
 ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 WAIT = 10_000  # ms Playwright waits for what the page should show
+RETRY = 4_000  # ms: longer than the page waits before it asks the server again (static/app.js, loadState)
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +49,7 @@ def open_page(browser, kb, tmp_path, fake_llm):
     def make(width: int = 1280):
         settings = make_settings(kb, base_url=fake_llm.base_url, data_dir=tmp_path / "data",
                                  index_dir=tmp_path / "index")
-        server = web.Server(settings, 0)
-        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+        server = start_web(settings)
         context = browser.new_context(viewport={"width": width, "height": 800})
         page = context.new_page()
         page.set_default_timeout(WAIT)
@@ -268,7 +268,7 @@ def launched(proc) -> tuple[str, int]:
 def test_a_reload_a_second_tab_and_a_restart_keep_the_page_working(browser, kb, tmp_path, fake_llm):
     env = {**os.environ, "KA_DATA_DIR": str(tmp_path / "data"), "DEEPSEEK_BASE_URL": fake_llm.base_url,
            "DEEPSEEK_API_KEY": "x", "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    command = [sys.executable, str(Path(web.__file__).with_name("main.py")), "--web", "--no-browser",
+    command = [sys.executable, str(MAIN), "--web", "--no-browser",
                "--kb", str(kb), "--port"]
     run = lambda port: subprocess.Popen(command + [str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         text=True, env=env)
@@ -290,14 +290,19 @@ def test_a_reload_a_second_tab_and_a_restart_keep_the_page_working(browser, kb, 
         second.goto(f"http://127.0.0.1:{port}/")  # a new tab, the address typed: the browser kept the key
         second.wait_for_selector(".msg.answer:has-text('According to your note')")
 
+        context.clock.install()  # from here the page's retries wait seconds: the test moves its clock on instead
         first.send_signal(signal.SIGINT)
         assert first.wait(20) == 0
         restarted = run(port)  # a new key: the open tabs cannot go on with theirs ...
         try:
             address, _ = launched(restarted)
+            context.clock.fast_forward(RETRY)
             for tab in (page, second):
                 tab.wait_for_selector("#banner:has-text('Not signed in')")
-            context.new_page().goto(address)  # ... until the new launch page is opened, in any tab
+            launcher = context.new_page()  # ... until the new launch page is opened, in any tab
+            launcher.goto(address)
+            launcher.wait_for_selector("#log .notice")  # signed in: the new key is kept
+            context.clock.fast_forward(RETRY)
             for tab in (page, second):
                 tab.wait_for_selector("#banner", state="hidden")
             ask(second, "find my python notes")
@@ -395,8 +400,7 @@ def test_a_note_shows_its_properties_as_a_table_and_its_tags_search(open_page, k
 def test_a_cited_path_with_spaces_links_whole_and_opens(open_page, kb, fake_llm):
     (kb / "Projects" / "Alpha").mkdir(parents=True)
     (kb / "Projects/Alpha/Alpha roadmap.md").write_text("# Alpha roadmap\n\nBeta in May.\n", encoding="utf-8")
-    fake_llm.replies += [{"tool_calls": [{"name": "read_note",
-                                          "arguments": json.dumps({"file_path": "Projects/Alpha/Alpha roadmap.md"})}]},
+    fake_llm.replies += [call("read_note", file_path="Projects/Alpha/Alpha roadmap.md"),
                          {"content": "Beta ships in May (Projects/Alpha/Alpha roadmap.md); see also vim.md."}]
     page = open_page()
     ask(page, "when is the beta?")
@@ -409,3 +413,58 @@ def test_a_cited_path_with_spaces_links_whole_and_opens(open_page, kb, fake_llm)
     assert page.inner_text("#side-title") == "Projects/Alpha/Alpha roadmap.md"
     page.reload()  # the path is learnt again from the saved conversation
     page.wait_for_selector(".msg.answer a.note-link:has-text('Projects/Alpha/Alpha roadmap.md')")
+
+
+# --- Checked citations and /sent: a citation that holds opens its note at its lines, one that does not is marked
+# with its reason ---
+
+def test_a_good_citation_opens_its_lines_and_a_bad_one_is_marked_with_its_reason(open_page, kb, fake_llm):
+    (kb / "long.md").write_text("# Long\n\n" + "".join(f"line {n}\n" for n in range(3, 301)), encoding="utf-8")
+    fake_llm.replies += [call("read_note", file_path="long.md", start_line=140),
+                         {"content": 'It says "line 150" (long.md:150-151); also long.md:999 and ghost.md:2.'}]
+    page = open_page(width=390)  # a phone: the reason must come with a tap too, not only on hover
+    ask(page, "what does line 150 say?")
+    bad = page.wait_for_selector(".msg.answer .cite.bad:has-text('long.md:999')")
+    answered(page)
+    assert bad.get_attribute("title") == "the note has 300 lines"
+    bad.click()
+    assert "open" in bad.get_attribute("class")  # shows " — the note has 300 lines" after it
+    assert page.locator(".msg.answer .cite.bad").all_inner_texts() == ["long.md:999", "ghost.md:2"]
+    assert page.locator(".msg.answer .cite.bad").nth(1).get_attribute("title") == "no such note"
+
+    page.click(".msg.answer a.cite:has-text('long.md:150-151')")
+    cited = page.wait_for_selector("#side-body pre.source .line.cited")
+    assert page.locator("#side-body .line.cited").all_inner_texts() == ["line 150", "line 151"]
+    assert cited.get_attribute("data-n") == "150"
+    in_view = page.evaluate("""() => {
+        const line = document.querySelector('#side-body .line.cited').getBoundingClientRect();
+        const box = document.querySelector('#side-body').getBoundingClientRect();
+        return line.top >= box.top && line.bottom <= box.bottom && document.querySelector('#side-body').scrollTop > 0;
+    }""")
+    assert in_view
+    page.click("#side-body a:has-text('show it formatted')")
+    page.wait_for_selector("#side-body h1:has-text('Long')")
+
+    page.reload()  # the saved conversation is checked again and marked the same way
+    page.wait_for_selector(".msg.answer .cite.bad:has-text('ghost.md:2')")
+    assert page.locator(".msg.answer a.cite").all_inner_texts() == ["long.md:150-151"]
+
+
+def test_an_answer_about_the_notes_with_none_read_says_so_under_it(open_page, fake_llm):
+    fake_llm.replies.append({"content": 'Your notes say "@wraps keeps names" in python-decorators.md.'})
+    page = open_page()
+    ask(page, "what do my notes say about decorators?")
+    page.wait_for_selector(".msg.answer .notice.warn:has-text('No note was read for this answer')")
+    assert page.get_attribute(".msg.answer .cite.bad", "title") == "no such note"
+
+
+def test_the_sent_button_shows_what_left_this_machine(open_page):
+    page = open_page()
+    ask(page, "find my vim notes")
+    page.wait_for_selector(".msg.answer a.cite")  # the demo model cites the lines it read
+    answered(page)
+    page.click("#sent")
+    report = page.wait_for_selector("#side-body pre.sent-report")
+    assert "nothing left the machine" in report.inner_text() and "vim.md  lines 1-4" in report.inner_text()
+    page.click("#side-body a:has-text('Every conversation about these notes')")
+    page.wait_for_selector("#side-body pre.sent-report:has-text('What every conversation about')")
