@@ -15,11 +15,13 @@ tools read them); what the model can fix raises ToolError.
 """
 
 import hashlib
+import operator
 import os
 import re
 import sqlite3
 import stat
 import time
+from collections import namedtuple
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -131,11 +133,11 @@ def cjk_words(text: str, tails: str = "all") -> str:
     1-character query, so a query ("inner") keeps it only mid-text and one word ("none") drops it."""
     end = len(text.rstrip())
     def grams(match):
-        run = match.group()
-        words = [run[i:i + 2] for i in range(len(run) - 1)]
+        run = match[0]
+        pairs = " ".join(map(operator.add, run, run[1:]))  # each character with the next
         if len(run) == 1 or tails == "all" or (tails == "inner" and match.end() < end):
-            words.append(run[-1])
-        return " " + " ".join(words) + " "
+            return f" {pairs} {run[-1]} " if pairs else f" {run} "
+        return f" {pairs} "
     return CJK_RUN.sub(grams, text)
 
 
@@ -173,8 +175,14 @@ def _keys(values) -> str:
     return "\n" + "\n".join(values) + "\n" if values else ""
 
 
+# A note's columns in the `notes` table (its id aside), and in the `fts` table: the texts a query's words meet.
+Note = namedtuple("Note", "path size mtime_ns title title_key stem_key alias_keys tags conflict_of private")
+Searched = namedtuple("Searched", "path title lead body")
+
+
 def _row(kb: Path, path: str, size_mtime, private_rules: list):
-    """A note's `notes` columns, then its `fts` columns (size_mtime None: stat it now); None if it cannot be read."""
+    """(the note's Note, its Searched or None when it is private, its links.rows) (size_mtime None: stat it now);
+    None if it cannot be read."""
     try:
         size_mtime = size_mtime or _note_stat(str(kb / path), kb)
         text, real = _text_and_target(kb, path) if size_mtime else (None, None)
@@ -193,13 +201,14 @@ def _row(kb: Path, path: str, size_mtime, private_rules: list):
         title = _first_heading(text, body) or stem
     aliases = properties.get("aliases", [])
     tags = sorted({tag.casefold() for tag in vault.tags_of(text, parsed)})
-    words = cjk_words if CJK_RUN.search(text) or CJK_RUN.search(path) else str  # most have no CJK
+    cjk = not (text.isascii() and path.isascii()) and (CJK_RUN.search(text) or CJK_RUN.search(path))
+    words = cjk_words if cjk else str  # most have no CJK, and most of those are ASCII: told without a scan
     if privacy.by_name(kb, path, real, private_rules) or privacy.says_private(properties):  # counted, links kept
-        return (path, *size_mtime, "", "", "", "", "", vault.conflict_of(path), 1, "", "", "", "",
-                links.rows(text, path))
-    return (path, *size_mtime, title.strip(), title_key(title), title_key(stem),
-            _keys([title_key(alias) for alias in aliases]), _keys(tags), vault.conflict_of(path), 0,
-            words(path[:-len(name)] + stem), words("\n".join([title, *aliases])), words(_lead_of(body)), words(text),
+        return Note(path, *size_mtime, "", "", "", "", "", vault.conflict_of(path), 1), None, links.rows(text, path)
+    return (Note(path, *size_mtime, title.strip(), title_key(title), title_key(stem),
+                 _keys([title_key(alias) for alias in aliases]), _keys(tags), vault.conflict_of(path), 0),
+            Searched(words(path[:-len(name)] + stem), words("\n".join([title, *aliases])), words(_lead_of(body)),
+                     words(text)),
             links.rows(text, path))
 
 
@@ -217,6 +226,14 @@ _SCHEMA = [
     "CREATE INDEX IF NOT EXISTS links_source ON links(source)",
     "CREATE INDEX IF NOT EXISTS links_key ON links(key)",  # the links that may lead to a note: links.link_keys
 ]
+
+
+def _insert(table: str, columns: tuple) -> str:
+    return f"INSERT INTO {table}({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+
+
+_INSERT_NOTE, _INSERT_SEARCHED = _insert("notes", ("id", *Note._fields)), _insert("fts", ("rowid", *Searched._fields))
+_INSERT_LINKS = _insert("links", links.ROW_COLUMNS)
 
 
 def index_path(kb: Path, index_dir: Path) -> Path:
@@ -262,7 +279,8 @@ class Index:
         stored = self.conn.execute("SELECT value FROM meta WHERE key='kaignore'").fetchone()
         private_changed = stored not in (None, (kaignore,))  # the person changed what is private
         changed, gone = self.watcher.changes() if self.watcher and not private_changed else None, []
-        if changed is None:
+        watched = changed is not None
+        if not watched:
             on_disk, self.unnamed, self.others, self.linked, self.sealed, self.unsure = self.walk(rules)
             rows = self.conn.execute("SELECT path, size, mtime_ns, private FROM notes").fetchall()
             known = {p: (s, m) for p, s, m, _ in rows}
@@ -279,7 +297,8 @@ class Index:
                         self.linked[path] = notes.rel(self.kb, (self.kb / path).resolve())
                 except (OSError, RuntimeError, ValueError):  # as _walk: a loop, or a link leading out
                     continue
-        for path in [p for p in changed if not is_note_path(p)]:  # the watcher saw another file change
+        # A walk finds notes only, but for a name holding a backslash, which is_note_path reads as the tools do.
+        for path in [p for p in changed if (watched or "\\" in p) and not is_note_path(p)]:  # another file
             del changed[path]
             if not is_hidden_name(path):  # the top folder's hidden files are the sandbox's only
                 (self.others.add if (self.kb / path).is_file() else self.others.discard)(path)
@@ -334,19 +353,16 @@ class Index:
         changed = dict.fromkeys(again) | changed
         started, told = time.monotonic(), False
         with writing(self.conn):  # on an error the index is closed
-            stored = "SELECT size, mtime_ns FROM notes WHERE path=?"  # another process may have indexed it
-            items = [(p, st) for p, st in changed.items()
-                     if st is None or self.conn.execute(stored, (p,)).fetchone() != st]
+            query = "SELECT size, mtime_ns FROM notes WHERE path=?"  # another process may have indexed it
+            stored = {p: self.conn.execute(query, (p,)).fetchone() for p in changed}
+            items = [(p, st) for p, st in changed.items() if st is None or stored[p] != st]
             for first in range(0, len(items), INDEX_BATCH):
                 batch = items[first:first + INDEX_BATCH]
                 rows = [row for row in (_row(self.kb, p, st, private_rules) for p, st in batch) if row]
-                self.remove([p for p, _ in batch])  # the unreadable ones leave the index
-                self.conn.executemany("INSERT INTO notes(path, size, mtime_ns, title, title_key, stem_key, alias_keys, "
-                                      "tags, conflict_of, private) VALUES (?,?,?,?,?,?,?,?,?,?)", [r[:10] for r in rows])
-                self.conn.executemany("INSERT INTO fts(rowid, path, title, lead, body) SELECT id, ?, ?, ?, ? "
-                                      "FROM notes WHERE path=? AND NOT private", [r[10:-1] + r[:1] for r in rows])
-                self.conn.executemany(f"INSERT INTO links VALUES ({','.join('?' * len(links.ROW_COLUMNS))})",
-                                      [link for r in rows for link in r[-1]])
+                # The unreadable ones leave the index. Only the stored are deleted: each DELETE makes FTS5 write out
+                # the words pending from the notes before, in smaller pieces to merge again.
+                self.remove([p for p, _ in batch if stored[p]])
+                self.insert(rows)
                 if not told and time.monotonic() - started > INDEX_PROGRESS_AFTER_S:
                     notice(f"indexing {len(items)} notes, this takes a moment…")
                     told = True
@@ -362,6 +378,15 @@ class Index:
         stems = {note.rsplit(".", 1)[0] for note in notes}
         return [path for stem in stems for path, in self.conn.execute("SELECT path FROM notes WHERE path > ? AND "
                 "path < ?", (stem, stem + "\U0010ffff")) if vault.copy_of(path) in notes]
+
+    def insert(self, rows: list) -> None:
+        """Add _row's rows. Each note gets the id SQLite would give it (the largest + 1) from here, so its fts row
+        is an INSERT … VALUES: as an INSERT … SELECT, FTS5 wrote out its pending words at every note."""
+        first = self.conn.execute("SELECT coalesce(max(id), 0) + 1 FROM notes").fetchone()[0]
+        numbered = list(enumerate(rows, first))
+        self.conn.executemany(_INSERT_NOTE, [(id_, *note) for id_, (note, _, _) in numbered])
+        self.conn.executemany(_INSERT_SEARCHED, [(id_, *searched) for id_, (_, searched, _) in numbered if searched])
+        self.conn.executemany(_INSERT_LINKS, [link for _, _, note_links in rows for link in note_links])
 
     def remove(self, paths: list) -> None:
         rows = [(p,) for p in paths]

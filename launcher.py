@@ -8,23 +8,21 @@ process `config` is knowledge-agent's whatever else is installed. Never import t
 modules are meant to be imported from a clone (`from agent import run_agent`), not as knowledge_agent.*.
 """
 
-import importlib
+import runpy
 import sys
 from pathlib import Path
 
 
-def _own(module: str):
-    """One of the project's modules, found in this folder before anywhere else on sys.path."""
+def _run(module: str) -> None:
+    """Run one of the project's modules as `python module.py` does, found in this folder before anywhere else on
+    sys.path; its exit code is the SystemExit it ends with."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    return importlib.import_module(module)
+    runpy.run_module(module, run_name="__main__")
 
 
-def main() -> int:
-    return _own("main").main()
+def main() -> None:
+    _run("main")
 
 
-def mcp() -> int:
-    try:
-        return _own("mcp_server").main()
-    except KeyboardInterrupt:  # as `python mcp_server.py`: the client is stopping us, nothing to say
-        return 130
+def mcp() -> None:
+    _run("mcp_server")

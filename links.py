@@ -67,11 +67,15 @@ _INSIDE_LINK = r"((?:[^\[\]\n]|\[(?!\[)|\](?!\]))*)"  # holds no [[ nor ]]: [[a 
 _PROPERTY_LINK = re.compile(r"""(["'])\[\[""" + _INSIDE_LINK + r"\]\]\1")  # a quoted value that is one whole link
 # Where code or a comment starts: a fence line (also inside quotes and list items), a backtick run, or %%.
 _CODE_OR_COMMENT = re.compile(r"^[ \t>]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)?(`{3,}(?=[^`\n]*$)|~{3,})|(`+)|%%", re.M)
+_CODE_MARK = re.compile("[`~%]")  # one of these is on the line where any of those matches starts, and ends
 _BLANK_LINE = re.compile(r"\n[ \t\r]*\n")  # an inline code span never crosses one
 _TICKS = re.compile("`+")
-_WIKILINK = re.compile(r"(?<!\\)(!?)\[\[" + _INSIDE_LINK + r"\]\]")  # a single "]" does not end the target
+# "[" or "![", not after a backslash. Each way starts with its own character, so the regex engine skips ahead to a
+# "!" or "[" instead of trying the pattern at every position (3-5x faster on both corpora). m[0][0] tells an embed.
+_OPENING = r"(?:!(?<!\\!)\[|\[(?<!\\\[))"
+_WIKILINK = re.compile(_OPENING + r"\[" + _INSIDE_LINK + r"\]\]")  # a single "]" does not end the target
 _MARKDOWN_LINK = re.compile(
-    r"(?<!\\)(!?)\[((?:[^\[\]\n\\]|\\.|\[(?:[^\[\]\n\\]|\\.)*\])*)\]"  # [text], brackets nested one level
+    _OPENING + r"((?:[^\[\]\n\\]|\\.|\[(?:[^\[\]\n\\]|\\.)*\])*)\]"  # [text], brackets nested one level
     r"\([ \t]*(?:<([^<>\n]*)>|((?:[^\s()\\]|\\.|\((?:[^\s()\\]|\\.)*\))+))"  # (<target> or (target
     r"(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^()\n]*\)))?[ \t]*\)")  # an optional "title", then )
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:|//")  # http:, mailto:, obsidian:, C:, //host
@@ -102,16 +106,16 @@ def _note_links(text: str) -> list[tuple]:
     hidden = _hidden_spans(text, body)
     wikis = []
     for m in _WIKILINK.finditer(text, body):
-        if m.group(2).strip() and _clear(hidden, *m.span()):
+        if m.group(1).strip() and _clear(hidden, *m.span()):
             wikis.append(m.span())
-            found.append(_wikilink(*m.span(), m.start(2), m.group(2), m.group(1) == "!", "wiki"))
+            found.append(_wikilink(*m.span(), m.start(1), m.group(1), m[0][0] == "!", "wiki"))
     for m in _markdown_matches(text, body):
-        group = 3 if m.group(3) is not None else 4
+        group = 2 if m.group(2) is not None else 3
         written, at = m.group(group), m.start(group)
         if not written or _SCHEME.match(written) or not (_clear(hidden, *m.span()) and _clear(wikis, *m.span())):
             continue
         target, _, fragment = written.partition("#")
-        found.append((m.start(), m.end(), target, fragment, m.group(2), m.group(1) == "!", "markdown",
+        found.append((m.start(), m.end(), target, fragment, m.group(1), m[0][0] == "!", "markdown",
                       at, at + len(target)))
     return found
 
@@ -128,13 +132,13 @@ def _markdown_matches(text: str, pos: int):
     """Markdown links from pos on, and those inside their text: [![image](a.png)](note.md) holds two."""
     for m in _MARKDOWN_LINK.finditer(text, pos):
         yield m
-        yield from _MARKDOWN_LINK.finditer(text, m.start(2), m.end(2))
+        yield from _MARKDOWN_LINK.finditer(text, m.start(1), m.end(1))
 
 
 def _hidden_spans(text: str, pos: int) -> list[tuple]:
     """(start, end) of the code and comments from pos on, in order: what they hold is text, not links."""
     spans, paragraph_end, runs = [], -1, {}
-    while m := _CODE_OR_COMMENT.search(text, pos):
+    while m := _code_or_comment(text, pos):
         fence, ticks = m.group(1), m.group(2)
         if fence:
             close = _closing_fence(fence[0], len(fence)).search(text, m.end())
@@ -157,6 +161,18 @@ def _hidden_spans(text: str, pos: int) -> list[tuple]:
         spans.append((m.start(), end))
         pos = end
     return spans
+
+
+def _code_or_comment(text: str, pos: int):
+    """_CODE_OR_COMMENT.search(text, pos), tried only on the lines holding a ` ~ or %: the regex engine alone tries
+    it at every position (5x slower on the knowledge-garden vault)."""
+    while mark := _CODE_MARK.search(text, pos):
+        line_end = text.find("\n", mark.end())
+        line_end = len(text) if line_end < 0 else line_end
+        if found := _CODE_OR_COMMENT.search(text, max(pos, text.rfind("\n", 0, mark.start()) + 1), line_end):
+            return found
+        pos = line_end
+    return None
 
 
 @lru_cache(maxsize=None)

@@ -15,19 +15,7 @@ import sys
 import threading
 from pathlib import Path
 
-import context
-import db
-import embeddings
-import reading
-import sent
-import sessions
-import shell
-import tools
-from agent import AgentError, Model, key_hint, make_client, run_agent
 from config import SAMPLE_NOTES, VERSION, ConfigError, Settings, config_file, load_settings
-from notebook import Notebook
-from notes import ToolError, readable_text, visible
-from terminal import Display, compact, read_question, shorten, start_line_editing
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -37,6 +25,9 @@ COMMAND = "python main.py" if Path(sys.argv[0]).name in ("main.py", "-c", "") el
 
 
 def parse_args(argv=None) -> argparse.Namespace:
+    for stream in (sys.stdin, sys.stdout, sys.stderr):  # a character that cannot be read or shown gets '?'
+        if hasattr(stream, "reconfigure"):  # None without a console; an io.StringIO has none either
+            stream.reconfigure(errors="replace")
     parser = argparse.ArgumentParser(
         prog=COMMAND, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Chat with an AI agent about your Markdown notes. The settings in parentheses can also be "
@@ -72,6 +63,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     add("--port", metavar="N", type=int, help="port for --web on 127.0.0.1 (default 8731; 0: any free one)")
     add("--no-browser", action="store_true", help="with --web, only print the address to open")
     return parser.parse_args(argv)
+
+
+# --version, --help and a mistyped flag are answered before the chat's modules load: without a bytecode cache (a
+# read-only checkout, PYTHONDONTWRITEBYTECODE=1) compiling them would take longer than all the rest of a start.
+if __name__ == "__main__":
+    parse_args()
+
+import context  # noqa: E402
+import db  # noqa: E402
+import embeddings  # noqa: E402
+import reading  # noqa: E402
+import sent  # noqa: E402
+import sessions  # noqa: E402
+import shell  # noqa: E402
+import tools  # noqa: E402
+from agent import AgentError, Model, key_hint, make_client, run_agent  # noqa: E402
+from notebook import Notebook  # noqa: E402
+from notes import ToolError, readable_text, visible  # noqa: E402
+from terminal import Display, compact, read_question, shorten, start_line_editing  # noqa: E402
 
 
 COMMANDS = {
@@ -382,9 +392,6 @@ def run(args, display: Display) -> int:
 
 
 def main(argv=None) -> int:
-    for stream in (sys.stdin, sys.stdout, sys.stderr):  # a character that cannot be read or shown gets '?'
-        if hasattr(stream, "reconfigure"):  # None without a console; an io.StringIO has none either
-            stream.reconfigure(errors="replace")
     args = parse_args(argv)
     display = Display()
     db.show_notices(lambda text: display.info(f"knowledge-agent: {visible(text)}"))  # every module's, on stderr

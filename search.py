@@ -2,11 +2,11 @@
 
 search_notes and list_notes are the agent's tools, link_rows what links.py resolves a note's links and backlinks
 from; each asks a notebook.Notebook's index. Ranking: BM25 with path, title, lead above body; a note titled (or named)
-exactly the query first, then one with the query as an alias; then every word, then any word. `tag:NAME` (or
-`#NAME`) in a query keeps the notes tagged NAME or a tag nested in it; alone, it lists them. A sync-conflict copy
-is never a hit while its note exists: the note's hit names its copies instead, and list_notes marks them. index.py
-keeps the index it reads; this file never writes to the index nor to the notes, and what the model can fix raises
-ToolError.
+exactly the query first, then one with the query as an alias; then every word, then any word (of a sentence: its
+content words). `tag:NAME` (or `#NAME`) in a query keeps the notes tagged NAME or a tag nested in it; alone, it
+lists them. A sync-conflict copy is never a hit while its note exists: the note's hit names its copies instead, and
+list_notes marks them. index.py keeps the index it reads; this file never writes to the index nor to the notes, and
+what the model can fix raises ToolError.
 """
 
 import re
@@ -32,9 +32,19 @@ LIST_OUTPUT_CHARS = 6000
 
 
 # --- A query as FTS5 phrases ---
+SEARCH_NEAR_WORDS = 2  # a sentence's consecutive words at most this many words apart in a note rank it higher
+SEARCH_WORD_PARTS = 3  # a chunk of at most this many words (4 Chinese characters: 3 2-character words) is one word
 _WORD = re.compile(r"[^\W_]+")
-_STOPWORDS = frozenset("""a an and are as at be by for from how i in is it of on or that the this to was what
-when where which who why with""".split())
+# Function and framing words: "how do I water my tomatoes" looks for water and tomatoes (a query of them alone, for
+# them). d, ll, m, re, s, t, ve, don, isn: what's, I'm, don't cut at the apostrophe.
+_STOPWORDS = frozenset("""a about above after again against all am an and any are as at be because been before being
+below between both but by can could d did didn do does doesn doing don down during each few for from further had
+has have having he her here hers him his how i if in into is isn it its just know let ll m me more most my need no
+nor not of off on once only or other our out over own please possible re s same she should so some such t tell
+than that the their them then there these they this those through to too under until up us ve very want wants
+was way ways we were what when where which while who whom why will with won would you your""".split())
+_FRAMING_ZH = re.compile("我想|我要|我该|怎么样|怎么|怎样|如何|什么|哪个|哪些|为什么|请问|能否|能不能|有没有|是否|办法")
+_PLURAL_ES = ("s", "x", "z", "ch", "sh")  # box -> boxes
 
 
 def _phrase(words: list) -> str:
@@ -44,40 +54,74 @@ def _phrase(words: list) -> str:
     return '"' + " ".join(spaced) + '"' + ("*" if lone_cjk else "")
 
 
-def _forms(word: str) -> str:
-    """A word as FTS5 phrases of its singular and plural (archive, archives): the index keeps words as written."""
+def _forms(word: str) -> list:
+    """The word's other number, singular or plural, as it may stand in a note; the index keeps words as written. A
+    form no note has costs nothing."""
     if not word.isascii() or not word.isalpha() or len(word) < 3:
-        return _phrase([word])
-    other = word[:-1] if word.endswith("s") else word + "s"
-    return f'("{word}" OR "{other}")'
+        return []
+    if word.endswith("ies") and len(word) > 4:  # libraries -> library
+        return [word[:-3] + "y"]
+    if word.endswith("s") and not word.endswith("ss"):  # boxes -> box, tomatoes -> tomato, files -> file
+        return [word[:-2]] * (word.endswith("es") and word[:-2].endswith(_PLURAL_ES + ("o",))) + [word[:-1]]
+    if word.endswith("y") and word[-2] not in "aeiou":  # library -> libraries
+        return [word[:-1] + "ies"]
+    if word.endswith("o"):  # tomato -> tomatoes, photo -> photos
+        return [word + "es", word + "s"]
+    return [word + "es"] if word.endswith(_PLURAL_ES) else [word + "s"]
 
 
 def _parse_query(query: str) -> tuple:
-    """(as phrases, every word, any word) as FTS5 queries, and the words for picking lines. "a b" quoted and an
-    unquoted chunk (gnu-tar, 解压zip文件) are phrases; a lone stopword is never required; a pasted page is cut."""
-    def split(chunk):  # its lowercased words, and the separate words in them (CJK: the 2-character ones)
-        words = [w.casefold() for w in _WORD.findall(chunk)]
-        return words, list(dict.fromkeys(u for w in words for u in cjk_words(w, "none").split()))
-
+    """(the query's chunks, as (FTS5 phrase, its words as (FTS5 phrase, other forms)); FTS5 queries of the words near
+    each other; the words for picking lines). "a b" quoted is a phrase to find; an unquoted chunk (gnu-tar,
+    解压zip文件) ranks higher as one. A sentence's function and framing words are not looked for, and its consecutive
+    words near each other rank higher; a pasted page is cut."""
     quoted = re.findall(r'"([^"]*)"', query)
     rest = re.sub(r'"[^"]*"', " ", query).replace('"', " ")
-    terms, budget = [], SEARCH_QUERY_MAX_WORDS  # (words, the chunk as a phrase, its words as phrases)
-    for chunk, is_quoted in [(c, True) for c in quoted] + [(w, False) for w in rest.split()]:
+    chunks = [(c, True) for c in quoted] + [(w, False) for w in rest.split()]
+    found = _chunks(chunks, keep_all=False) or _chunks(chunks, keep_all=True)
+    terms = [(phrase, [(phrase, [])] if is_quoted else [(_phrase([u]), _forms(u)) for u in each])
+             for _, phrase, each, is_quoted in found]
+    plain = [u for _, _, each, is_quoted in found if not is_quoted for u in each]
+    near = [f"NEAR({_phrase([a])} {_phrase([b])}, {SEARCH_NEAR_WORDS})" for a, b in zip(plain, plain[1:])
+            if not CJK_RUN.search(a + b)] if _is_sentence(chunks) else []  # Chinese 2-character words overlap already
+    return terms, near, list(dict.fromkeys(w for words, _, _, _ in found for w in words))
+
+
+def _chunks(chunks: list, keep_all: bool) -> list:
+    """(words, the chunk as a phrase, its separate words (CJK: the 2-character ones), quoted) of each chunk with
+    words, up to SEARCH_QUERY_MAX_WORDS words; without keep_all, function and framing words left out."""
+    found, budget = [], SEARCH_QUERY_MAX_WORDS
+    for chunk, is_quoted in chunks:
         if budget <= 0:
             break
-        words, units = split(chunk)
+        words, units = _split(chunk, keep_all or is_quoted)
         if len(units) > budget:  # every word takes at least one character, so this many characters fit
-            words, units = split(chunk[:budget])
-        if not units:
-            continue
-        budget -= len(units)
-        phrase = _phrase(words)
-        terms.append((words, phrase, [phrase] if is_quoted else [_forms(u) for u in units]))
-    required = [t for t in terms if len(t[0]) > 1 or t[0][0] not in _STOPWORDS] or terms
-    loose = [p for _, phrase, each in terms for p in (each + [phrase] if len(each) > 1 else each)]
-    return (" AND ".join(phrase for _, phrase, _ in required),
-            " AND ".join(dict.fromkeys(p for _, _, each in required for p in each)),
-            " OR ".join(dict.fromkeys(loose)), [w for words, _, _ in terms for w in words])
+            words, units = _split(chunk[:budget], keep_all or is_quoted)
+        if units:
+            budget -= len(units)
+            found.append((words, _phrase(words), units, is_quoted))
+    return found
+
+
+def _split(chunk: str, keep_all: bool) -> tuple:
+    """The chunk's lowercased words, and the separate words in them (CJK: the 2-character ones)."""
+    words = [w.casefold() for w in _WORD.findall(chunk)]
+    if not keep_all:
+        words = [part for w in words if w not in _STOPWORDS for part in _FRAMING_ZH.sub(" ", w).split()]
+    return words, list(dict.fromkeys(u for w in words for u in cjk_words(w, "none").split()))
+
+
+def _is_sentence(chunks: list) -> bool:
+    """Written as a sentence, not as keywords: a function word stands between its words, so their order means
+    something (keywords come in any order)."""
+    return any(w.casefold() in _STOPWORDS for chunk, is_quoted in chunks if not is_quoted for w in _WORD.findall(chunk))
+
+
+def _either(phrase: str, forms: list) -> str:
+    """A word, or one of its other forms in a note without it (so that a note holding both counts once in bm25)."""
+    if not forms:
+        return phrase
+    return f"({phrase} OR ({' OR '.join(_phrase([f]) for f in forms)}) NOT {phrase})"
 
 
 def _folder(kb: Path, folder: str | None) -> tuple:
@@ -95,10 +139,12 @@ def _folder(kb: Path, folder: str | None) -> tuple:
 
 # --- Searching ---
 _MATCHING = "FROM fts JOIN notes n ON n.id = fts.rowid WHERE fts MATCH ? AND {}"
-# A note titled or named as the query first, then one with it as an alias, then bm25 with SEARCH_WEIGHTS.
-_RANK_SQL = f"""SELECT n.id, n.path, n.title {_MATCHING} AND n.id NOT IN ({{}})
-ORDER BY (n.title_key = ? OR n.stem_key = ?) DESC, instr(n.alias_keys, ?) > 0 DESC,
-bm25(fts, {', '.join(map(str, SEARCH_WEIGHTS))}) LIMIT ?"""
+# A note titled or named as the query first, then one with it as an alias, then one with every word, then bm25 with
+# SEARCH_WEIGHTS (the words' and the phrases' that rank higher).
+_RANK_SQL = f"""SELECT n.id, n.path, n.title, n.id IN (SELECT rowid FROM fts WHERE fts MATCH ?) AS every,
+n.id IN (SELECT rowid FROM fts WHERE fts MATCH ?) AS exact
+{_MATCHING} AND n.id NOT IN ({{}}) ORDER BY (n.title_key = ? OR n.stem_key = ?) DESC, instr(n.alias_keys, ?) > 0 DESC,
+exact DESC, every DESC, bm25(fts, {', '.join(map(str, SEARCH_WEIGHTS))}) LIMIT ?"""
 _NOT_A_COPY = "(n.conflict_of IS NULL OR NOT EXISTS (SELECT 1 FROM notes o WHERE o.path = n.conflict_of))"
 _TAGGED = " AND (instr(n.tags, ?) OR instr(n.tags, ?))"  # the tag itself, or one nested in it
 
@@ -124,7 +170,7 @@ def _scope(lo: str, hi: str, tags: list) -> tuple:
 
 def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: list, lo: str, hi: str, embedder) -> Shown:
     """`rest`: the query without its tags, `parsed` from it."""
-    as_phrases, every_word, any_word, words = parsed
+    terms, near, words = parsed
     where, args = _scope(lo, hi, tags)
     where_text = f" in {lo}" if lo else ""
     if not words:  # tags alone: the notes tagged so, newest first
@@ -138,31 +184,57 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
     qkey, hits = title_key(rest.replace('"', " ")), []
     rank_sql, matching = _RANK_SQL.replace("{}", where, 1), _MATCHING.format(where)
 
-    def add(match):  # the best notes for match that are not hits yet, while there is room (else LIMIT 0)
+    def add(match):  # the best notes for match that are not hits yet, while there is room
         shown = [h[0] for h in hits]
         sql = rank_sql.format(",".join("?" * len(shown)))  # SQLite takes an empty list: NOT IN ()
-        hits.extend(idx.conn.execute(sql, (match, *args, *shown, qkey, qkey, f"\n{qkey}\n", depth - len(hits))))
+        hits.extend(idx.conn.execute(sql, (every_word, as_phrases, match, *args, *shown, qkey, qkey, f"\n{qkey}\n",
+                                           depth - len(hits))))
 
     def count(match):  # all notes: every FTS row is one, and skipping the join is ~5x faster on 30k matches
         if lo or tags or idx.conn.execute("SELECT 1 FROM notes WHERE conflict_of IS NOT NULL LIMIT 1").fetchone():
             return idx.conn.execute(f"SELECT count(*) {matching}", (match, *args)).fetchone()[0]
         return idx.conn.execute("SELECT count(*) FROM fts WHERE fts MATCH ?", (match,)).fetchone()[0]
 
-    for match in dict.fromkeys((as_phrases, every_word)):
-        add(match)
-    every = len(hits)
-    total, some_only = count(every_word), 0
-    if len(hits) < depth and any_word not in (as_phrases, every_word):
-        add(any_word)
-        some_only = count(any_word) - total
-    hits = [(path, title, None) for _id, path, title in hits]
+    as_phrases, every_word, ranked, wide = _matches(idx, terms, near)
+    add(ranked)
+    if len(hits) < depth and wide != ranked:  # a word's rarer forms fill the room left
+        add(wide)
+    every = next((at for at, hit in enumerate(hits) if not hit[3]), len(hits))
+    total = count(every_word)
+    some_only = count(wide) - total if every < depth else 0
+    hits = [(path, title, None) for _id, path, title, _, _ in hits]
     if vector:
         by_meaning = [hit for hit in embeddings.notes_by_meaning(idx, vectors, vector, lo, hi)
                       if not _hidden_copy(idx, hit[0])]
-        hits = hits[:every] + _fuse(hits[every:], by_meaning, {path for path, _, _ in hits[:every]})
+        kept = max(every, 1)  # the notes with every word, and at least the keyword best, keep their places
+        hits = hits[:kept] + _fuse(hits[kept:], by_meaning, {path for path, _, _ in hits[:kept]})
     patterns = _line_patterns(words) + _tag_patterns(tags)
     text = _format_hits(idx, patterns, hits[:SEARCH_MAX_HITS], total, some_only, where_text, query)
     return Shown(f"{notice}\n{text}", text.lines, text.named) if notice else text
+
+
+def _matches(idx: Index, terms: list, near: list) -> tuple:
+    """FTS5 queries: (every chunk as a phrase, every word, any word as ranked, any word in any form). A chunk counts
+    once in bm25, whole or by the words it has. A word's other form stands for it where it is in as many notes as the
+    word typed, or the word is in none: bm25 weighs a rarer word more, so a rare form would rank its notes above the
+    word's own; the rarer forms only fill the room left."""
+    def notes_with(phrase):
+        return idx.conn.execute("SELECT count(*) FROM fts WHERE fts MATCH ?", (phrase,)).fetchone()[0]
+
+    def common(phrase, forms):
+        typed = notes_with(phrase) if forms else 0
+        return [f for f in forms if not typed or notes_with(_phrase([f])) >= typed]
+
+    def chunk(phrase, words, forms_of):
+        each = [_either(word, forms_of(word, forms)) for word, forms in words]
+        if len(each) > SEARCH_WORD_PARTS:  # a run of words: each of them counts, the whole as one more
+            return " OR ".join(each + [phrase])
+        return each[0] if len(each) == 1 else f"({phrase} OR ({' OR '.join(each)}) NOT {phrase})"
+    ranked = [chunk(phrase, words, common) for phrase, words in terms]
+    wide = [chunk(phrase, words, lambda _, forms: forms) for phrase, words in terms]
+    every = [_either(word, forms) for _, words in terms for word, forms in words]
+    return (" AND ".join(dict.fromkeys(phrase for phrase, _ in terms)), " AND ".join(dict.fromkeys(every)),
+            " OR ".join(ranked + near), " OR ".join(wide + near))
 
 
 def _hidden_copy(idx: Index, path: str) -> bool:
@@ -197,8 +269,9 @@ def _named(names: list) -> str:
 
 
 def _fuse(by_words: list, by_meaning: list, placed: set) -> list:
-    """Notes with some of the words and notes close in meaning, not `placed`, fused by reciprocal rank (the bench
-    measures it against max + 0.3 min): (path, title, its closest chunk's first line if found by meaning only)."""
+    """Notes with some of the words (below the keyword best) and notes close in meaning, not `placed`, fused by
+    reciprocal rank (the bench measures it against max + 0.3 min): (path, title, its closest chunk's first line if
+    found by meaning only)."""
     score = {}
     for ranked in (by_words, [hit for hit in by_meaning if hit[0] not in placed]):
         for rank, (path, _, _) in enumerate(ranked, 1):

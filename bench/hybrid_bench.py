@@ -2,6 +2,7 @@
 
     python bench/hybrid_bench.py                   # with tests/fake_embedder.py on 127.0.0.1
     python bench/hybrid_bench.py --embed-url http://localhost:11434/v1 --embed-model bge-m3   # a real model
+    python bench/hybrid_bench.py --project /tmp/base   # another checkout's search (before figures)
 
 The fake embedder is a bag of concepts (tests/fake_embedder.py): its figures show that the pipeline works
 (chunks, vectors, fusion, never worse than keywords), not what a real model achieves; real quality needs a
@@ -11,10 +12,13 @@ takes a while on a CPU, and resumes if stopped).
 Query sets, all with the held-out seed of search_bench.py: the keyword set (as search_bench makes it, every
 draw counted), paraphrases (2-3 words of an English page's description, each replaced by another word of
 its fake-embedder concept group that the page does not contain), and cross-language (the Chinese words of
-those groups, run together as a person types them, for English pages that have no Chinese page).
+those groups, run together as a person types them, for English pages that have no Chinese page), and
+search_bench's sentence set (questions as people type them). "kw best lower": the questions whose first note by
+keywords alone the hybrid ranks lower (it should never).
 """
 
 import argparse
+import importlib
 import math
 import random
 import re
@@ -83,6 +87,15 @@ def fuse_max_min(by_words: list, by_meaning: list, placed: set) -> list:
 RRF = search._fuse
 
 
+def kw_best_lower(words, hybrid, queries) -> int:
+    """How many queries' first note by keywords alone the hybrid ranks lower."""
+    lower = 0
+    for query, *_ in queries:
+        best = sb.ranked_paths(words(query))[:1]
+        lower += bool(best) and sb.ranked_paths(hybrid(query))[:1] != best
+    return lower
+
+
 def timed(run, queries) -> float:
     times = []
     for query, *_ in queries:
@@ -140,7 +153,13 @@ def main():
     parser.add_argument("--embed-model", default="fake")
     parser.add_argument("--queries", type=int, default=200, help="queries per language and set")
     parser.add_argument("--seed", type=int, default=sb.HELD_OUT_SEED)
+    parser.add_argument("--project", type=Path, help="measure the search of this checkout instead (e.g. /tmp/base)")
     args = parser.parse_args()
+    if args.project:
+        global embeddings, index, search, RRF
+        sb.use_project(args.project)
+        embeddings, index, search = (importlib.import_module(name) for name in ("embeddings", "index", "search"))
+        RRF = search._fuse
     tmp = Path(tempfile.mkdtemp(prefix="hybrid-bench-"))
     index_dir = tmp / "index"
     fake = None if args.embed_url else FakeEmbedder().__enter__()
@@ -150,6 +169,7 @@ def main():
         index.warn = lambda message: print(f"  ({message})", file=sys.stderr)
         keyword_set, titles = sb.make_queries(kb, args.queries, args.seed), sb.title_queries(kb, 200, args.seed)
         paraphrases, crossed = meaning_queries(kb, args.queries, args.seed)
+        sentences = sb.sentence_queries(kb, 300, 150, args.seed)
         notebook = Notebook(Settings(kb=kb, index_dir=index_dir))
         build_s, chunks = build(notebook, embedder)
         words = lambda q: search.search_notes(notebook, q)  # noqa: E731
@@ -157,17 +177,19 @@ def main():
         print(f"corpus {args.corpus.name}: {sum(1 for _ in kb.rglob('*.md'))} notes, {chunks} distinct chunks "
               f"embedded in {sb.ms(build_s)} by {args.embed_model} at {embedder.base_url}"
               + (" (the FAKE embedder: pipeline figures, not a real model's quality)" if fake else ""))
-        print("\nquery set (seed %d) | method | R@5 en | R@5 zh | MRR@10 | title R@1 | warm p50" % args.seed)
-        print("--- | --- | --- | --- | --- | --- | ---")
-        for name, queries in (("keyword (every draw)", keyword_set), ("paraphrase (en)", paraphrases),
-                              ("cross-language (zh question, en note)", crossed)):
+        print("\nquery set (seed %d) | method | R@5 en | R@5 zh | MRR@10 | title R@1 | kw best lower | warm p50"
+              % args.seed)
+        print("--- | --- | --- | --- | --- | --- | --- | ---")
+        for name, queries in (("keyword (every draw)", keyword_set), ("sentences", sentences),
+                              ("paraphrase (en)", paraphrases), ("cross-language (zh question, en note)", crossed)):
             for method, run in (("keywords only", words), ("hybrid, RRF", hybrid), ("hybrid, max+0.3min", hybrid)):
                 search._fuse = fuse_max_min if "max" in method else RRF
                 r = sb.judge(run, queries, titles if name.startswith("keyword") else [], False)
                 en = f"{r['en']:.3f}" if any(q[2] == "en" for q in queries) else "-"
                 zh = f"{r['zh']:.3f}" if any(q[2] == "zh" for q in queries) else "-"
                 title = f"{r['title']:.3f}" if name.startswith("keyword") else "-"
-                print(f"{name}, {len(queries)} | {method} | {en} | {zh} | {r['mrr']:.3f} | {title} | "
+                lower = "-" if run is words else kw_best_lower(words, run, queries)
+                print(f"{name}, {len(queries)} | {method} | {en} | {zh} | {r['mrr']:.3f} | {title} | {lower} | "
                       f"{sb.ms(timed(run, queries[:100]))}", flush=True)
         search._fuse = RRF
         print("\ne.g. paraphrases " + ", ".join(repr(q) for q, *_ in paraphrases[:3]) + "; cross-language "

