@@ -1,10 +1,10 @@
 """The tools that change notes: edit_note, append_note, write_note, move_note, delete_note, and their one pipeline.
 
 Every change is a versions.Change planned from the disk with its words (the question's title, the result's
-message), approved where the policy (approval.Approver) asks, applied by versions.apply (atomic, the note's format
-kept, recoverable with /undo) and told to the index. A text change that would break a note's front matter is refused
-before it is planned (_text_change), a new name that could be mistaken for an existing one before anything is read
-(_new_name). What the model can fix raises ToolError; nothing here writes but through versions.apply.
+message), approved where the policy (approval.Approver) asks, applied by the Notebook (versions.apply: atomic, the
+note's format kept, recoverable with /undo; and its index told). A text change that would break a note's front matter
+is refused before it is planned (_text_change), a new name that could be mistaken for an existing one before anything
+is read (_new_name). What the model can fix raises ToolError; nothing here writes but through Notebook.apply.
 """
 
 import dataclasses
@@ -22,12 +22,11 @@ import diffs
 import frontmatter
 import links as link_graph
 import notes
-import privacy
 import search
 import vault
 import versions
 from approval import Approval
-from config import Settings
+from notebook import Notebook
 from notes import HISTORY_DIR, Shown, ToolError, is_note_path, plural, rel
 from reading import MAX_NOTE_BYTES, MISSING, guarded, linked_here, note_links, note_text
 
@@ -42,9 +41,9 @@ EDIT_MAX_MATCHES_COUNTED = 20
 KEPT = "the previous version is kept in .history/ (/undo in the chat restores it)."
 
 
-def _changeable(settings: Settings, path, size_limit: bool = True) -> str:
+def _changeable(notebook: Notebook, path, size_limit: bool = True) -> str:
     """The name of an existing note that may be changed (`size_limit`: its text is to be changed, so not a huge one)."""
-    name = rel(settings.kb, path)
+    name = rel(notebook.kb, path)
     if path.is_dir():
         raise ToolError(f"{name} is a folder, not a note.")
     if not path.is_file():
@@ -54,13 +53,13 @@ def _changeable(settings: Settings, path, size_limit: bool = True) -> str:
     return name
 
 
-def _change(settings: Settings, approve, plan: Callable[[], versions.Change]) -> Shown:
+def _change(notebook: Notebook, approve, plan: Callable[[], versions.Change]) -> Shown:
     """Plan a change (with its words), have it approved where the policy asks, apply it and tell the index: the
     result's text, its first line the change summary (`~ notes/git.md  +3 −1`). A change a person approved is written
     only if every file is still as they saw it; one nobody saw is planned again on the notes as they are then."""
     change = plan()
     if change.is_noop():  # saying "replaced" would claim a version was kept
-        return _told(settings, change, f"\nNothing was written: {change.note} already holds exactly that text.")
+        return _told(notebook, change, f"\nNothing was written: {change.note} already holds exactly that text.")
     asked = approve(Approval("change", change.title, change=change))
     if not asked and approve.allowance.over(change):  # routine, but this answer has written a lot already
         asked = approve(Approval("change", f"{change.title} (this answer would have written "
@@ -69,26 +68,24 @@ def _change(settings: Settings, approve, plan: Callable[[], versions.Change]) ->
     if asked and change.move and (new := {f.path for f in plan().files} - {f.path for f in change.files}):
         raise versions.Stale(sorted(new))  # a note came to link here while the person looked: it must not break
     try:
-        change, warning = versions.apply(settings.kb, change, replan=None if asked else plan)
+        change, warning = notebook.apply(change, replan=None if asked else plan)
     except versions.Stale as exc:
         raise ToolError(f"{', '.join(exc.paths)} changed while the person was reviewing the change, so nothing "
                         "was written.", "read_note it again.") from None
     approve.allowance.left -= approve.allowance.cost(change)
-    for path in {f.path for f in change.files} | set(change.move or ()):
-        search.note_changed(settings.kb, settings.index_dir, path)  # both ends of a move are in the set
-    return _told(settings, change, f"{warning}\n{change.done}")
+    return _told(notebook, change, f"{warning}\n{change.done}")
 
 
-def _told(settings: Settings, change: versions.Change, words: str) -> Shown:
+def _told(notebook: Notebook, change: versions.Change, words: str) -> Shown:
     """diffs.summary for the model, then `words`: a private note the change touched (by a move's links) is counted,
     not named."""
     paths = [change.final_path(f.path) for f in change.files]
     hidden = {path for f, path in zip(change.files, paths)
-              if privacy.is_private(settings.kb, path, notes.readable_text(f.new or f.old or b"") or "")}
+              if notebook.is_private(path, notes.readable_text(f.new or f.old or b"") or "")}
     return Shown(diffs.summary(change, hidden) + words, named=[*(change.move or ()), *set(paths) - hidden])
 
 
-def _new_name(settings: Settings, name: str, moving: str = "") -> str:
+def _new_name(notebook: Notebook, name: str, moving: str = "") -> str:
     """A new note's name (or the new name of the note `moving`), refused if it could be mistaken for another: a
     character that shows nothing there (U+200B, U+034F, a variation selector after a letter), a part that looks like
     an existing one (_alike: oTHER.md beside Other.md, café in NFC and NFD, a Cyrillic рlan.md beside plan.md), or a
@@ -96,18 +93,18 @@ def _new_name(settings: Settings, name: str, moving: str = "") -> str:
     if hidden := next((c for i, c in enumerate(name) if notes.ignorable(c) and not notes.joins(name, i)), None):
         raise ToolError(f"the name '{notes.visible(name)}' holds an invisible character (U+{ord(hidden):04X}); a new "
                         "note's name may not.", "Choose the name without it.")
-    if (original := vault.copy_of(name)) and original != moving and os.path.lexists(settings.kb / original):
+    if (original := vault.copy_of(name)) and original != moving and os.path.lexists(notebook.kb / original):
         raise ToolError(f"'{notes.visible(name)}' is the name a sync service gives a copy of the note beside it, so it "
                         "would be taken for one; nothing was changed.", "Choose another name.")
-    folder = settings.kb
+    folder = notebook.kb
     for part in name.split("/"):
         try:
             twin = next((entry for entry in os.listdir(folder) if entry != part and _alike(entry) == _alike(part)), "")
         except OSError:  # a folder the change makes: nothing in it yet
             break
-        if twin and rel(settings.kb, folder / twin) != moving:
+        if twin and rel(notebook.kb, folder / twin) != moving:
             odd = "".join(f", U+{ord(c):04X}" for c in dict.fromkeys(part) if _alike(c) != c.casefold())
-            where = f"{rel(settings.kb, folder)}/" if folder != settings.kb else "the top folder"
+            where = f"{rel(notebook.kb, folder)}/" if folder != notebook.kb else "the top folder"
             raise ToolError(f"'{notes.visible(part)}' looks the same as a name in {where} (it differs only in case, "
                             f"Unicode form or letters drawn alike{odd}); nothing was changed.",
                             "list_notes shows the names there: use that one, or a name that differs in more.")
@@ -125,7 +122,7 @@ def _alike(name: str) -> str:
     return unicodedata.normalize("NFKC", notes.SHOWN_ESCAPED.sub("", name)).translate(_LOOK_ALIKE).casefold()
 
 
-def _text_change(settings: Settings, approve, name: str, new_text: Callable[[str], str], op: str, done: str) -> str:
+def _text_change(notebook: Notebook, approve, name: str, new_text: Callable[[str], str], op: str, done: str) -> str:
     """A change of a note's text (a function of it); refused, nothing written, if it breaks the front matter."""
     def checked(text: str) -> str:
         new = new_text(text)
@@ -134,19 +131,19 @@ def _text_change(settings: Settings, approve, name: str, new_text: Callable[[str
                             f"{name}: {problem}. Nothing was written.", "read_note it, then change the text so the "
                             "front matter stays valid.")
         return new
-    return _change(settings, approve, lambda: dataclasses.replace(
-        versions.plan_text(settings.kb, name, checked, op), title=f"Make this change to {name}?", done=done))
+    return _change(notebook, approve, lambda: dataclasses.replace(
+        versions.plan_text(notebook.kb, name, checked, op), title=f"Make this change to {name}?", done=done))
 
 
-def _new_note(settings: Settings, name: str) -> tuple[str, str]:
+def _new_note(notebook: Notebook, name: str) -> tuple[str, str]:
     """(the text a new note starts with, words saying so): today's daily note starts from the vault's daily-note
     template, filled in as Obsidian fills it; any other note from nothing."""
-    daily, now = vault.daily_note_settings(settings.kb), datetime.now()
+    daily, now = vault.daily_note_settings(notebook.kb), datetime.now()
     if not daily["template"] or name != vault.daily_note_path(daily, now):
         return "", ""
     template = daily["template"] if daily["template"].lower().endswith(".md") else daily["template"] + ".md"
     try:
-        _, text = note_text(settings, template)
+        _, text = note_text(notebook, template)
     except ToolError:
         return "", f" (the daily-note template {template} could not be read, so it started empty)"
     filled = vault.fill_template(_lf(text), PurePosixPath(name).stem, now, daily["format"])
@@ -190,8 +187,8 @@ def _likeness(piece: str, wanted: str) -> float:
     return matcher.ratio()
 
 
-def edit_note(settings: Settings, file_path: str, old_text: str, new_text: str, *, approve) -> Shown:
-    name = _changeable(settings, guarded(settings, file_path))
+def edit_note(notebook: Notebook, file_path: str, old_text: str, new_text: str, *, approve) -> Shown:
+    name = _changeable(notebook, guarded(notebook, file_path))
     if not old_text:
         raise ToolError("old_text is empty.", "Copy the exact passage to replace from read_note; to add text at the "
                         "end of a note use append_note.")
@@ -217,12 +214,12 @@ def edit_note(settings: Settings, file_path: str, old_text: str, new_text: str, 
         replacement = new_text.replace("\n", "\r\n") if "\r\n" in text[start:end] else new_text
         return text[:start] + replacement + text[end:]
 
-    return _text_change(settings, approve, name, replace_once, "edit", f"Edited {name}; {KEPT}")
+    return _text_change(notebook, approve, name, replace_once, "edit", f"Edited {name}; {KEPT}")
 
 
-def append_note(settings: Settings, file_path: str, content: str, section: str | None = None, *, approve) -> Shown:
-    path = guarded(settings, file_path, new=True)
-    name = rel(settings.kb, path)
+def append_note(notebook: Notebook, file_path: str, content: str, section: str | None = None, *, approve) -> Shown:
+    path = guarded(notebook, file_path, new=True)
+    name = rel(notebook.kb, path)
     if not content.strip():
         raise ToolError("content is empty; nothing to append.")
     content = _lf(content) if content.endswith("\n") else _lf(content) + "\n"
@@ -238,42 +235,42 @@ def append_note(settings: Settings, file_path: str, content: str, section: str |
 
     where = f"the end of the section {json.dumps(section, ensure_ascii=False)} of" if section else "the end of"
     if not path.exists() and not path.is_symlink():
-        start, how = _new_note(settings, _new_name(settings, name))
-        return _text_change(settings, approve, name, lambda _: added(start), "write",
+        start, how = _new_note(notebook, _new_name(notebook, name))
+        return _text_change(notebook, approve, name, lambda _: added(start), "write",
                             f"Created {name}{how} (it did not exist) and added the content at {where} it.")
-    if privacy.is_private(settings.kb, name):  # a note that exists, and nothing is said of it
+    if notebook.is_private(name):  # a note that exists, and nothing is said of it
         raise ToolError(f"{name} already exists; nothing was written.", "Choose another name.")
-    _changeable(settings, path)
-    return _text_change(settings, approve, name, added, "append", f"Appended to {where} {name}.")
+    _changeable(notebook, path)
+    return _text_change(notebook, approve, name, added, "append", f"Appended to {where} {name}.")
 
 
-def write_note(settings: Settings, file_path: str, content: str, overwrite: bool = False, *, approve) -> Shown:
-    path = guarded(settings, file_path, new=True)
-    name = rel(settings.kb, path)
+def write_note(notebook: Notebook, file_path: str, content: str, overwrite: bool = False, *, approve) -> Shown:
+    path = guarded(notebook, file_path, new=True)
+    name = rel(notebook.kb, path)
     if not path.exists() and not path.is_symlink():
-        start, how = _new_note(settings, _new_name(settings, name))
+        start, how = _new_note(notebook, _new_name(notebook, name))
         text = start + ("" if not start or start.endswith("\n") else "\n") + _lf(content)
-        return _text_change(settings, approve, name, lambda _: text, "write", f"Created {name}{how}"
+        return _text_change(notebook, approve, name, lambda _: text, "write", f"Created {name}{how}"
                             + (", with the content after it." if start else "."))
-    private = privacy.is_private(settings.kb, name)  # a note that exists, and nothing is said of it
+    private = notebook.is_private(name)  # a note that exists, and nothing is said of it
     if not private:
-        _changeable(settings, path)
+        _changeable(notebook, path)
     if private or not overwrite:
         raise ToolError(f"{name} already exists; nothing was written.", "To change part of it use edit_note, to add "
                         "to its end use append_note; pass overwrite: true only if the person asked for a full rewrite.")
-    return _text_change(settings, approve, name, lambda _: _lf(content), "overwrite", f"Replaced {name}; {KEPT}")
+    return _text_change(notebook, approve, name, lambda _: _lf(content), "overwrite", f"Replaced {name}; {KEPT}")
 
 
-def move_note(settings: Settings, from_path: str, to_path: str, *, approve) -> Shown:
-    source, target = guarded(settings, from_path, "from_path"), guarded(settings, to_path, "to_path", new=True)
-    src = _changeable(settings, source, size_limit=False)
-    dst = _new_name(settings, rel(settings.kb, target), moving=src)
+def move_note(notebook: Notebook, from_path: str, to_path: str, *, approve) -> Shown:
+    source, target = guarded(notebook, from_path, "from_path"), guarded(notebook, to_path, "to_path", new=True)
+    src = _changeable(notebook, source, size_limit=False)
+    dst = _new_name(notebook, rel(notebook.kb, target), moving=src)
     if target.exists() or target.is_symlink():
         raise ToolError(f"{dst} already exists; nothing was moved.", "Choose another to_path.")
 
     def plan() -> versions.Change:
-        read, new, counts = _links_kept(settings, src, dst)
-        change = versions.plan_move(settings.kb, src, dst, new)
+        read, new, counts = _links_kept(notebook, src, dst)
+        change = versions.plan_move(notebook.kb, src, dst, new)
         if stale := [f.path for f in change.files if f.old != read[f.path]]:  # written between the two reads
             raise versions.Stale(stale)
         kind = "note" if all(is_note_path(path) for path in counts) else "file"
@@ -285,20 +282,19 @@ def move_note(settings: Settings, from_path: str, to_path: str, *, approve) -> S
             f"Moved {src} to {dst} and updated {links} so that they still lead to it; /undo in the chat puts every "
             "file back."))
 
-    return _change(settings, approve, plan)
+    return _change(notebook, approve, plan)
 
 
-def _links_kept(settings: Settings, src: str, dst: str) -> tuple[dict, dict, dict]:
+def _links_kept(notebook: Notebook, src: str, dst: str) -> tuple[dict, dict, dict]:
     """What moving src to dst must rewrite so that every link of the notes leads where it did (links.plan_move), by
     path before the move: (the bytes each file was planned from, the new bytes of those that change, how many links
     change in each). Read: the notes whose stored links may lead to src or dst, src itself, every canvas."""
-    paths, rows, _ = search.link_rows(settings.kb, settings.index_dir, link_graph.move_keys(src, dst),
-                                      watch=settings.search_watch)
+    paths, rows, _ = search.link_rows(notebook, link_graph.move_keys(src, dst))
     paths |= {src}
     read, texts, formats = {}, {}, {}
     for path in {row[0] for row in rows} | {src} | {p for p in paths if p.lower().endswith(".canvas")}:
         try:
-            read[path] = notes.read_bytes(settings.kb, path)
+            read[path] = notes.read_bytes(notebook.kb, path)
         except (OSError, ToolError):
             continue  # gone since it was indexed, or not a plain file: no link of it to keep
         try:
@@ -306,7 +302,7 @@ def _links_kept(settings: Settings, src: str, dst: str) -> tuple[dict, dict, dic
         except ToolError:  # read to plan with; refused below if one of its links must change
             texts[path] = notes.readable_text(read[path])
     try:
-        plan = link_graph.plan_move(paths, texts, src, dst, vault.vault_style(settings.kb).get("newLinkFormat", ""))
+        plan = link_graph.plan_move(paths, texts, src, dst, vault.vault_style(notebook.kb).get("newLinkFormat", ""))
     except ValueError as exc:
         raise ToolError(f"{exc} Nothing was moved.") from None
     before, new = {dst: src}, {}
@@ -319,12 +315,12 @@ def _links_kept(settings: Settings, src: str, dst: str) -> tuple[dict, dict, dic
     return read, new, {before.get(path, path): count for path, count in plan.counts.items()}
 
 
-def delete_note(settings: Settings, file_path: str, *, approve) -> Shown:
-    name = _changeable(settings, guarded(settings, file_path), size_limit=False)
+def delete_note(notebook: Notebook, file_path: str, *, approve) -> Shown:
+    name = _changeable(notebook, guarded(notebook, file_path), size_limit=False)
     try:
-        breaks = linked_here(note_links(settings, name)[1])
+        breaks = linked_here(note_links(notebook, name)[1])
     except ToolError:  # the index failed, and its notice said so: the note can still be deleted
         breaks = ""
-    return _change(settings, approve, lambda: dataclasses.replace(
-        versions.plan_delete(settings.kb, name), title=f"Delete {name}? (a copy is kept in {HISTORY_DIR}/){breaks}",
+    return _change(notebook, approve, lambda: dataclasses.replace(
+        versions.plan_delete(notebook.kb, name), title=f"Delete {name}? (a copy is kept in {HISTORY_DIR}/){breaks}",
         done=f"Deleted {name}; a copy is kept in {HISTORY_DIR}/ and /undo in the chat brings it back.{breaks}"))

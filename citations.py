@@ -89,9 +89,9 @@ class Report(NamedTuple):
 NOTHING = Report([])
 
 
-def reader(settings) -> Reader:
-    """Reading a note as the tools do (the path guard, race-free, any encoding): reading.note_text."""
-    return lambda path: reading.note_text(settings, path, "")
+def reader(notebook) -> Reader:
+    """Reading a note of the notebook as the tools do (the path guard, race-free, any encoding): reading.note_text."""
+    return lambda path: reading.note_text(notebook, path, "")
 
 
 def shell_shown(command: str, output: str) -> Shown:

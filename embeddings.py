@@ -17,7 +17,7 @@ import operator
 import struct
 import sys
 import time
-from pathlib import Path
+from dataclasses import dataclass, field
 
 import index
 from db import notice
@@ -63,10 +63,17 @@ _CHANGED = "INSERT INTO meta VALUES ('vectors', '1') ON CONFLICT(key) DO UPDATE 
 _MISSING = ("SELECT hash, min(text) FROM chunks WHERE hash NOT IN (SELECT hash FROM vectors) "
             "GROUP BY hash ORDER BY min(path), min(seq)")  # (hash, text) of chunks without a vector
 
-_CLIENTS: dict = {}  # (embedder, timeout, retries) -> its openai client
-_CACHE: dict = {}  # index file -> (vectors change count, ids, sign bits, their sketches): reloaded on change
-_FAILED: dict = {}  # embedder -> (monotonic time, message) of its last failure
-_COMPLETE: set = set()  # index files whose every chunk had its vector when last looked (no chunk changed since)
+
+
+@dataclass
+class Vectors:
+    """What this process knows of one notes folder's vectors (its Notebook's)."""
+    clients: dict = field(default_factory=dict)  # (embedder, timeout, retries) -> its openai client
+    failed: dict = field(default_factory=dict)  # embedder -> (monotonic time, message) of its last failure
+    cache: tuple | None = None  # (vectors change count, ids, sign bits, their sketches): reloaded on change
+    complete: bool = False  # every chunk had its vector when last looked (no chunk changed since)
+    touched: set = field(default_factory=set)  # notes the index saw change since sync_chunks last looked
+    chunked: bool = False  # sync_chunks has compared every note's chunks since the index opened
 
 
 class EmbedError(Exception):
@@ -100,24 +107,24 @@ def prefixes(model: str) -> tuple[str, str]:
     return next(((q, d) for family, q, d in EMBED_PREFIXES if family in name), ("", ""))
 
 
-def embed_texts(embedder: Embedder, texts: list, timeout: float, retries: int) -> list:
+def embed_texts(vectors: Vectors, embedder: Embedder, texts: list, timeout: float, retries: int) -> list:
     """One unit vector per text, in order; EmbedError with one line on any failure."""
     from openai import OpenAI, OpenAIError  # only when embeddings are on: keyword search never loads it
     key = (embedder, timeout, retries)
-    if key not in _CLIENTS:
-        _CLIENTS[key] = OpenAI(base_url=embedder.base_url, api_key=embedder.api_key, timeout=timeout,
-                               max_retries=retries)
+    if key not in vectors.clients:
+        vectors.clients[key] = OpenAI(base_url=embedder.base_url, api_key=embedder.api_key, timeout=timeout,
+                                      max_retries=retries)
     try:
-        reply = _CLIENTS[key].embeddings.create(model=embedder.model, input=texts)
-        vectors = [list(item.embedding) for item in sorted(reply.data, key=lambda d: d.index)]
-        if len(vectors) != len(texts) or any(len(v) != len(vectors[0]) or not v for v in vectors):
-            raise ValueError(f"{len(vectors)} vectors for {len(texts)} texts")
+        reply = vectors.clients[key].embeddings.create(model=embedder.model, input=texts)
+        found = [list(item.embedding) for item in sorted(reply.data, key=lambda d: d.index)]
+        if len(found) != len(texts) or any(len(v) != len(found[0]) or not v for v in found):
+            raise ValueError(f"{len(found)} vectors for {len(texts)} texts")
     except OpenAIError as exc:
         detail = " ".join(str(exc).split())[:160].rstrip(".") or type(exc).__name__
         raise EmbedError(f"the embeddings endpoint {embedder.base_url} failed ({detail})") from None
     except (TypeError, ValueError, AttributeError) as exc:  # a reply of another shape
         raise EmbedError(f"the embeddings endpoint {embedder.base_url} gave an unusable reply ({exc})") from None
-    return [_unit(v) for v in vectors]
+    return [_unit(v) for v in found]
 
 
 def _unit(vector: list) -> list:
@@ -147,30 +154,30 @@ def chunks_of(title: str, text: str) -> list:
     return [(line, body if body.startswith(("# ", title)) else f"{title}\n\n{body}") for line, body in kept]
 
 
-def sync_chunks(idx: index.Index, embedder: Embedder) -> None:
+def sync_chunks(idx: index.Index, vectors: Vectors, embedder: Embedder) -> None:
     """The chunk and vector tables made (another model's vectors dropped, its chunks kept), and every note changed
     since (on first use in this process) or seen changed chunked again."""
     conn = idx.conn
     model = f"{embedder.model}\n{embedder.doc_prefix}"  # another passage prefix: other chunk texts, other vectors
     if (used := conn.execute("SELECT value FROM meta WHERE key='embed_model'").fetchone()) != (model,):
-        _COMPLETE.discard(idx.path)
+        vectors.complete = False
         with index.writing(conn):
             for statement in _SCHEMA:
                 conn.execute(statement)
             conn.execute("DELETE FROM vectors")
             if used and used[0].partition("\n")[2] != embedder.doc_prefix:
                 conn.execute("DELETE FROM chunk_notes")  # every note chunked again, with the new prefix
-                idx.chunked = False
+                vectors.chunked = False
             conn.execute("INSERT OR REPLACE INTO meta VALUES ('embed_model', ?)", (model,))
             conn.execute(_CHANGED)
-    paths = sorted(idx.touched) if idx.chunked else [p for (p,) in conn.execute(
+    paths = sorted(vectors.touched) if vectors.chunked else [p for (p,) in conn.execute(
         "SELECT n.path FROM notes n LEFT JOIN chunk_notes c USING(path) WHERE NOT n.private AND (c.path IS NULL "
         "OR c.size IS NOT n.size OR c.mtime_ns IS NOT n.mtime_ns) "
         "UNION SELECT path FROM chunk_notes WHERE path NOT IN (SELECT path FROM notes WHERE NOT private)")]
     if paths:
-        _COMPLETE.discard(idx.path)
-    idx.touched.clear()
-    idx.chunked = True
+        vectors.complete = False
+    vectors.touched.clear()
+    vectors.chunked = True
     for first in range(0, len(paths), index.INDEX_BATCH):
         batch = paths[first:first + index.INDEX_BATCH]
         marks = ",".join("?" * len(batch))
@@ -197,18 +204,18 @@ def sync_chunks(idx: index.Index, embedder: Embedder) -> None:
                 conn.execute(_CHANGED)
 
 
-def embed_missing(idx: index.Index, embedder: Embedder, budget_s: float, timeout: float, retries: int,
-                  progress: bool = False) -> int:
+def embed_missing(idx: index.Index, vectors: Vectors, embedder: Embedder, budget_s: float, timeout: float,
+                  retries: int, progress: bool = False) -> int:
     """Embed chunks without vectors a batch at a time, each kept as it arrives, for budget_s; how many are left."""
     started = time.monotonic()
     todo = idx.conn.execute(_MISSING).fetchall()
     done = 0
     while done < len(todo) and time.monotonic() - started < budget_s:
         batch = todo[done:done + EMBED_BATCH]
-        vectors = embed_texts(embedder, [text for _, text in batch], timeout, retries)
+        embedded = embed_texts(vectors, embedder, [text for _, text in batch], timeout, retries)
         with index.writing(idx.conn):
             idx.conn.executemany("INSERT OR REPLACE INTO vectors(hash, signs, vec) VALUES (?,?,?)",
-                                 [(h, *pack(v)) for (h, _), v in zip(batch, vectors)])
+                                 [(h, *pack(v)) for (h, _), v in zip(batch, embedded)])
             idx.conn.execute(_CHANGED)
         done += len(batch)
         if progress and (done == len(todo) or done % (EMBED_BATCH * 10) < EMBED_BATCH):
@@ -230,15 +237,14 @@ def _signs(vector: list) -> int:
 
 # --- Vector search ---
 
-def nearest(conn, path: Path, query: list, limit: int) -> list:
+def nearest(conn, vectors: Vectors, query: list, limit: int) -> list:
     """(vector id, cosine) of the `limit` vectors closest to the unit vector `query`, best first."""
     version = conn.execute("SELECT value FROM meta WHERE key='vectors'").fetchone()
-    cached = _CACHE.get(path)
-    if cached is None or cached[0] != version:
+    if vectors.cache is None or vectors.cache[0] != version:
         rows = conn.execute("SELECT id, signs FROM vectors").fetchall()
         signs = [int.from_bytes(r[1], "little") for r in rows]
-        cached = _CACHE[path] = (version, [r[0] for r in rows], signs, [s & _SKETCH for s in signs])
-    _, ids, signs, sketches = cached
+        vectors.cache = (version, [r[0] for r in rows], signs, [s & _SKETCH for s in signs])
+    _, ids, signs, sketches = vectors.cache
     bits = _signs(query)
     rough = bytes(map(int.bit_count, map((bits & _SKETCH).__xor__, sketches)))  # C loops: ~10 ms per 100k
     # the distance of the EMBED_SKETCH_KEEP-th closest, from counts of each distance: C loops, not a sort
@@ -254,10 +260,10 @@ def nearest(conn, path: Path, query: list, limit: int) -> list:
     return [(vid, score) for score, vid in sorted(scored, reverse=True)[:limit]]
 
 
-def notes_by_meaning(idx: index.Index, query_vector: list, lo: str, hi: str) -> list:
+def notes_by_meaning(idx: index.Index, vectors: Vectors, query_vector: list, lo: str, hi: str) -> list:
     """(path, title, first line of its best chunk) of the EMBED_NOTES notes closest to the query, best first."""
     best = {}
-    closest = nearest(idx.conn, idx.path, query_vector, EMBED_RESCORE)
+    closest = nearest(idx.conn, vectors, query_vector, EMBED_RESCORE)
     if not closest:
         return []
     top, typical = closest[0][1], closest[len(closest) // 2][1]
@@ -274,35 +280,34 @@ def notes_by_meaning(idx: index.Index, query_vector: list, lo: str, hi: str) -> 
 
 # --- Searching, and the whole index on request ---
 
-def query_vector(idx: index.Index, embedder: Embedder, query: str) -> tuple:
+def query_vector(idx: index.Index, vectors: Vectors, embedder: Embedder, query: str) -> tuple:
     """(the query's unit vector or None, a one-line notice or ""); chunks changed since embedded meanwhile."""
-    failed = _FAILED.get(embedder)
+    failed = vectors.failed.get(embedder)
     if failed and time.monotonic() - failed[0] < EMBED_RETRY_AFTER_S:
         return None, failed[1]
     try:
-        sync_chunks(idx, embedder)
-        vector = embed_texts(embedder, [embedder.query_prefix + query], EMBED_QUERY_TIMEOUT_S, 0)[0]
+        sync_chunks(idx, vectors, embedder)
+        vector = embed_texts(vectors, embedder, [embedder.query_prefix + query], EMBED_QUERY_TIMEOUT_S, 0)[0]
         left = 0
-        if idx.path not in _COMPLETE:  # looking for chunks without vectors reads every chunk: not on each search
-            left = embed_missing(idx, embedder, EMBED_SEARCH_BUDGET_S, EMBED_QUERY_TIMEOUT_S, 0)
-            if not left:
-                _COMPLETE.add(idx.path)
+        if not vectors.complete:  # looking for chunks without vectors reads every chunk: not on each search
+            left = embed_missing(idx, vectors, embedder, EMBED_SEARCH_BUDGET_S, EMBED_QUERY_TIMEOUT_S, 0)
+            vectors.complete = not left
     except EmbedError as exc:
-        _FAILED[embedder] = (time.monotonic(), f"(Keyword results only: {exc}.)")  # the result's first line
-        return None, _FAILED[embedder][1]
-    _FAILED.pop(embedder, None)
+        vectors.failed[embedder] = (time.monotonic(), f"(Keyword results only: {exc}.)")  # the result's first line
+        return None, vectors.failed[embedder][1]
+    vectors.failed.pop(embedder, None)
     return vector, (f"({left} chunks are not embedded yet, so notes holding them are found by keywords "
                     "only; `python main.py --reindex` embeds them all.)" if left else "")
 
 
-def reindex(settings) -> int:
-    """`python main.py --reindex`: the keyword index, then every missing vector; 0 done, 1 resumable, 2 unusable."""
+def reindex(notebook) -> int:
+    """`python main.py --reindex` on a new Notebook (its first search compares every note with the index): the
+    keyword index, then every missing vector; 0 done, 1 resumable, 2 unusable."""
     try:
-        embedder = embedder_of(settings)
+        embedder = embedder_of(notebook.settings)
     except EmbedError as exc:
         notice(f"{exc}.")
         return 2
-    index.close_index()  # a full comparison of every note with the index
     started = time.monotonic()
 
     def build(idx):
@@ -310,12 +315,13 @@ def reindex(settings) -> int:
         notice(f"keyword index: {count} notes up to date ({time.monotonic() - started:.1f} s).")
         if embedder is None:
             return 0
-        sync_chunks(idx, embedder)
+        sync_chunks(idx, notebook.vectors, embedder)
         total = idx.conn.execute("SELECT count(DISTINCT hash) FROM chunks").fetchone()[0]
         todo = len(idx.conn.execute(_MISSING).fetchall())
         notice(f"vectors ({embedder.model}): {total - todo} of {total} chunks embedded; embedding {todo}…")
         try:
-            embed_missing(idx, embedder, math.inf, EMBED_INDEX_TIMEOUT_S, EMBED_INDEX_RETRIES, progress=True)
+            embed_missing(idx, notebook.vectors, embedder, math.inf, EMBED_INDEX_TIMEOUT_S, EMBED_INDEX_RETRIES,
+                          progress=True)
         except EmbedError as exc:
             left = len(idx.conn.execute(_MISSING).fetchall())
             print(file=sys.stderr)  # end the progress line
@@ -324,4 +330,4 @@ def reindex(settings) -> int:
             return 1
         notice(f"vectors: all {total} chunks embedded ({time.monotonic() - started:.1f} s).")
         return 0
-    return index.with_index(settings.kb, settings.index_dir, settings.search_watch, build)
+    return notebook.with_index(build)

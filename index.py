@@ -6,11 +6,12 @@ beside them its aliases and tags as keys, the note a sync-conflict copy was made
 its links (links.rows: what backlinks and link-keeping moves ask for). The other files' paths (attachments,
 canvases: what a link may also lead to) are kept in memory, from the walk and the watcher. What the owner
 excluded in Obsidian (Excluded files) is not indexed, and a drawing only by its words. One index file per notes
-folder, in WAL mode so processes share it; a damaged or outdated one is rebuilt. A process's first
-search compares every note's size and mtime with the index, later ones ask watch.py (Linux inotify) what
-changed; note_changed hears of the agent's own changes. search.py asks the questions, this file only keeps the
-answers current. It never writes inside the notes folder nor reads outside it (notes are read from the folder's
-own descriptor, as the tools read them); what the model can fix raises ToolError.
+folder, in WAL mode so processes share it; a damaged or outdated one is rebuilt (notebook.py holds it open).
+Its first search compares every note's size and mtime with the index, later ones ask watch.py (Linux inotify)
+what changed; its Notebook tells it of the agent's own changes. The walk also finds what the shell's sandbox
+may not read (`unreadable`). search.py asks the questions, this file only keeps the answers current. It never
+writes inside the notes folder nor reads outside it (notes are read from the folder's own descriptor, as the
+tools read them); what the model can fix raises ToolError.
 """
 
 import hashlib
@@ -19,11 +20,10 @@ import os
 import re
 import sqlite3
 import stat
-import threading
 import time
 from collections import namedtuple
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 import db
 import frontmatter
@@ -33,7 +33,7 @@ import privacy
 import vault
 import watch
 from db import notice
-from notes import NOTE_SUFFIXES, ToolError, is_note_path, readable_text
+from notes import NOTE_SUFFIXES, ToolError, is_hidden_name, is_note_path, readable_text
 
 INDEX_MAX_NOTE_BYTES = 2_000_000  # only the first 2 MB of a huge note are indexed
 INDEX_LEAD_CHARS = 400  # the opening paragraph, weighted as "lead"
@@ -43,12 +43,14 @@ SCHEMA_VERSION = 8  # bump when the tables or the text preparation change: old i
 
 
 # --- Notes on disk ---
-def _walk(kb: Path, excluded: list, watcher=None) -> tuple:
+def _walk(kb: Path, excluded: list, rules: list, watcher=None) -> tuple:
     """(notes -> (size, mtime_ns), notes whose paths are not UTF-8, the other files' paths, notes that are links ->
-    where they lead), hidden names and `excluded` (vault.ignore_filters) skipped; each folder watched first."""
-    found, unnamed, others, linked, stack = {}, [], set(), {}, [""]
+    where they lead, what the shell's sandbox seals by name: hidden folders, the top folder's hidden files and
+    privacy.matched (a folder whole), and the files it seals if their text says so: notes not indexed, files named
+    as copies that are no note), hidden names and `excluded` (vault.ignore_filters) skipped; each folder watched first."""
+    found, unnamed, others, linked, sealed, unsure, stack = {}, [], set(), {}, set(), set(), [("", False)]
     while stack:
-        rel_dir = stack.pop()
+        rel_dir, shut_in = stack.pop()
         if watcher is not None:
             watcher.watch(kb / rel_dir, rel_dir)
         try:
@@ -57,25 +59,37 @@ def _walk(kb: Path, excluded: list, watcher=None) -> tuple:
             continue  # vanished or unreadable folder: nothing in it can be searched
         for entry in entries:
             name = entry.name
-            if name[0] == "." and name[:2] != "..":
-                continue  # hidden (is_hidden_name inlined: this runs once per note per comparison)
             path = f"{rel_dir}/{name}" if rel_dir else name
             try:
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(path)  # linked folders are not followed: no loops, no escapes
-                elif name.lower().endswith(NOTE_SUFFIXES) and not (excluded and vault.is_excluded(path, excluded)) \
-                        and (st := _note_stat(entry.path, kb)):
+                folder = entry.is_dir(follow_symlinks=False)
+                if name[0] == "." and name[:2] != "..":  # hidden (is_hidden_name inlined: this runs once per note)
+                    if folder or not rel_dir:  # not each folder's .DS_Store: refusals would bury grep -r's output
+                        sealed.add(path)
+                    continue
+                shut = shut_in or bool(rules) and privacy.matched(path, folder, rules)
+                if shut and not shut_in:
+                    sealed.add(path)
+                if folder:
+                    stack.append((path, shut))  # linked folders are not followed: no loops, no escapes
+                    continue
+                lower = name.lower()
+                note = lower.endswith(NOTE_SUFFIXES)
+                if note and not (excluded and vault.is_excluded(path, excluded)):
+                    if not (st := _note_stat(entry.path, kb)):
+                        continue
                     if notes.is_utf8(path):  # else it cannot be stored or shown: list_notes says how many
                         found[path] = st
                         if entry.is_symlink():  # known from the scan: only links pay for a second resolve
                             linked[path] = notes.rel(kb, Path(entry.path).resolve())
-                    else:
-                        unnamed.append(path)
-                elif not name.lower().endswith(NOTE_SUFFIXES) and notes.is_utf8(path) and entry.is_file():
+                        continue
+                    unnamed.append(path)
+                elif not note and notes.is_utf8(path) and entry.is_file():
                     others.add(path)  # an attachment or a canvas: links may lead to it
+                if not shut and (note or vault.copy_of(path) is not None):
+                    unsure.add(path)
             except (OSError, RuntimeError, ValueError):  # RuntimeError: a symlink loop; ValueError: one moved out
                 continue
-    return found, unnamed, others, linked
+    return found, unnamed, others, linked, sealed, unsure
 
 
 def _note_stat(path: str, kb: Path):
@@ -228,7 +242,7 @@ def index_path(kb: Path, index_dir: Path) -> Path:
     return Path(index_dir) / f"{kb.name or 'root'}-{digest}.sqlite"
 
 
-def _open(path: Path) -> sqlite3.Connection:
+def open_file(path: Path) -> sqlite3.Connection:
     """The index file, made if new (synchronous=NORMAL is safe with WAL: at worst a change is read again)."""
     conn = db.connect(path, _SCHEMA, SCHEMA_VERSION, upgrade=False)
     tables = conn.execute("SELECT count(*) FROM sqlite_master WHERE name IN ('meta', 'notes', 'fts', 'links')")
@@ -244,6 +258,7 @@ def writing(conn: sqlite3.Connection):
 
 @dataclass
 class Index:
+    """The index of one notes folder, open: its Notebook's. `rules`: the .kaignore rules now."""
     kb: Path
     path: Path
     watch: bool  # inotify wanted; `can_watch` turns False where it is missing or at its watch limit
@@ -251,48 +266,64 @@ class Index:
     can_watch: bool = watch.AVAILABLE
     watcher: watch.Watcher | None = None  # watching the folders of the last walk; None: the next search walks
     pending: set = field(default_factory=set)  # notes the agent changed: read whatever their stat says
-    touched: set = field(default_factory=set)  # notes seen changed since embeddings.py last looked
-    chunked: bool = False  # embeddings.py has compared every note's chunks in this process
     unnamed: list = field(default_factory=list)  # notes the last walk found with a path that is not UTF-8
     others: set = field(default_factory=set)  # the other files, from the last walk and the watcher since
     excluded: list = field(default_factory=list)  # the owner's Excluded files as the last walk read them
     linked: dict = field(default_factory=dict)  # the notes that are links -> where they lead, from the last walk
+    sealed: set = field(default_factory=set)  # _walk's, from the last walk and the watcher since
+    unsure: set = field(default_factory=set)  # _walk's: the files sealed if their text says private
 
-    def refresh(self) -> None:
+    def refresh(self, rules: list) -> set:
+        """Bring the index up to date with the notes on disk; the paths it read again or dropped."""
         kaignore = str(privacy.signature(self.kb))
         stored = self.conn.execute("SELECT value FROM meta WHERE key='kaignore'").fetchone()
         private_changed = stored not in (None, (kaignore,))  # the person changed what is private
         changed, gone = self.watcher.changes() if self.watcher and not private_changed else None, []
         watched = changed is not None
         if not watched:
-            on_disk, self.unnamed, self.others, self.linked = self.walk()
+            on_disk, self.unnamed, self.others, self.linked, self.sealed, self.unsure = self.walk(rules)
             rows = self.conn.execute("SELECT path, size, mtime_ns, private FROM notes").fetchall()
             known = {p: (s, m) for p, s, m, _ in rows}
             changed = {p: st for p, st in on_disk.items() if known.get(p) != st}
             if private_changed:  # read again the notes .kaignore now judges otherwise than their stored flag
-                rules = privacy.rules(self.kb)
                 changed |= {p: None for p, _, _, private in rows
                             if p in on_disk and privacy.by_name(self.kb, p, self.linked.get(p), rules) != bool(private)}
             gone = [p for p in known if p not in on_disk]
         else:  # the watcher's: a note that is a new link is known only by looking
             for path in changed:
+                self.judge(path, rules)
                 try:
-                    if (self.kb / path).is_symlink():
+                    if is_note_path(path) and (self.kb / path).is_symlink():
                         self.linked[path] = notes.rel(self.kb, (self.kb / path).resolve())
                 except (OSError, RuntimeError, ValueError):  # as _walk: a loop, or a link leading out
                     continue
         # A walk finds notes only, but for a name holding a backslash, which is_note_path reads as the tools do.
         for path in [p for p in changed if (watched or "\\" in p) and not is_note_path(p)]:  # another file
             del changed[path]
-            (self.others.add if (self.kb / path).is_file() else self.others.discard)(path)
+            if not is_hidden_name(path):  # the top folder's hidden files are the sandbox's only
+                (self.others.add if (self.kb / path).is_file() else self.others.discard)(path)
         changed |= dict.fromkeys(self.pending)
-        self.apply({p: st for p, st in changed.items() if not vault.is_excluded(p, self.excluded)}, gone)
+        read = self.apply({p: st for p, st in changed.items() if not vault.is_excluded(p, self.excluded)}, gone, rules)
         self.pending.clear()
         if stored != (kaignore,):
             with writing(self.conn):
                 self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('kaignore', ?)", (kaignore,))
+        return read
 
-    def walk(self) -> tuple:
+    def judge(self, path: str, rules: list) -> None:
+        """Keep `sealed` and `unsure` in step with a file the watcher saw change (a folder's change means a walk)."""
+        self.sealed.discard(path)
+        self.unsure.discard(path)
+        if not os.path.lexists(self.kb / path):
+            return
+        name = path.rsplit("/", 1)[-1].lower()
+        note = name.endswith(NOTE_SUFFIXES)
+        if is_hidden_name(name) or rules and privacy.matched(path, False, rules):
+            self.sealed.add(path)
+        elif note and vault.is_excluded(path, self.excluded) or not note and vault.copy_of(path) is not None:
+            self.unsure.add(path)
+
+    def walk(self, rules: list) -> tuple:
         """_walk's notes on disk; with inotify, a new watcher watches exactly the folders found, and the vault's
         settings file, whose change (Excluded files) means walking again."""
         self.stop_watching()
@@ -301,26 +332,26 @@ class Index:
             try:
                 self.watcher = watch.Watcher(walk_again={vault.APP_SETTINGS, privacy.KAIGNORE})
                 self.watcher.watch(self.kb / vault.OBSIDIAN_DIR, vault.OBSIDIAN_DIR)
-                return _walk(self.kb, self.excluded, self.watcher)
+                return _walk(self.kb, self.excluded, rules, self.watcher)
             except (OSError, AttributeError):  # no inotify here, or its watch limit: compare every time
                 self.stop_watching()
                 self.can_watch = False
-        return _walk(self.kb, self.excluded)
+        return _walk(self.kb, self.excluded, rules)
 
     def stop_watching(self) -> None:
         if self.watcher:
             self.watcher.close()
         self.watcher = None
 
-    def apply(self, changed: dict, gone: list) -> None:
-        """Write changes in one transaction; a path changed to None is read whatever its stat says."""
+    def apply(self, changed: dict, gone: list, private_rules: list) -> set:
+        """Write changes in one transaction; a path changed to None is read whatever its stat says. The paths read
+        again or dropped."""
         if not changed and not gone:
-            return
+            return set()
         notes_changed = {*changed, *gone}  # links to them and copies of them are private when they are: read again
         again = [p for p, note in self.linked.items() if note in notes_changed] + self.copies(notes_changed)
         changed = dict.fromkeys(again) | changed
-        self.touched.update(changed, gone)
-        started, told, private_rules = time.monotonic(), False, privacy.rules(self.kb)
+        started, told = time.monotonic(), False
         with writing(self.conn):  # on an error the index is closed
             query = "SELECT size, mtime_ns FROM notes WHERE path=?"  # another process may have indexed it
             stored = {p: self.conn.execute(query, (p,)).fetchone() for p in changed}
@@ -340,6 +371,7 @@ class Index:
             self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         if told:
             notice(f"indexed {len(items)} notes in {time.monotonic() - started:.1f} s.")
+        return {*changed, *gone}
 
     def copies(self, notes: set) -> list:
         """The indexed notes named as copies of these (vault.copy_of): beside each, named after it."""
@@ -361,56 +393,3 @@ class Index:
         self.conn.executemany("DELETE FROM fts WHERE rowid IN (SELECT id FROM notes WHERE path=?)", rows)
         self.conn.executemany("DELETE FROM notes WHERE path=?", rows)
         self.conn.executemany("DELETE FROM links WHERE source=?", rows)
-
-
-_INDEX: Index | None = None  # the one index this process has open
-_INDEX_LOCK = threading.RLock()  # one thread at a time uses it (the web UI searches from several)
-
-
-def close_index() -> None:
-    """Close the open index and its watcher (tests and benchmarks use this to start cold)."""
-    global _INDEX
-    if _INDEX is not None:
-        _INDEX.stop_watching()
-        _INDEX.conn.close()
-        _INDEX = None
-
-
-def with_index(kb: Path, index_dir: Path, watch: bool, action) -> str:
-    """action(index) on the index brought up to date; a damaged or outdated one is rebuilt."""
-    global _INDEX
-    path = index_path(kb, index_dir)
-    with _INDEX_LOCK:
-        for attempt in (1, 2, 3):
-            try:
-                if _INDEX is None or (_INDEX.kb, _INDEX.path, _INDEX.watch) != (kb, path, watch):
-                    close_index()
-                    _INDEX = Index(kb, path, watch, _open(path))
-                _INDEX.refresh()
-                return action(_INDEX)
-            except (OSError, sqlite3.Error) as exc:
-                close_index()
-                if attempt == 3 or isinstance(exc, OSError) or db.problem(exc) in ("busy", "denied"):
-                    notice(f"search index {path} failed: {db.why(exc)}")
-                    raise ToolError(f"the search index failed ({db.why(exc)}); the notice on the person's screen "
-                                    "says where it is.") from None
-                if db.problem(exc) == "damaged":
-                    notice(f"search index {path} cannot be used ({exc}); rebuilding it.")
-                    for suffix in ("", "-wal", "-shm"):
-                        Path(f"{path}{suffix}").unlink(missing_ok=True)
-                # else a plain error (a table gone while the index was open): opened again, damage shows
-            except BaseException:
-                close_index()  # whatever failed, the next search starts over with a full comparison
-                raise
-
-
-def note_changed(kb: Path, index_dir: Path, rel_path: str) -> None:
-    """The agent changed, made, deleted or moved this note (a folder: all): the next search re-reads it."""
-    idx = _INDEX
-    if idx is None or (idx.kb, idx.path) != (kb, index_path(kb, index_dir)):
-        return  # not open in this process: its first search compares everything anyway
-    if is_note_path(rel_path):
-        with _INDEX_LOCK:
-            idx.pending.add(PurePosixPath(rel_path.replace("\\", "/")).as_posix())
-    else:
-        idx.stop_watching()  # the next search compares every note

@@ -79,6 +79,7 @@ import sessions  # noqa: E402
 import shell  # noqa: E402
 import tools  # noqa: E402
 from agent import AgentError, Model, key_hint, make_client, run_agent  # noqa: E402
+from notebook import Notebook  # noqa: E402
 from notes import ToolError, readable_text, visible  # noqa: E402
 from terminal import Display, compact, read_question, shorten, start_line_editing  # noqa: E402
 
@@ -113,8 +114,9 @@ NOTE_COMMANDS = {"/search": ("search_notes", "query"), "/list": ("list_notes", "
 class Chat:
     """One conversation at the terminal or on a pipe: what a line of input does."""
 
-    def __init__(self, settings: Settings, model, display: Display, conversation: sessions.Conversation):
-        self.settings, self.model, self.display, self.conversation = settings, model, display, conversation
+    def __init__(self, notebook: Notebook, model, display: Display, conversation: sessions.Conversation):
+        self.settings, self.notebook, self.model = notebook.settings, notebook, model
+        self.display, self.conversation = display, conversation
 
     def line(self, line: str) -> str:
         """One line, typed or piped: a /command or a question. Returns "exit", "ok", "incomplete" or "failed"."""
@@ -127,7 +129,8 @@ class Chat:
         question = self.conversation.begin_turn(line)
         self.display.begin_answer()
         try:
-            answer = run_agent(question, self.conversation.history, self.settings, self.model, self.display)
+            answer = run_agent(question, self.conversation.history, self.settings, self.model, self.display,
+                               self.notebook)
             self.display.end_answer()
             return "ok" if answer.complete else "incomplete"
         except AgentError as exc:
@@ -161,8 +164,8 @@ class Chat:
         if not argument and name != "/list":
             return self.failed(f"Usage: {next(usage for usage in COMMANDS if usage.split()[0] == name)}")
         try:
-            text = (self.read(argument) if name == "/read" else reading.list_notes(self.settings, argument, person=True)
-                    if name == "/list" else getattr(reading, tool)(self.settings, **{parameter: argument}))
+            text = (self.read(argument) if name == "/read" else reading.list_notes(self.notebook, argument, person=True)
+                    if name == "/list" else getattr(reading, tool)(self.notebook, **{parameter: argument}))
         except ToolError as exc:
             return self.failed(" ".join(filter(None, (exc.message, PERSON_ADVICE.get(exc.kind, "")))))
         except Exception as exc:  # a disk error, or a bug: one line, never a traceback
@@ -176,7 +179,7 @@ class Chat:
         path, start = (path.strip(), int(line)) if path.strip() and line.isascii() and line.isdigit() else (argument, 1)
         heading = re.fullmatch(r"(.+?\.(?:md|txt))#(.*\S.*)", path, re.I | re.S)  # notes/x.md#Setup > Linux
         path, section = (heading[1], heading[2].strip()) if heading else (path, None)
-        name, text = reading.note_text(self.settings, path, "")
+        name, text = reading.note_text(self.notebook, path, "")
         return reading.note_part(name, text, start, section,
                                lambda line, section: f"[… more: /read {name}{'#' + section if section else ''} {line}]")
 
@@ -243,7 +246,9 @@ class Chat:
                                   argument.lower() == "all"), lines=True), flush=True)
 
     def do_undo(self, argument: str) -> str:
-        message, undone = self.conversation.undo(self.settings)
+        message, undone = self.notebook.undo()
+        if undone:
+            self.conversation.undone(message)
         (self.display.info if undone else self.display.error)(message)
         return "ok" if undone else "failed"
 
@@ -268,10 +273,11 @@ def continuing(conversation: sessions.Conversation, otherwise: str = "") -> str:
             + otherwise).rstrip()
 
 
-def repl(settings: Settings, model, display: Display, conversation: sessions.Conversation | None = None) -> int:
+def repl(notebook: Notebook, model, display: Display, conversation: sessions.Conversation | None = None) -> int:
+    settings = notebook.settings
     conversation = conversation or open_conversation(settings, display)
     display.interactive = True
-    chat = Chat(settings, model, display, conversation)
+    chat = Chat(notebook, model, display, conversation)
     readline, save_history = start_line_editing(display) or (None, lambda: None)
     display.info(f"knowledge-agent {VERSION} · model {settings.model} at {settings.base_url} · notes {settings.kb}\n"
                  f"tools: {', '.join(tools.offered(settings))}")
@@ -341,7 +347,7 @@ def with_piped_text(question: str, settings: Settings) -> str:
 
 def run(args, display: Display) -> int:
     if args.reindex:
-        return embeddings.reindex(load_settings(kb=args.kb))
+        return embeddings.reindex(Notebook(load_settings(kb=args.kb)))
     if args.list_sessions:
         data_dir = load_settings(kb=args.kb, notes_required=False).data_dir  # a bad notes folder does not matter
         show_sessions(sessions.SessionStore(data_dir / "sessions.db"), print)
@@ -365,14 +371,15 @@ def run(args, display: Display) -> int:
         question = with_piped_text(question, settings)
     # Without a key the REPL opens and /commands run, for the notes alone; a question needs the key.
     model = make_client(settings) if settings.api_key or asking else None
+    notebook = Notebook(settings)  # closed as the process ends (or, in a test calling main(), as it is dropped)
     conversation = open_conversation(settings, display, args.resume, args.continue_last)
     if not question and sys.stdin.isatty():
-        return repl(settings, model, display, conversation)
+        return repl(notebook, model, display, conversation)
     if args.verbose:
         display.info(f"model {settings.model} at {settings.base_url} · notes {settings.kb}")
     if settings.allow_shell and shell.sandbox_problem():  # said once: a one-shot run has no banner
         display.info(shell_banner(settings))
-    chat = Chat(settings, model, display, conversation)
+    chat = Chat(notebook, model, display, conversation)
     # The one question, or each piped line a turn of one conversation (/commands too) until "exit" or EOF.
     typed = [question] if question else (line.strip() for line in sys.stdin if line.strip())
     results = list(itertools.takewhile(lambda result: result != "exit", map(chat.line, typed)))

@@ -30,6 +30,7 @@ import db
 import notes
 import tools
 from config import VERSION, ConfigError, Settings, load_settings
+from notebook import Notebook
 from notes import ToolError
 
 # One JSON-RPC message per line; a longer line is skipped with an error, so memory stays bounded. Big
@@ -83,11 +84,12 @@ def error_response(request_id, code: int, message: str) -> dict:
 
 
 class McpServer:
-    """The state of one connection: the settings, the tools served and the negotiated protocol version."""
+    """The state of one connection: the notebook, the tools served and the negotiated protocol version."""
 
     def __init__(self, settings: Settings):
         # AUTO_APPROVE is the chat's --yes: it opens nothing here, the hourly bound least of all.
-        self.settings = settings = dataclasses.replace(settings, auto_approve=False)
+        settings = dataclasses.replace(settings, auto_approve=False)
+        self.notebook = Notebook(settings)
         self.tools = served_tools(settings)
         # The client asked the person already (it sees destructiveHint); without the flag, nobody can be asked.
         self.ask = (lambda request: True) if settings.mcp_allow_destructive else self.refuse
@@ -171,7 +173,7 @@ class McpServer:
         arguments = params.get("arguments")  # None: no arguments, as execute_tool takes it
         if arguments is not None and not isinstance(arguments, dict):
             raise RpcError(INVALID_PARAMS, "Invalid params: arguments must be a JSON object.")
-        result = tools.execute_tool(name, arguments, self.settings, self.ask, allowance=self.allowance)
+        result = tools.execute_tool(name, arguments, self.notebook, self.ask, allowance=self.allowance)
         log(f"{name}: {result.text.splitlines()[0][:100] if result.error else 'ok'}")
         text = tools.fenced(result.text, None)  # a tag of its own: the client's model reads it as data too
         return {"content": [{"type": "text", "text": text}], "isError": result.error}

@@ -26,6 +26,7 @@ import tools
 from approval import Approval
 from config import Settings
 from context import SHOWN, content_text
+from notebook import Notebook
 from notes import ToolError, is_note_path
 from terminal import compact
 
@@ -66,14 +67,13 @@ def history_items(history: list[dict], checked: dict[int, citations.Report]) -> 
     return items
 
 
-def note_links(settings: Settings, name: str, text: str) -> dict:
+def note_links(notebook: Notebook, name: str, text: str) -> dict:
     """A note's links as the page draws them, resolved as Obsidian resolves them, and its backlinks. Each link is the
     span the page replaces (a wikilink whole, a Markdown link's target), in UTF-16 code units, with its label
     (None for a Markdown link), the note it opens (None: unresolved, or a file that is not a note) and whether it
     leads to a file at all; each backlink is a line of another note where links lead here."""
     try:
-        paths, rows, _ = search.link_rows(settings.kb, settings.index_dir, links.link_keys(name), None,
-                                          settings.search_watch)
+        paths, rows, _ = search.link_rows(notebook, links.link_keys(name))
     except ToolError:  # the index failed, and its notice said so: the note opens without its links
         return {"links": [], "backlinks": []}
     resolver, astral = links.Resolver(paths), [m.start() for m in _ASTRAL.finditer(text)]
@@ -99,7 +99,7 @@ class App(agent.UI):
     reviews_changes = True
 
     def __init__(self, settings: Settings, model: agent.Model | None):
-        self.settings, self.model = settings, model
+        self.settings, self.model, self.notebook = settings, model, Notebook(settings)
         self.lock = threading.Condition(threading.RLock())  # guards everything below
         self.seq, self.events = 0, []  # numbered events of the turn in progress (or the last one)
         self.worker: threading.Thread | None = None
@@ -123,7 +123,7 @@ class App(agent.UI):
         with self.lock:
             busy = self.worker is not None
             history = self.conversation.history[:self.conversation.turn_start if busy else None]
-            checked = citations.checked_answers(history, citations.reader(self.settings))  # as the notes are now
+            checked = citations.checked_answers(history, citations.reader(self.notebook))  # as the notes are now
             return {"session": self.conversation.session_id, "items": history_items(history, checked), "busy": busy,
                     "events": [event for _, event in self.events] if busy else [], "seq": self.seq,
                     "model": self.settings.model, "kb": str(self.settings.kb), "chat": self.model is not None,
@@ -148,7 +148,7 @@ class App(agent.UI):
     def _turn(self, question: str) -> None:
         status, message = "ok", ""
         try:
-            agent.run_agent(question, self.conversation.history, self.settings, self.model, self)
+            agent.run_agent(question, self.conversation.history, self.settings, self.model, self, self.notebook)
         except KeyboardInterrupt:
             status, message = "stopped", "Stopped. What was done so far is kept; ask again to go on."
         except agent.AgentError as exc:
@@ -256,12 +256,12 @@ class App(agent.UI):
 
     def note(self, path: str) -> dict:
         try:
-            name, text = reading.note_text(self.settings, path, "")
+            name, text = reading.note_text(self.notebook, path, "")
             properties, body_line, _ = frontmatter.front_matter(text)  # shown as a table, the body after it
             head = "".join(text.splitlines(keepends=True)[:body_line - 1])
             return {"path": name, "text": text, "properties": list(properties.items()),
                     "body_start": len(head) + len(_ASTRAL.findall(head)),  # in UTF-16 code units, as the page counts
-                    **note_links(self.settings, name, text)}
+                    **note_links(self.notebook, name, text)}
         except (ToolError, OSError) as exc:  # the message, not the advice to the model about its tools
             reason = getattr(exc, "strerror", None) or getattr(exc, "message", None) or str(exc)
             raise HTTPError(404, f"Cannot open that note: {reason.rstrip('.')}.") from None
@@ -269,12 +269,15 @@ class App(agent.UI):
     def undo(self) -> str:
         with self.lock:
             self.idle()
-            message, _ = self.conversation.undo(self.settings)
+            message, undone = self.notebook.undo()
+            if undone:
+                self.conversation.undone(message)
             self.emit({"type": "notice", "text": message})
             return message
 
     def close(self) -> None:
-        """Stop a running answer and wait a little for it, so no change is left half-asked."""
+        """Stop a running answer and wait a little for it, so no change is left half-asked; close the notebook."""
         worker = self.worker
         if worker is not None and self.stop():
             worker.join(STOP_WAIT)
+        self.notebook.close()

@@ -23,7 +23,6 @@ KAIGNORE = ".kaignore"
 KAIGNORE_MAX_BYTES = 100_000
 FRONT_MATTER_BYTES = 65_536  # where `private: true` is looked for: the front matter is at the top
 TRUE = ("true", "yes", "1", "on")
-_RULES: dict = {}  # notes folder -> (the .kaignore file's mtime and size, its rules)
 _GLOB = re.compile(r"\*\*/|/\*\*\Z|\*\*|\*|\?|\[(.[^\]]*)\]|\\(.)|.", re.S)  # gitignore's marks, else one character
 _GLOB_REGEX = {"**/": "(?:.*/)?", "/**": "/.*", "**": ".*", "*": "[^/]*", "?": "[^/]"}
 
@@ -61,12 +60,7 @@ def signature(kb: Path) -> tuple | None:
 
 
 def rules(kb: Path) -> list:
-    """The .kaignore rules of the notes folder (read race-free, again only when the file changed)."""
-    key = signature(kb)
-    if key is None:
-        return []
-    if (cached := _RULES.get(kb)) and cached[0] == key:
-        return cached[1]
+    """The .kaignore rules of the notes folder, read race-free (its Notebook reads them again when they change)."""
     try:
         text = notes.readable_text(notes.read_bytes(kb, KAIGNORE, KAIGNORE_MAX_BYTES)) or ""
     except (OSError, notes.ToolError):
@@ -81,7 +75,6 @@ def rules(kb: Path) -> list:
             continue
         if rule:
             found.append(rule)
-    _RULES[kb] = (key, found)
     return found
 
 
@@ -94,27 +87,35 @@ def ignored(rel_path: str, found: list) -> bool:
     return private
 
 
+def matched(rel_path: str, is_folder: bool, found: list) -> bool:
+    """Whether the .kaignore rules `found` match the entry (a folder: all in it, whatever a `!` line says, as in
+    git), or it is named as a copy of one they match (vault.copy_of): what the shell's sandbox keeps whole."""
+    if is_folder:
+        return ignored(rel_path + "/", found)
+    original = vault.copy_of(rel_path)
+    return ignored(rel_path, found) or original is not None and ignored(original, found)
+
+
 def says_private(properties: dict) -> bool:
     """Whether a note's properties (frontmatter.front_matter's) say `private: true`; Obsidian's names ignore case."""
     return any(isinstance(value, str) and value.strip().lower() in TRUE
                for name, value in properties.items() if name.lower() == "private")
 
 
-def by_name(kb: Path, rel_path: str, real_path: str | None = None, found: list | None = None) -> bool:
-    """Whether the note is private by its names: .kaignore (`found`: its rules, if read already) matches its path
-    or `real_path`, where the links on its way lead, or it is named as a copy of a private note (vault.copy_of: it
-    may hold the same words)."""
-    found = rules(kb) if found is None else found
+def by_name(kb: Path, rel_path: str, real_path: str | None, found: list) -> bool:
+    """Whether the note is private by its names: .kaignore (`found`: its rules) matches its path or `real_path`,
+    where the links on its way lead, or it is named as a copy of a private note (vault.copy_of: it may hold the same
+    words)."""
     if ignored(rel_path, found) or (real_path is not None and ignored(real_path, found)):
         return True
     original = vault.copy_of(real_path or rel_path)
-    return original is not None and is_private(kb, original)
+    return original is not None and is_private(kb, original, found)
 
 
-def is_private(kb: Path, rel_path: str, text: str | None = None) -> bool:
-    """Whether the note is private; `rel_path` is its real path (the tools' path guard resolves links), its text is
-    read (its start, race-free) when not given."""
-    if by_name(kb, rel_path):
+def is_private(kb: Path, rel_path: str, found: list, text: str | None = None) -> bool:
+    """Whether the note is private by the .kaignore rules `found` or its front matter; `rel_path` is its real path
+    (the tools' path guard resolves links), its text is read (its start, race-free) when not given."""
+    if by_name(kb, rel_path, None, found):
         return True
     if text is None:
         try:

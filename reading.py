@@ -16,7 +16,7 @@ import notes
 import privacy
 import search
 import vault
-from config import Settings
+from notebook import Notebook
 from notes import Shown, ToolError, plural, rel, safe_path
 
 MAX_TOOL_OUTPUT = 8000  # characters; no tool result is longer (tools.execute_tool cuts what is)
@@ -28,40 +28,40 @@ LINKERS_NAMED = 5  # notes named when a question or result says which notes link
 MISSING = ("no such note.", "Use search_notes or list_notes to find the right path.", "missing")
 
 
-def search_notes(settings: Settings, query: str, folder: str | None = None) -> Shown:
+def search_notes(notebook: Notebook, query: str, folder: str | None = None) -> Shown:
     try:
-        embedder, notice = embeddings.embedder_of(settings), ""
+        embedder, notice = embeddings.embedder_of(notebook.settings), ""
     except embeddings.EmbedError as exc:
         embedder, notice = None, f"(Keyword results only: {exc}.)\n"
-    found = search.search_notes(settings.kb, settings.index_dir, query, folder, settings.search_watch, embedder)
+    found = search.search_notes(notebook, query, folder, embedder)
     return Shown(notice + found, found.lines, found.named)
 
 
-def list_notes(settings: Settings, folder: str | None = None, person: bool = False) -> Shown:
-    return search.list_notes(settings.kb, settings.index_dir, folder, settings.search_watch, person)
+def list_notes(notebook: Notebook, folder: str | None = None, person: bool = False) -> Shown:
+    return search.list_notes(notebook, folder, person)
 
 
-def guarded(settings: Settings, file_path: str, what: str = "file_path", new: bool = False):
+def guarded(notebook: Notebook, file_path: str, what: str = "file_path", new: bool = False):
     """The path guard (notes.safe_path) for a path the model gave, and the privacy boundary: to the model a private
     note is no note (privacy.py). `new`: for a note to be made: refused where .kaignore keeps the name, whether or not
     a note is there; at a note private by its front matter the caller answers as for any note that exists there."""
-    path = safe_path(settings.kb, file_path, what)
-    name = rel(settings.kb, path)
-    if new and any(privacy.ignored(kept, privacy.rules(settings.kb)) for kept in (name, vault.copy_of(name)) if kept):
+    path = safe_path(notebook.kb, file_path, what)
+    name = rel(notebook.kb, path)
+    if new and any(privacy.ignored(kept, notebook.rules()) for kept in (name, vault.copy_of(name)) if kept):
         raise ToolError("no note can be made at that path (the person keeps notes of such names from the model).",
                         "Choose another name.")
-    if not new and privacy.is_private(settings.kb, name):
+    if not new and notebook.is_private(name):
         raise ToolError(*MISSING)
     return path
 
 
-def note_text(settings: Settings, file_path: str, what: str = "file_path") -> tuple[str, str]:
+def note_text(notebook: Notebook, file_path: str, what: str = "file_path") -> tuple[str, str]:
     """(name, text) of a note to read (the model's, the page's, /read's): through the path guard, any encoding,
     bounded. `what` names the path in an error ("" for a person, who typed no argument name: /read and the page
     show private notes too, since they go to nobody; the model's read_note passes through `guarded` first)."""
-    name = rel(settings.kb, safe_path(settings.kb, file_path, what))
+    name = rel(notebook.kb, safe_path(notebook.kb, file_path, what))
     try:
-        data = notes.read_bytes(settings.kb, name, MAX_NOTE_BYTES + 1)
+        data = notes.read_bytes(notebook.kb, name, MAX_NOTE_BYTES + 1)
     except FileNotFoundError:
         raise ToolError(*MISSING) from None
     except IsADirectoryError:
@@ -117,16 +117,16 @@ def note_part(name: str, text: str, start_line: int = 1, section: str | None = N
                  {name: [*range(start, end + 1), *headings]}, [name])
 
 
-def read_note(settings: Settings, file_path: str, start_line: int = 1, section: str | None = None) -> Shown:
-    name, text = note_text(settings, rel(settings.kb, guarded(settings, file_path)))
+def read_note(notebook: Notebook, file_path: str, start_line: int = 1, section: str | None = None) -> Shown:
+    name, text = note_text(notebook, rel(notebook.kb, guarded(notebook, file_path)))
     return note_part(name, text, start_line, section)
 
 
-def links(settings: Settings, file_path: str) -> Shown:
-    name = rel(settings.kb, guarded(settings, file_path))
-    if not (settings.kb / name).is_file():
+def links(notebook: Notebook, file_path: str) -> Shown:
+    name = rel(notebook.kb, guarded(notebook, file_path))
+    if not (notebook.kb / name).is_file():
         raise ToolError(*MISSING)
-    outgoing, backlinks = note_links(settings, name)
+    outgoing, backlinks = note_links(notebook, name)
     unresolved = sum(path is None for _, _, _, path, _ in outgoing)
     text = [f"{name}: {plural(len(outgoing), 'link')} out" + f" ({unresolved} unresolved)" * bool(unresolved)
             + f"; {plural(len(backlinks), 'link')} from {plural(len(_sources(backlinks)), 'note')} "
@@ -152,11 +152,10 @@ def links(settings: Settings, file_path: str) -> Shown:
     return Shown("\n".join(text), {name: [line for line, *_ in shown_links]}, named)
 
 
-def note_links(settings: Settings, name: str) -> tuple[list, list]:
+def note_links(notebook: Notebook, name: str) -> tuple[list, list]:
     """(its links: (line, target, fragment, the path it leads to or None, embed), its backlinks: "source:line")
     of the note at `name`, from the link index."""
-    paths, rows, hidden = search.link_rows(settings.kb, settings.index_dir, link_graph.link_keys(name), name,
-                                           settings.search_watch)  # hidden: private, so to the model none
+    paths, rows, hidden = search.link_rows(notebook, link_graph.link_keys(name), name)  # hidden: to the model none
     resolver = link_graph.Resolver(paths)
     own = [row for row in rows if row[0] == name]
     return ([(line, target, fragment, None if path in hidden else path, bool(row[5]))

@@ -1,7 +1,7 @@
 """Answer a search of the notes: the query as FTS5 phrases, ranked in tiers, best lines, bounded output.
 
 search_notes and list_notes are the agent's tools, link_rows what links.py resolves a note's links and backlinks
-from; `kb` is the resolved notes folder. Ranking: BM25 with path, title, lead above body; a note titled (or named)
+from; each asks a notebook.Notebook's index. Ranking: BM25 with path, title, lead above body; a note titled (or named)
 exactly the query first, then one with the query as an alias; then every word, then any word (of a sentence: its
 content words). `tag:NAME` (or `#NAME`) in a query keeps the notes tagged NAME or a tag nested in it; alone, it
 lists them. A sync-conflict copy is never a hit while its note exists: the note's hit names its copies instead, and
@@ -16,8 +16,7 @@ from pathlib import Path
 
 import embeddings
 import vault
-from index import CJK_RUN, HEADING, Index, cjk_words, indexed_text, read_text, title_key, with_index
-from index import note_changed  # noqa: F401  (tools.py tells the index through search.note_changed)
+from index import CJK_RUN, HEADING, Index, cjk_words, indexed_text, read_text, title_key
 from notes import Shown, ToolError, rel, safe_folder
 
 SEARCH_MAX_HITS = 10
@@ -150,16 +149,15 @@ _NOT_A_COPY = "(n.conflict_of IS NULL OR NOT EXISTS (SELECT 1 FROM notes o WHERE
 _TAGGED = " AND (instr(n.tags, ?) OR instr(n.tags, ?))"  # the tag itself, or one nested in it
 
 
-def search_notes(kb: Path, index_dir: Path, query: str, folder: str | None = None, watch: bool = True,
-                 embedder: embeddings.Embedder | None = None) -> Shown:
+def search_notes(notebook, query: str, folder: str | None = None, embedder: embeddings.Embedder | None = None) -> Shown:
     """Best notes for `query` with their best lines, bounded; with an embedder also the notes closest in meaning."""
     query = (query or "").encode("utf-8", "replace").decode("utf-8")  # lone surrogates become "?"
     tags, rest = vault.query_tags(query)
     parsed = _parse_query(rest)
     if not parsed[-1] and not tags:
         raise ToolError("the search query has no words to look for. Give one or more keywords.")
-    lo, hi = _folder(kb, folder)
-    return with_index(kb, index_dir, watch, lambda idx: _search(idx, query, rest, parsed, tags, lo, hi, embedder))
+    lo, hi = _folder(notebook.kb, folder)
+    return notebook.with_index(lambda idx: _search(idx, notebook.vectors, query, rest, parsed, tags, lo, hi, embedder))
 
 
 def _scope(lo: str, hi: str, tags: list) -> tuple:
@@ -170,7 +168,7 @@ def _scope(lo: str, hi: str, tags: list) -> tuple:
             (lo, hi, *(key for tag in keys for key in (f"\n{tag}\n", f"\n{tag}/"))))
 
 
-def _search(idx: Index, query: str, rest: str, parsed: tuple, tags: list, lo: str, hi: str, embedder) -> Shown:
+def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: list, lo: str, hi: str, embedder) -> Shown:
     """`rest`: the query without its tags, `parsed` from it."""
     terms, near, words = parsed
     where, args = _scope(lo, hi, tags)
@@ -181,7 +179,7 @@ def _search(idx: Index, query: str, rest: str, parsed: tuple, tags: list, lo: st
             f"SELECT path, title FROM notes n WHERE {where} ORDER BY mtime_ns DESC, path LIMIT ?",
             (*args, SEARCH_MAX_HITS))]
         return _format_hits(idx, _tag_patterns(tags), hits, total, 0, where_text, query, "newest first")
-    vector, notice = embeddings.query_vector(idx, embedder, query) if embedder and not tags else (None, "")
+    vector, notice = embeddings.query_vector(idx, vectors, embedder, query) if embedder and not tags else (None, "")
     depth = embeddings.EMBED_NOTES if vector else SEARCH_MAX_HITS  # fusion reranks a deeper list
     qkey, hits = title_key(rest.replace('"', " ")), []
     rank_sql, matching = _RANK_SQL.replace("{}", where, 1), _MATCHING.format(where)
@@ -206,7 +204,8 @@ def _search(idx: Index, query: str, rest: str, parsed: tuple, tags: list, lo: st
     some_only = count(wide) - total if every < depth else 0
     hits = [(path, title, None) for _id, path, title, _, _ in hits]
     if vector:
-        by_meaning = [hit for hit in embeddings.notes_by_meaning(idx, vector, lo, hi) if not _hidden_copy(idx, hit[0])]
+        by_meaning = [hit for hit in embeddings.notes_by_meaning(idx, vectors, vector, lo, hi)
+                      if not _hidden_copy(idx, hit[0])]
         kept = max(every, 1)  # the notes with every word, and at least the keyword best, keep their places
         hits = hits[:kept] + _fuse(hits[kept:], by_meaning, {path for path, _, _ in hits[:kept]})
     patterns = _line_patterns(words) + _tag_patterns(tags)
@@ -367,11 +366,11 @@ def _clip(line: str, start: int) -> str:
 
 
 # --- Listing ---
-def list_notes(kb: Path, index_dir: Path, folder: str | None = None, watch: bool = True, person=False) -> Shown:
+def list_notes(notebook, folder: str | None = None, person=False) -> Shown:
     """How many notes there are (per subfolder) and the newest ones first, capped and bounded; `person`: for
     the person's /list, not the model."""
-    lo, hi = _folder(kb, folder)
-    return with_index(kb, index_dir, watch, lambda idx: _listing(idx, lo, hi, person))
+    lo, hi = _folder(notebook.kb, folder)
+    return notebook.with_index(lambda idx: _listing(idx, lo, hi, person))
 
 
 def _listing(idx: Index, lo: str, hi: str, person: bool) -> Shown:
@@ -415,14 +414,8 @@ def _copies_listed(copies: list) -> list:
             "compare each with its note, merge what differs, then delete the copy."]
 
 
-def private_notes(kb: Path, index_dir: Path, watch: bool = True) -> set:
-    """The notes privacy.py keeps from every model (for the shell's sandbox, and what links may not name)."""
-    return with_index(kb, index_dir, watch, lambda idx: {path for path, in idx.conn.execute(
-        "SELECT path FROM notes WHERE private")})
-
-
 # --- Links ---
-def link_rows(kb: Path, index_dir: Path, keys: set, source: str | None = None, watch: bool = True) -> tuple:
+def link_rows(notebook, keys: set, source: str | None = None) -> tuple:
     """(every file of the notes folder, the stored link rows (links.ROW_COLUMNS) of the note at `source` and of the
     links whose key is in `keys`, by source and line, the private notes): what links.py resolves them with, and
     against, and what a link shown to the model may not name."""
@@ -432,4 +425,4 @@ def link_rows(kb: Path, index_dir: Path, keys: set, source: str | None = None, w
                                  "ORDER BY source, line, rowid", (source, *keys)).fetchall()
         notes = idx.conn.execute("SELECT path, private FROM notes").fetchall()
         return {path for path, _ in notes} | idx.others, found, {path for path, private in notes if private}
-    return with_index(kb, index_dir, watch, rows)
+    return notebook.with_index(rows)

@@ -17,7 +17,6 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import db
-import tools
 from context import SHOWN, content_text, repair_history
 from db import notice
 from replies import Usage
@@ -252,12 +251,9 @@ class Conversation:
         if len(self.history) > self.turn_start:  # the turn was kept, and with it what the model was told
             self.told.clear()
 
-    def undo(self, settings) -> tuple[str, bool]:
-        """tools.undo; after an undo the next question says so, so the model does not trust what it read before."""
-        message, undone = tools.undo(settings)
-        if undone:
-            self.told.append(f"[I ran /undo: {message}]")
-        return message, undone
+    def undone(self, message: str) -> None:
+        """After an undo (Notebook.undo) the next question says so: the model must not trust what it read before."""
+        self.told.append(f"[I ran /undo: {message}]")
 
     def add_usage(self, usage: Usage, endpoint: tuple[str, str] | None = None) -> None:
         """Count one API call's `usage`; with its `endpoint` (base URL, model), keep the call for /sent."""

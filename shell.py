@@ -3,8 +3,9 @@
 Each command has a warden (warden.py, run as `python -I -S warden.py`, its orders on stdin), which starts it in the
 sandbox and kills everything it leaves behind. This side builds the orders: the command, an environment from an
 allow-list (never the agent's own minus secret-looking names), the scratch folder, and what the sandbox must not let
-it read (_unreadable: what is private, all that is hidden). Stdin is closed; output goes to files (each capped at
-MAX_FILE_BYTES), and the model sees each stream's head and tail, secrets masked.
+it read (what is private, all that is hidden: the caller asks the Notebook, whose index's walk finds them). Stdin is
+closed; output goes to files (each capped at MAX_FILE_BYTES), and the model sees each stream's head and tail,
+secrets masked.
 """
 
 import marshal
@@ -15,11 +16,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
-
-import notes
-import privacy
-import vault
 import warden
 from warden import sandbox_problem
 
@@ -35,13 +31,12 @@ FAILURES = {"sandbox": "the sandbox could not be applied, so the command did not
 
 
 def run_shell(command: str, kb, timeout: float, allow_network: bool = False, hide: tuple[str, ...] = (),
-              private: tuple[str, ...] = ()) -> str:
+              unreadable: tuple[str, ...] = ()) -> str:
     """Run one command in the notes folder, sandboxed unless sandbox_problem() says it cannot be, and
     describe what happened. Raises only KeyboardInterrupt, after everything the command started is gone.
     `hide`: secret values (the API key) no variable passed on may hold, shown as [hidden] in the output.
-    `private`: notes the index found private (by their front matter); _unreadable() adds what else is."""
+    `unreadable`: the paths in the notes folder the command may not read (Notebook.unreadable)."""
     problem = sandbox_problem()
-    unreadable = _unreadable(kb, private) if not problem else []
     scratch = tempfile.mkdtemp(prefix="ka-shell-")
     status_read, status_write = os.pipe()
     orders = {"command": command, "shell": shutil.which("bash") or "/bin/sh", "env": _environment(scratch, hide),
@@ -90,41 +85,6 @@ def _environment(scratch: str, hide: tuple[str, ...]) -> dict[str, str]:
            if (name in PASSED_VARIABLES or name.startswith("LC_")) and not any(s and s in value for s in hide)}
     path = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", os.defpath)
     return {**env, "PATH": path, "HOME": scratch, "TMPDIR": scratch}
-
-
-def _unreadable(kb: str, private: tuple[str, ...]) -> list[str]:
-    """The paths in the notes folder the command may not read, from a walk of the folder itself (what the index
-    holds is not all there is): every hidden folder (.history holds the versions of private notes, .git and .trash
-    older copies, .obsidian their names) and hidden file of the top folder (.env; not each folder's .DS_Store,
-    which would bury grep -r's output in refusals); every file and folder .kaignore matches, a folder whole,
-    attachments and all (as in git, a note inside it stays ignored whatever a `!` line says); a sync-conflict copy of a
-    private note; the notes given as private; and the notes the index does not read (a name that is not UTF-8,
-    Obsidian's Excluded files) whose front matter says private."""
-    root = Path(kb)
-    rules, excluded, found, folders = privacy.rules(root), vault.ignore_filters(root), list(private), [""]
-    known = set(private)
-
-    def ruled(path: str | None) -> bool:
-        return path is not None and (path in known or privacy.ignored(path, rules))
-
-    def unread_and_private(path: str) -> bool:  # the index reads every other note's front matter
-        return path.lower().endswith(notes.NOTE_SUFFIXES) and (
-            not notes.is_utf8(path) or vault.is_excluded(path, excluded)) and privacy.is_private(root, path)
-    while folders:
-        folder = folders.pop()
-        try:
-            entries = list(os.scandir(os.path.join(kb, folder)))
-        except OSError:
-            continue  # vanished or unreadable: the sandbox gives it no rule either
-        for entry in entries:
-            path, is_folder = folder + entry.name, entry.is_dir(follow_symlinks=False)
-            hidden = notes.is_hidden_name(entry.name) and (is_folder or not folder)
-            if hidden or ruled(path + "/" if is_folder else path) or not is_folder \
-                    and (ruled(vault.copy_of(path)) or unread_and_private(path)):
-                found.append(path)
-            elif is_folder:
-                folders.append(path + "/")
-    return found
 
 
 def _wait(proc: "subprocess.Popen", timeout: float, orders: bytes, status: int) -> list[str]:

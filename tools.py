@@ -1,11 +1,12 @@
 """The tools the model may call: their schemas (what the model reads about them) and the one way to run a call.
 
 `TOOLS` is the registry every other part reads: the schemas the model is offered (`tool_schemas`), the MCP server's
-hints, which tools always ask the person first. Each tool is a function of the settings and its arguments (in
-reading.py and changing.py; the shell's here), listed below with its description and parameters. Adding a tool is one
-function and one entry (plus its test). `execute_tool(name, arguments, settings, ask, review)` is the one error
-boundary: below it code raises `ToolError` with a message for the model; it returns a `Result` and never raises
-(except KeyboardInterrupt, which ends the turn). A tool that needs the person's yes is handed an approval.Approver.
+hints, which tools always ask the person first. Each tool is a function of the notes folder's Notebook and its
+arguments (in reading.py and changing.py; the shell's here), listed below with its description and parameters. Adding
+a tool is one function and one entry (plus its test). `execute_tool(name, arguments, notebook, ask, review)` is the
+one error boundary: below it code raises `ToolError` with a message for the model; it returns a `Result` and never
+raises (except KeyboardInterrupt, which ends the turn). A tool that needs the person's yes is handed an
+approval.Approver.
 """
 
 import hmac
@@ -18,11 +19,10 @@ from typing import Callable, NamedTuple
 import changing
 import citations
 import reading
-import search
 import shell
-import versions
 from approval import Allowance, Approval, Approver
 from config import Settings
+from notebook import Notebook
 from notes import Shown, ToolError
 from reading import MAX_TOOL_OUTPUT
 
@@ -62,14 +62,14 @@ def tool(function, description: str, params: dict, *, read_only=False, destructi
     return Tool(function, schema, read_only, destructive and not read_only, asks, opt_in)
 
 
-def bash(settings: Settings, command: str, *, approve) -> Shown:
+def bash(notebook: Notebook, command: str, *, approve) -> Shown:
     if not command.strip():
         raise ToolError("command is empty.")
     approve(Approval("shell", "Run this shell command in the notes folder?", command,
                      skippable=shell.sandbox_problem() is None))
-    private = search.private_notes(settings.kb, settings.index_dir, settings.search_watch)
-    output = shell.run_shell(command, settings.kb, settings.shell_timeout, settings.shell_network,
-                             hide=(settings.api_key or "",), private=tuple(sorted(private)))
+    settings = notebook.settings
+    output = shell.run_shell(command, notebook.kb, settings.shell_timeout, settings.shell_network,
+                             hide=(settings.api_key or "",), unreadable=tuple(notebook.unreadable()))
     return citations.shell_shown(command, output)
 
 
@@ -199,12 +199,12 @@ def _arguments(schema: dict, arguments) -> dict:
     return checked
 
 
-def execute_tool(name: str, arguments, settings: Settings, ask=None, review: bool = False,
+def execute_tool(name: str, arguments, notebook: Notebook, ask=None, review: bool = False,
                  allowance: Allowance | None = None) -> Result:
     """Run one tool call. Never raises: a failure is a Result with error=True and text for the model. `ask(Approval)`
     answers True, False or None (nobody can be asked); `review`: every change is asked about (the page);
     `allowance`: what the answer's changes may still write without asking (one of its own when not given)."""
-    args = {}
+    settings, args = notebook.settings, {}
     try:
         known = offered(settings)
         if name not in known:
@@ -219,7 +219,7 @@ def execute_tool(name: str, arguments, settings: Settings, ask=None, review: boo
         args = _arguments(chosen.schema, arguments)
         if "approve" in inspect.signature(chosen.function).parameters:
             args["approve"] = Approver(ask, chosen.asks, review, settings.auto_approve, allowance or Allowance())
-        output, error = chosen.function(settings, **args), False
+        output, error = chosen.function(notebook, **args), False
     except ToolError as exc:
         output, error = Shown(f"{ERROR}{exc}", exc.lines), True
     except OSError as exc:
@@ -235,16 +235,3 @@ def execute_tool(name: str, arguments, settings: Settings, ask=None, review: boo
              "error": error, "unlisted": output.unlisted}
     return Result(text, error, {key: value for key, value in shown.items() if value})
 
-
-def undo(settings: Settings) -> tuple[str, bool]:
-    """Revert the agent's last change to a note: (one line for the person saying what happened, whether it undid
-    one). A person asked, so no "Error:" as in a tool result: each UI shows a failure its own way."""
-    try:
-        message, touched = versions.undo_last(settings.kb)
-    except ToolError as exc:
-        return str(exc), False
-    except Exception as exc:  # undo must never end the chat
-        return f"undo failed: {type(exc).__name__}: {exc}. Your notes and .history/ are as they were.", False
-    for name in touched:
-        search.note_changed(settings.kb, settings.index_dir, name)
-    return message, bool(touched)

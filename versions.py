@@ -132,11 +132,11 @@ def _stale(kb: Path, change: Change) -> list[str]:
     return stale
 
 
-def apply(kb: Path, change: Change, replan=None) -> tuple[Change, str]:
+def apply(kb: Path, change: Change, replan=None, since: float | None = None) -> tuple[Change, str]:
     """Write the change (each file atomically, the whole recorded as one undo entry first): (the change as
     written, "" or a warning that /undo will not know it). If a file changed since the plan, `replan()` plans it
     again under the lock; without one (a person approved exactly that change) nothing is written and ToolError
-    says which. A failing disk says what is unchanged."""
+    says which. A failing disk says what is unchanged. `since`: as prune_versions takes it."""
     verb, unchanged = {"move": ("move", "it is where it was"), "delete": ("delete", "it is still there")}.get(
         change.op, ("save", "the note is as it was"))
     try:
@@ -156,7 +156,7 @@ def apply(kb: Path, change: Change, replan=None) -> tuple[Change, str]:
                 _take_back(kb, entry)
                 raise
             for f in change.files:
-                prune_versions(kb, f.path)  # its versions are kept under the name it had
+                prune_versions(kb, f.path, since)  # its versions are kept under the name it had
     except OSError as e:
         raise ToolError(f"could not {verb} {change.note}: {e.strerror or e}; {unchanged}") from None
     return change, warning
@@ -211,9 +211,6 @@ def _take_back(kb: Path, entry: dict) -> None:
 
 # --- Versions in .history ---
 
-_FIRST_KEPT: dict = {}  # (notes folder, note) -> the first version this process kept: the note before this run
-
-
 def _stamp() -> str:
     return datetime.now(timezone.utc).strftime(STAMP_FORMAT)
 
@@ -231,7 +228,6 @@ def snapshot(kb: Path, rel_path: str, data: bytes | None = None) -> str:
     except OSError as e:
         raise ToolError(f"could not keep a copy of {rel_path} in {HISTORY_DIR}/ ({e.strerror or e}), "
                         "so nothing was changed") from None
-    _FIRST_KEPT.setdefault((str(kb), rel_path), copy)
     return copy
 
 
@@ -252,18 +248,19 @@ def _age_s(version: Path) -> float:
     return time.time() - datetime.strptime(stamp, STAMP_FORMAT).replace(tzinfo=timezone.utc).timestamp()
 
 
-def prune_versions(kb: Path, rel_path: str) -> None:
+def prune_versions(kb: Path, rel_path: str, since: float | None = None) -> None:
     """Delete a note's old versions, by age and size, never by count alone: the newest HISTORY_KEEP stay, as do
-    every version of the last HISTORY_PROTECT_S, the newest one older than that, the first this process kept and
-    the oldest (the note before the agent first changed it), so no sequence of changes can flush the text a note
-    had before the agent, before this conversation or before the last hour. Past HISTORY_MAX_BYTES a note
+    every version of the last HISTORY_PROTECT_S, the newest one older than that, the first kept `since` (the time
+    its Notebook opened: the note before this run) and the oldest (the note before the agent first changed it), so
+    no sequence of changes can flush the text a note had before the agent, before this conversation or before the
+    last hour. Past HISTORY_MAX_BYTES a note
     thus keeps at most HISTORY_KEEP + 3 versions besides the last hour's, and the oldest outlives any age: one copy
     of each note the agent ever changed, as it was then."""
     kept = list_versions(kb, rel_path)
     ages = [_age_s(v) for v in kept]
-    first = _FIRST_KEPT.get((str(kb), rel_path))
-    protected = {i for i, (version, age) in enumerate(zip(kept, ages)) if i == 0 or i >= len(kept) - HISTORY_KEEP
-                 or age < HISTORY_PROTECT_S or (first and version == kb / first)}
+    first = next((i for i, age in enumerate(ages) if since is not None and age <= time.time() - since), None)
+    protected = {i for i, age in enumerate(ages) if i in (0, first) or i >= len(kept) - HISTORY_KEEP
+                 or age < HISTORY_PROTECT_S}
     older = [i for i, age in enumerate(ages) if age >= HISTORY_PROTECT_S]
     protected |= {older[-1]} if older else set()  # the newest version older than the protected hour
     sizes = [v.stat().st_size if v.exists() else 0 for v in kept]
@@ -364,9 +361,10 @@ def _log_change(kb: Path, entry: dict) -> str:
 
 # --- Undo ---
 
-def undo_last(kb: Path) -> tuple[str, list[str]]:
+def undo_last(kb: Path, since: float | None = None) -> tuple[str, list[str]]:
     """Revert the latest change the agent made: (what was done, the paths it touched). What undo replaces is
-    copied into .history first; a change that can no longer be undone is dropped; ToolError: retry later."""
+    copied into .history first; a change that can no longer be undone is dropped; ToolError: retry later.
+    `since`: as prune_versions takes it."""
     with locked(kb) if (kb / HISTORY_DIR).is_dir() else contextlib.nullcontext():
         entries = read_log(kb)
         if not entries and _trimmed(kb):
@@ -378,7 +376,7 @@ def undo_last(kb: Path) -> tuple[str, list[str]]:
         try:
             message, touched = _undo(kb, entry)
             for path in touched:
-                prune_versions(kb, path)
+                prune_versions(kb, path, since)
         except _Gone as e:
             message, touched = f"Could not undo {_describe(entry)}: {e}. Dropped it from the undo list.", []
         except (ToolError, OSError) as e:

@@ -39,7 +39,11 @@ class Watcher:
             raise OSError(ctypes.get_errno(), "inotify_add_watch failed")  # the watch limit, most likely
 
     def close(self) -> None:
-        os.close(self.fd)
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    __del__ = close  # a Notebook dropped unclosed (a test's, a script's) gives its inotify instance back
 
     def changes(self) -> dict | None:
         """The notes and other files changed since the last call (path -> None); None when a full walk is needed."""
@@ -57,5 +61,5 @@ class Watcher:
                 path = f"{self.folder_of[wd]}/{name}".lstrip("/")
                 if mask & _IN_FOLDER or not is_utf8(path) or path in self.walk_again:
                     return None
-                if not is_hidden_name(name):  # a note, or an attachment a link may lead to
-                    changed[path] = None
+                if not is_hidden_name(name) or "/" not in path:  # a note, a file a link may lead to, or a
+                    changed[path] = None  # hidden file at the top, which the shell's sandbox seals (index._walk)

@@ -248,7 +248,7 @@ class Handler(BaseHTTPRequestHandler):
                   "/api/note": lambda: app.note(query.get("path", "")),
                   "/api/sent": lambda: app.sent(query.get("all") == "1"),
                   "/api/search": lambda: tools.execute_tool("search_notes", {"query": query.get("q", "")},
-                                                            app.settings)._asdict()}
+                                                            app.notebook)._asdict()}
         if url.path not in routes:
             raise HTTPError(404, "No such page.")
         self._json(routes[url.path]())

@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 import tools  # noqa: E402
 from config import load_settings  # noqa: E402
+from notebook import Notebook  # noqa: E402
 
 DEFAULT_CORPUS = Path("/work/shared/corpus/tldr-kb.tar.gz")
 CALLS = 30
@@ -69,13 +70,13 @@ def main() -> None:
             archive.extractall(tmp, filter="data")
         kb = Path(tmp) / "kb"
         notes = sum(1 for _ in kb.rglob("*.md"))
-        settings = load_settings(kb=str(kb))
+        notebook = Notebook(load_settings(kb=str(kb)))
         server = Server(kb)
         print(f"{notes} notes; server start-up to first reply: {server.startup * 1000:.0f} ms; "
               f"median of {CALLS} calls each")
         print(f"{'tool':<14}{'in-process':>12}{'over MCP':>12}{'ratio':>8}")
         for name, arguments in CASES:
-            direct = timed(lambda: tools.execute_tool(name, arguments, settings))
+            direct = timed(lambda: tools.execute_tool(name, arguments, notebook))
             reply = server.request("tools/call", {"name": name, "arguments": arguments})
             assert reply["result"]["isError"] is False, reply
             over_mcp = timed(lambda: server.request("tools/call", {"name": name, "arguments": arguments}))

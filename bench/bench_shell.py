@@ -5,12 +5,14 @@ where the sandbox is available; each command has a warden process) and of subpro
 ...], capture_output=True), and their ratio; then the same for a command printing a lot, with the peak
 memory of each in a fresh Python process (run_shell keeps a head and a tail, subprocess.run keeps
 everything); then, in a vault of about 3,000 notes (the knowledge-garden corpus when it is there, else
-made up) with 50 private notes spread around, what building the Landlock rules costs: the rules alone,
-and run_shell with and without the private notes. POSIX only.
+made up) with 50 private notes spread around (.kaignore names them), what building the Landlock rules costs:
+the rules alone, and run_shell with nothing unreadable and with what the bash tool hands it, the notebook's
+list (Notebook.unreadable, from its warm index: the walk that finds them is the index's). POSIX only.
 Usage: python bench/bench_shell.py [runs, default 50] [megabytes of output, default 200]
 """
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -24,6 +26,8 @@ sys.path.insert(0, ROOT)
 
 import shell  # noqa: E402
 import warden  # noqa: E402
+from config import Settings  # noqa: E402
+from notebook import Notebook  # noqa: E402
 
 TRIVIAL = "echo hello; wc -l < /etc/hostname"
 CORPUS = Path(os.environ.get("KA_CORPUS", Path(ROOT).parent / "shared" / "corpus")) / "knowledge-garden.tar.gz"
@@ -91,10 +95,18 @@ def private_rules(runs: int) -> None:
                 print(f"   rules, {label:12}: {seconds * 1000:7.2f} ms for {len(rules) // runs:,} rules")
         finally:
             warden._allow = add
-        plain = median_seconds(lambda: shell.run_shell("true", Path(folder), timeout=30), runs)
-        hidden = median_seconds(lambda: shell.run_shell("true", Path(folder), timeout=30, private=private), runs)
-        print(f"   run_shell, none private : {plain * 1000:7.2f} ms")
-        print(f"   run_shell, {PRIVATE} private   : {hidden * 1000:7.2f} ms")
+        (Path(folder) / ".kaignore").write_text("".join("/" + re.sub(r"([][*?\\!#])", r"\\\1", path) + "\n"
+                                                        for path in private))
+        with tempfile.TemporaryDirectory() as index_dir, \
+                Notebook(Settings(None, "", "", Path(folder).resolve(), index_dir=Path(index_dir))) as notebook:
+            listed = notebook.unreadable()  # builds the index and starts watching, as the chat's first search does
+            plain = median_seconds(lambda: shell.run_shell("true", Path(folder), timeout=30), runs)
+            lists = median_seconds(notebook.unreadable, runs)
+            hidden = median_seconds(lambda: shell.run_shell("true", Path(folder), timeout=30,
+                                                            unreadable=tuple(notebook.unreadable())), runs)
+        print(f"   run_shell, nothing unreadable      : {plain * 1000:7.2f} ms")
+        print(f"   Notebook.unreadable alone          : {lists * 1000:7.2f} ms ({len(listed)} paths)")
+        print(f"   run_shell, the notebook's list     : {hidden * 1000:7.2f} ms")
         print(f"   ratio private/none: {hidden / plain:.2f}x")
 
 

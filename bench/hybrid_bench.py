@@ -40,7 +40,9 @@ import embeddings  # noqa: E402
 import index  # noqa: E402
 import search  # noqa: E402
 import search_bench as sb  # noqa: E402
+from config import Settings  # noqa: E402
 from fake_embedder import CONCEPTS, FakeEmbedder  # noqa: E402
+from notebook import Notebook  # noqa: E402
 
 EN_MEMBER = re.compile(r"^[a-z]+$")
 ZH_MEMBER = re.compile(r"^[\u4e00-\u9fff]+$")
@@ -103,16 +105,16 @@ def timed(run, queries) -> float:
     return statistics.median(times)
 
 
-def build(kb: Path, index_dir: Path, embedder) -> tuple:
+def build(notebook: Notebook, embedder) -> tuple:
     """The keyword index and every vector; (seconds, chunks)."""
     started = time.perf_counter()
 
     def everything(idx):
-        embeddings.sync_chunks(idx, embedder)
-        embeddings.embed_missing(idx, embedder, float("inf"), embeddings.EMBED_INDEX_TIMEOUT_S, 2,
-                                 lambda done, of: print(f"\r  embedded {done}/{of}", end="", file=sys.stderr))
+        embeddings.sync_chunks(idx, notebook.vectors, embedder)
+        embeddings.embed_missing(idx, notebook.vectors, embedder, float("inf"), embeddings.EMBED_INDEX_TIMEOUT_S, 2,
+                                 progress=True)
         return idx.conn.execute("SELECT count(*) FROM vectors").fetchone()[0]
-    chunks = index.with_index(kb, index_dir, True, everything)
+    chunks = notebook.with_index(everything)
     print(file=sys.stderr)
     return time.perf_counter() - started, chunks
 
@@ -131,13 +133,13 @@ def vector_speed(conn, chunks: int, scale: int, dims: int) -> tuple:
                      for i in range(chunks * scale)))
     big.execute("COMMIT")
     queries = [embeddings._unit([rng.gauss(0, 1) for _ in range(dims)]) for _ in range(21)]
-    started = time.perf_counter()
-    embeddings.nearest(big, path, queries[0], embeddings.EMBED_RESCORE)
+    started, vectors = time.perf_counter(), embeddings.Vectors()
+    embeddings.nearest(big, vectors, queries[0], embeddings.EMBED_RESCORE)
     cold = time.perf_counter() - started
     warm = []
     for q in queries[1:]:
         started = time.perf_counter()
-        embeddings.nearest(big, path, q, embeddings.EMBED_RESCORE)
+        embeddings.nearest(big, vectors, q, embeddings.EMBED_RESCORE)
         warm.append(time.perf_counter() - started)
     big.close()
     path.unlink()
@@ -168,9 +170,10 @@ def main():
         keyword_set, titles = sb.make_queries(kb, args.queries, args.seed), sb.title_queries(kb, 200, args.seed)
         paraphrases, crossed = meaning_queries(kb, args.queries, args.seed)
         sentences = sb.sentence_queries(kb, 300, 150, args.seed)
-        build_s, chunks = build(kb, index_dir, embedder)
-        words = lambda q: search.search_notes(kb, index_dir, q)  # noqa: E731
-        hybrid = lambda q: search.search_notes(kb, index_dir, q, embedder=embedder)  # noqa: E731
+        notebook = Notebook(Settings(kb=kb, index_dir=index_dir))
+        build_s, chunks = build(notebook, embedder)
+        words = lambda q: search.search_notes(notebook, q)  # noqa: E731
+        hybrid = lambda q: search.search_notes(notebook, q, embedder=embedder)  # noqa: E731
         print(f"corpus {args.corpus.name}: {sum(1 for _ in kb.rglob('*.md'))} notes, {chunks} distinct chunks "
               f"embedded in {sb.ms(build_s)} by {args.embed_model} at {embedder.base_url}"
               + (" (the FAKE embedder: pipeline figures, not a real model's quality)" if fake else ""))
@@ -191,16 +194,15 @@ def main():
         search._fuse = RRF
         print("\ne.g. paraphrases " + ", ".join(repr(q) for q, *_ in paraphrases[:3]) + "; cross-language "
               + ", ".join(repr(q) for q, *_ in crossed[:3]))
-        report_sizes_and_edit(kb, index_dir, embedder, fake)
+        report_sizes_and_edit(notebook, embedder, fake)
     finally:
-        index.close_index()
         if fake:
             fake.__exit__(None, None, None)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def report_sizes_and_edit(kb: Path, index_dir: Path, embedder, fake):
-    conn = index._INDEX.conn
+def report_sizes_and_edit(notebook: Notebook, embedder, fake):
+    kb, conn = notebook.kb, notebook.with_index(lambda idx: idx.conn)
     per_chunk, dims = conn.execute("SELECT avg(length(signs) + length(vec)), max(length(vec)) - 4 "
                                    "FROM vectors").fetchone()
     print(f"vector bytes per chunk: {per_chunk:.0f} at {dims} dimensions (int8 + scale + sign bits)")
@@ -214,7 +216,7 @@ def report_sizes_and_edit(kb: Path, index_dir: Path, embedder, fake):
         before, parts = len(fake.inputs()), len(embeddings.chunks_of("", note.read_text(encoding="utf-8")))
         with open(note, "a", encoding="utf-8") as f:
             f.write("\n- One more example:\n\n`zqx --new`\n")
-        search.search_notes(kb, index_dir, "new example", embedder=embedder)
+        search.search_notes(notebook, "new example", embedder=embedder)
         sent = len(fake.inputs()) - before - 1  # the query itself aside
         print(f"re-embedding after one outside edit of a {parts}-chunk note: {sent} chunk(s) sent")
 

@@ -4,7 +4,7 @@ long the move of a vault's most-linked note takes through the real move_note too
     python bench/links_bench.py [--corpus-dir /work/shared/corpus]
 
 Unpacks knowledge-garden.tar.gz (an Obsidian vault, 3,176 notes) and tldr-kb.tar.gz (8,960 tldr pages) into a
-temporary folder. For each, the search index is built from a cold index file (index.with_index), once as the app
+temporary folder. For each, the search index is built from a cold index file (a new Notebook), once as the app
 builds it (with each note's links.rows) and once with links.rows answering nothing, REPEATS times each, medians
 compared: ratio = (with links - without) / without, what the link index costs beside the search index; the goal
 is at most 1.
@@ -30,10 +30,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import index  # noqa: E402
 import links  # noqa: E402
 import tools  # noqa: E402
 from config import Settings  # noqa: E402
+from notebook import Notebook  # noqa: E402
 
 MOVE_BUDGET_S = 1.0
 REPEATS = 5  # each timing is the median of this many runs
@@ -72,12 +72,12 @@ def median_s(action) -> tuple:
 
 def build_s(kb: Path, index_dir: Path, store_links: bool) -> float:
     """The time of one whole index build from a cold index file, storing each note's links or none."""
-    index.close_index()
     shutil.rmtree(index_dir, ignore_errors=True)
     rows, links.rows = links.rows, links.rows if store_links else lambda text, path: []
     try:
         start = time.perf_counter()
-        index.with_index(kb, index_dir, False, lambda idx: None)
+        with Notebook(Settings(kb=kb, index_dir=index_dir, search_watch=False)) as notebook:
+            notebook.with_index(lambda idx: None)
         return time.perf_counter() - start
     finally:
         links.rows = rows
@@ -88,9 +88,8 @@ def compare_with_search_index(name: str, kb: Path, work: Path) -> None:
     for _ in range(REPEATS):  # alternated, so a machine busy for a while slows both alike
         for store_links in times:
             times[store_links].append(build_s(kb, work / "index", store_links))
-    stored = index.with_index(kb, work / "index", False, lambda idx: idx.conn.execute(
-        "SELECT count(*) FROM links").fetchone()[0])
-    index.close_index()
+    with Notebook(Settings(kb=kb, index_dir=work / "index", search_watch=False)) as notebook:
+        stored = notebook.with_index(lambda idx: idx.conn.execute("SELECT count(*) FROM links").fetchone()[0])
     without, with_links = statistics.median(times[False]), statistics.median(times[True])
     print(f"{name}: {stored} links stored; index build {without * 1000:.0f} ms without links, "
           f"{with_links * 1000:.0f} ms with (medians of {REPEATS}); link index / search index "
@@ -105,15 +104,15 @@ def move_most_linked(kb: Path, work: Path) -> None:
         if target and target != source:
             inbound[target] = inbound.get(target, 0) + 1
             sources.setdefault(target, set()).add(source)
-    settings = Settings(kb=kb, auto_approve=True, index_dir=work / "move-index")
+    notebook = Notebook(Settings(kb=kb, auto_approve=True, index_dir=work / "move-index"))
     for most in dict.fromkeys((max(inbound, key=inbound.get), max(sources, key=lambda t: len(sources[t])))):
         to_path = f"归档/{most.rsplit('/', 1)[-1][:-3]} 已移动.md"
         rename = {most: to_path}
         expected = {(rename.get(s, s), i): rename.get(t, t) for (s, i), t in resolved.items()}
-        opened = lambda: index.with_index(kb, settings.index_dir, True, lambda idx: None)  # noqa: E731
-        text, open_s, kept = timed_moves(settings, most, to_path, opened, expected)
-        _, disk_s, kept_too = timed_moves(settings, most, to_path, index.close_index, expected)
-        declined = Settings(kb=kb, index_dir=settings.index_dir)  # asked, answered no: planned, nothing written
+        opened = lambda: notebook.with_index(lambda idx: None)  # noqa: E731
+        text, open_s, kept = timed_moves(notebook, most, to_path, opened, expected)
+        _, disk_s, kept_too = timed_moves(notebook, most, to_path, notebook.close, expected)
+        declined = Notebook(Settings(kb=kb, index_dir=notebook.settings.index_dir))  # asked, answered no: planned
         _, plan_s = median_s(lambda: tools.execute_tool("move_note", {"from_path": most, "to_path": to_path},
                                                         declined, ask=lambda approval: False))
         print(f"move {most} ({inbound[most]} inbound links from {len(sources[most])} notes) -> {to_path} with "
@@ -121,23 +120,23 @@ def move_most_linked(kb: Path, work: Path) -> None:
               f"index on disk {disk_s * 1000:.0f} ms (the plan alone {plan_s * 1000:.0f} ms, the rest writing); "
               f"ratio to the {MOVE_BUDGET_S:.0f} s budget {max(open_s, disk_s) / MOVE_BUDGET_S:.2f}; every link "
               f"means what it meant and undo restores every byte: {'yes' if kept and kept_too else 'NO'}")
-    index.close_index()
+    notebook.close()
 
 
-def timed_moves(settings: Settings, from_path: str, to_path: str, before, expected: dict) -> tuple:
+def timed_moves(notebook: Notebook, from_path: str, to_path: str, before, expected: dict) -> tuple:
     """(the tool's last result, the median time of REPEATS moves, each after `before()` and undone, whether every
     link kept its meaning and every undo put every byte back)."""
-    old, times, kept, text = hashes(settings.kb), [], True, ""
+    old, times, kept, text = hashes(notebook.kb), [], True, ""
     for _ in range(REPEATS):
         before()
         start = time.perf_counter()
-        result = tools.execute_tool("move_note", {"from_path": from_path, "to_path": to_path}, settings)
+        result = tools.execute_tool("move_note", {"from_path": from_path, "to_path": to_path}, notebook)
         times.append(time.perf_counter() - start)
         assert not result.error, result.text
         text = result.text
-        kept = kept and links.resolve_all(vault_files(settings.kb)) == expected
-        message, undone = tools.undo(settings)
-        kept = kept and undone and hashes(settings.kb) == old
+        kept = kept and links.resolve_all(vault_files(notebook.kb)) == expected
+        message, undone = notebook.undo()
+        kept = kept and undone and hashes(notebook.kb) == old
     return text, statistics.median(times), kept
 
 

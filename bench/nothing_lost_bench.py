@@ -10,7 +10,8 @@
 3. link swap: work/ is swapped for a link to an outside folder over and over while the tools write, append
    and read in it; counts files made outside and outside text read.
 Every notes folder is a fresh temporary one. Runs only APIs both old and new checkouts have
-(load_settings, execute_tool), reading results as text either way.
+(load_settings, execute_tool, given a Notebook of the settings where there is one), reading results as text either
+way.
 """
 
 import argparse
@@ -34,7 +35,9 @@ def fresh_notes() -> tuple[Path, dict]:
 
 def tools_script(root: Path, kb: Path, body: str) -> str:
     return (f"import sys; sys.path.insert(0, {str(root)!r})\nimport tools\nfrom config import load_settings\n"
-            f"s = load_settings(kb={str(kb)!r})\n" + body)
+            f"s = load_settings(kb={str(kb)!r})\n"
+            "try:\n    from notebook import Notebook  # the tools take one since there is one\n    s = Notebook(s)\n"
+            "except ImportError:\n    pass\n" + body)
 
 
 def two_writers(root: Path, count: int) -> str:

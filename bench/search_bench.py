@@ -50,6 +50,8 @@ DEFAULT_CORPUS = ROOT.parent / "shared" / "corpus" / "tldr-kb.tar.gz"
 
 import index  # noqa: E402
 import search  # noqa: E402
+from config import Settings  # noqa: E402
+from notebook import Notebook  # noqa: E402
 
 
 def use_project(checkout: Path) -> None:
@@ -268,14 +270,19 @@ def naive_search(kb: Path, query: str) -> list:
     return found
 
 
+OPEN = []  # the notebooks runner made, which start_cold closes
+
+
 def runner(kb: Path, index_dir: Path, watch: bool = True):
-    """search(query, folder=None) on the index in index_dir, with or without inotify."""
-    return lambda query, folder=None: search.search_notes(kb, index_dir, query, folder, watch)
+    """search(query, folder=None) on a new Notebook of kb, its index in index_dir, with or without inotify."""
+    OPEN.append(Notebook(Settings(None, "", "", kb, index_dir=index_dir, search_watch=watch)))
+    return lambda query, folder=None, notebook=OPEN[-1]: search.search_notes(notebook, query, folder)
 
 
 def start_cold(kb: Path, index_dir: Path, remove: bool = False) -> Path:
-    """Close the open index (and delete its files when remove): the next search opens it or builds it."""
-    index.close_index()
+    """Close the open notebooks (and delete the index files when remove): the next search opens or builds it."""
+    while OPEN:
+        OPEN.pop().close()
     path = index.index_path(kb, index_dir)
     for suffix in ("", "-wal", "-shm") if remove else ():
         Path(f"{path}{suffix}").unlink(missing_ok=True)

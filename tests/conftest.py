@@ -1,4 +1,5 @@
-"""Shared test fixtures and helpers: a notes folder in tmp_path, Settings for it, a stub OpenAI client and the
+"""Shared test fixtures and helpers: a notes folder in tmp_path, Settings and a Notebook for it (each test makes its
+own: nothing of one test's index, vectors or privacy verdicts reaches the next), a stub OpenAI client and the
 replies it is scripted with (`call`, `tool_call`), the one environment for programs a test starts (`child_env`),
 the one tool runner (`run_tool`), the command line run in this process (`call_main`) or as its own process
 (`run_main`), the one pty driver (`Terminal`), the shell tests' process checks, the real vault (`garden`), the
@@ -32,9 +33,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import embeddings  # noqa: E402
 import fake_server  # noqa: E402
-import index  # noqa: E402
 import main  # noqa: E402
 import shell  # noqa: E402
 import terminal  # noqa: E402
@@ -43,6 +42,7 @@ import web  # noqa: E402
 from agent import UI  # noqa: E402
 import config  # noqa: E402
 from config import Settings  # noqa: E402
+from notebook import Notebook  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MAIN = ROOT / "main.py"
@@ -80,8 +80,6 @@ def clean_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     logging.getLogger("knowledge-agent").handlers[:] = []  # a test's UI set up before must not hear this one's
-    yield
-    index.close_index()  # the one index a process keeps open (and its watcher) is not the next test's
 
 
 def child_env(**extra) -> dict:
@@ -114,7 +112,7 @@ def assert_clean_failure(result: subprocess.CompletedProcess, code: int) -> None
 def call_main(monkeypatch, capfd):
     """`python main.py ARGS` run in this process through main.main, as run_main runs it as a process: the same
     environment, `stdin` piped (str or bytes), stdout and stderr caught at their file descriptors, the exit code
-    main() returns (or argparse's), and a fresh start each call (no index open, no embedder remembered down)."""
+    main() returns (or argparse's), and a fresh start each call (main makes its own Notebook)."""
 
     def call(*args, kb, base_url=NO_SERVER, stdin="", key="test-key", extra_env=None):
         capfd.readouterr()  # what the test printed before is not this run's output
@@ -127,13 +125,11 @@ def call_main(monkeypatch, capfd):
             data = stdin.encode("utf-8") if isinstance(stdin, str) else stdin
             patch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
             patch.setattr(main, "COMMAND", "python main.py")  # its name when started as a process
-            patch.setattr(embeddings, "_FAILED", {})
             try:
                 code = main.main(list(args))
             except SystemExit as exc:  # argparse: --help, --version, a bad flag
                 code = exc.code or 0
             finally:
-                index.close_index()
                 logging.getLogger("knowledge-agent").handlers[:] = handlers
         out, err = capfd.readouterr()
         return subprocess.CompletedProcess(["main.py", *args], code, out, err)
@@ -141,7 +137,7 @@ def call_main(monkeypatch, capfd):
     return call
 
 
-def run_repl(monkeypatch, settings, lines, replies, answers=()):
+def run_repl(monkeypatch, notebook, lines, replies, answers=()):
     """Drive main.repl with typed lines (and y/N answers), against a scripted model."""
     typed = iter(list(lines))
     answered = iter(list(answers))
@@ -155,14 +151,14 @@ def run_repl(monkeypatch, settings, lines, replies, answers=()):
 
     monkeypatch.setattr("builtins.input", fake_input)
     client = StubClient(replies)
-    assert main.repl(settings, client, terminal.Display()) == main.EXIT_OK
+    assert main.repl(notebook, client, terminal.Display()) == main.EXIT_OK
     return client
 
 
-def run_tool(settings, name, ask=None, **args) -> str:
+def run_tool(notebook, name, ask=None, **args) -> str:
     """One tool call as the model sends it (arguments as JSON) through tools.execute_tool: the text it returns.
     `ask(approval)` answers a confirmation: True, False or None (nobody to ask)."""
-    return tools.execute_tool(name, json.dumps(args, ensure_ascii=False), settings, ask).text
+    return tools.execute_tool(name, json.dumps(args, ensure_ascii=False), notebook, ask).text
 
 
 def tool_call(name, **args) -> dict:
@@ -386,9 +382,20 @@ def make_settings(kb: Path, **changes) -> Settings:
     return Settings(**values)
 
 
+def make_notebook(kb: Path, **changes) -> Notebook:
+    """A Notebook of make_settings(kb, **changes); dropped with the test, it closes its index's watcher."""
+    return Notebook(make_settings(kb, **changes))
+
+
 @pytest.fixture
 def settings(kb) -> Settings:
     return make_settings(kb)
+
+
+@pytest.fixture
+def notebook(settings) -> Notebook:
+    with Notebook(settings) as notebook:
+        yield notebook
 
 
 class StubClient:

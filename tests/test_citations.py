@@ -117,9 +117,9 @@ def test_quote_marks_inside_a_notes_name_are_no_quote(settings, kb):
     assert problems(answer) == {"python.md:3": citations.NOT_THERE}
 
 
-def test_every_tool_that_shows_note_text_says_which_lines_and_they_are_the_notes_own(settings, kb):
+def test_every_tool_that_shows_note_text_says_which_lines_and_they_are_the_notes_own(notebook, kb):
     def shown(name, **arguments) -> dict:
-        result = tools.execute_tool(name, arguments, settings)
+        result = tools.execute_tool(name, arguments, notebook)
         return {path: set(lines) for path, lines in result.shown.get("lines", {}).items()}
 
     long = "# Long\n\n" + "\n".join(f"## Part {n}\n\n{'words ' * 60}" for n in range(1, 80)) + "\n"
@@ -139,8 +139,8 @@ def test_every_tool_that_shows_note_text_says_which_lines_and_they_are_the_notes
 def test_a_reworded_tool_result_is_checked_by_what_it_says_it_showed(settings, monkeypatch):
     read = tools.TOOLS["read_note"].function
 
-    def reworded(settings, **arguments):
-        result = read(settings, **arguments)
+    def reworded(notebook, **arguments):
+        result = read(notebook, **arguments)
         return notes.Shown("Here it is, numbered from the top:\n" + result.split("\n", 1)[1], result.lines,
                            result.named)
 
@@ -151,12 +151,12 @@ def test_a_reworded_tool_result_is_checked_by_what_it_says_it_showed(settings, m
     assert problems(answer) == {"python.md:3": "", "python.md:99": "the note has 4 lines"}
 
 
-def test_a_saved_conversation_is_checked_again_for_a_page_drawing_it(settings):
+def test_a_saved_conversation_is_checked_again_for_a_page_drawing_it(settings, notebook):
     replies = [call("read_note", file_path="python.md"), {"content": "See python.md:99."},
                {"content": "Hi."}, {"content": "ghost.md:1 has it."}]
     history = []
     reports = [answered(settings, replies[i:i + n], history)[0].citations for i, n in ((0, 2), (2, 1), (3, 1))]
-    checked = citations.checked_answers(history, citations.reader(settings))
+    checked = citations.checked_answers(history, citations.reader(notebook))
     assert checked == {3: reports[0], 7: reports[2]}  # the answer with no citation and no claim has no report
     assert checked[7].failed() == ["ghost.md:1 — no such note"]
 

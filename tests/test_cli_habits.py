@@ -19,6 +19,7 @@ import config
 import main
 import reading
 from conftest import MAIN, MCP_SERVER, NO_SERVER, ROOT, Terminal, child_env, posix_only, run_main, run_tool
+from notebook import Notebook
 
 PASTE_START, PASTE_END = b"\x1b[200~", b"\x1b[201~"
 
@@ -253,9 +254,9 @@ def test_list_speaks_to_the_person_not_the_model(call_main, kb):
     assert "2 private notes not listed (.kaignore or private: true)." in result.stdout
     assert "there is no folder 'nofolder' in the notes. Use /list to see every note and its folder." in result.stderr
     assert not re.search(r"list_notes|the model", result.stdout + result.stderr)
-    settings = config.load_settings(kb=str(kb))
-    assert "2 private note(s) not listed (the person keeps them from the model)." in reading.list_notes(settings)
-    assert run_tool(settings, "list_notes", folder="nofolder") == (
+    notebook = Notebook(config.load_settings(kb=str(kb)))
+    assert "2 private note(s) not listed (the person keeps them from the model)." in reading.list_notes(notebook)
+    assert run_tool(notebook, "list_notes", folder="nofolder") == (
         "Error: there is no folder 'nofolder' in the notes. Call list_notes to see the folders.")
 
 

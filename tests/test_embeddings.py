@@ -19,17 +19,14 @@ import embeddings  # noqa: E402
 import db  # noqa: E402
 import index  # noqa: E402
 import tools  # noqa: E402
-from conftest import hits, make_settings  # noqa: E402
+from conftest import hits, make_notebook, make_settings  # noqa: E402
 from fake_embedder import FakeEmbedder  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def cold(monkeypatch, notices):
-    monkeypatch.setattr(embeddings, "_FAILED", {})
     monkeypatch.setattr(embeddings, "EMBED_INDEX_RETRIES", 0)
-    index.close_index()
-    yield notices
-    index.close_index()
+    return notices
 
 
 @pytest.fixture
@@ -49,13 +46,13 @@ def fake():
         yield server
 
 
-def settings_for(kb, tmp_path, base_url, **more):
-    return make_settings(kb, **{"index_dir": tmp_path / "index", "embed_model": "fake-embed",
+def notebook_for(kb, tmp_path, base_url, **more):
+    return make_notebook(kb, **{"index_dir": tmp_path / "index", "embed_model": "fake-embed",
                                 "embed_base_url": base_url} | more)
 
 
-def search(settings, query):
-    result = tools.execute_tool("search_notes", {"query": query}, settings)
+def search(notebook, query):
+    result = tools.execute_tool("search_notes", {"query": query}, notebook)
     assert not result.error, result.text
     return result.text
 
@@ -65,9 +62,9 @@ def first_hit(text):
 
 
 def test_a_paraphrase_finds_the_note_keywords_cannot(kb, tmp_path, fake):
-    assert "No notes match" in search(make_settings(kb, index_dir=tmp_path / "index"), "shrink photo")
+    assert "No notes match" in search(make_notebook(kb, index_dir=tmp_path / "index"), "shrink photo")
     assert fake.requests == []  # without EMBED_MODEL nothing is sent anywhere
-    text = search(settings_for(kb, tmp_path, fake.base_url), "shrink photo")
+    text = search(notebook_for(kb, tmp_path, fake.base_url), "shrink photo")
     assert text.startswith('No note has the words of "shrink photo"; notes close in meaning, best first:')
     assert first_hit(text) == "images.md"
     assert "3: Use convert to scale a picture down." in text  # the closest chunk's lines, as keyword hits show
@@ -75,31 +72,31 @@ def test_a_paraphrase_finds_the_note_keywords_cannot(kb, tmp_path, fake):
 
 
 def test_a_chinese_question_finds_an_english_note(kb, tmp_path, fake):
-    assert first_hit(search(settings_for(kb, tmp_path, fake.base_url), "如何缩小图片")) == "images.md"
+    assert first_hit(search(notebook_for(kb, tmp_path, fake.base_url), "如何缩小图片")) == "images.md"
 
 
 def test_float_replies_work_as_base64_ones(kb, tmp_path):
     with FakeEmbedder(floats=True) as ollama_like:
-        assert first_hit(search(settings_for(kb, tmp_path, ollama_like.base_url), "shrink photo")) == "images.md"
+        assert first_hit(search(notebook_for(kb, tmp_path, ollama_like.base_url), "shrink photo")) == "images.md"
     assert ollama_like.requests[0]["encoding_format"] == "base64"  # what the SDK asked for
 
 
 def test_keyword_hits_keep_their_place_and_an_exact_title_stays_first(kb, tmp_path, fake):
     (kb / "notes-on-tar.md").write_text("# Archives\n\nI keep my tarball of photos here; tar tar tar.\n")
-    text = search(settings_for(kb, tmp_path, fake.base_url), "tar")
+    text = search(notebook_for(kb, tmp_path, fake.base_url), "tar")
     assert first_hit(text) == "tar.md"
     assert text.startswith('2 notes match "tar"')
 
 
 def test_embedder_down_answers_from_keywords_at_once_with_one_line(kb, tmp_path, cold):
     with FakeEmbedder(down=True) as down:
-        settings = settings_for(kb, tmp_path, down.base_url)
-        text = search(settings, "sourdough")
+        notebook = notebook_for(kb, tmp_path, down.base_url)
+        text = search(notebook, "sourdough")
         assert text.splitlines()[0].startswith("(Keyword results only: the embeddings endpoint")
         assert first_hit(text) == "bread.md"
         asked = len(down.requests)
         assert asked == 1  # a search never retries
-        text = search(settings, "sourdough")
+        text = search(notebook, "sourdough")
         assert text.startswith("(Keyword results only: the embeddings endpoint") and first_hit(text) == "bread.md"
         assert len(down.requests) == asked  # later searches do not wait on it again for a while
     assert cold == []  # the result says it, and every interface shows a result's first line
@@ -123,8 +120,8 @@ def test_embedder_down_is_told_once_by_hand_and_in_the_chat(call_main, kb, tmp_p
 def test_first_search_by_meaning_waits_for_another_process_writing_the_index(kb, tmp_path, fake, monkeypatch,
                                                                              cold):
     monkeypatch.setattr(db, "BUSY_TIMEOUT_S", 0.01)
-    settings = settings_for(kb, tmp_path, fake.base_url)
-    search(make_settings(kb, index_dir=tmp_path / "index"), "sourdough")  # keywords only, the index stays open
+    notebook = notebook_for(kb, tmp_path, fake.base_url)
+    search(make_notebook(kb, index_dir=tmp_path / "index"), "sourdough")  # keywords only: the index is built
     other = sqlite3.connect(index.index_path(kb, tmp_path / "index"), isolation_level=None)
     other.execute("BEGIN IMMEDIATE")  # another process's long build
 
@@ -136,7 +133,7 @@ def test_first_search_by_meaning_waits_for_another_process_writing_the_index(kb,
         if other.in_transaction:
             other.execute("ROLLBACK")
     monkeypatch.setattr(handler, "emit", told)
-    assert first_hit(search(settings, "shrink photo")) == "images.md"
+    assert first_hit(search(notebook, "shrink photo")) == "images.md"
     other.close()
     assert len(cold) == 1 and "waiting for it" in cold[0]
 
@@ -144,14 +141,14 @@ def test_first_search_by_meaning_waits_for_another_process_writing_the_index(kb,
 def test_slow_embedder_is_cut_short(kb, tmp_path, monkeypatch):
     monkeypatch.setattr(embeddings, "EMBED_QUERY_TIMEOUT_S", 0.2)
     with FakeEmbedder(delay=5) as slow:
-        text = search(settings_for(kb, tmp_path, slow.base_url), "sourdough")
+        text = search(notebook_for(kb, tmp_path, slow.base_url), "sourdough")
     assert "Keyword results only" in text.splitlines()[0] and first_hit(text) == "bread.md"
 
 
 def test_refusing_endpoint_and_deepseek_without_embeddings_say_so(kb, tmp_path, fake):
     with FakeEmbedder(refuse=True) as refusing:
-        assert "Not Found" in search(settings_for(kb, tmp_path, refusing.base_url), "sourdough").splitlines()[0]
-    deepseek = make_settings(kb, index_dir=tmp_path / "index", base_url="https://api.deepseek.com",
+        assert "Not Found" in search(notebook_for(kb, tmp_path, refusing.base_url), "sourdough").splitlines()[0]
+    deepseek = make_notebook(kb, index_dir=tmp_path / "index", base_url="https://api.deepseek.com",
                              embed_model="bge-m3")
     text = search(deepseek, "sourdough")
     assert "DeepSeek serves no embeddings: set EMBED_BASE_URL" in text.splitlines()[0]
@@ -166,12 +163,12 @@ def test_chat_providers_url_and_key_are_used_unless_embeddings_have_their_own(kb
 
 
 def test_an_outside_edit_sends_only_the_changed_chunk(kb, tmp_path, fake):
-    settings = settings_for(kb, tmp_path, fake.base_url)
-    search(settings, "picture")
+    notebook = notebook_for(kb, tmp_path, fake.base_url)
+    search(notebook, "picture")
     before = len(fake.inputs())
     note = kb / "images.md"
     note.write_text(note.read_text().replace("50% out.png", "25% small.png"))
-    search(settings, "picture")
+    search(notebook, "picture")
     sent = fake.inputs()[before:]
     assert sent[0] == "picture" and len(sent) == 2  # the query, then the one changed chunk
     assert "25% small.png" in sent[1] and "scale a picture" not in sent[1]
@@ -180,26 +177,30 @@ def test_an_outside_edit_sends_only_the_changed_chunk(kb, tmp_path, fake):
 def test_interrupted_indexing_keeps_what_it_embedded_and_resumes(kb, tmp_path, monkeypatch, cold):
     monkeypatch.setattr(embeddings, "EMBED_BATCH", 1)
     with FakeEmbedder(fail_after=2) as stops:
-        assert embeddings.reindex(settings_for(kb, tmp_path, stops.base_url)) == 1
+        assert embeddings.reindex(notebook_for(kb, tmp_path, stops.base_url)) == 1
     assert any("2 of 4 chunks are embedded and kept" in n for n in cold)
     with FakeEmbedder() as again:
-        assert embeddings.reindex(settings_for(kb, tmp_path, again.base_url)) == 0
+        assert embeddings.reindex(notebook_for(kb, tmp_path, again.base_url)) == 0
         assert len(again.inputs()) == 2  # only the two it had not embedded
-        assert first_hit(search(settings_for(kb, tmp_path, again.base_url), "shrink photo")) == "images.md"
+        assert first_hit(search(notebook_for(kb, tmp_path, again.base_url), "shrink photo")) == "images.md"
 
 
 def test_another_model_rebuilds_the_vectors_only(kb, tmp_path, fake):
-    search(settings_for(kb, tmp_path, fake.base_url), "picture")
-    ids = index._INDEX.conn.execute("SELECT id, path FROM notes ORDER BY id").fetchall()
-    before = len(fake.inputs())
-    search(settings_for(kb, tmp_path, fake.base_url, embed_model="another"), "picture")
+    first, other = notebook_for(kb, tmp_path, fake.base_url), notebook_for(kb, tmp_path, fake.base_url,
+                                                                             embed_model="another")
+    search(first, "picture")
+    notes = lambda idx: idx.conn.execute("SELECT id, path FROM notes ORDER BY id").fetchall()  # noqa: E731
+    ids, before = first.with_index(notes), len(fake.inputs())
+    search(other, "picture")
     assert len(fake.inputs()) - before == 1 + 4  # the query and every chunk again
-    assert index._INDEX.conn.execute("SELECT id, path FROM notes ORDER BY id").fetchall() == ids
+    assert other.with_index(notes) == ids
 
 
 def test_vectors_are_compact_int8(kb, tmp_path, fake):
-    search(settings_for(kb, tmp_path, fake.base_url), "picture")
-    sizes = index._INDEX.conn.execute("SELECT length(signs) + length(vec) FROM vectors").fetchall()
+    notebook = notebook_for(kb, tmp_path, fake.base_url)
+    search(notebook, "picture")
+    sizes = notebook.with_index(lambda idx: idx.conn.execute("SELECT length(signs) + length(vec) FROM vectors")
+                                .fetchall())
     assert sizes and all(size == 128 + 4 + 1024 for (size,) in sizes)  # 1,024 dimensions: under 1.2 KB
 
 
@@ -233,21 +234,20 @@ def test_a_model_that_finds_everything_alike_brings_only_what_stands_out(kb, tmp
         (kb / f"other{n}.md").write_text(f"# Note {n}\n\nAbout gardening, cooking and travel number {n}.\n",
                                          encoding="utf-8")
     with FakeEmbedder(common=2.5) as alike:
-        text = search(settings_for(kb, tmp_path, alike.base_url), "shrink photo")
+        text = search(notebook_for(kb, tmp_path, alike.base_url), "shrink photo")
     assert first_hit(text) == "images.md"
     assert "(1 shown for their meaning only)" in text or text.count(" — ") == 1, text
     assert "other" not in text and "bread.md" not in text
 
 
 def test_models_get_the_query_and_passage_prefixes_their_family_expects(kb, tmp_path, fake):
-    search(settings_for(kb, tmp_path, fake.base_url, embed_model="multilingual-e5-small"), "shrink photo")
+    search(notebook_for(kb, tmp_path, fake.base_url, embed_model="multilingual-e5-small"), "shrink photo")
     sent = fake.inputs()
     assert sent[0] == "query: shrink photo" and len(sent) > 1 and all(t.startswith("passage: ") for t in sent[1:])
     assert embeddings.prefixes("bge-m3") == ("", "") and embeddings.prefixes("nomic-embed-text")[0]
     assert embeddings.prefixes("bge-small-en-v1.5")[0].startswith("Represent this sentence")
-    index.close_index()
     fake.requests.clear()
-    search(settings_for(kb, tmp_path, fake.base_url, embed_model="multilingual-e5-small", embed_query_prefix="",
+    search(notebook_for(kb, tmp_path, fake.base_url, embed_model="multilingual-e5-small", embed_query_prefix="",
                         embed_doc_prefix="doc: "), "shrink photo")  # set by hand: all chunks embedded again
     sent = fake.inputs()
     assert sent[0] == "shrink photo" and len(sent) > 1 and all(t.startswith("doc: ") for t in sent[1:])
@@ -265,6 +265,6 @@ def test_meaning_never_ranks_the_keyword_best_lower(tmp_path, fake):
                        "bread.md": "# Sourdough\n\nFlour, water and a starter.\n"}.items():
         kb.mkdir(exist_ok=True)
         (kb / name).write_text(text, encoding="utf-8")
-    by_words = hits(search(make_settings(kb, index_dir=tmp_path / "index"), "shrink photo web"))
-    both = hits(search(settings_for(kb, tmp_path, fake.base_url), "shrink photo web"))
+    by_words = hits(search(make_notebook(kb, index_dir=tmp_path / "index"), "shrink photo web"))
+    both = hits(search(notebook_for(kb, tmp_path, fake.base_url), "shrink photo web"))
     assert by_words[:2] == ["shrink.md", "web.md"] and both[:2] == ["shrink.md", "gallery.md"], both

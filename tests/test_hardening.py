@@ -8,10 +8,9 @@ import threading
 import unicodedata
 
 import pytest
-from conftest import Recorder, StubClient, make_settings
+from conftest import Recorder, StubClient, make_notebook, make_settings
 
 import db
-import index
 import main
 import mcp_server
 import notes
@@ -38,18 +37,18 @@ def test_a_hostile_burst_of_overwrites_cannot_flush_the_original(kb):
     assert (kb / "plan.md").read_text(encoding="utf-8") == "hijacked 20\n"
     assert versions.list_versions(kb, "plan.md")[0].read_bytes() == original
     for _ in range(25):
-        tools.undo(make_settings(kb))
+        make_notebook(kb).undo()
     assert (kb / "plan.md").read_bytes() == original
 
 
 def test_non_destructive_appends_over_mcp_cannot_flush_it_either(kb):
-    settings = make_settings(kb, mcp_allow_destructive=True)
+    notebook = make_notebook(kb, mcp_allow_destructive=True)
     allowance = approval.Allowance(window_s=3600)
     original = (kb / "vim.md").read_bytes()
-    tools.execute_tool("write_note", {"file_path": "vim.md", "content": "gone\n", "overwrite": True}, settings,
+    tools.execute_tool("write_note", {"file_path": "vim.md", "content": "gone\n", "overwrite": True}, notebook,
                        lambda approval: True, allowance=allowance)
     for n in range(20):
-        tools.execute_tool("append_note", {"file_path": "vim.md", "content": f"line {n}"}, settings,
+        tools.execute_tool("append_note", {"file_path": "vim.md", "content": f"line {n}"}, notebook,
                            allowance=allowance)
     assert versions.list_versions(kb, "vim.md")[0].read_bytes() == original
 
@@ -62,8 +61,8 @@ def test_conversations_and_the_index_are_private_files(kb, tmp_path):
     """sessions.db (whole conversations, note text included) and the search index were created 0644."""
     data, cache = tmp_path / "data" / "knowledge-agent", tmp_path / "cache" / "knowledge-agent"
     sessions.SessionStore(data / "sessions.db").write(lambda c: c.execute("SELECT 1"))
-    search.search_notes(kb, cache, "vim")
-    index.close_index()
+    with make_notebook(kb, index_dir=cache) as notebook:
+        search.search_notes(notebook, "vim")
     for folder in (data, cache):
         assert mode(folder) == 0o700, folder
         assert [p.name for p in folder.iterdir() if mode(p) != 0o600] == [], folder
@@ -111,11 +110,11 @@ def test_auto_approve_does_not_lift_the_mcp_servers_hourly_bound(kb, monkeypatch
                                   "plan\u034f.md", "plan\ufe0f.md", "plan\u17b4.md",  # a red team's
                                   "plan\U000e0100.md", "\u3164.md", "plan\u2065.md"])  # a Hangul filler, unassigned
 def test_a_new_name_with_an_invisible_character_is_refused(kb, name):
-    settings = make_settings(kb, auto_approve=True)
+    notebook = make_notebook(kb, auto_approve=True)
     for tool, args in (("write_note", {"file_path": name, "content": "x"}),
                        ("append_note", {"file_path": name, "content": "x"}),
                        ("move_note", {"from_path": "vim.md", "to_path": name})):
-        result = tools.execute_tool(tool, args, settings)
+        result = tools.execute_tool(tool, args, notebook)
         assert result.error and ("invisible character" in result.text  # or, for direction marks,
                                  or "control characters" in result.text), tool  # the path guard's own refusal
         assert notes.visible(name) in result.text and notes.visible(name) != name  # shown escaped
@@ -128,22 +127,22 @@ def test_a_new_name_that_looks_like_an_existing_one_is_refused(kb, name):  # fou
     (kb / "plan.md").write_text("# Plan\n", encoding="utf-8")
     (kb / "work" / "plan.md").write_text("# Plan\n", encoding="utf-8")
     before = sorted(str(p.relative_to(kb)) for p in kb.rglob("*"))
-    settings = make_settings(kb, auto_approve=True)
+    notebook = make_notebook(kb, auto_approve=True)
     for tool, args in (("write_note", {"file_path": name, "content": "x"}),
                        ("append_note", {"file_path": name, "content": "x"}),
                        ("move_note", {"from_path": "vim.md", "to_path": name})):
-        result = tools.execute_tool(tool, args, settings)
+        result = tools.execute_tool(tool, args, notebook)
         assert result.error and "looks the same as a name in" in result.text, (tool, result.text)
         assert "plan.md" not in result.text.replace(name.rsplit("/")[-1], "")  # the other note is not named
     assert sorted(str(p.relative_to(kb)) for p in kb.rglob("*")) == before
 
 
 def test_emoji_and_joining_scripts_keep_their_invisible_characters(kb):
-    settings = make_settings(kb, auto_approve=True)
+    notebook = make_notebook(kb, auto_approve=True)
     for name in ("\u2764\ufe0f plan.md", "\U0001f468\u200d\U0001f469\u200d\U0001f467 family.md",
                  "\U0001f44d\U0001f3fd\u200d\u2642 ok.md", "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645.md",
                  "\u0915\u094d\u200d\u0937.md"):  # ❤️, a family, a skin tone, Persian ZWNJ, Devanagari ZWJ
-        result = tools.execute_tool("write_note", {"file_path": name, "content": "x"}, settings)
+        result = tools.execute_tool("write_note", {"file_path": name, "content": "x"}, notebook)
         assert not result.error and (kb / name).exists() and notes.visible(name) == name, result.text
 
 
@@ -169,16 +168,17 @@ def test_search_never_reads_outside_the_notes_while_a_folder_is_swapped_for_a_li
             os.rename(aside, real)
             swaps[0] += 1
 
+    notebook = make_notebook(kb, index_dir=tmp_path / "cache", search_watch=False)
     swapper = threading.Thread(target=swap)
     swapper.start()
     try:
         for _ in range(400):
-            found = search.search_notes(kb, tmp_path / "cache", "zebrafish", watch=False)
+            found = search.search_notes(notebook, "zebrafish")
             assert "SECRET" not in found
     finally:
         stop.set()
         swapper.join()
-        index.close_index()
+        notebook.close()
     assert swaps[0] > 20  # the swap really raced the searches
 
 

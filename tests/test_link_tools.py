@@ -23,7 +23,7 @@ import terminal
 import reading
 import tools
 import versions
-from conftest import McpProcess, call, child_env, make_settings, run_repl, server_env, write
+from conftest import McpProcess, call, child_env, make_notebook, run_repl, server_env, write
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -67,12 +67,12 @@ def expected_after(before: dict, src: str, dst: str) -> dict:
             for (source, i), target in links.resolve_all(before).items()}
 
 
-def moved(kb: Path, src: str, dst: str, **settings) -> str:
+def moved(kb: Path, src: str, dst: str, **changes) -> str:
     """move_note through execute_tool, approved by --yes unless `ask` is given; its result's text, checked."""
     before, old = every_file(kb), hashes(kb)
-    ask = settings.pop("ask", None)
+    ask = changes.pop("ask", None)
     result = tools.execute_tool("move_note", {"from_path": src, "to_path": dst},
-                                make_settings(kb, auto_approve=ask is None, **settings), ask=ask)
+                                make_notebook(kb, auto_approve=ask is None, **changes), ask=ask)
     assert not result.error, result.text
     assert links.resolve_all(every_file(kb)) == expected_after(before, src, dst)
     new = hashes(kb)
@@ -84,7 +84,7 @@ def moved(kb: Path, src: str, dst: str, **settings) -> str:
 
 
 def undone(kb: Path, old: dict) -> None:
-    message, done = tools.undo(make_settings(kb))
+    message, done = make_notebook(kb).undo()
     assert done, message
     assert hashes(kb) == old
 
@@ -92,7 +92,7 @@ def undone(kb: Path, old: dict) -> None:
 # --- The links tool, /links, and what a delete breaks ---
 
 def test_links_lists_where_each_link_leads_and_every_backlink(vault):
-    text = tools.execute_tool("links", {"file_path": "读书/三体.md"}, make_settings(vault)).text
+    text = tools.execute_tool("links", {"file_path": "读书/三体.md"}, make_notebook(vault)).text
     assert text.splitlines() == [
         "读书/三体.md: 3 links out; 7 links from 2 notes lead here.", "",
         "Links out (line: target as written → the file it leads to):",
@@ -103,10 +103,10 @@ def test_links_lists_where_each_link_leads_and_every_backlink(vault):
 
 @pytest.mark.parametrize("watch", [True, False], ids=["inotify", "stat"])
 def test_the_link_index_is_as_fresh_as_the_search_index(vault, watch):
-    settings = make_settings(vault, search_watch=watch)
+    notebook = make_notebook(vault, search_watch=watch)
 
     def shown(path):
-        return tools.execute_tool("links", {"file_path": path}, settings).text
+        return tools.execute_tool("links", {"file_path": path}, notebook).text
 
     assert "unresolved" not in shown("读书/三体.md") and "0 links from 0 notes lead here" in shown("无关.md")
     write(vault, "新.md", "[[无关]] [[缺的图.png]]\n")  # made, then edited, by another program
@@ -122,7 +122,7 @@ def test_the_link_index_is_as_fresh_as_the_search_index(vault, watch):
 def test_links_is_bounded_and_says_how_many_more(vault):
     for n in range(400):
         write(vault, f"many/note {n:03}.md", "[[三体]] " * 5 + "\n")
-    text = tools.execute_tool("links", {"file_path": "读书/三体.md"}, make_settings(vault)).text
+    text = tools.execute_tool("links", {"file_path": "读书/三体.md"}, make_notebook(vault)).text
     assert len(text) <= reading.MAX_TOOL_OUTPUT and "; 2007 links from 402 notes lead here." in text
     shown = text.count("\n  many/")
     assert text.endswith(f"\n  [… {2007 - 5 * shown} more backlinks from {402 - shown} notes not shown]")
@@ -130,10 +130,10 @@ def test_links_is_bounded_and_says_how_many_more(vault):
 
 
 def test_links_of_what_is_no_note_is_a_clear_error(vault):
-    settings = make_settings(vault)
-    assert tools.execute_tool("links", {"file_path": "nope.md"}, settings).text.startswith("Error: no such note.")
-    assert "not a note" in tools.execute_tool("links", {"file_path": "板.canvas"}, settings).text
-    assert "outside" in tools.execute_tool("links", {"file_path": "../x.md"}, settings).text
+    notebook = make_notebook(vault)
+    assert tools.execute_tool("links", {"file_path": "nope.md"}, notebook).text.startswith("Error: no such note.")
+    assert "not a note" in tools.execute_tool("links", {"file_path": "板.canvas"}, notebook).text
+    assert "outside" in tools.execute_tool("links", {"file_path": "../x.md"}, notebook).text
 
 
 def test_the_links_command_runs_without_the_model(call_main, vault):
@@ -145,15 +145,15 @@ def test_the_links_command_runs_without_the_model(call_main, vault):
 
 def test_delete_says_which_notes_link_to_the_note_in_its_question_and_result(vault):
     asked = []
-    result = tools.execute_tool("delete_note", {"file_path": "读书/三体.md"}, make_settings(vault),
+    result = tools.execute_tool("delete_note", {"file_path": "读书/三体.md"}, make_notebook(vault),
                                 ask=lambda approval: asked.append(approval.title) or True)
     assert asked == ["Delete 读书/三体.md? (a copy is kept in .history/) 2 notes link here: 书单.md, 人物/刘慈欣.md."]
     assert result.text.endswith("brings it back. 2 notes link here: 书单.md, 人物/刘慈欣.md.")
     for n in range(7):
         write(vault, f"n{n}.md", "[[刘慈欣]]\n")
-    result = tools.execute_tool("delete_note", {"file_path": "人物/刘慈欣.md"}, make_settings(vault, auto_approve=True))
+    result = tools.execute_tool("delete_note", {"file_path": "人物/刘慈欣.md"}, make_notebook(vault, auto_approve=True))
     assert result.text.endswith("8 notes link here: n0.md, n1.md, n2.md, n3.md, n4.md, ….")
-    result = tools.execute_tool("delete_note", {"file_path": "无关.md"}, make_settings(vault, auto_approve=True))
+    result = tools.execute_tool("delete_note", {"file_path": "无关.md"}, make_notebook(vault, auto_approve=True))
     assert result.text.endswith("brings it back.")
 
 
@@ -241,17 +241,17 @@ def test_a_name_no_link_can_hold_or_a_look_alike_of_another_note_is_refused(tmp_
     write(kb, "café.md", "# café\n")
     kb = kb.resolve()
     old = hashes(kb)
-    settings = make_settings(kb, auto_approve=True)
-    move = lambda dst: tools.execute_tool("move_note", {"from_path": "b.md", "to_path": dst}, settings)  # noqa: E731
+    notebook = make_notebook(kb, auto_approve=True)
+    move = lambda dst: tools.execute_tool("move_note", {"from_path": "b.md", "to_path": dst}, notebook)  # noqa: E731
     assert "the link to b].md in a.md (line 1) cannot be written" in move("b].md").text  # [[b]]] is [[b]] and ']'
     for twin in ("oTHER.md", unicodedata.normalize("NFD", "café.md"), "OTHER.md/x.md"):
-        for result in (move(twin), tools.execute_tool("write_note", {"file_path": twin, "content": "x"}, settings)):
+        for result in (move(twin), tools.execute_tool("write_note", {"file_path": twin, "content": "x"}, notebook)):
             assert result.error and "looks the same as a name in the top folder" in result.text, result.text
     write(kb, "Secret-Plans.md", "---\nprivate: true\n---\nplans\n")
     write(kb, "Diary/d.md", "dear diary\n")
     write(kb, ".kaignore", "Diary/\n")
     for private in ("secret-plans.md", "diary/new.md"):  # as a public note's twin: a private name is told to nobody
-        result = tools.execute_tool("write_note", {"file_path": private, "content": "x"}, settings)
+        result = tools.execute_tool("write_note", {"file_path": private, "content": "x"}, notebook)
         assert result.error and "looks the same as a name in the top folder" in result.text, result.text
         assert "Secret" not in result.text and "Diary" not in result.text
     old = hashes(kb)
@@ -284,7 +284,7 @@ def test_a_linking_note_that_cannot_be_rewritten_faithfully_stops_the_move(vault
     write(vault, "latin.md", b"caf\xe9 [[" + "三体".encode() + b"]]\n")  # neither UTF-8 nor GBK
     old = hashes(vault)
     result = tools.execute_tool("move_note", {"from_path": "读书/三体.md", "to_path": "x.md"},
-                                make_settings(vault, auto_approve=True))
+                                make_notebook(vault, auto_approve=True))
     assert result.error and "latin.md links to 读书/三体.md but is not text that can be changed" in result.text
     assert hashes(vault) == old
 
@@ -297,7 +297,7 @@ def test_a_note_edited_during_review_stops_the_move_and_says_which(vault):
         return True
 
     result = tools.execute_tool("move_note", {"from_path": "读书/三体.md", "to_path": "x.md"},
-                                make_settings(vault), ask=edit_then_accept)
+                                make_notebook(vault), ask=edit_then_accept)
     assert result.error and "书单.md changed while the person was reviewing the change, so nothing was written" \
         in result.text
     assert hashes(vault) == {**old, "书单.md": hashes(vault)["书单.md"]} and (vault / "读书/三体.md").exists()
@@ -309,7 +309,7 @@ def test_a_note_that_comes_to_link_here_during_review_stops_the_move(vault):
         return True
 
     result = tools.execute_tool("move_note", {"from_path": "读书/三体.md", "to_path": "x.md"},
-                                make_settings(vault), ask=link_then_accept)
+                                make_notebook(vault), ask=link_then_accept)
     assert result.error and "新.md changed on disk after the change was planned, so nothing was written. read_note it" in result.text
     assert (vault / "读书/三体.md").exists() and not (vault / "x.md").exists()
 
@@ -326,7 +326,7 @@ def test_with_yes_a_note_edited_after_the_plan_is_planned_again(vault, monkeypat
 
     monkeypatch.setattr(versions, "plan_move", plan_then_someone_edits)
     result = tools.execute_tool("move_note", {"from_path": "读书/三体.md", "to_path": "三体新.md"},
-                                make_settings(vault, auto_approve=True))
+                                make_notebook(vault, auto_approve=True))
     assert not result.error and len(planned) == 2
     assert (vault / "人物/刘慈欣.md").read_text(encoding="utf-8") == \
         "# 刘慈欣\n\n写了 [[三体新]]，也写了 [[三体新|球状闪电]]\n"
@@ -337,7 +337,7 @@ import os, sys, time
 sys.path.insert(0, {root!r})
 from pathlib import Path
 import tools, versions
-from conftest import make_settings
+from conftest import make_notebook
 real, written = versions.write_bytes, []
 
 def write_then_wait(kb, path, data, **kw):  # the second note's write never comes: the parent kills us first
@@ -350,7 +350,7 @@ def write_then_wait(kb, path, data, **kw):  # the second note's write never come
 
 versions.write_bytes = write_then_wait
 tools.execute_tool("move_note", {{"from_path": "读书/三体.md", "to_path": "科幻/三体.md"}},
-                   make_settings(Path({kb!r}), auto_approve=True))
+                   make_notebook(Path({kb!r}), auto_approve=True))
 """
 
 
@@ -371,7 +371,7 @@ def test_a_kill_between_two_writes_leaves_what_undo_puts_back(vault, tmp_path):
 
 def test_the_terminal_lists_the_files_a_move_touches_under_its_question(vault, monkeypatch, capsys):
     old = hashes(vault)
-    run_repl(monkeypatch, make_settings(vault), ["rename it", "/undo"], [
+    run_repl(monkeypatch, make_notebook(vault), ["rename it", "/undo"], [
         call("move_note", from_path="读书/三体.md", to_path="三体新.md"), {"content": "Moved."}],
         answers=["y"])
     err = capsys.readouterr().err

@@ -28,14 +28,14 @@ import os, subprocess, sys
 sys.path.insert(0, {root!r})
 import approval, tools
 
-def forget_note(settings, file_path="", *, approve):
+def forget_note(notebook, file_path="", *, approve):
     approve(approval.Approval("change", "Forget it?"))
     return "confirm answered True"
 
-def fake_shell(settings, command=""):
+def fake_shell(notebook, command=""):
     return "ran " + command
 
-def noisy(settings):
+def noisy(notebook):
     print("stray print")
     os.write(1, b"stray fd write\\n")
     subprocess.run([sys.executable, "-c", "print('stray child output')"])

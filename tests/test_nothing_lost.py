@@ -16,12 +16,13 @@ sys.path.insert(0, {root!r})
 from pathlib import Path
 import tools
 from config import Settings
-settings = Settings(None, "", "", Path({kb!r}), index_dir=Path({cache!r}))
+from notebook import Notebook
+notebook = Notebook(Settings(None, "", "", Path({kb!r}), index_dir=Path({cache!r})))
 sys.stdin.readline()  # start together
 for i in range({count}):
     args = {{"file_path": "shared.md", "content": "{name} " + str(i)}} if "{tool}" == "append_note" else \\
         {{"file_path": "shared.md", "old_text": "{name}-" + str(i) + ".", "new_text": "{name}-" + str(i) + " done."}}
-    result = tools.execute_tool("{tool}", args, settings)
+    result = tools.execute_tool("{tool}", args, notebook)
     if result.error:
         print(result.text)
 """
@@ -66,13 +67,14 @@ sys.path.insert(0, {root!r})
 from pathlib import Path
 import tools
 from config import Settings
-settings = Settings(None, "", "", Path({kb!r}), index_dir=Path({cache!r}))
+from notebook import Notebook
+notebook = Notebook(Settings(None, "", "", Path({kb!r}), index_dir=Path({cache!r})))
 for moment in sys.stdin:
     writer = os.fork()
     if writer == 0:
         for i in range(1000):
             tools.execute_tool("write_note", {{"file_path": "big.md", "content": (f"v{{i}} " * 400_000),
-                                              "overwrite": True}}, settings)
+                                              "overwrite": True}}, notebook)
         os._exit(0)
     time.sleep(float(moment))  # the moment of the crash: the writer never ends before it
     os.kill(writer, signal.SIGKILL)
@@ -87,7 +89,8 @@ def test_a_writer_killed_mid_change_leaves_an_undoable_note_and_no_temp_files(tm
     import versions
     import tools
     from config import Settings
-    settings = Settings(None, "", "", kb, index_dir=tmp_path / "cache")
+    from notebook import Notebook
+    notebook = Notebook(Settings(None, "", "", kb, index_dir=tmp_path / "cache"))
     (kb / "big.md").write_text("original\n", encoding="utf-8")
     script = KILLED_WRITERS.format(root=str(ROOT), kb=str(kb), cache=str(tmp_path / "cache-killed"))
     writers = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -102,7 +105,7 @@ def test_a_writer_killed_mid_change_leaves_an_undoable_note_and_no_temp_files(tm
         if data != b"original\n":
             recorded = [f["after"] for entry in versions.read_log(kb) for f in entry["files"]]
             assert hashlib.sha256(data).hexdigest() in recorded  # /undo knows of the version on disk
-        assert tools.execute_tool("append_note", {"file_path": "big.md", "content": "x"}, settings).error is False
+        assert tools.execute_tool("append_note", {"file_path": "big.md", "content": "x"}, notebook).error is False
         left = [p for p in kb.rglob(".~*.tmp")]
         assert left == []
         (kb / "big.md").write_bytes(data)  # back to what the crash left, for the next round
@@ -117,7 +120,8 @@ def test_a_folder_swapped_for_a_link_mid_change_never_leads_outside(tmp_path, kb
     import threading
     import tools
     from config import Settings
-    settings = Settings(None, "", "", kb, index_dir=tmp_path / "cache")
+    from notebook import Notebook
+    notebook = Notebook(Settings(None, "", "", kb, index_dir=tmp_path / "cache"))
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "meeting.md").write_text("SECRET outside\n", encoding="utf-8")
@@ -152,9 +156,9 @@ def test_a_folder_swapped_for_a_link_mid_change_never_leads_outside(tmp_path, kb
     swapper.start()
     try:
         for i in range(600):
-            tools.execute_tool("write_note", {"file_path": f"work/new{i}.md", "content": "x"}, settings)
-            tools.execute_tool("append_note", {"file_path": "work/meeting.md", "content": "line"}, settings)
-            read = tools.execute_tool("read_note", {"file_path": "work/meeting.md"}, settings)
+            tools.execute_tool("write_note", {"file_path": f"work/new{i}.md", "content": "x"}, notebook)
+            tools.execute_tool("append_note", {"file_path": "work/meeting.md", "content": "line"}, notebook)
+            read = tools.execute_tool("read_note", {"file_path": "work/meeting.md"}, notebook)
             assert "SECRET" not in read.text
     finally:
         stop.set()

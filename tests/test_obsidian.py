@@ -19,15 +19,8 @@ import reading  # noqa: E402
 import search  # noqa: E402
 import tools  # noqa: E402
 import vault  # noqa: E402
-from conftest import hits, write  # noqa: E402
+from conftest import hits, make_notebook, write  # noqa: E402
 
-
-
-@pytest.fixture(autouse=True)
-def cold(notices):
-    index.close_index()
-    yield
-    index.close_index()
 
 
 @pytest.fixture
@@ -44,7 +37,14 @@ def vault_kb(tmp_path) -> Path:
 
 @pytest.fixture
 def find(tmp_path):
-    return lambda kb, query, folder=None, watch=True: search.search_notes(kb, tmp_path / "index", query, folder, watch)
+    """search_notes with the test's Notebook of each notes folder (with inotify, or without)."""
+    made = {}
+
+    def find(kb, query, folder=None, watch=True):
+        if (kb, watch) not in made:
+            made[kb, watch] = make_notebook(kb, index_dir=tmp_path / "index", search_watch=watch)
+        return search.search_notes(made[kb, watch], query, folder)
+    return find
 
 
 # --- Aliases, titles and tags are search fields ---
@@ -103,7 +103,7 @@ def test_excluded_files_dot_folders_and_drawing_data_are_never_hits(tmp_path, fi
     assert "No notes" in find(kb, "strokeColor") and "No notes" in find(kb, "rectangle")
     assert "No notes" in find(kb, "switch view options menu")
     assert hits(find(kb, "deploy pipeline")) == ["Draws/deploy.excalidraw.md"]
-    assert "Templates" not in search.list_notes(kb, tmp_path / "index")
+    assert "Templates" not in search.list_notes(make_notebook(kb, index_dir=tmp_path / "index"))
 
 
 @pytest.mark.parametrize("watch", [True, False], ids=["inotify", "stat"])
@@ -135,7 +135,7 @@ def test_sync_conflict_copies_are_named_by_their_note_not_shown_as_hits(tmp_path
     assert out.startswith("2 notes match")
     lines = [line.strip() for line in out.splitlines() if "sync-conflict cop" in line]
     assert len(lines) == 1 and lines[0].startswith("Plan.md has 3 sync-conflict copies: Plan (Bob's")
-    listed = search.list_notes(kb, tmp_path / "index")
+    listed = search.list_notes(make_notebook(kb, index_dir=tmp_path / "index"))
     assert "work/Plan.sync-conflict-20240105-101010-ABCDEF1.md — Plan" in listed
     marked = [line for line in listed.splitlines() if "[sync-conflict copy of" in line]
     assert len(marked) == 4 and "4 sync-conflict copies" in listed
@@ -143,49 +143,49 @@ def test_sync_conflict_copies_are_named_by_their_note_not_shown_as_hits(tmp_path
 
 # --- Sections and outlines ---
 
-def run(settings, name, ask=None, **args):
-    return tools.execute_tool(name, json.dumps(args), settings, ask).text
+def run(notebook, name, ask=None, **args):
+    return tools.execute_tool(name, json.dumps(args), notebook, ask).text
 
 
 GUIDE = ("---\ntags: [guide]\n---\n# Guide\n\nIntro.\n\n## Setup\n\nGeneral setup.\n\n### Linux\n\napt install x\n\n"
          "### **macOS**\n\nbrew install x\n\n## Usage\n\nRun `x`.\n\n## Linux\n\nWhy Linux.\n")
 
 
-def test_read_note_returns_one_section_with_its_line_numbers(settings, kb):
+def test_read_note_returns_one_section_with_its_line_numbers(notebook, kb):
     write(kb, "guide.md", GUIDE)
-    out = run(settings, "read_note", file_path="guide.md", section="setup")
+    out = run(notebook, "read_note", file_path="guide.md", section="setup")
     assert out.startswith('guide.md (lines 8-19 of 26; section "setup" ends at line 19)\n## Setup\n')
     assert "brew install x" in out and "Run `x`" not in out
-    assert "brew install" in run(settings, "read_note", file_path="guide.md", section="## macos")  # marks ignored
-    out = run(settings, "read_note", file_path="guide.md", section="Setup > Linux")
+    assert "brew install" in run(notebook, "read_note", file_path="guide.md", section="## macos")  # marks ignored
+    out = run(notebook, "read_note", file_path="guide.md", section="Setup > Linux")
     assert "(lines 12-15 of 26;" in out and "apt install x" in out and "Why Linux" not in out
-    out = run(settings, "read_note", file_path="guide.md", section="linux")
+    out = run(notebook, "read_note", file_path="guide.md", section="linux")
     assert "2 headings match 'linux': Guide > Setup > Linux (line 12); Guide > Linux (line 24)" in out
-    out = run(settings, "read_note", file_path="guide.md", section="Install")
+    out = run(notebook, "read_note", file_path="guide.md", section="Install")
     assert out.startswith(tools.ERROR) and "no heading 'Install'" in out and "Usage (line 20)" in out
 
 
-def test_a_long_notes_first_read_starts_with_its_outline_and_sections_page_on(settings, kb):
+def test_a_long_notes_first_read_starts_with_its_outline_and_sections_page_on(notebook, kb):
     body = "".join(f"## Part {n}\n\n" + "".join(f"words of part {n}, line {i}\n" for i in range(60)) for n in range(8))
     write(kb, "long.md", "# Long\n\n" + body)
-    first = run(settings, "read_note", file_path="long.md")
+    first = run(notebook, "read_note", file_path="long.md")
     assert first.startswith("long.md has 498 lines. Its headings, with the line each starts on:\nLong (line 1)\n"
                             "  Part 0 (line 3)\n") and "  Part 7 (line 437)\n" in first
     assert "long.md (lines 1-" in first and "call read_note with start_line=" in first
     assert len(first) <= reading.MAX_TOOL_OUTPUT and "[… cut:" in first.splitlines()[-1]
-    assert "Its headings" not in run(settings, "read_note", file_path="long.md", start_line=100)
-    part = run(settings, "read_note", file_path="long.md", section="Part 7")
+    assert "Its headings" not in run(notebook, "read_note", file_path="long.md", start_line=100)
+    part = run(notebook, "read_note", file_path="long.md", section="Part 7")
     assert part.startswith('long.md (lines 437-498 of 498; section "Part 7" ends at line 498)')
-    assert "Its headings" not in run(settings, "read_note", file_path="vim.md")  # a short note: just the note
+    assert "Its headings" not in run(notebook, "read_note", file_path="vim.md")  # a short note: just the note
 
 
-def test_append_to_a_section_lands_at_its_end_and_an_unknown_one_writes_nothing(settings, kb):
+def test_append_to_a_section_lands_at_its_end_and_an_unknown_one_writes_nothing(notebook, kb):
     write(kb, "guide.md", GUIDE)
-    out = run(settings, "append_note", file_path="guide.md", content="- also: pipx", section="Setup > macOS")
+    out = run(notebook, "append_note", file_path="guide.md", content="- also: pipx", section="Setup > macOS")
     assert 'Appended to the end of the section "Setup > macOS" of guide.md' in out
     text = (kb / "guide.md").read_text(encoding="utf-8")
     assert "brew install x\n- also: pipx\n\n## Usage" in text
-    out = run(settings, "append_note", file_path="guide.md", content="- lost?", section="Install")
+    out = run(notebook, "append_note", file_path="guide.md", content="- lost?", section="Install")
     assert out.startswith(tools.ERROR) and "no heading 'Install'" in out and "Nothing was written" in out
     assert "Setup (line 8)" in out
     assert (kb / "guide.md").read_text(encoding="utf-8") == text and "## Install" not in text
@@ -211,21 +211,21 @@ def test_a_person_reads_a_section_with_read_path_hash_heading(call_main, kb):
     ("write_note", {"content": "---\ntitle: x\nnot a property\n---\nbody\n", "overwrite": True}),
     ("edit_note", {"old_text": "---\ntags", "new_text": "Intro\n---\ntags"}),  # text put before it
 ])
-def test_a_change_that_would_break_the_front_matter_is_refused_and_nothing_written(settings, kb, tool, args):
+def test_a_change_that_would_break_the_front_matter_is_refused_and_nothing_written(notebook, kb, tool, args):
     note = "---\ntags: [plan]\nstatus: draft\n---\n# Plan\n\nSteps.\n"
     write(kb, "plan.md", note)
-    out = run(settings, tool, file_path="plan.md", **args)
+    out = run(notebook, tool, file_path="plan.md", **args)
     assert out.startswith(tools.ERROR) and "would break the front matter" in out and "Nothing was written" in out
     assert (kb / "plan.md").read_text(encoding="utf-8") == note
     assert not list(kb.glob(".history/plan.md.*"))
 
 
-def test_writing_a_new_note_with_broken_front_matter_is_refused_and_a_valid_one_is_kept(settings, kb):
-    out = run(settings, "write_note", file_path="new.md", content="---\ntitle: \"unclosed\n---\nBody\n")
+def test_writing_a_new_note_with_broken_front_matter_is_refused_and_a_valid_one_is_kept(notebook, kb):
+    out = run(notebook, "write_note", file_path="new.md", content="---\ntitle: \"unclosed\n---\nBody\n")
     assert out.startswith(tools.ERROR) and "quote is never closed" in out and not (kb / "new.md").exists()
     good = "---\ntitle: Fine\ntags:\n  - a\n---\nBody\n"
-    assert run(settings, "write_note", file_path="new.md", content=good).startswith("+ new.md")
-    assert run(settings, "edit_note", file_path="new.md", old_text="  - a", new_text="  - a\n  - b").startswith("~")
+    assert run(notebook, "write_note", file_path="new.md", content=good).startswith("+ new.md")
+    assert run(notebook, "edit_note", file_path="new.md", old_text="  - a", new_text="  - a\n  - b").startswith("~")
 
 
 # --- Daily notes and the vault's style ---
@@ -248,25 +248,25 @@ def daily_kb(kb, monkeypatch):
     return kb
 
 
-def test_add_to_todays_log_creates_the_daily_note_from_its_template_in_one_call(settings, daily_kb):
+def test_add_to_todays_log_creates_the_daily_note_from_its_template_in_one_call(notebook, daily_kb):
     """{{date}} takes the daily note's own format, as Obsidian fills it."""
-    out = run(settings, "append_note", file_path="Journal/2024/03/2024-03-05.md", content="met Bob", section="Log")
+    out = run(notebook, "append_note", file_path="Journal/2024/03/2024-03-05.md", content="met Bob", section="Log")
     assert out.startswith("+ Journal/2024/03/2024-03-05.md") and "from the template Templates/Daily.md" in out
     assert (daily_kb / "Journal/2024/03/2024-03-05.md").read_text(encoding="utf-8") == (
         "---\ncreated: 2024/03/2024-03-05 09:30\n---\n# 2024-03-05 (Tuesday)\n\n## Log\nmet Bob\n\n"
         "## Tasks\n- [ ] review\n")
-    run(settings, "append_note", file_path="Journal/2024/03/2024-03-05.md", content="lunch", section="Log")
+    run(notebook, "append_note", file_path="Journal/2024/03/2024-03-05.md", content="lunch", section="Log")
     assert "## Log\nmet Bob\nlunch\n\n## Tasks" in (daily_kb / "Journal/2024/03/2024-03-05.md").read_text("utf-8")
 
 
-def test_only_todays_daily_note_starts_from_the_template(settings, daily_kb):
-    run(settings, "write_note", file_path="Journal/2024/03/2024-03-04.md", content="Yesterday.\n")
+def test_only_todays_daily_note_starts_from_the_template(notebook, daily_kb):
+    run(notebook, "write_note", file_path="Journal/2024/03/2024-03-04.md", content="Yesterday.\n")
     assert (daily_kb / "Journal/2024/03/2024-03-04.md").read_text(encoding="utf-8") == "Yesterday.\n"
-    out = run(settings, "write_note", file_path="Journal/2024/03/2024-03-05.md", content="Plan the week.\n")
+    out = run(notebook, "write_note", file_path="Journal/2024/03/2024-03-05.md", content="Plan the week.\n")
     assert "from the template Templates/Daily.md, with the content after it" in out
     assert (daily_kb / "Journal/2024/03/2024-03-05.md").read_text(encoding="utf-8").endswith("- [ ] review\nPlan the "
                                                                                           "week.\n")
-    out = run(settings, "append_note", file_path="notes.md", content="x", section="Log")  # a new plain note: no heading
+    out = run(notebook, "append_note", file_path="notes.md", content="x", section="Log")  # a new plain note: no heading
     assert out.startswith(tools.ERROR) and not (daily_kb / "notes.md").exists()
 
 
@@ -279,7 +279,7 @@ def test_the_system_prompt_names_todays_daily_note_and_the_vaults_style_and_stay
     assert "Today's daily note is Journal/" in first and "Markdown links" in first
     write(daily_kb, ".obsidian/app.json", json.dumps({"useMarkdownLinks": False}))
     assert agent.system_message(daily_kb)["content"] == first  # byte-stable within the day (prompt caching)
-    assert "daily note" not in agent.system_message(daily_kb.parent)["content"]  # no vault settings: nothing added
+    assert "daily note" not in agent.system_message(daily_kb.parent)["content"]  # no vault notebook: nothing added
 
 
 # --- A real vault ---
@@ -287,10 +287,11 @@ def test_the_system_prompt_names_todays_daily_note_and_the_vaults_style_and_stay
 
 
 def test_the_knowledge_garden_searched_by_alias_and_tag_without_drawing_data(garden, tmp_path):
-    find = lambda query: search.search_notes(garden, tmp_path / "index", query)  # noqa: E731
+    notebook = make_notebook(garden, index_dir=tmp_path / "index")
+    find = lambda query: search.search_notes(notebook, query)  # noqa: E731
     assert hits(find("k8s"))[0] == "Spaces/2-Area/云计算与云原生/Kubernetes.md"  # `aliases: k8s`
     assert hits(find("收藏家谬误"))[0].endswith("/收藏者谬误.md")
-    tagged = [path for path, _ in index._walk(garden, [])[0].items()
+    tagged = [path for path, _ in index._walk(garden, [], [])[0].items()
               if any(vault.tag_matches("待办", tag) for tag in vault.tags_of(index.read_text(garden, path)))]
     out = find("tag:待办")
     assert out.startswith(f"{len(tagged)} notes match") and set(hits(out)) <= set(tagged) and len(tagged) > 50

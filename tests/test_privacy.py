@@ -8,11 +8,10 @@ import json
 import re
 
 import pytest
-from conftest import Recorder, StubClient, call, make_settings, tool_call
+from conftest import Recorder, StubClient, call, make_notebook, make_settings, tool_call
 from fake_embedder import FakeEmbedder
 
 import embeddings
-import index
 import mcp_server
 import shell
 import tools
@@ -84,11 +83,11 @@ def test_a_private_notes_name_cannot_be_probed(vault):  # found by a red team
     (vault / "notes" / "bank.md").write_text(f"---\nprivate: true\n---\n{SECRET}\n", encoding="utf-8")
     (vault / "notes" / "open.md").write_text("# Open\n", encoding="utf-8")
     before = {path: path.read_bytes() for path in vault.rglob("*") if path.is_file()}
-    settings = make_settings(vault, auto_approve=True)
+    notebook = make_notebook(vault, auto_approve=True)
 
     def answer(tool: str, path: str, **arguments) -> str:
         arguments.setdefault("to_path" if tool == "move_note" and "from_path" in arguments else "file_path", path)
-        text = tools.execute_tool(tool, arguments, settings).text
+        text = tools.execute_tool(tool, arguments, notebook).text
         return re.sub(r"b\u0430nk|\u043epen|bank|open|nobody|2026-11|new|U\+[0-9A-F]{4}", "NAME", text, flags=re.I)
     making = [("write_note", {"content": "x"}), ("append_note", {"content": "x"}),
               ("move_note", {"from_path": "vim.md"})]
@@ -107,14 +106,21 @@ def test_a_private_notes_name_cannot_be_probed(vault):  # found by a red team
     assert {path: path.read_bytes() for path in vault.rglob("*") if path.is_file()} == before  # nothing written
 
 
-def tried_on(vault, paths: list) -> str:
+@pytest.fixture
+def notebook(vault):
+    """The vault's, as one chat has it: the index tried_on opens stays open and hears of changes from inotify."""
+    with make_notebook(vault, max_rounds=3) as notebook:
+        yield notebook
+
+
+def tried_on(notebook, paths: list) -> str:
     """What a model is sent that searches, lists, asks for vim.md's backlinks and reads each of `paths`; checked to
     name none of them and hold no private word."""
     tries = [tool_call("search_notes", query=SECRET), tool_call("search_notes", query="dinner"),
              tool_call("list_notes"), tool_call("links", file_path="vim.md")]
     tries += [tool_call(name, file_path=path) for path in paths for name in ("read_note", "links")]
     client = StubClient([{"tool_calls": tries}, {"content": "done"}])
-    run_agent("what is private?", [], make_settings(kb=vault, max_rounds=3), client, Recorder())
+    run_agent("what is private?", [], notebook.settings, client, Recorder(), notebook)
     sent = results_sent(client)
     assert leaked(sent) == [] and sent.count(SECRET) == 1  # the echo of the model's own query
     assert not [path for path in paths if path.rsplit("/", 1)[-1] in sent]
@@ -122,27 +128,26 @@ def tried_on(vault, paths: list) -> str:
     return sent
 
 
-def ask(vault, name: str, **arguments) -> str:
+def ask(notebook, name: str, **arguments) -> str:
     """A tool's answer from the index tried_on left open, which now hears of changes from inotify."""
-    return tools.execute_tool(name, arguments, make_settings(vault)).text
+    return tools.execute_tool(name, arguments, notebook).text
 
 
-def test_a_link_to_a_private_note_is_private_under_its_own_name(vault):  # found by a red team
+def test_a_link_to_a_private_note_is_private_under_its_own_name(vault, notebook):  # found by a red team
     (vault / "diary" / "2026-11.md").write_text(PRIVATE["diary/2026-11.md"] + "[[vim]]\n", encoding="utf-8")
     (vault / "alias-link.md").symlink_to(vault / "diary" / "2026-11.md")
     (vault / "links").symlink_to("diary", target_is_directory=True)
     (vault / "through").mkdir()
     (vault / "through" / "folder.md").symlink_to(vault / "links" / "2026-11.md")  # a linked folder on the way
-    assert "5 private note(s) not listed" in tried_on(vault, ["alias-link.md", "through/folder.md"])
+    assert "5 private note(s) not listed" in tried_on(notebook, ["alias-link.md", "through/folder.md"])
     (vault / ".kaignore").write_text("*.secret.md\n", encoding="utf-8")  # the diary is no longer private
-    assert "alias-link.md" in ask(vault, "search_notes", query="dinner") and "through/folder.md" in ask(
-        vault, "search_notes", query="dinner")
+    assert "alias-link.md" in ask(notebook, "search_notes", query="dinner") and "through/folder.md" in ask(
+        notebook, "search_notes", query="dinner")
     (vault / ".kaignore").write_text("diary/\n*.secret.md\n", encoding="utf-8")
-    assert "No notes" in ask(vault, "search_notes", query="dinner")
-    index.close_index()
+    assert "No notes" in ask(notebook, "search_notes", query="dinner")
 
 
-def test_a_sync_conflict_copy_of_a_private_note_is_private(vault):  # found by a red team
+def test_a_sync_conflict_copy_of_a_private_note_is_private(vault, notebook):  # found by a red team
     copies = ["bank.secret.sync-conflict-20240101-123456-ABCDEFG.md",  # Syncthing's, of a .kaignore'd note
               "bank.secret (John's conflicted copy 2024-01-01).md",  # Dropbox's
               "bank.secret_conflict-20240101-123456.md",  # ownCloud's
@@ -150,14 +155,13 @@ def test_a_sync_conflict_copy_of_a_private_note_is_private(vault):  # found by a
               "work/salary.sync-conflict-20240101-123456-ABCDEFG.md"]  # of a note saying private: true
     for copy in copies:  # as edited on another device: its front matter says nothing
         (vault / copy).write_text(f"# Copy\n\n{SECRET} dinner plans, [[vim]].\n", encoding="utf-8")
-    sent = tried_on(vault, copies)
+    sent = tried_on(notebook, copies)
     assert "8 private note(s) not listed" in sent and "sync-conflict cop" not in sent
     (vault / "work" / "salary.md").write_text("# Salary talk\n\nNo longer private.\n", encoding="utf-8")
-    assert "salary.sync-conflict-20240101-123456-ABCDEFG.md — Copy" in ask(vault, "list_notes")  # nor is its copy
-    index.close_index()
+    assert "salary.sync-conflict-20240101-123456-ABCDEFG.md — Copy" in ask(notebook, "list_notes")  # nor is its copy
     (vault / ".trash").mkdir()  # hidden: the tools touch no such path, so `*.secret.md` need not be asked
     (vault / ".trash" / "old.secret.md").write_text(f"{SECRET}\n", encoding="utf-8")
-    result = tools.execute_tool("read_note", {"file_path": ".trash/old.secret.md"}, make_settings(vault))
+    result = tools.execute_tool("read_note", {"file_path": ".trash/old.secret.md"}, notebook)
     assert result.error and "hidden" in result.text and SECRET not in result.text
 
 
@@ -172,79 +176,71 @@ def cloud_copies(vault):
         (vault / name).write_text("# Whales\n\nWhales sing.\n", encoding="utf-8")
 
 
-def test_a_cloud_copy_of_a_private_note_is_private(vault, tmp_path):  # found by a red team
+def test_a_cloud_copy_of_a_private_note_is_private(vault, notebook, tmp_path):  # found by a red team
     cloud_copies(vault)
-    sent = tried_on(vault, CLOUD_COPIES)
+    sent = tried_on(notebook, CLOUD_COPIES)
     assert "7 private note(s) not listed" in sent and "sync-conflict cop" not in sent
-    found = ask(vault, "search_notes", query="whales")
+    found = ask(notebook, "search_notes", query="whales")
     assert all(name in found for name in ("Chapter 2.md", "Untitled.md", "Untitled 2.md")) and "cop" not in found
-    index.close_index()
     with FakeEmbedder() as embedder:
-        settings = make_settings(vault, index_dir=tmp_path / "index", embed_model="fake",
-                                 embed_base_url=embedder.base_url)
-        assert embeddings.reindex(settings) == 0  # --reindex: every note that may be embedded
+        assert embeddings.reindex(make_notebook(vault, index_dir=tmp_path / "index", embed_model="fake",
+                                                embed_base_url=embedder.base_url)) == 0  # --reindex: every note that may be embedded
         sent = " ".join(embedder.inputs())
     assert SECRET not in sent and "Whales" in sent
-    index.close_index()
 
 
 @pytest.mark.skipif(shell.sandbox_problem() is not None, reason=f"no sandbox here: {shell.sandbox_problem()}")
 def test_the_shell_cannot_read_a_cloud_copy_of_a_private_note(vault):
     cloud_copies(vault)
     result = tools.execute_tool("bash", {"command": f"grep -rl {SECRET} .; grep -rl Whales . | sort"},
-                                make_settings(vault, allow_shell=True, auto_approve=True))
+                                make_notebook(vault, allow_shell=True, auto_approve=True))
     assert SECRET not in result.text and all(f"./{copy}: Permission denied" in result.text for copy in CLOUD_COPIES)
     assert "./Chapter 2.md\n./Untitled 2.md\n./Untitled.md" in result.text
 
 
-def test_private_in_any_case_keeps_a_note_private(vault):  # Obsidian's property names ignore case; a red team's
+def test_private_in_any_case_keeps_a_note_private(vault, notebook):  # Obsidian ignores the case; a red team's
     (vault / "upper.md").write_text(f"---\nPrivate: True\n---\n# Upper\n\n{SECRET} dinner plans, [[vim]].\n",
                                     encoding="utf-8")
-    assert "4 private note(s) not listed" in tried_on(vault, ["upper.md"])
-    index.close_index()
+    assert "4 private note(s) not listed" in tried_on(notebook, ["upper.md"])
 
 
 def test_a_note_that_becomes_private_leaves_search_at_once(vault, tmp_path):
-    settings = make_settings(vault, index_dir=tmp_path / "index")
-    assert "vim.md" in tools.execute_tool("search_notes", {"query": "deletes"}, settings).text
+    notebook = make_notebook(vault, index_dir=tmp_path / "index")
+    assert "vim.md" in tools.execute_tool("search_notes", {"query": "deletes"}, notebook).text
     (vault / ".kaignore").write_text("diary/\n*.secret.md\nvim.md\n", encoding="utf-8")
-    assert "vim.md" not in tools.execute_tool("search_notes", {"query": "deletes"}, settings).text
+    assert "vim.md" not in tools.execute_tool("search_notes", {"query": "deletes"}, notebook).text
     (vault / "python.md").write_text("---\nprivate: yes\n---\n# Python\n\nVenv.\n", encoding="utf-8")
-    assert "No notes" in tools.execute_tool("search_notes", {"query": "venv"}, settings).text
+    assert "No notes" in tools.execute_tool("search_notes", {"query": "venv"}, notebook).text
     (vault / ".kaignore").write_text("*.secret.md\nvim.md\n", encoding="utf-8")  # diary/ is no longer private
-    assert "diary/2026-11.md" in tools.execute_tool("search_notes", {"query": "dinner"}, settings).text
-    assert "No notes" in tools.execute_tool("search_notes", {"query": "venv"}, settings).text  # private: yes holds
-    index.close_index()
+    assert "diary/2026-11.md" in tools.execute_tool("search_notes", {"query": "dinner"}, notebook).text
+    assert "No notes" in tools.execute_tool("search_notes", {"query": "venv"}, notebook).text  # private: yes holds
 
 
 def test_a_link_made_while_the_index_watches_goes_private_with_its_note(vault, tmp_path):  # a cold review's
-    settings = make_settings(vault, index_dir=tmp_path / "index")
-    assert "python.md" in tools.execute_tool("search_notes", {"query": "venv"}, settings).text  # watching now
+    notebook = make_notebook(vault, index_dir=tmp_path / "index")
+    assert "python.md" in tools.execute_tool("search_notes", {"query": "venv"}, notebook).text  # watching now
     (vault / "alias.md").symlink_to(vault / "python.md")
-    assert "alias.md" in tools.execute_tool("search_notes", {"query": "venv"}, settings).text
+    assert "alias.md" in tools.execute_tool("search_notes", {"query": "venv"}, notebook).text
     (vault / "python.md").write_text("---\nprivate: yes\n---\n# Python\n\nVenv.\n", encoding="utf-8")
-    assert "No notes" in tools.execute_tool("search_notes", {"query": "venv"}, settings).text
-    index.close_index()
+    assert "No notes" in tools.execute_tool("search_notes", {"query": "venv"}, notebook).text
 
 
 def test_a_broken_kaignore_line_is_named_and_the_others_still_hold(vault, tmp_path, caplog):
     (vault / ".kaignore").write_text("[z-a].md\ndiary/\n*.secret.md\n", encoding="utf-8")
-    settings = make_settings(vault, index_dir=tmp_path / "index")
-    found = tools.execute_tool("search_notes", {"query": SECRET}, settings).text
+    notebook = make_notebook(vault, index_dir=tmp_path / "index")
+    found = tools.execute_tool("search_notes", {"query": SECRET}, notebook).text
     assert "diary" not in found and "bank" not in found  # no traceback, and the good lines still keep them
     assert ".kaignore line 1 ('[z-a].md') is not a pattern (bad character range z-a)" in caplog.text
-    index.close_index()
 
 
 def test_search_by_meaning_never_embeds_a_private_note(vault, tmp_path):
     with FakeEmbedder() as embedder:
-        settings = make_settings(vault, index_dir=tmp_path / "index", embed_model="fake",
+        notebook = make_notebook(vault, index_dir=tmp_path / "index", embed_model="fake",
                                  embed_base_url=embedder.base_url)
-        found = tools.execute_tool("search_notes", {"query": "dinner plans money"}, settings).text
+        found = tools.execute_tool("search_notes", {"query": "dinner plans money"}, notebook).text
         sent = " ".join(embedder.inputs())
     assert SECRET not in sent and SECRET not in found and "salary" not in found
     assert "Vim" in sent  # the other notes were embedded
-    index.close_index()
 
 
 def test_the_mcp_server_serves_the_same_boundary(vault):
@@ -259,7 +255,7 @@ def test_the_mcp_server_serves_the_same_boundary(vault):
 
 def test_a_move_keeps_a_private_notes_links_working_without_naming_it(vault):
     result = tools.execute_tool("move_note", {"from_path": "vim.md", "to_path": "editors/vim.md"},
-                                make_settings(vault, auto_approve=True))
+                                make_notebook(vault, auto_approve=True))
     assert not result.error and "salary" not in result.text and "(and 1 private note)" in result.text
     assert "[vim](../editors/vim.md)" in (vault / "work" / "salary.md").read_text(encoding="utf-8")
 
@@ -272,9 +268,9 @@ def test_the_person_still_sees_private_notes_in_read(vault, capsys):
 
 @pytest.mark.skipif(shell.sandbox_problem() is not None, reason=f"no sandbox here: {shell.sandbox_problem()}")
 def test_the_shell_cannot_read_a_private_note(vault):
-    settings = make_settings(vault, allow_shell=True, auto_approve=True)
+    notebook = make_notebook(vault, allow_shell=True, auto_approve=True)
     result = tools.execute_tool("bash", {"command": f"grep -r {SECRET} . ; cat diary/2026-11.md work/salary.md"},
-                                settings)
+                                notebook)
     assert SECRET not in result.text and "Permission denied" in result.text
 
 
@@ -282,8 +278,8 @@ def test_the_shell_gets_a_minimal_environment(kb, monkeypatch):
     for name, value in {"DATABASE_URL": "postgres://u:hunter2@db", "GITHUB_PAT": "ghp_x1",
                         "PIP_INDEX_URL": "https://u:pw@pypi.example"}.items():
         monkeypatch.setenv(name, value)
-    settings = make_settings(kb, allow_shell=True, auto_approve=True, shell_unsandboxed=True)
-    result = tools.execute_tool("bash", {"command": "env"}, settings, lambda approval: True)
+    notebook = make_notebook(kb, allow_shell=True, auto_approve=True, shell_unsandboxed=True)
+    result = tools.execute_tool("bash", {"command": "env"}, notebook, lambda approval: True)
     assert "hunter2" not in result.text and "ghp_x1" not in result.text and "pw@" not in result.text
 
 

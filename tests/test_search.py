@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import db  # noqa: E402
 import index  # noqa: E402
 import search  # noqa: E402
-from conftest import hits, write  # noqa: E402
+from conftest import hits, make_notebook, write  # noqa: E402
 
 ToolError = search.ToolError
 CAPABILITY_VERSION_3 = 0x20080522  # capget/capset's _LINUX_CAPABILITY_VERSION_3: two 32-bit words per set
@@ -30,10 +30,8 @@ HERE = Path(search.__file__).parent
 
 @pytest.fixture(autouse=True)
 def cold(notices):
-    """Every test starts with no index open, and collects the notices meant for the person."""
-    index.close_index()
-    yield notices
-    index.close_index()
+    """The notices meant for the person."""
+    return notices
 
 
 @pytest.fixture
@@ -47,14 +45,29 @@ def watch(request):
 
 
 @pytest.fixture
-def find(index_dir, watch):
-    """search_notes for this test's index; `watch` is True unless the test asks for both modes."""
-    return lambda kb, query, folder=None: search.search_notes(kb, index_dir, query, folder, watch)
+def notebook_of(index_dir, watch):
+    """The test's Notebook of a notes folder, made on its first use; `watch` is the test's unless given."""
+    made = {}
+
+    def of(kb, watching=None):
+        key = (kb, watch if watching is None else watching)
+        if key not in made:
+            made[key] = make_notebook(kb, index_dir=index_dir, search_watch=key[1])
+        return made[key]
+    yield of
+    for notebook in made.values():
+        notebook.close()
 
 
 @pytest.fixture
-def listing(index_dir):
-    return lambda kb, folder=None: search.list_notes(kb, index_dir, folder)
+def find(notebook_of):
+    """search_notes for this test's index; `watch` is True unless the test asks for both modes."""
+    return lambda kb, query, folder=None: search.search_notes(notebook_of(kb), query, folder)
+
+
+@pytest.fixture
+def listing(notebook_of):
+    return lambda kb, folder=None: search.list_notes(notebook_of(kb), folder)
 
 
 def pytest_generate_tests(metafunc):
@@ -328,21 +341,21 @@ def test_renamed_and_deleted_folders_are_followed(kb, find, watch):
     assert "No notes" in find(kb, "water")
 
 
-def test_agent_write_is_indexed_even_when_size_and_mtime_look_unchanged(kb, index_dir):
-    search.search_notes(kb, index_dir, "bread", watch=False)  # no inotify: only size+mtime would notice
+def test_agent_write_is_indexed_even_when_size_and_mtime_look_unchanged(kb, notebook_of):
+    search.search_notes(notebook_of(kb, False), "bread")  # no inotify: only size+mtime would notice
     path = kb / "python.md"
     before = path.stat()
     path.write_text("# Python\n\nNotes on the zebra ok.\n", encoding="utf-8")  # same length as before
     assert path.stat().st_size == before.st_size
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-    search.note_changed(kb, index_dir, "python.md")
-    assert hits(search.search_notes(kb, index_dir, "zebra", watch=False)) == ["python.md"]
+    notebook_of(kb, False).changed("python.md")
+    assert hits(search.search_notes(notebook_of(kb, False), "zebra")) == ["python.md"]
 
 
-def test_agent_changes_reported_by_the_tools_show_in_the_next_search(kb, find, index_dir, watch):
+def test_agent_changes_reported_by_the_tools_show_in_the_next_search(kb, find, notebook_of, watch):
     def changed(*paths):
         for path in paths:
-            search.note_changed(kb, index_dir, path)
+            notebook_of(kb).changed(path)
 
     assert "cooking/bread.md" in hits(find(kb, "flour"))
     write(kb, "garden/tomatoes.md", "# Tomatoes\n\nStake them.\n")
@@ -360,23 +373,23 @@ def test_agent_changes_reported_by_the_tools_show_in_the_next_search(kb, find, i
     assert "No notes" in find(kb, "prune")
 
 
-def test_note_changed_never_raises_nor_reaches_outside(kb, tmp_path, index_dir, find):
-    search.note_changed(kb, index_dir, "no/such/note.md")  # nothing open yet
+def test_note_changed_never_raises_nor_reaches_outside(kb, tmp_path, notebook_of, find):
+    notebook_of(kb).changed("no/such/note.md")  # nothing open yet
     find(kb, "bread")
     write(tmp_path, "outside/leak.md", "quasar")
     write(tmp_path, "outside.md", "quasar")
     for rel in ("no/such/note.md", "../outside.md", "../outside", str(tmp_path / "outside.md"), "", ".history"):
-        search.note_changed(kb, index_dir, rel)
-    search.note_changed(kb / "missing", index_dir, "x.md")
+        notebook_of(kb).changed(rel)
+    notebook_of(kb / "missing").changed("x.md")
     assert "No notes" in find(kb, "quasar")
 
 
-def test_index_lives_outside_the_notes_and_is_reused(kb, index_dir, find, cold):
+def test_index_lives_outside_the_notes_and_is_reused(kb, index_dir, find, notebook_of, cold):
     before = sorted(p.relative_to(kb) for p in kb.rglob("*"))
     find(kb, "bread")
     assert sorted(p.relative_to(kb) for p in kb.rglob("*")) == before
     assert [p.name for p in index_dir.glob("*.sqlite")] == [index.index_path(kb, index_dir).name]
-    index.close_index()
+    notebook_of(kb).close()
     (kb / "python.md").unlink()  # while no process had the index open
     assert "cooking/bread.md" in hits(find(kb, "bread"))
     assert "No notes" in find(kb, "language")
@@ -388,7 +401,7 @@ def test_each_notes_folder_has_its_own_index_file(tmp_path, index_dir):
     assert index.index_path(tmp_path / "kb", index_dir) != index.index_path(tmp_path / "other" / "kb", index_dir)
 
 
-def test_opening_another_notes_folder_closes_the_first_and_both_stay_right(kb, tmp_path, find):
+def test_two_notes_folders_each_have_their_own_index_and_both_stay_right(kb, tmp_path, find):
     other = tmp_path / "other"
     write(other, "moon.md", "# Moon\n\nCraters.\n")
     find(kb, "bread")
@@ -399,9 +412,9 @@ def test_opening_another_notes_folder_closes_the_first_and_both_stay_right(kb, t
 
 # --- Damage and sharing ---
 
-def test_corrupt_index_is_rebuilt_with_a_one_line_notice(kb, find, index_dir, cold):
+def test_corrupt_index_is_rebuilt_with_a_one_line_notice(kb, find, notebook_of, index_dir, cold):
     find(kb, "bread")
-    index.close_index()
+    notebook_of(kb).close()
     path = index.index_path(kb, index_dir)
     for suffix in ("-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
@@ -410,9 +423,9 @@ def test_corrupt_index_is_rebuilt_with_a_one_line_notice(kb, find, index_dir, co
     assert len(cold) == 1 and "rebuilding" in cold[0] and "\n" not in cold[0]
 
 
-def test_index_of_another_version_is_rebuilt_with_a_one_line_notice(kb, find, index_dir, cold):
+def test_index_of_another_version_is_rebuilt_with_a_one_line_notice(kb, find, notebook_of, index_dir, cold):
     find(kb, "bread")
-    index.close_index()
+    notebook_of(kb).close()
     with sqlite3.connect(index.index_path(kb, index_dir)) as other:
         other.execute("PRAGMA user_version = 3")
     other.close()
@@ -433,7 +446,7 @@ def test_unusable_index_folder_is_a_one_line_error(kb, tmp_path, cold):
     blocker = tmp_path / "file-not-folder"
     blocker.write_text("x")
     with pytest.raises(ToolError) as error:
-        search.search_notes(kb, blocker / "index", "bread")
+        search.search_notes(make_notebook(kb, index_dir=blocker / "index"), "bread")
     assert "\n" not in str(error.value) and "search index" in str(error.value)
     assert len(cold) == 1 and str(blocker) in cold[0]
 
@@ -446,8 +459,9 @@ def test_default_notice_is_one_line_on_stderr():
 
 def test_another_process_can_use_the_same_index(kb, index_dir, find, watch):
     find(kb, "bread")  # this process keeps the index open
-    code = ("import sys, search; from pathlib import Path; "
-            "print(search.search_notes(Path(sys.argv[1]), Path(sys.argv[2]), 'flour'))")
+    code = ("import sys, search; from pathlib import Path; sys.path.insert(0, 'tests'); from conftest import "
+            "make_notebook; print(search.search_notes(make_notebook(Path(sys.argv[1]), index_dir=Path(sys.argv[2])), "
+            "'flour'))")
     other = subprocess.run([sys.executable, "-c", code, str(kb), str(index_dir)], capture_output=True,
                            text=True, cwd=HERE, timeout=60)
     assert "cooking/bread.md" in other.stdout, other.stderr
@@ -460,10 +474,10 @@ def test_another_process_can_use_the_same_index(kb, index_dir, find, watch):
     assert check == ("ok",)
 
 
-def test_index_locked_too_long_by_another_process_is_a_one_line_error_then_catches_up(kb, find, index_dir,
+def test_index_locked_too_long_by_another_process_is_a_one_line_error_then_catches_up(kb, find, index_dir, notebook_of,
                                                                                       watch, monkeypatch, cold):
     find(kb, "bread")
-    index.close_index()
+    notebook_of(kb).close()
     monkeypatch.setattr(db, "BUSY_TIMEOUT_S", 0.01)
     monkeypatch.setattr(db, "LONG_WAIT_S", 0.01)
     find(kb, "bread")
@@ -491,11 +505,13 @@ def test_slow_first_build_reports_progress(kb, find, monkeypatch, cold):
 _RACE = """
 import sys, db, index, search
 from pathlib import Path
+sys.path.insert(0, "tests")
+from conftest import make_notebook
 db.BUSY_TIMEOUT_S = 0.05  # the 5 s wait against a 10-20 s build of 45,000 notes, scaled down
 index.INDEX_PROGRESS_AFTER_S = 0  # every process that indexes notes says so
 print("ready", flush=True)
 sys.stdin.read()  # all three start searching when the test closes their input
-print(search.search_notes(Path(sys.argv[1]), Path(sys.argv[2]), "zephyr"))
+print(search.search_notes(make_notebook(Path(sys.argv[1]), index_dir=Path(sys.argv[2])), "zephyr"))
 """
 
 
@@ -542,26 +558,26 @@ def test_odd_names_are_notes_and_hidden_or_foreign_files_are_skipped(kb, find):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="names are bytes on Linux only")
-def test_notes_whose_names_are_not_utf8_are_counted_by_list_notes(kb, index_dir, find, watch):
+def test_notes_whose_names_are_not_utf8_are_counted_by_list_notes(kb, listing, find, watch):
     def unzipped(folder, name):  # a zip made on Chinese Windows keeps its GBK names on Linux
         with open(os.path.join(os.fsencode(kb / folder), name.encode("gbk") + b".md"), "wb") as note:
             note.write(b"quasar")
     unzipped("cooking", "笔记")
     told = "note file(s) not listed: their names are not UTF-8; rename them to see them here."
-    assert search.list_notes(kb, index_dir, watch=watch).endswith("\n1 " + told)
+    assert listing(kb).endswith("\n1 " + told)
     unzipped("travel", "旧")  # and one more later: inotify hears of it
     assert "No notes" in find(kb, "quasar")
-    assert search.list_notes(kb, index_dir, watch=watch).endswith("\nFolders: cooking/ (2), travel/ (1), zh/ (2)\n2 "
+    assert listing(kb).endswith("\nFolders: cooking/ (2), travel/ (1), zh/ (2)\n2 "
                                                                    + told)
-    assert search.list_notes(kb, index_dir, "cooking", watch=watch).endswith("\n1 " + told)
-    assert told not in search.list_notes(kb, index_dir, "zh", watch=watch)
+    assert listing(kb, "cooking").endswith("\n1 " + told)
+    assert told not in listing(kb, "zh")
     odd_folder = os.path.join(os.fsencode(kb), "旧的".encode("gbk"))  # a folder named so, a UTF-8 note in it later
     os.mkdir(odd_folder)
     assert "No notes" in find(kb, "quasar")
     with open(os.path.join(odd_folder, b"new.md"), "wb") as note:
         note.write(b"quasar")
     assert "No notes" in find(kb, "quasar")  # not a crash
-    assert search.list_notes(kb, index_dir, watch=watch).endswith("\n3 " + told)
+    assert listing(kb).endswith("\n3 " + told)
 
 
 def test_hidden_folders_made_later_are_never_searched(kb, find, watch):
@@ -572,15 +588,15 @@ def test_hidden_folders_made_later_are_never_searched(kb, find, watch):
     assert "No notes" in find(kb, "quasar")
 
 
-def test_links_out_fifos_and_loops_added_later_are_never_indexed(kb, tmp_path, find, index_dir, watch):
+def test_links_out_fifos_and_loops_added_later_are_never_indexed(kb, tmp_path, find, notebook_of, watch):
     find(kb, "bread")
     (tmp_path / "secret.md").write_text("quasar password", encoding="utf-8")
     os.symlink(tmp_path / "secret.md", kb / "out.md")
     os.symlink(kb / "python.md", kb / "inside.md")
     os.symlink(kb / "loop.md", kb / "loop.md")
     os.mkfifo(kb / "pipe.md")
-    search.note_changed(kb, index_dir, "pipe.md")  # must not block on the FIFO
-    search.note_changed(kb, index_dir, "out.md")
+    notebook_of(kb).changed("pipe.md")  # must not block on the FIFO
+    notebook_of(kb).changed("out.md")
     assert "No notes" in find(kb, "quasar")
     assert set(hits(find(kb, "language"))) == {"python.md", "inside.md"}
 
@@ -701,9 +717,9 @@ def test_list_notes_in_a_folder_and_capped(tmp_path, listing, monkeypatch):
         listing(kb, "../..")
 
 
-def test_list_notes_sees_outside_changes(kb, index_dir, watch):
-    assert "python.md" in search.list_notes(kb, index_dir, watch=watch)
+def test_list_notes_sees_outside_changes(kb, listing, watch):
+    assert "python.md" in listing(kb)
     (kb / "python.md").unlink()
     write(kb, "fresh.md", "# Fresh\n")
-    out = search.list_notes(kb, index_dir, watch=watch)
+    out = listing(kb)
     assert "python.md —" not in out and "fresh.md — Fresh" in out

@@ -161,11 +161,12 @@ def test_usage_adds_up_per_turn_run_and_session(tmp_path):
 
 def test_after_an_undo_each_question_tells_the_model_until_a_turn_is_kept(tmp_path, kb):
     import versions
-    from conftest import make_settings
-    conversation = Conversation(store_in(tmp_path), kb)
-    assert not conversation.undo(make_settings(kb))[1] and conversation.begin_turn("q0") == "q0"  # nothing undone
-    versions.apply(kb, versions.plan_text(kb, "vim.md", "# Vim\n", "edit"))
-    message, undone = conversation.undo(make_settings(kb))
+    from conftest import make_notebook
+    conversation, notebook = Conversation(store_in(tmp_path), kb), make_notebook(kb)
+    assert not notebook.undo()[1] and conversation.begin_turn("q0") == "q0"  # nothing undone: nothing to tell
+    notebook.apply(versions.plan_text(kb, "vim.md", "# Vim\n", "edit"))
+    message, undone = notebook.undo()
+    conversation.undone(message)
     assert undone and conversation.begin_turn("q1") == f"[I ran /undo: {message}]\nq1"
     conversation.end_turn()  # the turn was dropped (a refused request): the model has still not heard it
     assert conversation.begin_turn("q2") == f"[I ran /undo: {message}]\nq2"

@@ -27,7 +27,7 @@ sys.path.insert(0, ROOT)
 
 import shell  # noqa: E402
 import warden  # noqa: E402
-from conftest import group_members, press_ctrl_c_when_exists, running, sandboxed, snapshot  # noqa: E402
+from conftest import group_members, make_notebook, press_ctrl_c_when_exists, running, sandboxed, snapshot  # noqa: E402
 from shell import run_shell  # noqa: E402
 
 x86_64 = pytest.mark.skipif(os.uname().machine != "x86_64", reason="x86_64's other ABIs")
@@ -126,7 +126,7 @@ def sandbox(request, kb):
     user, python = request.getfixturevalue("ordinary_user")
     home = tempfile.mkdtemp(prefix="ka-shell-user-")
     request.addfinalizer(lambda: shutil.rmtree(home, ignore_errors=True))
-    for module in ("shell.py", "warden.py", "privacy.py", "vault.py", "frontmatter.py", "notes.py", "db.py"):  # what run_shell imports
+    for module in ("shell.py", "warden.py"):  # what run_shell imports
         shutil.copy(os.path.join(ROOT, module), home)
     notes = shutil.copytree(kb, os.path.join(home, "notes"), symlinks=True)
     subprocess.run(["chown", "-R", f"{user}:", home], check=True)
@@ -483,12 +483,12 @@ def test_private_notes_cannot_be_read(private_notes, sandbox):  # made before th
     kb, run = sandbox
     for command in ("cat private.md", "cat alias.md", "cat work/secret.md", "cat diary/2024/day.md",
                     "cat deep/er/still/hidden.md", "head -c 100 diary/*/*", "cp private.md $TMPDIR/p"):
-        result = run(command, private=private_notes)
+        result = run(command, unreadable=private_notes)
         assert "secret text" not in result and "Permission denied" in result, command
     result = run("grep -r 'secret text' . | sort; find . -type f -exec cat {} + | grep -c secret",
-                 private=private_notes)
+                 unreadable=private_notes)
     assert section(result, "stdout").splitlines() == ["./deep/er/open.md:secret text everyone may read", "1"]
-    result = run("ls; ls work; cat work/plan.md a.md", private=private_notes)
+    result = run("ls; ls work; cat work/plan.md a.md", unreadable=private_notes)
     assert {"a.md", "note.md", "work", "plan.md", "secret.md", "plan", "alpha"} <= set(result.split())
 
 
@@ -499,8 +499,8 @@ def test_without_private_notes_everything_in_the_folder_is_readable(kb, private_
 
 
 @sandboxed
-def test_what_kaignore_matches_is_unreadable_whatever_the_index_knows(kb, sandbox):  # found by a red team
-    """Found on the real tree, not in the index's list: attachments in a private folder, names that are not
+def test_what_kaignore_matches_is_unreadable_even_what_the_index_never_reads(kb, sandbox):  # found by a red team
+    """The notebook's list holds what its index does not: attachments in a private folder, names that are not
     UTF-8, the trash, sync-conflict copies, Obsidian's Excluded files; every hidden folder and the top folder's
     hidden files, but not each folder's .DS_Store (a refusal for each would bury grep -r's output)."""
     kb, run = sandbox
@@ -518,13 +518,36 @@ def test_what_kaignore_matches_is_unreadable_whatever_the_index_knows(kb, sandbo
     (kb / os.fsdecode(b"na\xefve.md")).write_text("---\nprivate: yes\n---\nSECRET\n")  # nor this name
     (kb / "archive" / "open.md").write_text("open text\n")
     (kb / "archive" / ".DS_Store").write_text("open text\n")
-    result = run("grep -r SECRET .; grep -rh 'open text' .")
+    result = run("grep -r SECRET .; grep -rh 'open text' .", unreadable=tuple(make_notebook(kb).unreadable()))
     assert "SECRET" not in result and section(result, "stdout") == "open text\nopen text", result
     assert ".DS_Store" not in result
     assert result.count("Permission denied") >= 5, result  # the private folders are refused, not missing
 
 
 @sandboxed
+@pytest.mark.parametrize("watch", [True, False], ids=["inotify", "stat"])
+def test_what_the_sandbox_may_not_read_stays_current_as_files_come_and_go(kb, watch):
+    """The notebook's list is its index's walk, kept current by the watcher: what appears later is sealed too."""
+    (kb / ".kaignore").write_text("diary/\n*.secret.md\n")
+    (kb / ".obsidian").mkdir()
+    (kb / ".obsidian" / "app.json").write_text('{"userIgnoreFilters": ["archive/"]}')
+    (kb / "archive").mkdir()
+    notebook = make_notebook(kb, search_watch=watch)
+    before = set(notebook.unreadable())
+    assert before == {".kaignore", ".obsidian"}
+    later = {".env": "KEY=1\n", "bank.secret.md": "pin\n", "archive/old.md": "---\nprivate: true\n---\nmine\n",
+             "bank.secret (John's conflicted copy 2024-01-01).md": "pin\n"}  # in folders watched: no walk needed
+    for path, text in later.items():
+        (kb / path).write_text(text)
+    (kb / "work" / ".DS_Store").write_text("open\n")  # a folder's own hidden files stay readable
+    (kb / "archive" / "open.md").write_text("open\n")
+    assert set(notebook.unreadable()) == before | set(later)
+    (kb / ".env").unlink()
+    (kb / "diary").mkdir()
+    (kb / "diary" / "day.md").write_text("mine\n")
+    assert set(notebook.unreadable()) == before | set(later) - {".env"} | {"diary", "diary/day.md"}
+
+
 def test_python_runs_in_the_sandbox_when_the_agent_runs_from_a_venv(kb, tmp_path):  # found by a red team
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv], check=True)

@@ -24,8 +24,8 @@ import approval
 import tools
 from agent import run_agent
 from config import load_settings
-from conftest import (MAIN, ROOT, Recorder, StubClient, Terminal, call, child_env, group_members, make_settings,
-                      posix_only, press_ctrl_c_when_exists, running, sandboxed, snapshot)
+from conftest import (MAIN, ROOT, Recorder, StubClient, Terminal, call, child_env, group_members, make_notebook,
+                      make_settings, posix_only, press_ctrl_c_when_exists, running, sandboxed, snapshot)
 
 NO_SANDBOX = "Landlock is not available on this system"
 # Starts a background sleep, leaves "its pid, the group's id" in $TMPDIR/pids, then sleeps in the foreground.
@@ -65,9 +65,9 @@ def test_allow_shell_env_and_flag_offer_the_tool(kb, monkeypatch):
     assert "bash" in names(tools.tool_schemas(settings)) and settings.shell_timeout == 5.0
 
 
-def test_called_while_disabled_it_runs_nothing(settings, kb, unsandboxed):
+def test_called_while_disabled_it_runs_nothing(notebook, kb, unsandboxed):
     asked = []
-    result = tools.execute_tool("bash", {"command": "touch made.txt"}, settings,
+    result = tools.execute_tool("bash", {"command": "touch made.txt"}, notebook,
                                 ask=lambda a: asked.append(a.detail) or True)
     assert result.error and result.text.startswith("Error: the shell tool is disabled")
     assert "--allow-shell" in result.text
@@ -77,9 +77,9 @@ def test_called_while_disabled_it_runs_nothing(settings, kb, unsandboxed):
 # --- confirmation and the sandbox -----------------------------------------------------------------
 
 def test_approved_command_runs_in_the_notes_folder(kb):
-    settings = make_settings(kb, allow_shell=True)
+    notebook = make_notebook(kb, allow_shell=True)
     asked = []
-    result = tools.execute_tool("bash", {"command": "pwd; ls"}, settings,
+    result = tools.execute_tool("bash", {"command": "pwd; ls"}, notebook,
                                 ask=lambda a: asked.append(a.detail) or True)
     assert not result.error and "exit_code=0" in result.text
     assert str(kb) in result.text and "python.md" in result.text and "work" in result.text
@@ -87,16 +87,16 @@ def test_approved_command_runs_in_the_notes_folder(kb):
 
 
 def test_declined_command_does_not_run(kb, unsandboxed):
-    settings = make_settings(kb, allow_shell=True, shell_unsandboxed=True)
-    result = tools.execute_tool("bash", {"command": "touch made.txt"}, settings, ask=lambda a: False)
+    notebook = make_notebook(kb, allow_shell=True, shell_unsandboxed=True)
+    result = tools.execute_tool("bash", {"command": "touch made.txt"}, notebook, ask=lambda a: False)
     assert result.error and result.text.startswith("Error: not done: the person declined")
     assert not (kb / "made.txt").exists()
 
 
 @sandboxed  # without a sandbox --yes would not help, so it is not offered (see below)
 def test_nobody_to_ask_means_refused_with_how_to_allow(kb):
-    settings = make_settings(kb, allow_shell=True)
-    result = tools.execute_tool("bash", {"command": "echo ran"}, settings, ask=None)
+    notebook = make_notebook(kb, allow_shell=True)
+    result = tools.execute_tool("bash", {"command": "echo ran"}, notebook, ask=None)
     assert result.error and result.text.startswith("Error: not done")
     assert "--yes" in result.text and "AUTO_APPROVE=1" in result.text and "ran" not in result.text
 
@@ -107,19 +107,19 @@ def test_the_versions_and_undo_log_of_private_notes_are_out_of_reach(kb):  # fou
     (kb / "diary").mkdir()
     (kb / "diary" / "d1.md").write_text("SECRET day, see [it](../python.md)\n")
     (kb / "bank.secret.md").write_text("SECRET pin, see [it](python.md)\n")
-    settings = make_settings(kb, allow_shell=True, auto_approve=True)
-    moved = tools.execute_tool("move_note", {"from_path": "python.md", "to_path": "lang/python.md"}, settings)
+    notebook = make_notebook(kb, allow_shell=True, auto_approve=True)
+    moved = tools.execute_tool("move_note", {"from_path": "python.md", "to_path": "lang/python.md"}, notebook)
     assert not moved.error and "SECRET" in "".join(p.read_text() for p in (kb / ".history").rglob("d1.md*"))
     result = tools.execute_tool("bash", {"command": "grep -r SECRET .history; grep -c diary .history/undo.jsonl"},
-                                settings)
+                                notebook)
     assert "SECRET" not in result.text and "Permission denied" in result.text, result.text
 
 
 @sandboxed
 def test_auto_approved_rm_in_the_sandbox_leaves_the_notes_unchanged(kb):
-    settings = make_settings(kb, allow_shell=True, auto_approve=True)
+    notebook = make_notebook(kb, allow_shell=True, auto_approve=True)
     before, asked = snapshot(kb), []
-    result = tools.execute_tool("bash", {"command": "rm -f *.md"}, settings,
+    result = tools.execute_tool("bash", {"command": "rm -f *.md"}, notebook,
                                 ask=lambda a: asked.append(a.detail) or True)
     assert snapshot(kb) == before
     assert re.search(r"Permission denied|Operation not permitted", result.text), result.text
@@ -128,20 +128,20 @@ def test_auto_approved_rm_in_the_sandbox_leaves_the_notes_unchanged(kb):
 
 
 def test_without_a_sandbox_auto_approve_still_asks(kb, unsandboxed):
-    settings = make_settings(kb, allow_shell=True, auto_approve=True, shell_unsandboxed=True)
+    notebook = make_notebook(kb, allow_shell=True, auto_approve=True, shell_unsandboxed=True)
     asked = []
-    result = tools.execute_tool("bash", {"command": "touch made.txt"}, settings,
+    result = tools.execute_tool("bash", {"command": "touch made.txt"}, notebook,
                                 ask=lambda a: asked.append(a.detail) or False)
     assert len(asked) == 1 and "touch made.txt" in asked[0]
     assert result.text.startswith("Error: not done: the person declined") and not (kb / "made.txt").exists()
-    result = tools.execute_tool("bash", {"command": "touch made.txt"}, settings, ask=lambda a: True)
+    result = tools.execute_tool("bash", {"command": "touch made.txt"}, notebook, ask=lambda a: True)
     assert result.text.startswith(f"(not sandboxed: {NO_SANDBOX})") and (kb / "made.txt").exists()
 
 
 @pytest.mark.parametrize("auto_approve", [False, True], ids=["asking", "auto-approved"])
 def test_without_a_sandbox_nobody_to_ask_means_refused(kb, unsandboxed, auto_approve):
-    settings = make_settings(kb, allow_shell=True, auto_approve=auto_approve, shell_unsandboxed=True)
-    result = tools.execute_tool("bash", {"command": "touch made.txt"}, settings, ask=None)
+    notebook = make_notebook(kb, allow_shell=True, auto_approve=auto_approve, shell_unsandboxed=True)
+    result = tools.execute_tool("bash", {"command": "touch made.txt"}, notebook, ask=None)
     assert result.error and result.text.startswith("Error: not done") and "approval" in result.text
     assert "--yes" not in result.text  # it would not help
     assert not (kb / "made.txt").exists()
@@ -162,9 +162,9 @@ def test_the_banner_says_whether_commands_are_sandboxed(kb, monkeypatch):
 def test_without_a_sandbox_the_shell_is_refused_unless_the_person_insists(kb, unsandboxed):
     """Where the kernel lacks what the sandbox needs, commands would run as the person: the shell is not offered,
     and a call says why and how to insist; insisting offers it, described as running without a sandbox."""
-    settings = make_settings(kb, allow_shell=True, auto_approve=True)
-    assert "bash" not in names(tools.tool_schemas(settings))
-    result = tools.execute_tool("bash", {"command": "touch made.txt"}, settings, ask=lambda a: True)
+    notebook = make_notebook(kb, allow_shell=True, auto_approve=True)
+    assert "bash" not in names(tools.tool_schemas(notebook.settings))
+    result = tools.execute_tool("bash", {"command": "touch made.txt"}, notebook, ask=lambda a: True)
     assert result.error and NO_SANDBOX in result.text and "SHELL_UNSANDBOXED=1" in result.text
     assert not (kb / "made.txt").exists()
     insisted = make_settings(kb, allow_shell=True, shell_unsandboxed=True)
@@ -185,8 +185,8 @@ def test_api_key_is_not_in_the_commands_environment(kb, monkeypatch):
     monkeypatch.setenv("KA_PROBE", "visible")
     monkeypatch.setenv("DEEPSEEK_API_KEY", "sk-live-1")
     monkeypatch.setenv("SOME_ODD_NAME", "sk-settings-key")  # the key under a name no pattern catches
-    settings = make_settings(kb, allow_shell=True, api_key="sk-settings-key")
-    result = tools.execute_tool("bash", {"command": "env"}, settings, ask=lambda a: True)
+    notebook = make_notebook(kb, allow_shell=True, api_key="sk-settings-key")
+    result = tools.execute_tool("bash", {"command": "env"}, notebook, ask=lambda a: True)
     assert "KA_PROBE" not in result.text  # the environment is an allow-list (shell.PASSED_VARIABLES)
     assert "sk-live-1" not in result.text and "sk-settings-key" not in result.text
 
