@@ -43,8 +43,9 @@ READ_BEFORE = " It may rest on what was read earlier in this conversation."
 # "Your notes" in the words of an answer that speaks of them (English and Chinese); a small model speaks as the
 # person too ("according to my notes", 根据我的笔记).
 ABOUT_THE_NOTES = re.compile(r"\b(?:your|my) (?:own )?(?:notes?|knowledge base|vault)\b"
-                             r"|\baccording to (?:the|your|my) notes?\b|\bthe notes? (?:says?|said|mentions?)\b"
-                             r"|[你您我]的(?:笔记|知识库)|笔记(?:里|中|上|显示|提到)|根据(?:我的)?笔记", re.I)
+                             r"|\baccording to (?:the|your|my) (?:notes?|tool results?|search results?)\b"
+                             r"|\bthe notes? (?:says?|said|mentions?)\b|[你您我]的(?:笔记|知识库)"
+                             r"|笔记(?:里|中|上|显示|提到)|根据(?:我的|您提供的|提供的)?(?:笔记|工具结果|搜索结果)", re.I)
 QUOTE_CHARS = 500  # a quoted passage longer than this is not looked for
 
 _PATH = r"[\w\-./+#]*[\w\-+#]\.(?:md|txt)"  # C++.md, C#.md
@@ -90,8 +91,22 @@ NOTHING = Report([])
 
 
 def reader(notebook) -> Reader:
-    """Reading a note of the notebook as the tools do (the path guard, race-free, any encoding): reading.note_text."""
-    return lambda path: reading.note_text(notebook, path, "")
+    """Reading a note of the notebook as the tools do (the path guard, race-free, any encoding): reading.note_text. A
+    bare name no note has at the top is the one note of that name elsewhere, if there is one (a small model names
+    the note it wrote without its folder)."""
+    def read(path: str) -> tuple[str, str]:
+        try:
+            return reading.note_text(notebook, path, "")
+        except ToolError as exc:
+            if exc.kind != "missing" or "/" in path:
+                raise
+            found = notebook.with_index(lambda idx: idx.conn.execute(
+                "SELECT path FROM notes WHERE substr(path, -?) = ? AND NOT private LIMIT 2", (len(path) + 1, "/" + path))
+                .fetchall())
+            if len(found) != 1:
+                raise
+            return reading.note_text(notebook, found[0][0], "")
+    return read
 
 
 def shell_shown(command: str, output: str) -> Shown:
@@ -180,8 +195,9 @@ def _quotes_beside(prose: str, mentions: list[_Mention]) -> dict[int, list[str]]
     """Each quoted passage given to the nearest path on its line of the answer: {mention's index: [quotes]}."""
     beside: dict[int, list[str]] = {}
     for quote in _QUOTE.finditer(prose):
-        if any(m.start <= quote.start() and quote.end() <= m.end for m in mentions):
-            continue  # part of a note's name: 写作（「渐进写作」）.md
+        inside = next(filter(None, quote.groups())).strip()
+        if any(m.start <= quote.start() and quote.end() <= m.end or prose[m.start:m.end] == inside for m in mentions):
+            continue  # part of a note's name (写作（「渐进写作」）.md), or a name in quotes ("读书清单.md")
         line_start, line_end = prose.rfind("\n", 0, quote.start()) + 1, prose.find("\n", quote.end())
         on_line = [i for i, m in enumerate(mentions) if line_start <= m.start and (line_end < 0 or m.end <= line_end)]
         if on_line:
@@ -283,7 +299,7 @@ def _check(answer: str, earlier: Seen, now: Seen, read: Reader) -> Report:
             continue  # a path named, not cited
         problem = _problem(mention, quotes.get(index, []), lines_of, note(mention.path))
         checks.append(Check(text, mention.path, mention.first, mention.last, problem, nth))
-    about = (checks or any(m.path not in now.named and exists(m.path) for m in mentions)
+    about = (checks or any(exists(m.path) and not {m.path, note(m.path)[0]} & now.named for m in mentions)
              or (not now.results and (mentions or ABOUT_THE_NOTES.search(prose))))
     unread = UNREAD + READ_BEFORE * bool(earlier.lines) if about and not now.lines else ""
     return Report(checks, unread)

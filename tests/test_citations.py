@@ -218,3 +218,13 @@ def test_a_private_note_cited_fails_as_never_reached_and_nothing_of_it_is_told(s
                                           {"content": 'It says "I told nobody." (diary.md:6), see diary.md:60.'}])
     assert history[2]["content"].startswith("Error: no such note.")  # to the model it is no note
     assert problems(answer) == {"diary.md:6": citations.NEVER_SHOWN, "diary.md:60": citations.NEVER_SHOWN}
+
+
+def test_a_note_named_without_its_folder_is_the_one_note_of_that_name(settings):
+    """Qwen2.5-Coder-1.5B wrote Spaces/0-Work/Notes/读书清单.md, then answered naming "读书清单.md": the check said "no such
+    note" and warned that no note was read for an answer that only reports a write."""
+    answer, _ = answered(settings, [call("write_note", file_path="reading/读书清单.md", content="# 读书清单\n\n- 三体\n"),
+                                    {"content": '已创建 "读书清单.md"，写了三体。'}])
+    assert answer.citations.failed() == [] and answer.citations.unread == ""
+    answer, _ = answered(settings, [{"content": "根据提供的工具结果，咖啡 22.99 美元。"}])
+    assert answer.citations.unread  # "according to the tool results", with no tool called
