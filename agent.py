@@ -41,6 +41,7 @@ OUTPUT_CAPS = {"api.deepseek.com": ("max_tokens", 32_768), "api.openai.com": ("m
 LOCAL_OUTPUT_CAP, OTHER_OUTPUT_CAP = 2048, 4096
 SYSTEM_PROMPT = """You are knowledge-agent, an assistant for the person's own notes (a folder of Markdown files).
 Today is {today}.
+- For a time ("last week", "in November"), give search_notes or list_notes after and before dates.
 - Answer from what the notes say. Search first (search_notes), then read_note the relevant hits before
   answering; never guess what a note contains. Cite the lines you rely on as path:line or path:start-end
   (python.md:12-14); a quote must be word for word.
@@ -262,7 +263,7 @@ def _valid_json(arguments: str) -> str:
 def system_message(kb=None) -> dict:
     today = date.today()
     about_vault = vault.vault_prompt(kb, today) if kb else ""
-    return {"role": "system", "content": SYSTEM_PROMPT.format(today=today.isoformat())
+    return {"role": "system", "content": SYSTEM_PROMPT.format(today=vault.moment_format("dddd YYYY-MM-DD", today))
             + (f"\n{about_vault}" if about_vault else "")}
 
 

@@ -75,17 +75,20 @@ def bash(notebook: Notebook, command: str, *, approve) -> Shown:
 
 PATH = ("string", "Path relative to the notes folder, e.g. 'python.md' or 'work/ideas.md'.")
 FOLDER = ("string", "Optional folder inside the notes, e.g. 'work'.")
+DAYS = {"after": ("string", "Optional: only notes dated this day (YYYY-MM-DD) or later."),
+        "before": ("string", "Optional: only notes dated this day (YYYY-MM-DD) or earlier.")}
 TOOLS: dict[str, Tool] = {t.schema["function"]["name"]: t for t in [
     tool(reading.search_notes,
          "Search the person's notes by keywords (English or Chinese). Use it first for any question about "
          "what the notes say; then read_note the best hits before answering. Returns the best notes first "
          "(those with every word, then those with some) as paths, titles and matching lines with line "
          "numbers. Put a phrase in double quotes to require it word for word.",
-         {"query": ("string", "Keywords, e.g. 'python decorators' or '快捷键'."), "folder": FOLDER}, read_only=True),
+         {"query": ("string", "Keywords, e.g. 'python decorators' or '快捷键'. May be empty with after or before: "
+                              "the notes of those days, newest first."), "folder": FOLDER, **DAYS}, read_only=True),
     tool(reading.list_notes,
          "List the notes (newest first) with their titles and dates, and how many notes each subfolder "
          "holds, optionally inside one folder. Use it to see what exists when a search finds nothing or "
-         "the person asks what notes they have.", {"folder": FOLDER}, read_only=True),
+         "the person asks what notes they have.", {"folder": FOLDER, **DAYS}, read_only=True),
     tool(reading.read_note,
          "Read a note's text. Always read a note before quoting, summarising or changing it; never guess "
          "its content. Long notes come in parts: the first part starts with the note's outline (its headings and "
@@ -185,13 +188,16 @@ def _arguments(schema: dict, arguments) -> dict:
     if not isinstance(arguments, dict):
         raise ToolError("the arguments must be a JSON object, like {\"query\": \"python\"}.")
     params = schema["function"]["parameters"]
+    if unknown := [name for name in arguments if name not in params["properties"]]:
+        raise ToolError(f"{schema['function']['name']} has no argument {unknown[0]!r}; its arguments are "
+                        f"{', '.join(params['properties']) or 'none'}.")
     if missing := [name for name in params["required"] if name not in arguments]:
         raise ToolError(f"missing argument(s): {', '.join(missing)}.")
     checked = {}
     for name, value in arguments.items():
-        spec = params["properties"].get(name)
-        if spec is None or (value is None and name not in params["required"]):
-            continue  # models sometimes add extra keys; ignoring them is kinder than failing
+        spec = params["properties"][name]
+        if value is None and name not in params["required"]:
+            continue  # an optional argument sent as null is one not sent
         expected = _JSON_TYPES[spec["type"]]
         if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
             raise ToolError(f"argument {name!r} must be of type {spec['type']}, not {type(value).__name__}.")
