@@ -2,9 +2,9 @@
 
 `kb` is the resolved notes folder. Indexed per note: path, title (and the note's aliases), opening paragraph
 ("lead"), body (first 2 MB), CJK runs as 2-character words (SQLite's unicode61 would see a sentence as one word);
-beside them its aliases and tags as keys, the note a sync-conflict copy was made from (vault.py reads them), and
-its links (links.rows: what backlinks and link-keeping moves ask for). The other files' paths (attachments,
-canvases: what a link may also lead to) are kept in memory, from the walk and the watcher. What the owner
+beside them its aliases and tags as keys, the note a sync-conflict copy was made from (vault.py reads them), its
+day (`_dated`), and its links (links.rows: what backlinks and link-keeping moves ask for). The other files' paths
+(attachments, canvases: what a link may also lead to) are kept in memory, from the walk and the watcher. What the owner
 excluded in Obsidian (Excluded files) is not indexed, and a drawing only by its words. One index file per notes
 folder, in WAL mode so processes share it; a damaged or outdated one is rebuilt (notebook.py holds it open).
 Its first search compares every note's size and mtime with the index, later ones ask watch.py (Linux inotify)

@@ -4,9 +4,10 @@ search_notes and list_notes are the agent's tools, link_rows what links.py resol
 from; each asks a notebook.Notebook's index. Ranking: BM25 with path, title, lead above body; a note titled (or named)
 exactly the query first, then one with the query as an alias; then every word, then any word (of a sentence: its
 content words). `tag:NAME` (or `#NAME`) in a query keeps the notes tagged NAME or a tag nested in it; alone, it
-lists them. A sync-conflict copy is never a hit while its note exists: the note's hit names its copies instead, and
-list_notes marks them. index.py keeps the index it reads; this file never writes to the index nor to the notes, and
-what the model can fix raises ToolError.
+lists them. `after` and `before` keep the notes of those days (index.py dates each note); alone, or when no note
+of those days has the words, they list them. A sync-conflict copy is never a hit while its note exists: the note's
+hit names its copies instead, and list_notes marks them. index.py keeps the index it reads; this file never writes
+to the index nor to the notes, and what the model can fix raises ToolError.
 """
 
 import re
