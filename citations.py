@@ -107,8 +107,8 @@ def shell_shown(command: str, output: str) -> Shown:
 # --- What the model was shown ---
 
 class Seen:
-    """What tool results showed the model, added up as they come: each note's lines, the notes named; `upto`: of
-    the history seen_before adds up, the messages added."""
+    """What tool results (and a question's passages) showed the model, added up as they come: each note's lines, the
+    notes named; `upto`: of the history seen_before adds up, the messages added."""
 
     def __init__(self):
         self.lines: dict[str, set[int]] = {}
@@ -116,7 +116,7 @@ class Seen:
         self.longest, self.results, self.upto = 0, 0, 0  # the longest name's characters; tool results added
 
     def add(self, messages: list[dict]) -> "Seen":
-        for message in (m for m in messages if m.get("role") == "tool"):
+        for message in (m for m in messages if m.get("role") == "tool" or SHOWN in m):  # a question's passages too
             shown = message.get(SHOWN) or {}
             for path, numbers in (shown.get("lines") or {}).items():
                 self.lines.setdefault(path, set()).update(numbers)

@@ -70,6 +70,7 @@ class Settings:
     data_dir: Path = _set_by(None, "KA_DATA_DIR", factory=lambda: _user_folder("XDG_DATA_HOME", ".local/share"))
     index_dir: Path = _set_by(None, "KA_INDEX_DIR", factory=lambda: _user_folder("XDG_CACHE_HOME", ".cache"))
     search_watch: bool = _set_by(True, "KA_SEARCH_WATCH")  # Linux inotify says which notes changed; off: compare all
+    passages: bool = _set_by(True, "PASSAGES")  # the question goes to the model with what a search for it found
     # Search by meaning, when a model is named; the URL and key fall back to the chat provider's, unless that is
     # DeepSeek, which serves no embeddings (embeddings.embedder_of applies that rule).
     embed_model: str | None = _set_by(None, "EMBED_MODEL")

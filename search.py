@@ -10,6 +10,7 @@ hit names its copies instead, and list_notes marks them. index.py keeps the inde
 to the index nor to the notes, and what the model can fix raises ToolError.
 """
 
+import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import embeddings
 import frontmatter
 import vault
+from context import text_tokens
 from index import CJK_RUN, HEADING, Index, cjk_words, day_written, indexed_text, read_text, title_key
 from notes import Shown, ToolError, rel, safe_folder
 
@@ -28,6 +30,8 @@ SEARCH_QUERY_ECHO_CHARS = 80  # the query is repeated in the answer's first line
 SEARCH_QUERY_MAX_WORDS = 64  # words (Chinese: 2-character words) of a query searched; the rest is ignored
 SEARCH_WEIGHTS = (3.0, 10.0, 6.0, 1.0)  # BM25 weights of path, title, lead, body (bench/search_bench.py)
 SEARCH_RRF_K = 60  # reciprocal rank fusion: a note's score is the sum of 1 / (K + its rank) in each list
+PASSAGE_NOTES = 3  # notes whose best lines go with a question, before the model is first asked
+PASSAGE_AROUND = 2  # lines kept before and after each of a passage's best lines
 LIST_MAX_NOTES = 200
 LIST_OUTPUT_CHARS = 6000
 DATED_BY = {"name": "from its name", "date": "date property", "created": "created property", "modified": "modified"}
@@ -126,17 +130,21 @@ def _either(phrase: str, forms: list) -> str:
     return f"({phrase} OR ({' OR '.join(_phrase([f]) for f in forms)}) NOT {phrase})"
 
 
-def _folder(kb: Path, folder: str | None) -> tuple:
-    """SQL bounds of the note paths in the folder: ("folder/", "folder0"), or ("", "\U0010ffff") for all notes."""
+def _folder(kb: Path, folder: str | None, done: str, person: bool = False) -> tuple:
+    """SQL bounds of the note paths in the folder ("folder/", "folder0"), or ("", "\U0010ffff") for all notes, and
+    what the result must say first: a folder that does not exist (a small model copies or invents one) means all
+    the notes, said so, but for a person, who is told it does not exist."""
     try:
         path = kb if folder is None or folder.strip() in ("", "/") else safe_folder(kb, folder)
         if path == kb:
-            return "", "\U0010ffff"
+            return "", "\U0010ffff", ""
         if path.is_dir():
-            return rel(kb, path) + "/", rel(kb, path) + "0"  # "0" follows "/": the paths inside sort between
+            return rel(kb, path) + "/", rel(kb, path) + "0", ""  # "0" follows "/": the paths inside sort between
     except ValueError:  # a name the system cannot encode
         pass
-    raise ToolError(f"there is no folder '{folder}' in the notes.", "Call list_notes to see the folders.", "no_folder")
+    if person:
+        raise ToolError(f"there is no folder '{folder}' in the notes.", "", "no_folder")
+    return "", "\U0010ffff", f"(There is no folder {json.dumps(folder, ensure_ascii=False)} in the notes, so all of them {done}.)\n"
 
 
 def _days(after: str | None, before: str | None) -> tuple:
@@ -182,9 +190,10 @@ def search_notes(notebook, query: str, folder: str | None = None, embedder: embe
     parsed, days = _parse_query(rest), _days(after, before)
     if not parsed[-1] and not tags and not days:
         raise ToolError("the search query has no words to look for. Give one or more keywords, or a date range.")
-    lo, hi = _folder(notebook.kb, folder)
-    return notebook.with_index(lambda idx: _search(idx, notebook.vectors, query, rest, parsed, tags, (lo, hi, days),
-                                                   embedder))
+    lo, hi, said = _folder(notebook.kb, folder, "were searched")
+    found = notebook.with_index(lambda idx: _search(idx, notebook.vectors, query, rest, parsed, tags, (lo, hi, days),
+                                                    embedder))
+    return Shown(said + found, found.lines, found.named)
 
 
 def _scope(lo: str, hi: str, tags: list, days: tuple = ()) -> tuple:
@@ -419,14 +428,42 @@ def _clip(line: str, start: int) -> str:
     return ("…" if begin else "") + piece + ("…" if begin + SEARCH_LINE_CHARS < len(line) else "")
 
 
+# --- The question's passages, before the model is asked ---
+def passages(notebook, question: str, room_tokens: int, embedder: embeddings.Embedder | None = None) -> Shown | None:
+    """What the notes hold for a question, to send with it: the first PASSAGE_NOTES notes a search for it finds, each
+    whole if it fits, else its best lines with PASSAGE_AROUND lines around each, numbered as read_note numbers them,
+    as many as fit in `room_tokens`; None when nothing matches (or the question has no words to look for)."""
+    try:
+        found = search_notes(notebook, question, None, embedder)
+    except ToolError:
+        return None
+    blocks, shown = [], {}
+    for path, best in list(found.lines.items())[:PASSAGE_NOTES]:
+        text = indexed_text(path, read_text(notebook.kb, path) or "")
+        lines, body = text.splitlines(), frontmatter.front_matter(text)[1]  # its properties cost room, say little
+        near = {n for b in best for n in range(max(b - PASSAGE_AROUND, body), min(b + PASSAGE_AROUND, len(lines)) + 1)}
+        for numbers in (range(body, len(lines) + 1), sorted(near)):  # the whole note, else around its best lines
+            numbers = [n for n in numbers if lines[n - 1].strip()]
+            block = path + "".join(f"\n  {n}: {_clip(lines[n - 1].rstrip(), 0)}" for n in numbers)
+            if text_tokens("\n\n".join(blocks + [block])) <= room_tokens:
+                blocks.append(block)
+                shown[path] = numbers
+                break
+    if not blocks:
+        return None
+    return Shown("Passages of the notes a search for this question found (cite them as path:line; read_note for more):"
+                 "\n\n" + "\n\n".join(blocks), shown, shown)
+
+
 # --- Listing ---
 def list_notes(notebook, folder: str | None = None, person=False, after: str | None = None,
                before: str | None = None) -> Shown:
     """How many notes there are (per subfolder) and the newest ones first, capped and bounded, only those of the
     days from `after` to `before` if given; `person`: for the person's /list, not the model."""
-    lo, hi = _folder(notebook.kb, folder)
+    lo, hi, said = _folder(notebook.kb, folder, "are listed", person)
     days = _days(after, before)
-    return notebook.with_index(lambda idx: _listing(idx, lo, hi, days, person))
+    found = notebook.with_index(lambda idx: _listing(idx, lo, hi, days, person))
+    return Shown(said + found, found.lines, found.named)
 
 
 def _listing(idx: Index, lo: str, hi: str, days: tuple, person: bool) -> Shown:

@@ -150,7 +150,8 @@ class SessionStore:
                            f"c.completion_tokens, c.cache_hit_tokens, c.last_message FROM calls c JOIN sessions s "
                            f"ON s.id = c.session_id WHERE {where} ORDER BY c.id", args)
         rows = self._rows(f"SELECT m.session_id, m.id, CAST(sh.data AS BLOB) FROM messages m JOIN sessions s ON s.id = "
-                          f"m.session_id LEFT JOIN shown sh ON sh.message_id = m.id WHERE {where} AND m.role = 'tool' "
+                          f"m.session_id LEFT JOIN shown sh ON sh.message_id = m.id WHERE {where} AND (m.role = 'tool' "
+                          f"OR sh.data IS NOT NULL) "
                           f"ORDER BY m.id", args)
         shown = defaultdict(list)
         for sid, row, data in rows:

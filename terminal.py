@@ -119,6 +119,10 @@ class Display(UI):
         self.end_answer(announce=False)  # the thinking goes on after the tool
         self.info(self._style("36", f"→ {shorten(name)}") + " " + shorten(compact(arguments)))
 
+    def passages(self, lines: dict) -> None:
+        found = ", ".join(f"{path}:{min(numbers)}-{max(numbers)}" for path, numbers in lines.items())
+        self.info(self._style("2", f"  (with the question: {shorten(visible(found))})"))
+
     def tool_result(self, name: str, result: tools.Result) -> None:
         first = result.text.splitlines()[0] if result.text else "(empty)"
         chosen = tools.TOOLS.get(name)

@@ -73,70 +73,53 @@ def bash(notebook: Notebook, command: str, *, approve) -> Shown:
     return citations.shell_shown(command, output)
 
 
-PATH = ("string", "Path relative to the notes folder, e.g. 'python.md' or 'work/ideas.md'.")
-FOLDER = ("string", "Optional folder inside the notes, e.g. 'work'.")
-DAYS = {"after": ("string", "Optional: only notes dated this day (YYYY-MM-DD) or later."),
-        "before": ("string", "Optional: only notes dated this day (YYYY-MM-DD) or earlier.")}
+PATH = ("string", "The note's path, as a search or the list gave it.")
+FOLDER = ("string", "Only notes inside this folder (optional).")
+DAYS = {"after": ("string", "Only notes dated this day (YYYY-MM-DD) or later (optional)."),
+        "before": ("string", "Only notes dated this day (YYYY-MM-DD) or earlier (optional).")}
 TOOLS: dict[str, Tool] = {t.schema["function"]["name"]: t for t in [
     tool(reading.search_notes,
-         "Search the person's notes by keywords (English or Chinese). Use it first for any question about "
-         "what the notes say; then read_note the best hits before answering. Returns the best notes first "
-         "(those with every word, then those with some) as paths, titles and matching lines with line "
-         "numbers. Put a phrase in double quotes to require it word for word.",
-         {"query": ("string", "Keywords, e.g. 'python decorators' or '快捷键'. May be empty with after or before: "
-                              "the notes of those days, newest first."), "folder": FOLDER, **DAYS}, read_only=True),
-    tool(reading.list_notes,
-         "List the notes (newest first) with their titles and dates, and how many notes each subfolder "
-         "holds, optionally inside one folder. Use it to see what exists when a search finds nothing or "
-         "the person asks what notes they have.", {"folder": FOLDER, **DAYS}, read_only=True),
-    tool(reading.read_note,
-         "Read a note's text. Always read a note before quoting, summarising or changing it; never guess "
-         "its content. Long notes come in parts: the first part starts with the note's outline (its headings and "
-         "their lines); pass section to read the part under one heading, or start_line to read on.",
-         {"file_path": PATH, "start_line": ("integer", "First line to read (1-based). Default 1."),
-          "section": ("string", "Optional: a heading of the note, e.g. 'Install' or 'Setup > Linux' (without the "
-                                "#s); only that section is read, to the next heading of the same or a higher level.")},
+         "Search the notes for words (any language): the best notes first, each with its matching lines numbered. "
+         '"A phrase" in double quotes matches word for word.',
+         {"query": ("string", "The words to look for (may be empty with after or before)."), "folder": FOLDER, **DAYS},
          read_only=True),
+    tool(reading.list_notes,
+         "List the notes, newest first, with titles and dates, and how many notes each folder holds.",
+         {"folder": FOLDER, **DAYS}, read_only=True),
+    tool(reading.read_note,
+         "Read a note, its lines numbered. A long note comes in parts, the first with its outline; pass start_line "
+         "to read on, or section to read one part.",
+         {"file_path": PATH, "start_line": ("integer", "The first line to read (default 1)."),
+          "section": ("string", "Only the part under this heading of the note (optional).")}, read_only=True),
     tool(reading.links,
-         "A note's links: the notes and files it links to (each with the path it leads to, or unresolved) and the "
-         "notes that link to it (backlinks, as path:line). Use it to follow how notes connect, and before renaming, "
-         "moving or deleting a note to see what leads to it.", {"file_path": PATH}, read_only=True),
+         "A note's links: what it links to (and the file each leads to) and the notes that link to it (path:line).",
+         {"file_path": PATH}, read_only=True),
     tool(changing.edit_note,
-         "Change part of a note: replace one exact passage with new text; the rest of the note stays "
-         "byte-for-byte the same. read_note first and copy old_text exactly (spaces and punctuation "
-         "included), with enough surrounding text to occur only once. Use this for fixes and small "
-         "changes instead of rewriting the note.",
-         {"file_path": PATH, "old_text": ("string", "The exact current text to replace; must occur once."),
-          "new_text": ("string", "The text to put in its place (empty to delete it).")}),
+         "Replace one exact passage of a note; the rest stays byte for byte. read_note first and copy old_text "
+         "exactly, with enough around it to occur once.",
+         {"file_path": PATH, "old_text": ("string", "The exact text to replace."),
+          "new_text": ("string", "What replaces it (empty deletes it).")}),
     tool(changing.append_note,
-         "Add text at the end of a note (journals, to-do lists, meeting logs), on a new line, or at the end of "
-         "one section of it. Creates the note if it does not exist (today's daily note from the vault's template).",
-         {"file_path": PATH, "content": ("string", "The Markdown text to add at the end."),
-          "section": ("string", "Optional: a heading of the note, e.g. 'Tasks'; the text goes at the end of that "
-                                "section. The heading must exist: nothing is written otherwise.")}, destructive=False),
+         "Add text at the end of a note, or of one of its sections; makes the note if it does not exist.",
+         {"file_path": PATH, "content": ("string", "The Markdown text to add."),
+          "section": ("string", "A heading of the note to add under (optional; it must exist).")}, destructive=False),
     tool(changing.write_note,
-         "Create a new note (.md or .txt); folders are created as needed. It refuses to replace an "
-         "existing note unless overwrite is true — only do that when the person asked for a full rewrite; "
-         "to change part of a note use edit_note, to add to its end use append_note.",
-         {"file_path": PATH, "content": ("string", "The whole Markdown text of the note."),
-          "overwrite": ("boolean", "Replace an existing note (its old text is kept in the history). Default false.")}),
+         "Make a new note (.md or .txt), its folders too. An existing note is replaced only with overwrite true, "
+         "for a rewrite the person asked for.",
+         {"file_path": PATH, "content": ("string", "The whole Markdown text."),
+          "overwrite": ("boolean", "Replace an existing note (its old text is kept; default false).")}),
     tool(changing.move_note,
-         "Move or rename a note. Every link to it in the notes (and each relative link of its own) is rewritten so "
-         "that it still leads to it, as Obsidian does; nothing else changes. Never replaces an existing note; the "
-         "person is asked to confirm.",
-         {"from_path": PATH, "to_path": ("string", "The new path relative to the notes folder, "
-                                                   "e.g. 'archive/old-ideas.md'. Must not exist yet.")}, asks=True),
+         "Move or rename a note; every link to it is rewritten to lead to it still. Never replaces a note; the "
+         "person confirms.", {"from_path": PATH, "to_path": ("string", "The new path (no note may be there).")},
+         asks=True),
     tool(changing.delete_note,
-         "Delete a note (a copy is kept in the history, and /undo brings it back). Only when the person "
-         "asked for it; the person is asked to confirm.", {"file_path": PATH}, asks=True),
+         "Delete a note, only when the person asks (a copy is kept; /undo restores it); the person confirms.",
+         {"file_path": PATH}, asks=True),
     tool(bash,
-         "Run one bash command in the notes folder and get exit_code, stdout and stderr (long output keeps "
-         "its head and tail). Use it for what the note tools cannot do: counting or finding files "
-         f"(find, wc, grep), dates and sizes, or a script the person asks you to run. {SANDBOXED} The person "
-         "approves every command; stdin is closed, so nothing interactive works; commands that run too long are "
-         "stopped.",
-         {"command": ("string", "The command, e.g. \"find . -name '*.md' | wc -l\".")}, asks=True,
-         opt_in="allow_shell"),
+         "Run one bash command in the notes folder: exit_code, stdout and stderr (long output keeps its head and "
+         f"tail). For what the note tools cannot do: finding and counting files, dates, sizes. {SANDBOXED} The person "
+         "approves each command; stdin is closed; a command that runs too long is stopped.",
+         {"command": ("string", "The command.")}, asks=True, opt_in="allow_shell"),
 ]}
 
 

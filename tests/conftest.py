@@ -79,14 +79,16 @@ def clean_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("PASSAGES", "0")  # they change every first request: tests/test_passages.py has them on
     logging.getLogger("knowledge-agent").handlers[:] = []  # a test's UI set up before must not hear this one's
 
 
 def child_env(**extra) -> dict:
     """The environment of a program a test starts: the test's own, cleaned as clean_environment cleans it (even
-    of what the test set since), its streams in UTF-8, then `extra`."""
+    of what the test set since), its streams in UTF-8, the question's passages off (as clean_environment), then
+    `extra`."""
     return {name: value for name, value in os.environ.items() if name not in CLEARED} | {
-        "PYTHONIOENCODING": "utf-8"} | extra
+        "PYTHONIOENCODING": "utf-8", "PASSAGES": "0"} | extra
 
 
 def main_env(kb, base_url=NO_SERVER, key="test-key", extra_env=None) -> dict:
@@ -377,7 +379,7 @@ def garden(tmp_path_factory) -> Path:
 def make_settings(kb: Path, **changes) -> Settings:
     values = dict(api_key="test-key", base_url="http://127.0.0.1:9/v1", model="test-model", kb=kb,
                   max_rounds=10, stream=True, thinking=None, reasoning_effort=None, show_reasoning=True,
-                  auto_approve=False)
+                  auto_approve=False, passages=False)  # as clean_environment
     values.update(changes)
     return Settings(**values)
 

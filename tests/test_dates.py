@@ -138,7 +138,7 @@ def test_notes_close_in_meaning_are_kept_to_the_range_too(tmp_path):
 def test_the_system_prompt_names_the_weekday_and_turns_times_into_ranges():
     prompt = agent.system_message()["content"]
     today = datetime.now()
-    assert f"Today is {today:%A} {today:%Y-%m-%d}." in prompt
+    assert f"Today is {today:%Y-%m-%d}, {today:%A}." in prompt
     assert '"in November"' in prompt and "after and before" in prompt
 
 

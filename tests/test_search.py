@@ -194,11 +194,21 @@ def test_folder_naming_the_notes_folder_itself_means_all_notes(kb, find, listing
     assert listing(kb, folder).startswith("7 note(s) in the knowledge base")
 
 
-@pytest.mark.parametrize("folder", ["../", "/etc", "nope", ".history", "python.md"])
-def test_bad_folder_is_an_error_the_model_can_act_on(kb, find, folder):
+@pytest.mark.parametrize("folder", ["../", "/etc", ".history"])
+def test_a_folder_outside_or_hidden_is_an_error_the_model_can_act_on(kb, find, folder):
     (kb / ".history").mkdir()
     with pytest.raises(ToolError):
         find(kb, "bread", folder=folder)
+
+
+@pytest.mark.parametrize("folder", ["nope", "python.md", "archive/old-ideas"])
+def test_a_folder_that_does_not_exist_searches_every_note_and_says_so(kb, find, folder):
+    """Small models copy a description's example folder ('work') or make one up; the search failed and neither model
+    recovered. Now the whole notes are searched, and the result says why."""
+    write(kb, "python.md", "# Python\n\nbread dough rises\n")
+    found = find(kb, "bread", folder=folder)
+    assert found.startswith(f'(There is no folder "{folder}" in the notes, so all of them were searched.)\n')
+    assert "python.md" in hits(found)
 
 
 # --- Chinese and mixed queries ---
@@ -684,13 +694,13 @@ def test_huge_query_is_echoed_short_and_the_answer_stays_bounded(kb, find):
 
 
 def test_lone_surrogates_are_no_words_and_no_folder(kb, find, listing):
+    """A folder that does not exist searches everything and says so: small models copy and invent folders."""
     write(kb, "archive.md", "# Archive\n\nUse tar for this.\n")
     assert hits(find(kb, "\ud800tar")) == ["archive.md"]
-    for folder in ("\udc80x", "\ud800"):
-        with pytest.raises(ToolError, match="there is no folder"):
-            find(kb, "tar", folder=folder)
-        with pytest.raises(ToolError, match="there is no folder"):
-            listing(kb, folder)
+    for folder in ("\udc80x", "\ud800"):  # no such folder: all the notes, said so
+        assert find(kb, "tar", folder=folder).startswith("(There is no folder ") and hits(find(kb, "tar")) == [
+            "archive.md"]
+        assert "so all of them are listed" in listing(kb, folder)
 
 
 # --- Listing ---
