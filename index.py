@@ -2,9 +2,9 @@
 
 `kb` is the resolved notes folder. Indexed per note: path, title (and the note's aliases), opening paragraph
 ("lead"), body (first 2 MB), CJK runs as 2-character words (SQLite's unicode61 would see a sentence as one word);
-beside them its aliases and tags as keys, the note a sync-conflict copy was made from (vault.py reads them), and
-its links (links.rows: what backlinks and link-keeping moves ask for). The other files' paths (attachments,
-canvases: what a link may also lead to) are kept in memory, from the walk and the watcher. What the owner
+beside them its aliases and tags as keys, the note a sync-conflict copy was made from (vault.py reads them), its
+day (`_dated`), and its links (links.rows: what backlinks and link-keeping moves ask for). The other files' paths
+(attachments, canvases: what a link may also lead to) are kept in memory, from the walk and the watcher. What the owner
 excluded in Obsidian (Excluded files) is not indexed, and a drawing only by its words. One index file per notes
 folder, in WAL mode so processes share it; a damaged or outdated one is rebuilt (notebook.py holds it open).
 Its first search compares every note's size and mtime with the index, later ones ask watch.py (Linux inotify)
@@ -14,6 +14,7 @@ writes inside the notes folder nor reads outside it (notes are read from the fol
 tools read them); what the model can fix raises ToolError.
 """
 
+import datetime
 import hashlib
 import operator
 import os
@@ -39,7 +40,7 @@ INDEX_MAX_NOTE_BYTES = 2_000_000  # only the first 2 MB of a huge note are index
 INDEX_LEAD_CHARS = 400  # the opening paragraph, weighted as "lead"
 INDEX_BATCH = 500  # notes read and written together: bounds memory during a big build
 INDEX_PROGRESS_AFTER_S = 1.0  # a build running longer than this tells the person
-SCHEMA_VERSION = 8  # bump when the tables or the text preparation change: old indexes get rebuilt
+SCHEMA_VERSION = 9  # bump when the tables or the text preparation change: old indexes get rebuilt
 
 
 # --- Notes on disk ---
@@ -176,11 +177,12 @@ def _keys(values) -> str:
 
 
 # A note's columns in the `notes` table (its id aside), and in the `fts` table: the texts a query's words meet.
-Note = namedtuple("Note", "path size mtime_ns title title_key stem_key alias_keys tags conflict_of private")
+Note = namedtuple("Note", "path size mtime_ns title title_key stem_key alias_keys tags conflict_of private day "
+                         "dated_by")
 Searched = namedtuple("Searched", "path title lead body")
 
 
-def _row(kb: Path, path: str, size_mtime, private_rules: list):
+def _row(kb: Path, path: str, size_mtime, private_rules: list, daily_format: str = vault.DAILY_FORMAT):
     """(the note's Note, its Searched or None when it is private, its links.rows) (size_mtime None: stat it now);
     None if it cannot be read."""
     try:
@@ -201,15 +203,41 @@ def _row(kb: Path, path: str, size_mtime, private_rules: list):
         title = _first_heading(text, body) or stem
     aliases = properties.get("aliases", [])
     tags = sorted({tag.casefold() for tag in vault.tags_of(text, parsed)})
+    dated = _dated(path, properties, size_mtime[1], daily_format)
     cjk = not (text.isascii() and path.isascii()) and (CJK_RUN.search(text) or CJK_RUN.search(path))
     words = cjk_words if cjk else str  # most have no CJK, and most of those are ASCII: told without a scan
     if privacy.by_name(kb, path, real, private_rules) or privacy.says_private(properties):  # counted, links kept
-        return Note(path, *size_mtime, "", "", "", "", "", vault.conflict_of(path), 1), None, links.rows(text, path)
+        return (Note(path, *size_mtime, "", "", "", "", "", vault.conflict_of(path), 1, *dated), None,
+                links.rows(text, path))
     return (Note(path, *size_mtime, title.strip(), title_key(title), title_key(stem),
-                 _keys([title_key(alias) for alias in aliases]), _keys(tags), vault.conflict_of(path), 0),
+                 _keys([title_key(alias) for alias in aliases]), _keys(tags), vault.conflict_of(path), 0, *dated),
             Searched(words(path[:-len(name)] + stem), words("\n".join([title, *aliases])), words(_lead_of(body)),
                      words(text)),
             links.rows(text, path))
+
+
+def _dated(path: str, properties: dict, mtime_ns: int, daily_format: str) -> tuple:
+    """(the note's day as ISO text, what it is from: "name", "date", "created" or "modified"): a daily note's by its
+    name, else its date or created property, else the local day it was last changed."""
+    day = vault.named_date(path, daily_format)
+    if day:
+        return day.isoformat(), "name"
+    for key in ("date", "created"):
+        if day := day_written(properties.get(key)):
+            return day, key
+    return datetime.date.fromtimestamp(mtime_ns / 1e9).isoformat(), "modified"
+
+
+_DAY = re.compile(r"(\d{4}-\d{2}-\d{2})(?:[T ]\S.*)?")
+
+
+def day_written(value) -> str | None:
+    """The ISO day a value holds (2026-11-02, with a time after it or not, or as a link [[2026-11-02]]), or None."""
+    found = isinstance(value, str) and _DAY.fullmatch(value.strip().removeprefix("[[").removesuffix("]]"))
+    try:
+        return datetime.date.fromisoformat(found[1]).isoformat() if found else None
+    except ValueError:  # 2026-02-31
+        return None
 
 
 # --- The one open index, kept in step with the notes on disk ---
@@ -217,8 +245,8 @@ _SCHEMA = [
     "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT)",  # embeddings.py keeps its state here
     "CREATE TABLE IF NOT EXISTS notes(id INTEGER PRIMARY KEY, path TEXT UNIQUE NOT NULL, size INTEGER, "
     "mtime_ns INTEGER, title TEXT, title_key TEXT, stem_key TEXT, alias_keys TEXT, tags TEXT, conflict_of TEXT, "
-    "private INTEGER NOT NULL DEFAULT 0)",  # privacy.py's: a private note has no fts row, nor title or keys
-    "CREATE INDEX IF NOT EXISTS notes_mtime ON notes(mtime_ns)",
+    "private INTEGER NOT NULL DEFAULT 0, day TEXT, dated_by TEXT)",  # private: no fts row, nor title or keys
+    "CREATE INDEX IF NOT EXISTS notes_day ON notes(day, mtime_ns)",
     "CREATE INDEX IF NOT EXISTS notes_conflicts ON notes(conflict_of) WHERE conflict_of IS NOT NULL",
     "CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(path, title, lead, body, "
     "tokenize='unicode61 remove_diacritics 2')",
@@ -269,6 +297,7 @@ class Index:
     unnamed: list = field(default_factory=list)  # notes the last walk found with a path that is not UTF-8
     others: set = field(default_factory=set)  # the other files, from the last walk and the watcher since
     excluded: list = field(default_factory=list)  # the owner's Excluded files as the last walk read them
+    daily_format: str = vault.DAILY_FORMAT  # the daily notes' names, as the last walk read them: dates notes
     linked: dict = field(default_factory=dict)  # the notes that are links -> where they lead, from the last walk
     sealed: set = field(default_factory=set)  # _walk's, from the last walk and the watcher since
     unsure: set = field(default_factory=set)  # _walk's: the files sealed if their text says private
@@ -276,8 +305,8 @@ class Index:
     def refresh(self, rules: list) -> set:
         """Bring the index up to date with the notes on disk; the paths it read again or dropped."""
         kaignore = str(privacy.signature(self.kb))
-        stored = self.conn.execute("SELECT value FROM meta WHERE key='kaignore'").fetchone()
-        private_changed = stored not in (None, (kaignore,))  # the person changed what is private
+        stored = dict(self.conn.execute("SELECT key, value FROM meta WHERE key IN ('kaignore', 'daily_format')"))
+        private_changed = stored.get("kaignore", kaignore) != kaignore  # the person changed what is private
         changed, gone = self.watcher.changes() if self.watcher and not private_changed else None, []
         watched = changed is not None
         if not watched:
@@ -289,6 +318,8 @@ class Index:
                 changed |= {p: None for p, _, _, private in rows
                             if p in on_disk and privacy.by_name(self.kb, p, self.linked.get(p), rules) != bool(private)}
             gone = [p for p in known if p not in on_disk]
+            if stored.get("daily_format", self.daily_format) != self.daily_format:  # other names are dates now
+                changed = dict.fromkeys(on_disk)
         else:  # the watcher's: a note that is a new link is known only by looking
             for path in changed:
                 self.judge(path, rules)
@@ -305,9 +336,9 @@ class Index:
         changed |= dict.fromkeys(self.pending)
         read = self.apply({p: st for p, st in changed.items() if not vault.is_excluded(p, self.excluded)}, gone, rules)
         self.pending.clear()
-        if stored != (kaignore,):
+        if stored != (now := {"kaignore": kaignore, "daily_format": self.daily_format}):
             with writing(self.conn):
-                self.conn.execute("INSERT OR REPLACE INTO meta VALUES ('kaignore', ?)", (kaignore,))
+                self.conn.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", now.items())
         return read
 
     def judge(self, path: str, rules: list) -> None:
@@ -325,12 +356,13 @@ class Index:
 
     def walk(self, rules: list) -> tuple:
         """_walk's notes on disk; with inotify, a new watcher watches exactly the folders found, and the vault's
-        settings file, whose change (Excluded files) means walking again."""
+        settings files, whose change (Excluded files, the daily notes' names) means walking again."""
         self.stop_watching()
         self.excluded = vault.ignore_filters(self.kb)
+        self.daily_format = vault.daily_note_settings(self.kb)["format"]
         if self.watch and self.can_watch:
             try:
-                self.watcher = watch.Watcher(walk_again={vault.APP_SETTINGS, privacy.KAIGNORE})
+                self.watcher = watch.Watcher(walk_again={vault.APP_SETTINGS, vault.DAILY_SETTINGS, privacy.KAIGNORE})
                 self.watcher.watch(self.kb / vault.OBSIDIAN_DIR, vault.OBSIDIAN_DIR)
                 return _walk(self.kb, self.excluded, rules, self.watcher)
             except (OSError, AttributeError):  # no inotify here, or its watch limit: compare every time
@@ -358,7 +390,7 @@ class Index:
             items = [(p, st) for p, st in changed.items() if st is None or stored[p] != st]
             for first in range(0, len(items), INDEX_BATCH):
                 batch = items[first:first + INDEX_BATCH]
-                rows = [row for row in (_row(self.kb, p, st, private_rules) for p, st in batch) if row]
+                rows = [row for p, st in batch if (row := _row(self.kb, p, st, private_rules, self.daily_format))]
                 # The unreadable ones leave the index. Only the stored are deleted: each DELETE makes FTS5 write out
                 # the words pending from the notes before, in smaller pieces to merge again.
                 self.remove([p for p, _ in batch if stored[p]])

@@ -94,8 +94,8 @@ COMMANDS = {
     "/reasoning": "the model's whole reasoning for the last answer",
     "/sent [all]": "which notes' lines went to which endpoint, tokens, cost (all: every conversation here)",
     "/tools": "the tools the agent can use",
-    "/search QUERY": "search the notes (no model needed)",
-    "/list [FOLDER]": "list the notes, newest first",
+    "/search QUERY": "search the notes (no model needed; --after, --before YYYY-MM-DD: only notes of those days)",
+    "/list [FOLDER]": "list the notes, newest first (--after, --before as for /search)",
     "/read PATH [LINE]": "show a note (from line LINE on); PATH#Heading shows one section",
     "/links PATH": "what a note links to, and the notes that link to it",
     "/undo": "revert the agent's last change to a note",
@@ -109,6 +109,7 @@ MULTILINE_HELP = ("  A question can span lines: end a line with \\ to go on, or 
                   "question).\n  Ctrl+C clears the line typed; on an empty line, or Ctrl+D, it leaves.")
 NOTE_COMMANDS = {"/search": ("search_notes", "query"), "/list": ("list_notes", "folder"),
                  "/read": ("read_note", "file_path"), "/links": ("links", "file_path")}
+DAY_FLAG = re.compile(r"(?:^|\s)--(after|before)[= ]+(\S+)")  # /list work --after 2026-11-01
 
 
 class Chat:
@@ -161,11 +162,13 @@ class Chat:
         """/search, /list, /read and /links: the agent's own tools, run by hand, their text on stdout; a failure is
         not output (`python main.py "/read x.md" > x.txt` must not keep it) and is worded for a person."""
         tool, parameter = NOTE_COMMANDS[name]
-        if not argument and name != "/list":
+        days = dict(DAY_FLAG.findall(argument)) if name in ("/search", "/list") else {}
+        argument = DAY_FLAG.sub("", argument).strip() if days else argument
+        if not argument and name != "/list" and not days:
             return self.failed(f"Usage: {next(usage for usage in COMMANDS if usage.split()[0] == name)}")
         try:
-            text = (self.read(argument) if name == "/read" else reading.list_notes(self.notebook, argument, person=True)
-                    if name == "/list" else getattr(reading, tool)(self.notebook, **{parameter: argument}))
+            text = (self.read(argument) if name == "/read" else reading.list_notes(self.notebook, argument, person=True,
+                    **days) if name == "/list" else getattr(reading, tool)(self.notebook, **{parameter: argument}, **days))
         except ToolError as exc:
             return self.failed(" ".join(filter(None, (exc.message, PERSON_ADVICE.get(exc.kind, "")))))
         except Exception as exc:  # a disk error, or a bug: one line, never a traceback

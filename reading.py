@@ -28,17 +28,19 @@ LINKERS_NAMED = 5  # notes named when a question or result says which notes link
 MISSING = ("no such note.", "Use search_notes or list_notes to find the right path.", "missing")
 
 
-def search_notes(notebook: Notebook, query: str, folder: str | None = None) -> Shown:
+def search_notes(notebook: Notebook, query: str = "", folder: str | None = None, after: str | None = None,
+                 before: str | None = None) -> Shown:
     try:
         embedder, notice = embeddings.embedder_of(notebook.settings), ""
     except embeddings.EmbedError as exc:
         embedder, notice = None, f"(Keyword results only: {exc}.)\n"
-    found = search.search_notes(notebook, query, folder, embedder)
+    found = search.search_notes(notebook, query, folder, embedder, after=after, before=before)
     return Shown(notice + found, found.lines, found.named)
 
 
-def list_notes(notebook: Notebook, folder: str | None = None, person: bool = False) -> Shown:
-    return search.list_notes(notebook, folder, person)
+def list_notes(notebook: Notebook, folder: str | None = None, after: str | None = None, before: str | None = None,
+               person: bool = False) -> Shown:
+    return search.list_notes(notebook, folder, person, after=after, before=before)
 
 
 def guarded(notebook: Notebook, file_path: str, what: str = "file_path", new: bool = False):

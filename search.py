@@ -4,14 +4,14 @@ search_notes and list_notes are the agent's tools, link_rows what links.py resol
 from; each asks a notebook.Notebook's index. Ranking: BM25 with path, title, lead above body; a note titled (or named)
 exactly the query first, then one with the query as an alias; then every word, then any word (of a sentence: its
 content words). `tag:NAME` (or `#NAME`) in a query keeps the notes tagged NAME or a tag nested in it; alone, it
-lists them. A sync-conflict copy is never a hit while its note exists: the note's hit names its copies instead, and
-list_notes marks them. index.py keeps the index it reads; this file never writes to the index nor to the notes, and
-what the model can fix raises ToolError.
+lists them. `after` and `before` keep the notes of those days (index.py dates each note); alone, or when no note
+of those days has the words, they list them. A sync-conflict copy is never a hit while its note exists: the note's
+hit names its copies instead, and list_notes marks them. index.py keeps the index it reads; this file never writes
+to the index nor to the notes, and what the model can fix raises ToolError.
 """
 
 import json
 import re
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -19,7 +19,7 @@ import embeddings
 import frontmatter
 import vault
 from context import text_tokens
-from index import CJK_RUN, HEADING, Index, cjk_words, indexed_text, read_text, title_key
+from index import CJK_RUN, HEADING, Index, cjk_words, day_written, indexed_text, read_text, title_key
 from notes import Shown, ToolError, rel, safe_folder
 
 SEARCH_MAX_HITS = 10
@@ -34,6 +34,7 @@ PASSAGE_NOTES = 3  # notes whose best lines go with a question, before the model
 PASSAGE_AROUND = 2  # lines kept before and after each of a passage's best lines
 LIST_MAX_NOTES = 200
 LIST_OUTPUT_CHARS = 6000
+DATED_BY = {"name": "from its name", "date": "date property", "created": "created property", "modified": "modified"}
 
 
 # --- A query as FTS5 phrases ---
@@ -146,6 +147,28 @@ def _folder(kb: Path, folder: str | None, done: str, person: bool = False) -> tu
     return "", "\U0010ffff", f"(There is no folder {json.dumps(folder, ensure_ascii=False)} in the notes, so all of them {done}.)\n"
 
 
+def _days(after: str | None, before: str | None) -> tuple:
+    """The notes' days asked for, (first, last) as ISO text, either None for no bound; () for any day."""
+    days = []
+    for name, value in (("after", after), ("before", before)):
+        if (day := day_written(value)) is None and (value or "").strip():
+            raise ToolError(f"{name} must be a date written YYYY-MM-DD, like 2026-11-01.")
+        days.append(day)
+    if None not in days and days[0] > days[1]:
+        raise ToolError(f"after ({days[0]}) is later than before ({days[1]}): no day is in that range.",
+                        "Both ends are included: pass the earlier day as after.")
+    return tuple(days) if any(days) else ()
+
+
+def _period(days: tuple) -> str:
+    """The days asked for, as the answer's first line says them: " dated 2026-11-01 to 2026-11-30"; "" for any."""
+    if not days:
+        return ""
+    first, last = days
+    return " dated " + (f"{first} to {last}" if first and last else f"{first} or later" if first else
+                        f"{last} or earlier")
+
+
 # --- Searching ---
 _MATCHING = "FROM fts JOIN notes n ON n.id = fts.rowid WHERE fts MATCH ? AND {}"
 # A note titled or named as the query first, then one with it as an alias, then one with every word, then bm25 with
@@ -158,37 +181,42 @@ _NOT_A_COPY = "(n.conflict_of IS NULL OR NOT EXISTS (SELECT 1 FROM notes o WHERE
 _TAGGED = " AND (instr(n.tags, ?) OR instr(n.tags, ?))"  # the tag itself, or one nested in it
 
 
-def search_notes(notebook, query: str, folder: str | None = None, embedder: embeddings.Embedder | None = None) -> Shown:
-    """Best notes for `query` with their best lines, bounded; with an embedder also the notes closest in meaning."""
+def search_notes(notebook, query: str, folder: str | None = None, embedder: embeddings.Embedder | None = None,
+                 after: str | None = None, before: str | None = None) -> Shown:
+    """Best notes for `query` with their best lines, bounded; with an embedder also the notes closest in meaning.
+    `after`, `before`: only the notes of those days (both included)."""
     query = (query or "").encode("utf-8", "replace").decode("utf-8")  # lone surrogates become "?"
     tags, rest = vault.query_tags(query)
-    parsed = _parse_query(rest)
-    if not parsed[-1] and not tags:
-        raise ToolError("the search query has no words to look for. Give one or more keywords.")
+    parsed, days = _parse_query(rest), _days(after, before)
+    if not parsed[-1] and not tags and not days:
+        raise ToolError("the search query has no words to look for. Give one or more keywords, or a date range.")
     lo, hi, said = _folder(notebook.kb, folder, "were searched")
-    found = notebook.with_index(lambda idx: _search(idx, notebook.vectors, query, rest, parsed, tags, lo, hi, embedder))
+    found = notebook.with_index(lambda idx: _search(idx, notebook.vectors, query, rest, parsed, tags, (lo, hi, days),
+                                                    embedder))
     return Shown(said + found, found.lines, found.named)
 
 
-def _scope(lo: str, hi: str, tags: list) -> tuple:
-    """The SQL condition on `notes n` (and its parameters) for the notes a search may find: in the folder, tagged
-    with every tag asked for, and not a sync-conflict copy of a note that exists."""
-    keys = [tag.casefold() for tag in tags]
-    return ("n.path >= ? AND n.path < ? AND NOT n.private AND " + _NOT_A_COPY + _TAGGED * len(keys),
-            (lo, hi, *(key for tag in keys for key in (f"\n{tag}\n", f"\n{tag}/"))))
+def _scope(lo: str, hi: str, tags: list, days: tuple = ()) -> tuple:
+    """The SQL condition on `notes n` (and its parameters) for the notes a search may find: in the folder, of the
+    days asked for, tagged with every tag asked for, and not a sync-conflict copy of a note that exists."""
+    keys, (of_days, day_args) = [tag.casefold() for tag in tags], _of_days(days)
+    return ("n.path >= ? AND n.path < ? AND NOT n.private AND " + _NOT_A_COPY + _TAGGED * len(keys) + of_days,
+            (lo, hi, *(key for tag in keys for key in (f"\n{tag}\n", f"\n{tag}/")), *day_args))
 
 
-def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: list, lo: str, hi: str, embedder) -> Shown:
-    """`rest`: the query without its tags, `parsed` from it."""
-    terms, near, words = parsed
-    where, args = _scope(lo, hi, tags)
-    where_text = f" in {lo}" if lo else ""
-    if not words:  # tags alone: the notes tagged so, newest first
-        total = idx.conn.execute(f"SELECT count(*) FROM notes n WHERE {where}", args).fetchone()[0]
-        hits = [(path, title, None) for path, title in idx.conn.execute(
-            f"SELECT path, title FROM notes n WHERE {where} ORDER BY mtime_ns DESC, path LIMIT ?",
-            (*args, SEARCH_MAX_HITS))]
-        return _format_hits(idx, _tag_patterns(tags), hits, total, 0, where_text, query, "newest first")
+def _of_days(days: tuple) -> tuple:
+    """The SQL condition on `notes n` for the days asked for (" AND …", "" for any day), and its parameters."""
+    ends = [(op, day) for op, day in zip((">=", "<="), days) if day]
+    return "".join(f" AND n.day {op} ?" for op, _ in ends), tuple(day for _, day in ends)
+
+
+def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: list, scope: tuple, embedder) -> Shown:
+    """`rest`: the query without its tags, `parsed` from it; `scope`: the folder's bounds and the days asked for."""
+    (terms, near, words), (lo, hi, days) = parsed, scope
+    where, args = _scope(lo, hi, tags, days)
+    where_text = (f" in {lo}" if lo else "") + _period(days)
+    if not words:  # tags or days alone
+        return _newest(idx, where, args, tags, where_text, query)
     vector, notice = embeddings.query_vector(idx, vectors, embedder, query) if embedder and not tags else (None, "")
     depth = embeddings.EMBED_NOTES if vector else SEARCH_MAX_HITS  # fusion reranks a deeper list
     qkey, hits = title_key(rest.replace('"', " ")), []
@@ -201,7 +229,8 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
                                            depth - len(hits))))
 
     def count(match):  # all notes: every FTS row is one, and skipping the join is ~5x faster on 30k matches
-        if lo or tags or idx.conn.execute("SELECT 1 FROM notes WHERE conflict_of IS NOT NULL LIMIT 1").fetchone():
+        if lo or tags or days or idx.conn.execute(
+                "SELECT 1 FROM notes WHERE conflict_of IS NOT NULL LIMIT 1").fetchone():
             return idx.conn.execute(f"SELECT count(*) {matching}", (match, *args)).fetchone()[0]
         return idx.conn.execute("SELECT count(*) FROM fts WHERE fts MATCH ?", (match,)).fetchone()[0]
 
@@ -216,11 +245,29 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
     if vector:
         by_meaning = [hit for hit in embeddings.notes_by_meaning(idx, vectors, vector, lo, hi)
                       if not _hidden_copy(idx, hit[0])]
+        if days:  # notes_by_meaning knows no days
+            marks = ",".join("?" * len(by_meaning))
+            inside = {path for path, in idx.conn.execute(
+                f"SELECT path FROM notes n WHERE {where} AND path IN ({marks})", (*args, *(h[0] for h in by_meaning)))}
+            by_meaning = [hit for hit in by_meaning if hit[0] in inside]
         kept = max(every, 1)  # the notes with every word, and at least the keyword best, keep their places
         hits = hits[:kept] + _fuse(hits[kept:], by_meaning, {path for path, _, _ in hits[:kept]})
     patterns = _line_patterns(words) + _tag_patterns(tags)
-    text = _format_hits(idx, patterns, hits[:SEARCH_MAX_HITS], total, some_only, where_text, query)
+    if days and not hits:  # a period's few notes help more than none: "decided" finds no "Decisions"
+        text = _newest(idx, where, args, tags, where_text, "")
+        text = Shown(f"No note{where_text} has the words of {_quoted(query)}. " + text, text.lines, text.named)
+    else:
+        text = _format_hits(idx, patterns, hits[:SEARCH_MAX_HITS], total, some_only, where_text, query)
     return Shown(f"{notice}\n{text}", text.lines, text.named) if notice else text
+
+
+def _newest(idx: Index, where: str, args: tuple, tags: list, where_text: str, query: str) -> Shown:
+    """The notes a search may find, newest first (a query of tags or days alone)."""
+    total = idx.conn.execute(f"SELECT count(*) FROM notes n WHERE {where}", args).fetchone()[0]
+    hits = [(path, title, None) for path, title in idx.conn.execute(
+        f"SELECT path, title FROM notes n WHERE {where} ORDER BY day DESC, mtime_ns DESC, path LIMIT ?",
+        (*args, SEARCH_MAX_HITS))]
+    return _format_hits(idx, _tag_patterns(tags), hits, total, 0, where_text, query, "newest first")
 
 
 def _matches(idx: Index, terms: list, near: list) -> tuple:
@@ -297,9 +344,10 @@ def _format_hits(idx: Index, patterns: list, hits, total_all: int, some_only: in
     matched, by_meaning = total_all + some_only, sum(line is not None for _, _, line in hits)
     notes = f"{matched} note" + ("" if matched == 1 else "s")
     if not hits:
-        return Shown(f"No notes{where} match {_quoted(query)}. Try fewer or different words.")
+        return Shown(f"No notes{where} match {_quoted(query)}. Try fewer or different words." if query.strip() else
+                     f"No notes{where}.")
     if total_all:
-        head = f"{notes}{where} {'matches' if matched == 1 else 'match'} {_quoted(query)}"
+        head = f"{notes}{where}" + f" {'matches' if matched == 1 else 'match'} {_quoted(query)}" * bool(query.strip())
         head += f" ({total_all} with every word)" if some_only else ""
     elif matched:
         head = (f"No note{where} has every word of {_quoted(query)}; {notes} "
@@ -307,11 +355,14 @@ def _format_hits(idx: Index, patterns: list, hits, total_all: int, some_only: in
     else:
         head = f"No note{where} has the words of {_quoted(query)}; notes close in meaning"
     head += f" ({by_meaning} shown for their meaning only)" if by_meaning and matched else ""
-    copies = _copies_of(idx, [path for path, _, _ in hits])
+    paths = [path for path, _, _ in hits]
+    copies = _copies_of(idx, paths)
+    dates = {path: f"{day}, {DATED_BY[by]}" for path, day, by in idx.conn.execute(
+        f"SELECT path, day, dated_by FROM notes WHERE path IN ({','.join('?' * len(paths))})", paths)}
     blocks, used, shown = [], len(head) + 80, {}  # room for the head and the closing "more" line
     for path, title, line in hits:
         lines = _best_lines(idx.kb, path, patterns, line)
-        block = f"{path} — {title}" + "".join(f"\n  {n}: {text}" for n, text in lines)
+        block = f"{path} — {title} ({dates[path]})" + "".join(f"\n  {n}: {text}" for n, text in lines)
         block += f"\n  {_copies_line(path, copies[path])}" if path in copies else ""
         if used + len(block) + 2 > SEARCH_OUTPUT_CHARS:
             if blocks:
@@ -352,8 +403,10 @@ def _line_patterns(words: list) -> list:
 
 
 def _best_lines(kb: Path, path: str, patterns: list, chunk_line: int | None = None) -> list:
-    """(line number, clipped line) of the lines matching most patterns, in note order; else the opening lines."""
-    lines = indexed_text(path, read_text(kb, path) or "").splitlines()
+    """(line number, clipped line) of the lines matching most patterns, in note order; else the opening lines (of
+    its body: no front matter), as many as a hit shows when there is nothing to match."""
+    text = indexed_text(path, read_text(kb, path) or "")
+    lines = text.splitlines()
     patterns = patterns if chunk_line is None else []  # found by meaning: the chunk's opening lines
     scored = []
     for number, line in enumerate(lines, 1):
@@ -361,9 +414,9 @@ def _best_lines(kb: Path, path: str, patterns: list, chunk_line: int | None = No
         if found and line.strip():
             scored.append((-len(found), number, line, min(m.start() for m in found)))
     if not scored:  # matched by path, title, meaning or word form only: show the opening line(s) for context
-        start = (chunk_line or 1) - 1
+        start = (chunk_line or frontmatter.front_matter(text)[1]) - 1
         scored = [(0, n, line, 0) for n, line in enumerate(lines[start:start + 50], start + 1)
-                  if line.strip() and not HEADING.match(line)][:1 if chunk_line is None else SEARCH_LINES_PER_HIT]
+                  if line.strip() and not HEADING.match(line)][:1 if patterns else SEARCH_LINES_PER_HIT]
     best = sorted(sorted(scored)[:SEARCH_LINES_PER_HIT], key=lambda s: s[1])
     return [(number, _clip(line.rstrip(), start)) for _, number, line, start in best]
 
@@ -403,35 +456,40 @@ def passages(notebook, question: str, room_tokens: int, embedder: embeddings.Emb
 
 
 # --- Listing ---
-def list_notes(notebook, folder: str | None = None, person=False) -> Shown:
-    """How many notes there are (per subfolder) and the newest ones first, capped and bounded; `person`: for
-    the person's /list, not the model."""
+def list_notes(notebook, folder: str | None = None, person=False, after: str | None = None,
+               before: str | None = None) -> Shown:
+    """How many notes there are (per subfolder) and the newest ones first, capped and bounded, only those of the
+    days from `after` to `before` if given; `person`: for the person's /list, not the model."""
     lo, hi, said = _folder(notebook.kb, folder, "are listed", person)
-    found = notebook.with_index(lambda idx: _listing(idx, lo, hi, person))
+    days = _days(after, before)
+    found = notebook.with_index(lambda idx: _listing(idx, lo, hi, days, person))
     return Shown(said + found, found.lines, found.named)
 
 
-def _listing(idx: Index, lo: str, hi: str, person: bool) -> Shown:
-    where = f"in {lo}" if lo else "in the knowledge base"
+def _listing(idx: Index, lo: str, hi: str, days: tuple, person: bool) -> Shown:
+    where = (f"in {lo}" if lo else "in the knowledge base") + _period(days)
+    of_days, day_args = _of_days(days)
     unnamed = sum(lo <= path < hi for path in idx.unnamed)  # paths that are not UTF-8 sort below hi too
     unlisted = [f"{unnamed} note file(s) not listed: their names are not UTF-8; rename them to see them here."
                 ] if unnamed else []
-    private = idx.conn.execute("SELECT count(*) FROM notes WHERE path >= ? AND path < ? AND private", (lo, hi))
+    private = idx.conn.execute(f"SELECT count(*) FROM notes n WHERE path >= ? AND path < ? AND private{of_days}",
+                               (lo, hi, *day_args))
     unlisted += [f"{n} private note{'s' * (n > 1)} not listed (.kaignore or private: true)." if person else
                  f"{n} private note(s) not listed (the person keeps them from the model)."
                  for n in private.fetchone() if n]
-    rows = idx.conn.execute("SELECT path, title, mtime_ns, conflict_of FROM notes WHERE path >= ? AND path < ? "
-                            "AND NOT private ORDER BY mtime_ns DESC, path", (lo, hi)).fetchall()
-    inside, total = [p[len(lo):] for p, _, _, _ in rows], len(rows)
+    rows = idx.conn.execute(f"SELECT path, title, day, dated_by, conflict_of FROM notes n WHERE path >= ? AND path < ?"
+                            f" AND NOT private{of_days} ORDER BY day DESC, mtime_ns DESC, path", (lo, hi, *day_args)
+                            ).fetchall()
+    inside, total = [p[len(lo):] for p, *_ in rows], len(rows)
     if not total:
         return Shown("\n".join([f"No notes {where}.", *unlisted]))
     folders = sorted(Counter(p.split("/", 1)[0] for p in inside if "/" in p).items())
     tail = ["Folders: " + ", ".join(f"{name}/ ({count})" for name, count in folders)] if folders else []
-    tail += unlisted + _copies_listed([path for path, _, _, original in rows if original])
+    tail += unlisted + _copies_listed([path for path, *_, original in rows if original])
     out = [f"{total} note(s) {where}, newest first:"]
     used = len(out[0]) + sum(len(line) + 1 for line in tail) + 100
-    for path, title, mtime_ns, original in rows[:LIST_MAX_NOTES]:
-        line = f"{path} — {title}  ({time.strftime('%Y-%m-%d', time.localtime(mtime_ns / 1e9))})"
+    for path, title, day, dated_by, original in rows[:LIST_MAX_NOTES]:
+        line = f"{path} — {title}  ({day}, {DATED_BY[dated_by]})"
         line += f"  [sync-conflict copy of {original.rsplit('/', 1)[-1]}]" if original else ""
         if used + len(line) + 1 > LIST_OUTPUT_CHARS:
             break

@@ -75,14 +75,17 @@ def bash(notebook: Notebook, command: str, *, approve) -> Shown:
 
 PATH = ("string", "The note's path, as a search or the list gave it.")
 FOLDER = ("string", "Only notes inside this folder (optional).")
+DAYS = {"after": ("string", "Only notes dated this day (YYYY-MM-DD) or later (optional)."),
+        "before": ("string", "Only notes dated this day (YYYY-MM-DD) or earlier (optional).")}
 TOOLS: dict[str, Tool] = {t.schema["function"]["name"]: t for t in [
     tool(reading.search_notes,
          "Search the notes for words (any language): the best notes first, each with its matching lines numbered. "
-         '"A phrase" in double quotes matches word for word.', {"query": ("string", "The words to look for."),
-                                                                 "folder": FOLDER}, read_only=True),
+         '"A phrase" in double quotes matches word for word.',
+         {"query": ("string", "The words to look for (may be empty with after or before)."), "folder": FOLDER, **DAYS},
+         read_only=True),
     tool(reading.list_notes,
          "List the notes, newest first, with titles and dates, and how many notes each folder holds.",
-         {"folder": FOLDER}, read_only=True),
+         {"folder": FOLDER, **DAYS}, read_only=True),
     tool(reading.read_note,
          "Read a note, its lines numbered. A long note comes in parts, the first with its outline; pass start_line "
          "to read on, or section to read one part.",
@@ -168,13 +171,16 @@ def _arguments(schema: dict, arguments) -> dict:
     if not isinstance(arguments, dict):
         raise ToolError("the arguments must be a JSON object, like {\"query\": \"python\"}.")
     params = schema["function"]["parameters"]
+    if unknown := [name for name in arguments if name not in params["properties"]]:
+        raise ToolError(f"{schema['function']['name']} has no argument {unknown[0]!r}; its arguments are "
+                        f"{', '.join(params['properties']) or 'none'}.")
     if missing := [name for name in params["required"] if name not in arguments]:
         raise ToolError(f"missing argument(s): {', '.join(missing)}.")
     checked = {}
     for name, value in arguments.items():
-        spec = params["properties"].get(name)
-        if spec is None or (value is None and name not in params["required"]):
-            continue  # models sometimes add extra keys; ignoring them is kinder than failing
+        spec = params["properties"][name]
+        if value is None and name not in params["required"]:
+            continue  # an optional argument sent as null is one not sent
         expected = _JSON_TYPES[spec["type"]]
         if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
             raise ToolError(f"argument {name!r} must be of type {spec['type']}, not {type(value).__name__}.")

@@ -289,7 +289,7 @@ def start_cold(kb: Path, index_dir: Path, remove: bool = False) -> Path:
     return path
 
 
-HIT_LINE = re.compile(r"^(\S.*?) — (.*)$", re.M)
+HIT_LINE = re.compile(r"^(\S.*?) — (.*?)(?: \(\d{4}-\d{2}-\d{2}, [a-z ]+\))?$", re.M)  # the title, not its day
 
 
 def ranked_paths(output: str) -> list:

@@ -128,6 +128,17 @@ def test_search_then_read_round_trip(server):
     assert "work/meeting.md" in listed["content"][0]["text"]
 
 
+def test_a_date_range_and_an_unknown_argument_reach_the_tools(server):
+    assert {"after", "before"} <= set(server.request("tools/list")["result"]["tools"][0]["inputSchema"]["properties"])
+    found = server.call("search_notes", {"query": "", "after": "2000-01-01"})  # every note: made after that day
+    assert found["isError"] is False and "python.md — Python 学习笔记 (" in found["content"][0]["text"]
+    assert ", modified)\n" in found["content"][0]["text"]
+    none = server.call("list_notes", {"folder": "work", "before": "2000-01-31"})
+    assert none["content"][0]["text"] == "No notes in work/ dated 2000-01-31 or earlier."
+    wrong = server.call("search_notes", {"query": "venv", "path": "python.md"})
+    assert wrong["isError"] is True and "its arguments are query, folder, after, before" in wrong["content"][0]["text"]
+
+
 def test_write_note_creates_a_note_and_refuses_to_replace_it(server, notes):
     created = server.call("write_note", {"file_path": "ideas/mcp.md", "content": "# MCP\n\n一个想法\n"})
     assert created["isError"] is False

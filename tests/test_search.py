@@ -12,6 +12,7 @@ import re
 import sqlite3
 import subprocess
 import sys
+from datetime import date
 from pathlib import Path
 
 import pytest
@@ -155,20 +156,21 @@ def test_quoted_phrase_must_appear_in_that_order(kb, find):
 
 def test_hits_show_title_and_matching_lines_with_numbers(kb, find):
     out = find(kb, "temples")
+    day = date.fromtimestamp((kb / "travel/japan.md").stat().st_mtime)  # no day in its name nor properties
     assert out == ('1 note matches "temples", best first:\n\n'
-                   "travel/japan.md — Trip to Japan\n  3: Kyoto temples; bread is rare at breakfast.")
+                   f"travel/japan.md — Trip to Japan ({day}, modified)\n  3: Kyoto temples; bread is rare at breakfast.")
 
 
 def test_a_comment_in_a_code_block_is_not_the_notes_title(kb, find):
     write(kb, "setup.md", "```bash\n# install deps\npip install x\n```\n\n# Real title\n\nThe setup steps.\n")
     write(kb, "tilde.md", "~~~\n# not this\n~~~\n")  # no heading outside the code: the name is its title
-    assert "setup.md — Real title\n" in find(kb, "setup steps")
-    assert "tilde.md — tilde\n" in find(kb, "tilde")
+    assert "setup.md — Real title (" in find(kb, "setup steps")
+    assert "tilde.md — tilde (" in find(kb, "tilde")
 
 
 def test_note_found_by_its_path_alone_shows_its_opening_line(kb, find):
     write(kb, "recipes/soup.md", "# Soup\n\nLeeks and potatoes.\n")
-    assert "recipes/soup.md — Soup\n  3: Leeks and potatoes." in find(kb, "recipes")
+    assert re.search(r"^recipes/soup.md — Soup \(.*\)\n  3: Leeks and potatoes.$", find(kb, "recipes"), re.M)
 
 
 def test_no_match_says_so_without_error(kb, find):
