@@ -451,8 +451,7 @@ def passages(notebook, question: str, room_tokens: int, embedder: embeddings.Emb
                 break
     if not blocks:
         return None
-    return Shown("Passages of the notes a search for this question found (cite them as path:line; read_note for more):"
-                 "\n\n" + "\n\n".join(blocks), shown, shown)
+    return Shown("\n\n".join(blocks), shown, shown)
 
 
 # --- Listing ---

@@ -267,3 +267,20 @@ def test_the_no_key_hint_names_the_config_file_really_read(call_main, tmp_path, 
     monkeypatch.setenv("XDG_CONFIG_HOME", elsewhere["XDG_CONFIG_HOME"])
     page = no_key()
     assert expected in page and "~/.config" not in page, page
+
+
+def test_a_model_stuck_on_failing_calls_is_asked_without_tools(kb):
+    """Qwen2.5-Coder-0.5B answered "how do I quit vim" with a call to a tool named "vim", then called "tool" five times,
+    each failing, until the round limit, and never answered. After two rounds of nothing but failed calls the next
+    request offers no tools, so the model answers; if it still only calls, the turn ends saying so."""
+    client = StubClient([{"tool_calls": [tool_call("vim", file_path="x")]}, {"tool_calls": [tool_call("tool")]},
+                         {"content": "Type :q! to quit without saving."}])
+    answer = run_agent("how do I quit vim without saving", settings=make_settings(kb), client=client)
+    assert answer == "Type :q! to quit without saving." and answer.complete
+    assert [bool(request.get("tools")) for request in client.requests] == [True, True, False]
+    stuck = StubClient([{"tool_calls": [tool_call("vim")]}, {"tool_calls": [tool_call("tool")]},
+                        {"tool_calls": [tool_call("tool")]}])
+    history = []
+    answer = run_agent("quit vim?", history, settings=make_settings(kb), client=stuck)
+    assert not answer.complete and "kept making tool calls that failed" in answer.notice
+    assert_valid_history(history)

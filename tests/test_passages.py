@@ -27,11 +27,11 @@ def test_the_first_request_carries_the_question_with_its_passages(garden):
     client = StubClient([{"content": "Every two days (garden.md:6)."}])
     history = []
     answer = run_agent("how often should I water my tomatoes?", history, client=client, notebook=garden)
-    asked = question_sent(client.requests[0])
-    assert asked.startswith("how often should I water my tomatoes?\n\n<<<data ")
+    asked = question_sent(client.requests[0])  # the passages first, the question last: a small model answers it
+    assert asked.startswith("<<<data ") and asked.endswith(">>>end " + asked[8:18] + "\n\nhow often should I water "
+                                                                                    "my tomatoes?")
     assert "garden.md\n" in asked and "  6: Water the tomatoes every two days, in the morning." in asked
     assert "neighbour" not in asked and "diary.md" not in asked  # a private note is no passage
-    assert asked.rstrip().split("\n")[-1].startswith(">>>end ")
     assert history[0]["content"] == "how often should I water my tomatoes?"  # what the person asked, as kept
     assert answer.citations.failed() == [] and [c.text for c in answer.citations.checks] == ["garden.md:6"]
     assert answer.citations.unread == ""  # the answer rests on what went with the question
