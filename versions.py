@@ -1,14 +1,10 @@
 """Every change to the notes: planned as a value, shown, applied as one, recorded so /undo can take it back.
 
-A `Change` is what a tool wants to do: one file or several, each with the bytes it had when the change was
-planned and the bytes it gets (None: the file does not exist, or no longer will), and for a move the rename.
-`plan_text`, `plan_move` and `plan_delete` make one from the disk (diffs.py shows it), and `apply` writes it under
-notes.locked, only if every file still has the bytes the plan saw; a change nobody was shown is planned again on
-the notes as they are then, so what another process wrote meanwhile is built on, never written over. Before a
-byte is written, every file it replaces or removes is copied to `.history/<path>.<stamp>` (a plain file a person
-can open) and the whole change is one line of `.history/undo.jsonl`, so `undo_last` can put every file back,
-even after a kill midway. It must never lose a word: a failure leaves the notes as they were and raises
-notes.ToolError.
+`plan_text`, `plan_move` and `plan_delete` make a `Change` from the disk; `apply` writes it under notes.locked
+only if every file still holds what the plan saw (one nobody was shown is planned again, so what another process
+wrote is built on, never written over). First every file it replaces is copied to `.history/<path>.<stamp>` and
+the change logged as one line of `.history/undo.jsonl`, so `undo_last` can put it all back, even after a kill
+midway. It must never lose a word: a failure leaves the notes as they were and raises notes.ToolError.
 """
 
 import contextlib
@@ -78,10 +74,12 @@ class Change:
 
 # --- Planning a change ---
 
-def _current(kb: Path, rel_path: str) -> bytes | None:
+def _current(kb: Path, rel_path: str, must_exist: bool = False) -> bytes | None:
     try:
         return read_bytes(kb, rel_path)
     except (FileNotFoundError, NotADirectoryError):
+        if must_exist:
+            raise ToolError(f"{rel_path} does not exist") from None
         return None
 
 
@@ -89,13 +87,11 @@ def plan_text(kb: Path, rel_path: str, new_text, op: str) -> Change:
     """A text change: "write" creates a note (refused if one exists), "overwrite", "edit" and "append" replace one
     in its own format. `new_text`: the text, or a function of the note's text now (it may raise ToolError)."""
     compute = new_text if callable(new_text) else lambda old: new_text
-    data = _current(kb, rel_path)
     if op == "write":
-        if data is not None or os.path.lexists(kb / rel_path):
+        if _current(kb, rel_path) is not None or os.path.lexists(kb / rel_path):
             raise ToolError(f"{rel_path} already exists; nothing was replaced")
         return Change(op, (FileChange(rel_path, None, encode_note(compute(""), NoteFormat())),))
-    if data is None:
-        raise ToolError(f"{rel_path} does not exist")
+    data = _current(kb, rel_path, must_exist=True)
     try:
         old_text, fmt = decode_note(data)
     except ToolError as e:
@@ -106,17 +102,13 @@ def plan_text(kb: Path, rel_path: str, new_text, op: str) -> Change:
 def plan_move(kb: Path, from_path: str, to_path: str, rewritten: dict | None = None) -> Change:
     """Rename a note (never over an existing one); `rewritten`: new bytes of notes whose links change with it
     (the moved note's own under its old path), as planned from the bytes they have now."""
-    if _current(kb, from_path) is None:
-        raise ToolError(f"{from_path} does not exist")
+    _current(kb, from_path, must_exist=True)
     files = tuple(FileChange(path, _current(kb, path), new) for path, new in (rewritten or {}).items())
     return Change("move", files, (from_path, to_path))
 
 
 def plan_delete(kb: Path, rel_path: str) -> Change:
-    data = _current(kb, rel_path)
-    if data is None:
-        raise ToolError(f"{rel_path} does not exist")
-    return Change("delete", (FileChange(rel_path, data, None),))
+    return Change("delete", (FileChange(rel_path, _current(kb, rel_path, must_exist=True), None),))
 
 
 # --- Applying one ---
@@ -125,18 +117,15 @@ def _stale(kb: Path, change: Change) -> list[str]:
     """The files that no longer hold what the plan saw (a move: its note gone, or its new place taken)."""
     stale = [f.path for f in change.files if _current(kb, f.path) != f.old]
     if change.move:
-        if _current(kb, change.move[0]) is None:
-            raise ToolError(f"{change.move[0]} does not exist")
+        _current(kb, change.move[0], must_exist=True)
         if os.path.lexists(kb / change.move[1]):
             raise ToolError(f"{change.move[1]} already exists; nothing was moved")
     return stale
 
 
 def apply(kb: Path, change: Change, replan=None, since: float | None = None) -> tuple[Change, str]:
-    """Write the change (each file atomically, the whole recorded as one undo entry first): (the change as
-    written, "" or a warning that /undo will not know it). If a file changed since the plan, `replan()` plans it
-    again under the lock; without one (a person approved exactly that change) nothing is written and ToolError
-    says which. A failing disk says what is unchanged. `since`: as prune_versions takes it."""
+    """Write the change, logged as one undo entry first: (the change as written, "" or a warning that /undo will not
+    know it). A file changed since the plan: `replan()` plans it again under the lock, or without one Stale."""
     verb, unchanged = {"move": ("move", "it is where it was"), "delete": ("delete", "it is still there")}.get(
         change.op, ("save", "the note is as it was"))
     try:
@@ -171,15 +160,10 @@ def _missing_folders(kb: Path, rel_path: str) -> list[str]:
 def _record(kb: Path, change: Change) -> tuple[dict, str]:
     """Copy every file the change replaces or removes into .history, then log the change: before any write, so a
     kill midway leaves nothing /undo cannot put back."""
-    files, made = [], []
-    for f in change.files:
-        final = change.final_path(f.path)
-        files.append({"path": final, "snapshot": snapshot(kb, f.path, f.old) if f.old is not None else None,
-                      "after": hashlib.sha256(f.new).hexdigest() if f.new is not None else None})
-        if f.old is None:
-            made += _missing_folders(kb, final)
-    if change.move:
-        made += _missing_folders(kb, change.move[1])
+    files = [{"path": change.final_path(f.path), "snapshot": None if f.old is None else snapshot(kb, f.path, f.old),
+              "after": None if f.new is None else hashlib.sha256(f.new).hexdigest()} for f in change.files]
+    new = [f["path"] for f in files if f["snapshot"] is None] + ([change.move[1]] if change.move else [])
+    made = [folder for path in new for folder in _missing_folders(kb, path)]
     entry = {"time": _stamp(), "op": change.op, "path": change.note, "to": change.move and change.move[1],
              "files": files, "made": list(dict.fromkeys(made)) or None}
     return entry, _log_change(kb, entry)
@@ -249,20 +233,14 @@ def _age_s(version: Path) -> float:
 
 
 def prune_versions(kb: Path, rel_path: str, since: float | None = None) -> None:
-    """Delete a note's old versions, by age and size, never by count alone: the newest HISTORY_KEEP stay, as do
-    every version of the last HISTORY_PROTECT_S, the newest one older than that, the first kept `since` (the time
-    its Notebook opened: the note before this run) and the oldest (the note before the agent first changed it), so
-    no sequence of changes can flush the text a note had before the agent, before this conversation or before the
-    last hour. Past HISTORY_MAX_BYTES a note
-    thus keeps at most HISTORY_KEEP + 3 versions besides the last hour's, and the oldest outlives any age: one copy
-    of each note the agent ever changed, as it was then."""
+    """Delete a note's old versions by age and size, never by count alone. Always kept: the newest HISTORY_KEEP, the
+    last HISTORY_PROTECT_S's and the newest older one, the first kept `since` (its Notebook opened) and the oldest."""
     kept = list_versions(kb, rel_path)
     ages = [_age_s(v) for v in kept]
     first = next((i for i, age in enumerate(ages) if since is not None and age <= time.time() - since), None)
-    protected = {i for i, age in enumerate(ages) if i in (0, first) or i >= len(kept) - HISTORY_KEEP
-                 or age < HISTORY_PROTECT_S}
     older = [i for i, age in enumerate(ages) if age >= HISTORY_PROTECT_S]
-    protected |= {older[-1]} if older else set()  # the newest version older than the protected hour
+    protected = {i for i, age in enumerate(ages) if i in (0, first, *older[-1:]) or i >= len(kept) - HISTORY_KEEP
+                 or age < HISTORY_PROTECT_S}
     sizes = [v.stat().st_size if v.exists() else 0 for v in kept]
     total = sum(sizes)
     for i, version in enumerate(kept):  # oldest first
@@ -284,8 +262,14 @@ def _inside_notes(path, under: str | None = None) -> bool:
     return parts[0] == under if under else parts[0] != HISTORY_DIR
 
 
-def _files_of(e: dict) -> list | None:
-    """The entry's files as this version records them; a line an older version wrote is read the same way."""
+def _followed(e) -> dict | None:
+    """The entry with its files as this version records them (an older version's line too), or None: the log may be
+    edited by hand, and undo follows only paths inside the notes (a snapshot: inside .history)."""
+    if not isinstance(e, dict) or e.get("op") not in CHANGE_OPS or not isinstance(e.get("time", ""), (str, type(None))):
+        return None
+    if not _inside_notes(e.get("path")) or not (e.get("to") is None or _inside_notes(e["to"])) or (
+            e["op"] == "move" and not e.get("to")):
+        return None
     if "files" in e:
         files = e["files"]
     elif e["op"] == "move":
@@ -298,20 +282,7 @@ def _files_of(e: dict) -> list | None:
     good = isinstance(files, list) and all(
         isinstance(f, dict) and _inside_notes(f.get("path")) and isinstance(f.get("after"), (str, type(None)))
         and (f.get("snapshot") is None or _inside_notes(f["snapshot"], HISTORY_DIR)) for f in files)
-    return files if good else None
-
-
-def _followed(e) -> dict | None:
-    """The entry with its files as this version records them, or None: the log may be edited by hand, and undo
-    follows only paths inside the notes (a snapshot: inside .history)."""
-    if not isinstance(e, dict) or e.get("op") not in CHANGE_OPS or not isinstance(e.get("time", ""), (str, type(None))):
-        return None
-    if not _inside_notes(e.get("path")) or not (e.get("to") is None or _inside_notes(e["to"])):
-        return None
-    if e["op"] == "move" and not e.get("to"):
-        return None
-    files = _files_of(e)
-    return None if files is None else {**e, "files": files}
+    return {**e, "files": files} if good else None
 
 
 def read_log(kb: Path) -> list[dict]:
@@ -362,9 +333,8 @@ def _log_change(kb: Path, entry: dict) -> str:
 # --- Undo ---
 
 def undo_last(kb: Path, since: float | None = None) -> tuple[str, list[str]]:
-    """Revert the latest change the agent made: (what was done, the paths it touched). What undo replaces is
-    copied into .history first; a change that can no longer be undone is dropped; ToolError: retry later.
-    `since`: as prune_versions takes it."""
+    """Revert the agent's latest change: (what was done, the paths it touched). What undo replaces is copied into
+    .history first; a change that can no longer be undone is dropped; ToolError: retry later."""
     with locked(kb) if (kb / HISTORY_DIR).is_dir() else contextlib.nullcontext():
         entries = read_log(kb)
         if not entries and _trimmed(kb):
@@ -396,8 +366,8 @@ def _describe(entry: dict) -> str:
 
 
 def _keep_current(kb: Path, rel_path: str, after: str | None = None) -> str:
-    """Copy what is at rel_path into .history before undo replaces it, unless it is just what the agent wrote
-    (such copies would push out the older versions further undos need)."""
+    """Copy what is at rel_path into .history before undo replaces it, unless it is what the agent wrote (such copies
+    would push out the older versions further undos need)."""
     if not (kb / rel_path).is_file() or (after and hashlib.sha256(read_bytes(kb, rel_path)).hexdigest() == after):
         return ""
     return f" The text it had before this undo is kept in {snapshot(kb, rel_path)}."
