@@ -1,10 +1,9 @@
 """The tools that change notes: edit_note, append_note, write_note, move_note, delete_note, and their one pipeline.
 
-Every change is a versions.Change planned from the disk with its words (the question's title, the result's
-message), approved where the policy (approval.Approver) asks, applied by the Notebook (versions.apply: atomic, the
-note's format kept, recoverable with /undo; and its index told). A text change that would break a note's front matter
-is refused before it is planned (_text_change), a new name that could be mistaken for an existing one before anything
-is read (_new_name). What the model can fix raises ToolError; nothing here writes but through Notebook.apply.
+Every change is a versions.Change planned from the disk with its words (the question, the result), approved where
+approval.Approver asks, applied by Notebook.apply (atomic, undoable, the index told). A change that would break a
+note's front matter is refused (_text_change), as is a new name that could be taken for another one (_new_name).
+What the model can fix raises ToolError; nothing here writes but through Notebook.apply.
 """
 
 import dataclasses
@@ -32,9 +31,8 @@ from reading import MAX_NOTE_BYTES, MISSING, guarded, linked_here, note_links, n
 
 EDIT_CLOSEST_LINES = 3  # lines shown when edit_note's old_text is not found
 HINT_WIDTH = 200  # characters of the passage compared, and of a long line shown
-# The hint for old_text that was not found must come back within about a second on any note
-# (bench/edit_hint_bench.py): only this much of the note is searched, and only this many pieces of lines
-# (those sharing the most three-letter runs with the passage) are compared closely.
+# The hint for old_text not found must come within about a second on any note (bench/edit_hint_bench.py): only this
+# much of the note is searched, and only this many pieces (most three-letter runs shared) are compared closely.
 HINT_SCAN_CHARS = 1_000_000
 HINT_CANDIDATES = 50
 EDIT_MAX_MATCHES_COUNTED = 20
@@ -54,9 +52,8 @@ def _changeable(notebook: Notebook, path, size_limit: bool = True) -> str:
 
 
 def _change(notebook: Notebook, approve, plan: Callable[[], versions.Change]) -> Shown:
-    """Plan a change (with its words), have it approved where the policy asks, apply it and tell the index: the
-    result's text, its first line the change summary (`~ notes/git.md  +3 −1`). A change a person approved is written
-    only if every file is still as they saw it; one nobody saw is planned again on the notes as they are then."""
+    """Plan a change, have it approved where the policy asks, apply it: the result, its summary first. One a person
+    approved is written only if every file is as they saw it; one nobody saw is planned again on the notes now."""
     change = plan()
     if change.is_noop():  # saying "replaced" would claim a version was kept
         return _told(notebook, change, f"\nNothing was written: {change.note} already holds exactly that text.")
@@ -77,8 +74,7 @@ def _change(notebook: Notebook, approve, plan: Callable[[], versions.Change]) ->
 
 
 def _told(notebook: Notebook, change: versions.Change, words: str) -> Shown:
-    """diffs.summary for the model, then `words`: a private note the change touched (by a move's links) is counted,
-    not named."""
+    """diffs.summary for the model, then `words`: a private note the change touched is counted, not named."""
     paths = [change.final_path(f.path) for f in change.files]
     hidden = {path for f, path in zip(change.files, paths)
               if notebook.is_private(path, notes.readable_text(f.new or f.old or b"") or "")}
@@ -86,10 +82,8 @@ def _told(notebook: Notebook, change: versions.Change, words: str) -> Shown:
 
 
 def _new_name(notebook: Notebook, name: str, moving: str = "") -> str:
-    """A new note's name (or the new name of the note `moving`), refused if it could be mistaken for another: a
-    character that shows nothing there (U+200B, U+034F, a variation selector after a letter), a part that looks like
-    an existing one (_alike: oTHER.md beside Other.md, café in NFC and NFD, a Cyrillic рlan.md beside plan.md), or a
-    sync copy's name of a note beside it (vault.copy_of). No answer names the other note: it may be private."""
+    """A new note's name (or the note `moving`'s), refused if it holds an invisible character, looks like a name
+    there (_alike) or is a sync copy's name of a note beside it. No answer names the other: it may be private."""
     if hidden := next((c for i, c in enumerate(name) if notes.ignorable(c) and not notes.joins(name, i)), None):
         raise ToolError(f"the name '{notes.visible(name)}' holds an invisible character (U+{ord(hidden):04X}); a new "
                         "note's name may not.", "Choose the name without it.")
@@ -136,8 +130,7 @@ def _text_change(notebook: Notebook, approve, name: str, new_text: Callable[[str
 
 
 def _new_note(notebook: Notebook, name: str) -> tuple[str, str]:
-    """(the text a new note starts with, words saying so): today's daily note starts from the vault's daily-note
-    template, filled in as Obsidian fills it; any other note from nothing."""
+    """(the text a new note starts with, words saying so): for today's daily note its template, filled in."""
     daily, now = vault.daily_note_settings(notebook.kb), datetime.now()
     if not daily["template"] or name != vault.daily_note_path(daily, now):
         return "", ""
@@ -286,9 +279,8 @@ def move_note(notebook: Notebook, from_path: str, to_path: str, *, approve) -> S
 
 
 def _links_kept(notebook: Notebook, src: str, dst: str) -> tuple[dict, dict, dict]:
-    """What moving src to dst must rewrite so that every link of the notes leads where it did (links.plan_move), by
-    path before the move: (the bytes each file was planned from, the new bytes of those that change, how many links
-    change in each). Read: the notes whose stored links may lead to src or dst, src itself, every canvas."""
+    """What moving src to dst must rewrite so every link leads where it did, by path before the move: (the bytes
+    each file was planned from, the new bytes of those that change, how many links change in each)."""
     paths, rows, _ = search.link_rows(notebook, link_graph.move_keys(src, dst))
     paths |= {src}
     read, texts, formats = {}, {}, {}

@@ -1,13 +1,10 @@
 """The notes folder on disk: which paths are notes, how a note is read and written, and the lock.
 
-Every tool, search and versions.py go through this file, so its rules hold everywhere:
-- one path guard (`safe_path`, `safe_folder`) admits visible .md/.txt notes inside the folder only;
-- a note's format (its encoding, BOM, CRLF or LF) is kept byte for byte: UTF-8, UTF-16 with a BOM and
-  GBK/GB18030 notes are read and changed in their own encoding, anything else is read but never changed;
-- every file is reached race-free from the folder's own descriptor, never through a link, and replaced
-  atomically; one lock (`locked`) makes changes by several knowledge-agent processes take turns.
-It must never read or write outside the notes folder: a failure raises `ToolError`, the one exception the
-tools raise, with a message for the model or the person.
+Every tool, search and versions.py go through it: one path guard (`safe_path`, `safe_folder`) admits visible
+.md/.txt notes inside the folder only; a note's format (UTF-8, UTF-16 with a BOM or GBK/GB18030, BOM, line endings)
+is kept byte for byte, anything else is read but never changed; every file is reached race-free from the folder's
+own descriptor, never through a link, and replaced atomically; `locked` makes several processes' changes take
+turns. It must never read or write outside the notes folder: a failure raises `ToolError` (the tools' one error).
 """
 
 import codecs
@@ -28,9 +25,8 @@ LOCK_FILE = "lock"  # in .history: held while a change reads and writes a note
 LOCK_WAIT = 10.0  # seconds a change waits for another process's change before giving up
 # Control characters and bidi overrides in a name could redraw a confirmation prompt.
 HIDING_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-# Shown as escapes too: line separators a terminal may break on, and every default-ignorable code point (it shows
-# nothing: ignorable() says which; tests check that this class holds them all), tag characters included (hidden text,
-# though a few flag emoji use them); a joiner or variation selector doing its work (joins) stays.
+# Shown as escapes too: line separators a terminal may break on, and every default-ignorable code point (tests
+# check this class holds all ignorable() finds), tag characters included; a joiner doing its work (joins) stays.
 SHOWN_ESCAPED = re.compile(HIDING_CHARACTERS.pattern[:-1] + "\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891"
                            "\u08e2\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200d\u2028\u2029\u2060-\u206f\u3164"
                            "\ufe00-\ufe0f\uffa0\ufeff\ufff0-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f"
@@ -46,9 +42,8 @@ MAX_CONTROL_SHARE = 0.01  # more control characters than this in a note not in U
 
 
 class ToolError(Exception):
-    """A tool call that cannot be done; the notes are as they were. `message` says what went wrong, for anyone;
-    `advice` what to do next in the model's words (its tools and their arguments); `str()` is both, as the
-    model reads them. `kind` names the failure for code that words it for a person ("missing", "folder")."""
+    """A tool call that cannot be done; the notes are as they were. `str()` is `message` (for anyone) and `advice`
+    (in the model's words); `kind` names the failure for code that words it for a person ("missing", "folder")."""
 
     def __init__(self, message: str, advice: str = "", kind: str = "", lines: dict | None = None):
         super().__init__(f"{message} {advice}".strip())
@@ -57,9 +52,8 @@ class ToolError(Exception):
 
 
 class Shown(str):
-    """A tool's text for the model, saying as data what it put before the model: `lines` {note: line numbers} whose
-    text it showed, `named` the notes it named, `unlisted` whether it may hold note text beyond those lines (a shell
-    command's output). citations.py and /sent read these, never the words (tools.execute_tool keeps them)."""
+    """A tool's text for the model, and as data what it showed: `lines` {note: line numbers}, `named` the notes it
+    named, `unlisted` whether it may hold note text beyond those lines (a shell command's output)."""
 
     def __new__(cls, text: str, lines: dict | None = None, named=(), unlisted: bool = False):
         shown = super().__new__(cls, text)
@@ -121,8 +115,8 @@ def is_note_path(rel_path: str) -> bool:
 
 
 def safe_folder(kb: Path, folder: str, what: str = "folder") -> Path:
-    """The folder (or file) inside the notes, resolved; refuses escapes and hidden names. `what` names the
-    argument in a refusal ("" for a person, who typed none)."""
+    """The folder (or file) inside the notes, resolved; refuses escapes and hidden names. `what`: the argument's
+    name in a refusal ("" for a person)."""
     who = f"{what} " if what else ""
     if not isinstance(folder, str) or not folder.strip():
         raise ToolError(f"{who}must be a non-empty path relative to the notes folder, like 'python.md'.")
@@ -226,14 +220,13 @@ def encode_note(text: str, fmt: NoteFormat) -> bytes:
                         "convert the note to UTF-8 first.") from None
 
 
-# --- Race-free paths: every file is reached from the notes folder's own descriptor, one component at a
-# time, never through a link. What the guard checked is what is read or written, even if something swaps
-# a folder for a link to elsewhere (a sync client, another program) between the check and the change.
+# --- Race-free paths: one component at a time from the notes folder's descriptor, never through a link, so what
+# the guard checked is what is touched even if a folder is swapped for a link between the check and the change.
 
 @contextlib.contextmanager
 def in_folder(kb: Path, rel_path: str, create: bool = False):
-    """(descriptor of rel_path's folder, its file name), the folder opened race-free; closed afterwards.
-    `create`: missing folders are made; if what is done there fails, those this call made are removed again."""
+    """(descriptor of rel_path's folder, its file name), closed afterwards. `create`: missing folders are made, and
+    removed again if what is done there fails."""
     made = []
     *folders, name = str(rel_path).split("/")  # plain strings: this runs for every note an index build reads
     fd = os.open(kb, os.O_RDONLY | os.O_DIRECTORY)

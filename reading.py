@@ -1,9 +1,8 @@
 """The tools that read: search_notes, list_notes, read_note and links, and how a note is shown to the model.
 
-Every path the model gives goes through `guarded`: notes.py's path guard, then the privacy boundary (to the model a
-private note is no note). `note_text` reads a note the way every reader of this project does (the page, /read, the
-citation check): race-free, any encoding, bounded. Sections and outlines are read as the vault's Obsidian reads
-them (vault.py). Nothing here writes; what the model can fix raises ToolError.
+Every path the model gives goes through `guarded` (the path guard, then privacy: to the model a private note is no
+note). `note_text` reads a note for every reader (the page, /read, the citation check): race-free, any encoding,
+bounded. Nothing here writes; what the model can fix raises ToolError.
 """
 
 import itertools
@@ -38,15 +37,12 @@ def search_notes(notebook: Notebook, query: str = "", folder: str | None = None,
     return Shown(notice + found, found.lines, found.named)
 
 
-def list_notes(notebook: Notebook, folder: str | None = None, after: str | None = None, before: str | None = None,
-               person: bool = False) -> Shown:
-    return search.list_notes(notebook, folder, person, after=after, before=before)
+list_notes = search.list_notes
 
 
 def guarded(notebook: Notebook, file_path: str, what: str = "file_path", new: bool = False):
-    """The path guard (notes.safe_path) for a path the model gave, and the privacy boundary: to the model a private
-    note is no note (privacy.py). `new`: for a note to be made: refused where .kaignore keeps the name, whether or not
-    a note is there; at a note private by its front matter the caller answers as for any note that exists there."""
+    """notes.safe_path for a path the model gave, a private note refused as missing. `new`: a note to be made,
+    refused where .kaignore keeps the name (at one private by its front matter the caller answers as for any)."""
     path = safe_path(notebook.kb, file_path, what)
     name = rel(notebook.kb, path)
     if new and any(privacy.ignored(kept, notebook.rules()) for kept in (name, vault.copy_of(name)) if kept):
@@ -58,9 +54,8 @@ def guarded(notebook: Notebook, file_path: str, what: str = "file_path", new: bo
 
 
 def note_text(notebook: Notebook, file_path: str, what: str = "file_path") -> tuple[str, str]:
-    """(name, text) of a note to read (the model's, the page's, /read's): through the path guard, any encoding,
-    bounded. `what` names the path in an error ("" for a person, who typed no argument name: /read and the page
-    show private notes too, since they go to nobody; the model's read_note passes through `guarded` first)."""
+    """(name, text) of a note to read, through the path guard, bounded. `what` names the path in an error ("" for a
+    person: /read and the page show private notes too; the model's read_note goes through `guarded` first)."""
     name = rel(notebook.kb, safe_path(notebook.kb, file_path, what))
     try:
         data = notes.read_bytes(notebook.kb, name, MAX_NOTE_BYTES + 1)
@@ -91,9 +86,8 @@ def read_lines(text: str, start_line: int, last_line: int | None = None, room: i
 
 
 def note_part(name: str, text: str, start_line: int = 1, section: str | None = None, read_on=None) -> Shown:
-    """What read_note (and /read) show: the note, or one section of it, from start_line on, as much as one read holds;
-    a long note's first read starts with its outline (its headings' lines are shown too). `read_on(line, section)`:
-    the closing line saying how to read on from that line (by default the model's words)."""
+    """What read_note and /read show of the note or a section, from start_line on; a long note's first read starts
+    with its outline. `read_on(line, section)`: the closing line saying how to read on (by default the model's)."""
     read_on = read_on or (lambda line, section: f"[… cut: call read_note with start_line={line}"
                           + (f" and section={json.dumps(section, ensure_ascii=False)}" if section else "")
                           + " to read on]")
@@ -155,8 +149,7 @@ def links(notebook: Notebook, file_path: str) -> Shown:
 
 
 def note_links(notebook: Notebook, name: str) -> tuple[list, list]:
-    """(its links: (line, target, fragment, the path it leads to or None, embed), its backlinks: "source:line")
-    of the note at `name`, from the link index."""
+    """(the note's links: (line, target, fragment, the path it leads to or None, embed), its backlinks)."""
     paths, rows, hidden = search.link_rows(notebook, link_graph.link_keys(name), name)  # hidden: to the model none
     resolver = link_graph.Resolver(paths)
     own = [row for row in rows if row[0] == name]

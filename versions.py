@@ -124,8 +124,8 @@ def _stale(kb: Path, change: Change) -> list[str]:
 
 
 def apply(kb: Path, change: Change, replan=None, since: float | None = None) -> tuple[Change, str]:
-    """Write the change, logged as one undo entry first: (the change as written, "" or a warning that /undo will not
-    know it). A file changed since the plan: `replan()` plans it again under the lock, or without one Stale."""
+    """Write the change, logged as one undo entry first: (the change as written, "" or a warning that /undo will
+    not know it). A file changed since the plan: `replan()` plans it again under the lock; without one, Stale."""
     verb, unchanged = {"move": ("move", "it is where it was"), "delete": ("delete", "it is still there")}.get(
         change.op, ("save", "the note is as it was"))
     try:
@@ -160,7 +160,8 @@ def _missing_folders(kb: Path, rel_path: str) -> list[str]:
 def _record(kb: Path, change: Change) -> tuple[dict, str]:
     """Copy every file the change replaces or removes into .history, then log the change: before any write, so a
     kill midway leaves nothing /undo cannot put back."""
-    files = [{"path": change.final_path(f.path), "snapshot": None if f.old is None else snapshot(kb, f.path, f.old),
+    files = [{"path": change.final_path(f.path),
+              "snapshot": None if f.old is None else snapshot(kb, f.path, f.old),
               "after": None if f.new is None else hashlib.sha256(f.new).hexdigest()} for f in change.files]
     new = [f["path"] for f in files if f["snapshot"] is None] + ([change.move[1]] if change.move else [])
     made = [folder for path in new for folder in _missing_folders(kb, path)]
@@ -233,8 +234,8 @@ def _age_s(version: Path) -> float:
 
 
 def prune_versions(kb: Path, rel_path: str, since: float | None = None) -> None:
-    """Delete a note's old versions by age and size, never by count alone. Always kept: the newest HISTORY_KEEP, the
-    last HISTORY_PROTECT_S's and the newest older one, the first kept `since` (its Notebook opened) and the oldest."""
+    """Delete a note's old versions by age and size, never by count alone. Always kept: the newest HISTORY_KEEP,
+    the last HISTORY_PROTECT_S's and the newest older one, the first since `since` (its Notebook's), the oldest."""
     kept = list_versions(kb, rel_path)
     ages = [_age_s(v) for v in kept]
     first = next((i for i, age in enumerate(ages) if since is not None and age <= time.time() - since), None)
@@ -267,8 +268,9 @@ def _followed(e) -> dict | None:
     edited by hand, and undo follows only paths inside the notes (a snapshot: inside .history)."""
     if not isinstance(e, dict) or e.get("op") not in CHANGE_OPS or not isinstance(e.get("time", ""), (str, type(None))):
         return None
-    if not _inside_notes(e.get("path")) or not (e.get("to") is None or _inside_notes(e["to"])) or (
-            e["op"] == "move" and not e.get("to")):
+    if not _inside_notes(e.get("path")) or not (e.get("to") is None or _inside_notes(e["to"])):
+        return None
+    if e["op"] == "move" and not e.get("to"):
         return None
     if "files" in e:
         files = e["files"]
@@ -366,8 +368,8 @@ def _describe(entry: dict) -> str:
 
 
 def _keep_current(kb: Path, rel_path: str, after: str | None = None) -> str:
-    """Copy what is at rel_path into .history before undo replaces it, unless it is what the agent wrote (such copies
-    would push out the older versions further undos need)."""
+    """Copy what is at rel_path into .history before undo replaces it, unless it is what the agent wrote (such
+    copies would push out the older versions further undos need)."""
     if not (kb / rel_path).is_file() or (after and hashlib.sha256(read_bytes(kb, rel_path)).hexdigest() == after):
         return ""
     return f" The text it had before this undo is kept in {snapshot(kb, rel_path)}."
