@@ -1,9 +1,7 @@
 """The one approval policy: when a tool asks the person first, and what it may write without asking.
 
-A tool that needs the person's yes describes it as an `Approval`; the `Approver` it is handed decides whether
-anybody is asked (the tool always asks, every change is reviewed, or this answer has written a lot), asks through
-the UI's `ask` (True, False, or None when nobody can be asked) and refuses with a ToolError when the answer is no.
-This module asks, it never acts on the notes.
+A tool describes what it asks as an `Approval`; its `Approver` decides whether anybody is asked, asks through the
+UI's `ask` and refuses with a ToolError when the answer is no. This module asks, it never acts on the notes.
 """
 
 import time
@@ -51,10 +49,8 @@ class Allowance:
 
 @dataclass
 class Approver:
-    """The policy for one tool call. Called with an Approval: True when a person approved, False when nobody needed
-    to be asked, or a ToolError (not done). A tool that always asks (`tool_asks`), or an approval marked `always` (a
-    change past the answer's allowance), is asked about unless --yes (`auto`) covers it; with `review` (the page)
-    every change is asked about and --yes covers nothing."""
+    """One call's policy: True when a person approved, False when nobody needed asking, or ToolError. Asked:
+    a tool that asks, or an approval `always` (past the allowance), unless --yes; with `review` every change."""
     ask: Callable | None  # the UI's: Approval -> True, False, or None when nobody can be asked
     tool_asks: bool = False
     review: bool = False

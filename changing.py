@@ -279,8 +279,7 @@ def move_note(notebook: Notebook, from_path: str, to_path: str, *, approve) -> S
 
 
 def _links_kept(notebook: Notebook, src: str, dst: str) -> tuple[dict, dict, dict]:
-    """What moving src to dst must rewrite so every link leads where it did, by path before the move: (the bytes
-    each file was planned from, the new bytes of those that change, how many links change in each)."""
+    """What moving src to dst rewrites so every link leads where it did: (bytes read, new bytes, links changed)."""
     paths, rows, _ = search.link_rows(notebook, link_graph.move_keys(src, dst))
     paths |= {src}
     read, texts, formats = {}, {}, {}

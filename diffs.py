@@ -2,10 +2,9 @@
 
     summary(change) -> "~ notes/git.md  +3 −1"      diffs(change) -> [(title, unified diff)]
 
-Counting and diffing take milliseconds on any note: the lines both sides share at head and tail are set aside first,
-and past DIFF_MAX_WORK the changed middle is shown as a whole replacement and counted in n log n time, the lines
-moved apart (a reorder is never `+0 −0`). Control characters and direction marks in what is shown are escapes, so
-a note cannot hide what changes. It only reads the change it is given.
+Milliseconds on any note: the lines shared at head and tail are set aside, and past DIFF_MAX_WORK the changed
+middle is shown replaced whole and counted in n log n (a reorder is never `+0 −0`). Control characters and
+direction marks are shown as escapes, so a note cannot hide what changes. It only reads the change it is given.
 """
 
 import bisect
@@ -28,8 +27,7 @@ def _text(data: bytes | None) -> str:
 
 
 def _changed_lines(old_text: str, new_text: str, context: int = 0) -> tuple[int, list[str], list[str]]:
-    """(the index of the first line kept, the old lines, the new ones) with the lines both share at head and tail
-    trimmed, but for `context` around the change: difflib is slow on long notes with small edits."""
+    """(the index of the first line kept, old lines, new lines) without the lines both share but for `context`."""
     old, new = old_text.splitlines(), new_text.splitlines()
     head = len(os.path.commonprefix([old, new]))  # commonprefix compares any sequences, item by item
     tail = len(os.path.commonprefix([old[head:][::-1], new[head:][::-1]]))
@@ -51,8 +49,7 @@ def diff_text(old_text: str, new_text: str) -> str:
 
 
 def diffs(change) -> list[tuple[str, str]]:
-    """(title, unified diff) of each file the change touches, for a person to review: control characters and
-    direction marks shown as escapes, so a note cannot hide what changes."""
+    """(title, unified diff) of each file the change touches, for a person to review, escaped (notes.visible)."""
     shown = [(f"{change.move[0]} → {change.move[1]}", "")] if change.move else []
     for f in change.files:
         title = change.final_path(f.path) if f.path != (change.move or ("",))[0] else shown.pop()[0]
@@ -89,8 +86,7 @@ def _estimate(a: list, b: list) -> tuple[int, int, int]:
 
 
 def summary(change, hidden=frozenset()) -> str:
-    """One line per file: `+ new.md  +12`, `~ git.md  +3 −1`, `- old.md`, `→ a.md → b.md`; the `hidden` files
-    (private notes, to the model) only counted."""
+    """One line per file: `+ new.md  +12`, `~ git.md  +3 −1`, `- old.md`, `→ a.md → b.md`; `hidden` counted."""
     lines = [f"→ {change.move[0]} → {change.move[1]}"] if change.move else []
     for f in change.files:
         path = change.final_path(f.path)

@@ -115,8 +115,7 @@ def is_note_path(rel_path: str) -> bool:
 
 
 def safe_folder(kb: Path, folder: str, what: str = "folder") -> Path:
-    """The folder (or file) inside the notes, resolved; refuses escapes and hidden names. `what`: the argument's
-    name in a refusal ("" for a person)."""
+    """The folder (or file) inside the notes, resolved; a refusal names the argument `what` ("" for a person)."""
     who = f"{what} " if what else ""
     if not isinstance(folder, str) or not folder.strip():
         raise ToolError(f"{who}must be a non-empty path relative to the notes folder, like 'python.md'.")

@@ -1,12 +1,9 @@
 """The tools the model may call: their schemas (what the model reads about them) and the one way to run a call.
 
-`TOOLS` is the registry every other part reads: the schemas the model is offered (`tool_schemas`), the MCP server's
-hints, which tools always ask the person first. Each tool is a function of the notes folder's Notebook and its
-arguments (in reading.py and changing.py; the shell's here), listed below with its description and parameters. Adding
-a tool is one function and one entry (plus its test). `execute_tool(name, arguments, notebook, ask, review)` is the
-one error boundary: below it code raises `ToolError` with a message for the model; it returns a `Result` and never
-raises (except KeyboardInterrupt, which ends the turn). A tool that needs the person's yes is handed an
-approval.Approver.
+`TOOLS` is the registry every part reads (the schemas offered, the MCP server's hints, which tools ask first):
+each tool a function of the Notebook and its arguments (reading.py, changing.py; the shell's here): adding one is
+one function and one entry. `execute_tool` is the one error boundary: below it code raises `ToolError` for the
+model; it returns a `Result` and never raises (but KeyboardInterrupt). A tool that asks is handed an Approver.
 """
 
 import hmac
@@ -126,8 +123,7 @@ TOOLS: dict[str, Tool] = {t.schema["function"]["name"]: t for t in [
 # --- Running one call ---
 
 def offered(settings: Settings) -> dict[str, Tool]:
-    """The tools these settings offer the model: all but the opt-in ones not switched on, and the shell only where
-    its sandbox works or the person insisted on it without one (SHELL_UNSANDBOXED=1)."""
+    """The tools offered: the opt-in ones when switched on, the shell if sandboxed or SHELL_UNSANDBOXED=1."""
     shell_usable = settings.shell_unsandboxed or shell.sandbox_problem() is None
     return {name: t for name, t in TOOLS.items() if t.opt_in is None or getattr(settings, t.opt_in) and shell_usable}
 
@@ -148,8 +144,7 @@ def tool_schemas(settings: Settings) -> list[dict]:
 
 
 def fenced(text: str, call_id: str | None, what: str = "the tool's output") -> str:
-    """A tool's result (or `what` else) for the model: between marks saying it is data, with a tag no note knows
-    (random, without a call id)."""
+    """A tool's result (or `what` else) between marks saying it is data, their tag one no note knows."""
     tag = hmac.new(FENCE_KEY, str(call_id).encode(), "sha256").hexdigest()[:10] if call_id else os.urandom(5).hex()
     return FENCE.format(tag=tag, what=what) + text + f"\n>>>end {tag}"
 
@@ -191,9 +186,8 @@ def _arguments(schema: dict, arguments) -> dict:
 
 def execute_tool(name: str, arguments, notebook: Notebook, ask=None, review: bool = False,
                  allowance: Allowance | None = None) -> Result:
-    """Run one tool call. Never raises: a failure is a Result with error=True and text for the model. `ask(Approval)`
-    answers True, False or None (nobody can be asked); `review`: every change is asked about (the page);
-    `allowance`: what the answer's changes may still write without asking (one of its own when not given)."""
+    """Run one tool call; a failure is a Result with error=True. `ask(Approval)`: True, False or None (nobody can
+    be asked); `review`: every change asks (the page); `allowance`: what the answer may write without asking."""
     settings, args = notebook.settings, {}
     try:
         known = offered(settings)

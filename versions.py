@@ -100,8 +100,7 @@ def plan_text(kb: Path, rel_path: str, new_text, op: str) -> Change:
 
 
 def plan_move(kb: Path, from_path: str, to_path: str, rewritten: dict | None = None) -> Change:
-    """Rename a note (never over an existing one); `rewritten`: new bytes of notes whose links change with it
-    (the moved note's own under its old path), as planned from the bytes they have now."""
+    """Rename a note; `rewritten`: new bytes of the notes whose links change (the moved one's by its old path)."""
     _current(kb, from_path, must_exist=True)
     files = tuple(FileChange(path, _current(kb, path), new) for path, new in (rewritten or {}).items())
     return Change("move", files, (from_path, to_path))
@@ -151,20 +150,14 @@ def apply(kb: Path, change: Change, replan=None, since: float | None = None) -> 
     return change, warning
 
 
-def _missing_folders(kb: Path, rel_path: str) -> list[str]:
-    """The folders above rel_path that do not exist yet, outermost first: the ones a write there will make."""
-    parents = [p.as_posix() for p in reversed(PurePosixPath(rel_path).parents[:-1])]
-    return [p for p in parents if not (kb / p).is_dir()]
-
-
 def _record(kb: Path, change: Change) -> tuple[dict, str]:
-    """Copy every file the change replaces or removes into .history, then log the change: before any write, so a
-    kill midway leaves nothing /undo cannot put back."""
+    """Copy what the change replaces into .history and log it, before any write: a kill midway loses nothing."""
     files = [{"path": change.final_path(f.path),
               "snapshot": None if f.old is None else snapshot(kb, f.path, f.old),
               "after": None if f.new is None else hashlib.sha256(f.new).hexdigest()} for f in change.files]
     new = [f["path"] for f in files if f["snapshot"] is None] + ([change.move[1]] if change.move else [])
-    made = [folder for path in new for folder in _missing_folders(kb, path)]
+    made = [folder.as_posix() for path in new for folder in reversed(PurePosixPath(path).parents[:-1])
+            if not (kb / folder).is_dir()]  # the folders a write there makes, outermost first
     entry = {"time": _stamp(), "op": change.op, "path": change.note, "to": change.move and change.move[1],
              "files": files, "made": list(dict.fromkeys(made)) or None}
     return entry, _log_change(kb, entry)
