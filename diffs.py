@@ -99,4 +99,4 @@ def summary(change, hidden=frozenset()) -> str:
         else:
             lines.append(change_summary(path, _text(f.old), _text(f.new)))
     count = sum(change.final_path(f.path) in hidden for f in change.files)
-    return "\n".join(lines + [f"(and {count} private note{'s' * (count != 1)})"] * bool(count))
+    return "\n".join(lines + [f"(and {plural(count, 'private note')})"] * bool(count))
