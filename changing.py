@@ -164,7 +164,6 @@ def closest_lines(text: str, passage: str) -> tuple[str, list[int]]:
     if not scored:
         return "No line of the note looks like it; read_note the note again to see its current text.", []
     best = sorted(sorted(scored, key=lambda number: -scored[number][0])[:EDIT_CLOSEST_LINES])
-    # a long line shows only the piece that matched, with the "…" marks
     shown = {n: lines[n - 1] if len(lines[n - 1]) <= HINT_WIDTH else f"…{scored[n][1]}"[:HINT_WIDTH - 1] + "…"
              for n in best}
     return "The closest lines are:\n" + "\n".join(f"  line {n}: {shown[n]}" for n in best), best
