@@ -129,9 +129,8 @@ class SessionStore:
         return [SessionInfo(*row) for row in rows]
 
     def latest_session_id(self, kb: Path | None = None) -> int | None:
-        rows = self._rows("SELECT m.session_id FROM messages m JOIN sessions s ON s.id = m.session_id WHERE NOT "
-                          "m.dropped AND (?1 IS NULL OR s.kb = ?1) ORDER BY m.id DESC LIMIT 1", (kb and str(kb),))
-        return rows[0][0] if rows else None
+        listed = self.list_sessions(kb)
+        return listed[0].id if listed else None
 
     def session_info(self, session_id: int | None) -> SessionInfo | None:
         rows = self._rows(INFO + "WHERE s.id = ? GROUP BY s.id", (session_id,))

@@ -206,9 +206,7 @@ def ask(question: str, choices: str) -> str:
         raise
     if reply is None or (not reply and "readline" in sys.modules and sys.stdin.isatty() and sys.stdout.isatty()):
         print(file=sys.stderr)  # nor does readline when its line holds no text
-    if reply in ("y", "yes"):
-        return "y"
-    return "a" if reply in ("a", "always") and "a" in choices else "n"
+    return "y" if reply in ("y", "yes") else "a" if reply in ("a", "always") and "a" in choices else "n"
 
 
 def start_line_editing(display: Display):
