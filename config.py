@@ -1,13 +1,10 @@
 """Settings a person can set, read once and passed down as one frozen `Settings` value.
 
-Precedence, lowest to highest: the defaults in `Settings` < the user's config file
-(`$XDG_CONFIG_HOME/knowledge-agent/config.env`) < a `.env` file beside main.py < environment variables <
-command-line flags (keyword overrides to `load_settings`). A key is sent only to its own provider's endpoint
-(see PROVIDERS). main.py and mcp_server.py call `load_settings` (run_agent too, given no settings); no other
-module reads settings from the environment or `.env` (terminal.py honours the conventions NO_COLOR and
-XDG_STATE_HOME). A bad value raises `ConfigError` with one line saying what to set; `.env`
-values never enter `os.environ`, so commands the agent runs never see them. Limits that only one module uses
-live at the top of that module, not here.
+Precedence, lowest to highest: the defaults in `Settings` < `$XDG_CONFIG_HOME/knowledge-agent/config.env` <
+`.env` beside main.py < environment variables < command-line flags (`load_settings` keywords). A key goes only
+to its own provider's endpoint (PROVIDERS). No other module reads settings from the environment (terminal.py
+honours NO_COLOR and XDG_STATE_HOME). A bad value raises `ConfigError`, one line saying what to set; `.env`
+values never enter `os.environ`, so the agent's commands never see them. One module's limits live in it.
 """
 
 import ipaddress
@@ -33,9 +30,8 @@ def _user_folder(variable: str, fallback: str) -> Path:
     return Path(os.environ.get(variable) or Path.home() / fallback) / "knowledge-agent"
 
 
-# A provider's variables go together: its key is never sent to another provider's endpoint. An address decides
-# over a key: the provider whose _BASE_URL the strongest source sets, else the first with a key anywhere; DeepSeek
-# when none is set (load_settings).
+# A provider's key never goes to another's endpoint. The provider is the one whose _BASE_URL the strongest source
+# sets, else the first with a key anywhere, else DeepSeek (load_settings).
 PROVIDERS = {"DEEPSEEK": ("https://api.deepseek.com", "deepseek-flash"),
              "OPENAI": ("https://api.openai.com/v1", "gpt-5.4-mini")}
 
@@ -127,8 +123,7 @@ def _host(url: str) -> str:
 
 
 def _notes_folder(value: str | None, required: bool, sample: bool) -> Path | None:
-    """The notes folder, resolved; None when it cannot be used and is not required. Unset, it is the sample
-    notes beside main.py, unless `sample` is False (a server must be told which notes to serve)."""
+    """The notes folder, resolved (unset: the sample notes, if `sample`); None if unusable and not required."""
     if not (value or sample):
         raise ConfigError("No notes folder given: pass --kb PATH (or set KNOWLEDGE_BASE).")
     kb = Path(value).expanduser().absolute() if value else SAMPLE_NOTES  # errors name it in full
@@ -155,9 +150,8 @@ def _settings_file(path: Path) -> dict:
 
 
 def load_settings(notes_required: bool = True, sample_notes: bool = True, mcp: bool = False, **overrides) -> Settings:
-    """Settings from defaults, the config files, the environment and the keyword overrides (CLI flags) not
-    None or "". With notes_required False a missing or unreadable notes folder is no error (kb is then None);
-    the MCP server's own settings (mcp_*) are read only with `mcp`, so a bad one never stops the chat."""
+    """Settings from the sources and the overrides (flags) not None or ""; kb None if unusable and not required.
+    The MCP server's mcp_* settings are read only with `mcp`, so a bad one never stops the chat."""
     files = [_settings_file(path) for path in (config_file(), ENV_FILE) if path.is_file()]
     # Each source's variables set to more than spaces; the environment beats .env, which beats the config file.
     sources = [{name: value.strip() for name, value in source.items() if value and value.strip()}

@@ -1,10 +1,8 @@
-"""knowledge-agent's command line: an interactive chat, a one-shot question, or questions piped on stdin.
-
-    python main.py ["question"] [--continue | --resume ID | --list-sessions]   (--help lists every flag)
+"""knowledge-agent's command line: a chat, a one-shot question, or questions piped on stdin (--help: the flags).
 
 Only the answer goes to stdout, the rest to stderr; a failure is one line there, never a traceback. Without an
 API key the chat runs notes-only. Exit codes: 0 ok, 1 the answer failed, 2 bad settings or usage, 3 the answer
-is incomplete (round limit, cut off by the length limit, or empty; the notice is on stderr), 130 interrupted.
+is incomplete (round limit, cut off, or empty), 130 interrupted.
 """
 
 import argparse
@@ -18,6 +16,8 @@ from pathlib import Path
 from config import SAMPLE_NOTES, VERSION, ConfigError, Settings, config_file, load_settings
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+SETTING_FLAGS = ("kb", "model", "base_url", "api_key", "max_rounds", "reasoning_effort", "stream",
+                 "show_reasoning", "auto_approve", "allow_shell")  # the flags named as Settings fields
 
 
 # How the person started us: `python main.py` from a clone, or the installed `knowledge-agent` / `ka`.
@@ -45,12 +45,16 @@ def parse_args(argv=None) -> argparse.Namespace:
         "DEEPSEEK_API_KEY or OPENAI_API_KEY in the environment, .env or the config file")
     add("--max-rounds", metavar="N", help="cap on model calls per question (MAX_TOOL_ROUNDS; default 10)")
     add("--thinking", choices=("on", "off"), help="thinking mode of models that have one (THINKING)")
-    add("--effort", choices=("low", "medium", "high", "max"), help="reasoning effort (REASONING_EFFORT)")
-    add("--no-stream", action="store_true", help="wait for whole answers (STREAM=0)")
-    add("--no-reasoning", action="store_true", help="hide the model's reasoning (SHOW_REASONING=0)")
-    add("-y", "--yes", action="store_true", help="approve actions that ask first (AUTO_APPROVE=1)")
-    add("--allow-shell", action="store_true", help="let the model run shell commands in a sandbox in the notes "
-        "folder, each one confirmed (ALLOW_SHELL=1; read the README first)")
+    # A setting's flag is named by its field and None unless given (SETTING_FLAGS).
+    add("--effort", dest="reasoning_effort", choices=("low", "medium", "high", "max"),
+        help="reasoning effort (REASONING_EFFORT)")
+    add("--no-stream", dest="stream", action="store_false", default=None, help="wait for whole answers (STREAM=0)")
+    add("--no-reasoning", dest="show_reasoning", action="store_false", default=None,
+        help="hide the model's reasoning (SHOW_REASONING=0)")
+    add("-y", "--yes", dest="auto_approve", action="store_true", default=None,
+        help="approve actions that ask first (AUTO_APPROVE=1)")
+    add("--allow-shell", action="store_true", default=None, help="let the model run shell commands in a sandbox "
+        "in the notes folder, each one confirmed (ALLOW_SHELL=1; read the README first)")
     earlier = parser.add_mutually_exclusive_group().add_argument
     earlier("-c", "--continue", dest="continue_last", action="store_true",
             help="continue the most recent conversation about this notes folder")
@@ -159,8 +163,7 @@ class Chat:
         return getattr(self, "do_" + name[1:])(argument) or "ok"
 
     def note_command(self, name: str, argument: str) -> str:
-        """/search, /list, /read and /links: the agent's own tools, run by hand, their text on stdout; a failure is
-        not output (`python main.py "/read x.md" > x.txt` must not keep it) and is worded for a person."""
+        """The agent's note tools run by hand, their text on stdout; a failure, worded for a person, on stderr."""
         tool, parameter = NOTE_COMMANDS[name]
         days = dict(DAY_FLAG.findall(argument)) if name in ("/search", "/list") else {}
         argument = DAY_FLAG.sub("", argument).strip() if days else argument
@@ -216,12 +219,11 @@ class Chat:
     def do_history(self, argument: str) -> None:
         if not self.conversation.history:
             self.display.info("Nothing yet in this conversation.")
-        turn = 0
+        turns = itertools.count(1)
         for message in self.conversation.history:
             role, text = message.get("role"), shorten(" ".join(str(message.get("content") or "").split()))
             if role == "user":
-                turn += 1
-                self.display.info(f"[{turn}] you: {text}")
+                self.display.info(f"[{next(turns)}] you: {text}")
             elif role == "assistant":
                 for call in message.get("tool_calls") or []:
                     function = call.get("function") or {}
@@ -355,12 +357,8 @@ def run(args, display: Display) -> int:
         data_dir = load_settings(kb=args.kb, notes_required=False).data_dir  # a bad notes folder does not matter
         show_sessions(sessions.SessionStore(data_dir / "sessions.db"), print)
         return EXIT_OK
-    thinking = {"on": "enabled", "off": "disabled"}.get(args.thinking)
-    settings = load_settings(kb=args.kb, model=args.model, base_url=args.base_url, api_key=args.api_key,
-                             max_rounds=args.max_rounds, thinking=thinking, reasoning_effort=args.effort,
-                             stream=False if args.no_stream else None,
-                             show_reasoning=False if args.no_reasoning else None,
-                             auto_approve=True if args.yes else None, allow_shell=True if args.allow_shell else None)
+    flags = {name: getattr(args, name) for name in SETTING_FLAGS}
+    settings = load_settings(**flags, thinking={"on": "enabled", "off": "disabled"}.get(args.thinking))
     display.show_reasoning, display.verbose = settings.show_reasoning, args.verbose
     if args.web:
         import web  # only the web UI needs the HTTP server

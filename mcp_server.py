@@ -1,17 +1,12 @@
-"""The note tools as an MCP server, so Claude Desktop, Cursor, VS Code or any MCP client can use them
-(`python mcp_server.py --kb ~/notes`). The notes folder is --kb (relative to the folder the server starts
-in) or KNOWLEDGE_BASE; without one it refuses to start rather than serve the sample notes to a client that
-expects the person's own.
+"""The note tools as an MCP server for Claude Desktop, Cursor, VS Code or any MCP client
+(`python mcp_server.py --kb ~/notes`). Without --kb (relative to the start folder) or KNOWLEDGE_BASE it refuses
+to start rather than serve the sample notes to a client that expects the person's own. No API key needed.
 
-It speaks the Model Context Protocol over stdio: JSON-RPC 2.0, one message per line, revisions 2024-11-05 to
-2025-11-25. The tools are the chat's own, run by tools.execute_tool with the chat's path guard, checks and
-limits; a tool's "Error: …" comes back as a result with isError. Tools the chat asks a person about first
-(asks=True) are served only with --allow-destructive (or MCP_ALLOW_DESTRUCTIVE=1), and then the client
-asks; the opt-in shell only with --allow-shell (or MCP_ALLOW_SHELL=1) and ALLOW_SHELL=1. Without that flag,
-changes past what an hour may write without asking are refused; AUTO_APPROVE opens nothing. No API key needed.
-
-stdout must carry protocol messages and nothing else: a stray print in any imported code, or a child's
-output, goes to stderr with the logs. Exit codes: 0 stdin closed, 2 bad settings or usage, 130 Ctrl+C.
+MCP over stdio: JSON-RPC 2.0, one message per line, revisions 2024-11-05 to 2025-11-25. The tools are the chat's
+own (tools.execute_tool: its path guard, checks and limits). Tools the chat asks about first are served only with
+--allow-destructive, and the client asks; without it, writes past the hourly bound are refused. The shell needs
+--allow-shell and ALLOW_SHELL=1; AUTO_APPROVE opens nothing. stdout carries protocol messages only: a stray print
+or a child's output goes to stderr. Exit codes: 0 stdin closed, 2 bad settings or usage, 130 Ctrl+C.
 """
 
 import argparse
@@ -33,9 +28,7 @@ from config import VERSION, ConfigError, Settings, load_settings
 from notebook import Notebook
 from notes import ToolError
 
-# One JSON-RPC message per line; a longer line is skipped with an error, so memory stays bounded. Big
-# enough for a 5 MB note sent as write_note content with every character \u-escaped.
-MCP_MAX_MESSAGE_BYTES = 32 * 1024 * 1024
+MCP_MAX_MESSAGE_BYTES = 32 * 1024 * 1024  # a longer line is skipped; fits a 5 MB note with each character \u-escaped
 SERVER_NAME = "knowledge-agent"
 MCP_WRITE_WINDOW_S = 3600  # what the tools may write without asking (approval.ANSWER_WRITE_LIMIT) is per this window
 PROTOCOL_VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")  # newest first

@@ -1,10 +1,9 @@
 """Session store: every conversation with the agent, kept in one SQLite file so it survives the program.
 
-Each message is committed the moment it exists (a kill loses at most the one in flight), stored exactly as
-the OpenAI chat API takes it; a turn the agent abandons is marked `dropped`, kept but never loaded. A
-`Conversation`'s history saves itself: run_agent extends it and calls its `save`, no UI writes it. Nothing here
-raises at the caller or reads the environment: each problem is one notice (db.notice). Only damage SQLite can
-prove moves the file aside; a file that cannot be opened is left alone, the run kept in memory.
+Each message is committed the moment it exists, as the OpenAI chat API takes it; an abandoned turn is marked
+`dropped`, kept but never loaded. A `Conversation`'s history saves itself (run_agent calls its `save`); no UI
+writes it. Nothing here raises at the caller or reads the environment: each problem is one notice. Only damage
+SQLite can prove moves the file aside; a file that cannot be opened is left alone, the run kept in memory.
 """
 
 import json
@@ -28,32 +27,27 @@ SCHEMA = [
     "CREATE TABLE IF NOT EXISTS messages (id INTEGER PRIMARY KEY AUTOINCREMENT, session_id INTEGER NOT NULL, "
     "created REAL NOT NULL, role TEXT NOT NULL, body TEXT NOT NULL, dropped INTEGER NOT NULL DEFAULT 0)",
     "CREATE INDEX IF NOT EXISTS messages_by_session ON messages(session_id, id)",
-    # Each API call: where it went (the base URL without credentials), the model, what the server counted
-    # (reported 0: nothing), when, and the last message stored then (its reply: it carried those before), for /sent.
+    # Each API call, for /sent (endpoint: no credentials; reported 0: no counts; last_message: newest carried).
     "CREATE TABLE IF NOT EXISTS calls (id INTEGER PRIMARY KEY, session_id INTEGER NOT NULL, time REAL NOT NULL, "
     "endpoint TEXT NOT NULL, model TEXT NOT NULL, reported INTEGER NOT NULL, prompt_tokens INTEGER NOT NULL, "
     "completion_tokens INTEGER NOT NULL, cache_hit_tokens INTEGER NOT NULL, last_message INTEGER)",
     "CREATE INDEX IF NOT EXISTS calls_by_session ON calls(session_id, time)",
-    # What each tool result showed, as data (its message's context.SHOWN, as JSON); one saved before it was kept
-    # has no row: what it showed is not known.
+    # What each tool result showed (its context.SHOWN as JSON); none for one saved before this table existed.
     "CREATE TABLE IF NOT EXISTS shown (message_id INTEGER PRIMARY KEY, data TEXT NOT NULL)",
 ]
 LIST_LIMIT = 20  # conversations a listing shows
 TITLE_CHARS, TITLE_SHOWN = 200, 60  # of the first question: kept as the title; of the title: in a listing
-# One row per conversation with its kept messages counted (kb: the notes folder as stored); add WHERE ... GROUP BY s.id.
+# One row per conversation, its kept messages counted; add WHERE ... GROUP BY s.id.
 INFO = ("SELECT s.id, s.started, coalesce(s.title, ''), count(m.id), s.kb, s.prompt_tokens, s.completion_tokens "
         "FROM sessions s LEFT JOIN messages m ON m.session_id = s.id AND NOT m.dropped ")
 SessionInfo = namedtuple("SessionInfo", "id started title messages kb prompt_tokens completion_tokens")
-# What /sent reads: each call (session_id, time, endpoint, model, reported, prompt, completion, cache hits,
-# last_message), what each conversation's tool results showed {id: [(message id, its SHOWN or None: not known)]},
-# dropped ones too (they were sent), and its token totals {id: (prompt, completion)}, which also count calls made
-# before calls were kept.
+# What /sent reads: the calls rows, {session: [(message id, SHOWN or None: not known)]} of its tool results
+# (dropped ones too: they were sent), and {session: (prompt, completion)} totals, older uncounted calls included.
 Sent = namedtuple("Sent", "calls shown totals")
 
 
 def _open(path: Path) -> sqlite3.Connection:
-    """synchronous=FULL: a commit survives a power cut too, one fsync per message; quick_check costs ~0.5 ms per
-    MB (bench/) and finds damage now, not as a bad page mid-conversation."""
+    """FULL: a commit survives a power cut; quick_check (~0.5 ms a MB) finds damage now, not mid-conversation."""
     return db.connect(path, SCHEMA, SCHEMA_VERSION, synchronous="FULL", check=True)
 
 
@@ -135,9 +129,8 @@ class SessionStore:
         return [SessionInfo(*row) for row in rows]
 
     def latest_session_id(self, kb: Path | None = None) -> int | None:
-        rows = self._rows("SELECT m.session_id FROM messages m JOIN sessions s ON s.id = m.session_id WHERE NOT "
-                          "m.dropped AND (?1 IS NULL OR s.kb = ?1) ORDER BY m.id DESC LIMIT 1", (kb and str(kb),))
-        return rows[0][0] if rows else None
+        listed = self.list_sessions(kb)
+        return listed[0].id if listed else None
 
     def session_info(self, session_id: int | None) -> SessionInfo | None:
         rows = self._rows(INFO + "WHERE s.id = ? GROUP BY s.id", (session_id,))
@@ -151,8 +144,7 @@ class SessionStore:
                            f"ON s.id = c.session_id WHERE {where} ORDER BY c.id", args)
         rows = self._rows(f"SELECT m.session_id, m.id, CAST(sh.data AS BLOB) FROM messages m JOIN sessions s ON s.id = "
                           f"m.session_id LEFT JOIN shown sh ON sh.message_id = m.id WHERE {where} AND (m.role = 'tool' "
-                          f"OR sh.data IS NOT NULL) "
-                          f"ORDER BY m.id", args)
+                          f"OR sh.data IS NOT NULL) ORDER BY m.id", args)
         shown = defaultdict(list)
         for sid, row, data in rows:
             shown[sid].append((row, None if data is None else _decoded(data) or {}))
@@ -178,16 +170,14 @@ def format_session_line(info: SessionInfo, show_kb: bool = False) -> str:
 
 
 class History(list):
-    """A conversation's messages, a plain list to run_agent, which calls `save` after each change it makes and keeps
-    in `seen` what their tool results showed so far (citations.seen_before), so an answer's check adds only its own."""
+    """A conversation's messages: a list that run_agent `save`s after each change; `seen` caches citations.Seen."""
 
     def __init__(self, conversation: "Conversation", messages=()):
         super().__init__(messages)
         self.conversation, self.seen = conversation, None
 
     def save(self, usage: Usage | None = None, endpoint: tuple[str, str] | None = None) -> None:
-        """Commit what changed (new messages, or a dropped turn's); given the `endpoint` (base URL, model) of an API
-        call just made, count its `usage` and keep the call for /sent."""
+        """Commit what changed; after an API call (`endpoint`: base URL, model), count its `usage` too."""
         self.conversation.sync(self)
         if endpoint:
             self.conversation.add_usage(usage, endpoint)
@@ -228,8 +218,7 @@ class Conversation:
                 self.session_id, self.rows[-1] = stored
 
     def _insert(self, c: sqlite3.Connection, message) -> tuple[int, int]:
-        """Write one message (with the first, its session row: an unused one leaves nothing) and what it showed;
-        (session id, row id)."""
+        """Write one message (the first creates the session row) and what it showed; (session id, row id)."""
         message = json.loads(json.dumps(message, default=lambda o: o.model_dump(exclude_none=True)))
         shown, body = message.pop(SHOWN, None), json.dumps(message, ensure_ascii=False)
         session_id = self.session_id or c.execute("INSERT INTO sessions (started, kb) VALUES (?, ?)",

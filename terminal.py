@@ -1,10 +1,9 @@
-"""The terminal side of the chat: what the person sees (Display, the agent's UI for a terminal) and how a
-question is read (line editing, pasted blocks, Ctrl+C, input history).
+"""The terminal side of the chat: what the person sees (Display, the agent's UI) and how a question is read
+(line editing, pasted blocks, Ctrl+C, input history).
 
-The answer goes to stdout and nothing else does: tool calls, reasoning, notices and errors go to stderr.
-Every character from the model or a note is shown, never obeyed: control characters and escape sequences are
-made visible, so only this module's own colours reach the terminal. This module shows and asks; it never
-decides what a line of input means (main.py's Chat does), nor writes the conversation.
+Only the answer goes to stdout; the rest goes to stderr. Text from the model or a note is shown, never obeyed:
+control characters and escapes are made visible, so only this module's colours reach the terminal. It shows
+and asks; it never decides what a line means (main.py's Chat does), nor writes the conversation.
 """
 
 import contextlib
@@ -45,9 +44,8 @@ def compact(arguments, indent: int | None = None) -> str:
 
 
 class Display(UI):
-    """The terminal: the answer to stdout, the rest to stderr (coloured on a terminal); asks only if `interactive`.
-    On a terminal, a one-line status (waiting for the model, the tail of its reasoning) is redrawn in place and
-    erased before anything else is printed; -v or a non-terminal stderr gets the whole reasoning instead."""
+    """The terminal; asks only if `interactive`. On a terminal a one-line status (waiting, the reasoning's tail) is
+    redrawn in place and erased before anything else; -v or a non-terminal stderr gets the whole reasoning."""
 
     def __init__(self, interactive: bool = False):
         self.show_reasoning, self.verbose, self.interactive = True, False, interactive  # run() sets the first two
@@ -99,8 +97,7 @@ class Display(UI):
         self.text_open = not text.endswith("\n")
 
     def end_answer(self, more_text: bool = False, announce: bool = True) -> None:
-        """End the status or reasoning line, and the answer's too unless `more_text` of it follows; once the
-        answer starts (`announce`), say how long the model thought."""
+        """End the status or reasoning line, the answer's unless `more_text`; `announce` how long it thought."""
         self._clear_status()
         started, self.thinking_since = self.thinking_since, None
         if started is not None and self.show_reasoning:
@@ -173,8 +170,7 @@ class Display(UI):
 
 
 def shown_command(command: str) -> list[str]:
-    """A shell command's lines as asked about: visible, and a run of blank lines or of spaces counted, not drawn,
-    so that no part of the command can be pushed out of sight above the question."""
+    """A command's lines as asked about; runs of blank lines or spaces are counted, so none hides part of it."""
     lines = [BLANKS.sub(lambda m: f"[{len(m[0])} spaces]", visible(line.rstrip(" \t")))
              for line in command.split("\n")]
     shown = []
@@ -210,9 +206,7 @@ def ask(question: str, choices: str) -> str:
         raise
     if reply is None or (not reply and "readline" in sys.modules and sys.stdin.isatty() and sys.stdout.isatty()):
         print(file=sys.stderr)  # nor does readline when its line holds no text
-    if reply in ("y", "yes"):
-        return "y"
-    return "a" if reply in ("a", "always") and "a" in choices else "n"
+    return "y" if reply in ("y", "yes") else "a" if reply in ("a", "always") and "a" in choices else "n"
 
 
 def start_line_editing(display: Display):
