@@ -83,8 +83,10 @@ def _parse_query(query: str) -> tuple:
     terms = [(phrase, [(phrase, [])] if is_quoted else [(_phrase([u]), _forms(u)) for u in each])
              for _, phrase, each, is_quoted in found]
     plain = [u for _, _, each, is_quoted in found if not is_quoted for u in each]
+    # a function word among them: written as a sentence, not keywords, so the words' order means something
+    sentence = any(w.casefold() in _STOPWORDS for w in _WORD.findall(rest))
     near = [f"NEAR({_phrase([a])} {_phrase([b])}, {SEARCH_NEAR_WORDS})" for a, b in zip(plain, plain[1:])
-            if not CJK_RUN.search(a + b)] if _is_sentence(chunks) else []  # Chinese 2-character words overlap already
+            if not CJK_RUN.search(a + b)] if sentence else []  # Chinese 2-character words overlap already
     return terms, near, list(dict.fromkeys(w for words, _, _, _ in found for w in words))
 
 
@@ -110,11 +112,6 @@ def _split(chunk: str, keep_all: bool) -> tuple:
     if not keep_all:
         words = [part for w in words if w not in _STOPWORDS for part in _FRAMING_ZH.sub(" ", w).split()]
     return words, list(dict.fromkeys(u for w in words for u in cjk_words(w, "none").split()))
-
-
-def _is_sentence(chunks: list) -> bool:
-    """Written as a sentence, not keywords (a function word among them): the words' order means something."""
-    return any(w.casefold() in _STOPWORDS for chunk, is_quoted in chunks if not is_quoted for w in _WORD.findall(chunk))
 
 
 def _either(phrase: str, forms: list) -> str:
@@ -279,16 +276,6 @@ def _matches(idx: Index, terms: list, near: list) -> tuple:
             " OR ".join(ranked + near), " OR ".join(wide + near))
 
 
-def _copies_of(idx: Index, paths: list) -> dict:
-    """note -> the names of its sync-conflict copies, for the notes among `paths` that have some."""
-    copies = {}
-    rows = idx.conn.execute(f"SELECT conflict_of, path FROM notes WHERE conflict_of IN ({','.join('?' * len(paths))}) "
-                            "AND NOT private ORDER BY path", paths)
-    for original, path in rows:
-        copies.setdefault(original, []).append(path.rsplit("/", 1)[-1])
-    return copies
-
-
 def _copies(names: list) -> str:
     return f"{len(names)} sync-conflict cop{'y' if len(names) == 1 else 'ies'}"
 
@@ -332,10 +319,13 @@ def _format_hits(idx: Index, patterns: list, hits, total_all: int, some_only: in
     else:
         head = f"No note{where} has the words of {_quoted(query)}; notes close in meaning"
     head += f" ({by_meaning} shown for their meaning only)" if by_meaning and matched else ""
-    paths = [path for path, _, _ in hits]
-    copies = _copies_of(idx, paths)
+    paths, copies = [path for path, _, _ in hits], {}  # copies: note -> the names of its sync-conflict copies
+    marks = ",".join("?" * len(paths))
+    for original, path in idx.conn.execute(f"SELECT conflict_of, path FROM notes WHERE conflict_of IN ({marks}) "
+                                           "AND NOT private ORDER BY path", paths):
+        copies.setdefault(original, []).append(path.rsplit("/", 1)[-1])
     dates = {path: f"{day}, {DATED_BY[by]}" for path, day, by in idx.conn.execute(
-        f"SELECT path, day, dated_by FROM notes WHERE path IN ({','.join('?' * len(paths))})", paths)}
+        f"SELECT path, day, dated_by FROM notes WHERE path IN ({marks})", paths)}
     blocks, used, shown = [], len(head) + 80, {}  # room for the head and the closing "more" line
     for path, title, line in hits:
         lines = _best_lines(idx.kb, path, patterns, line)
@@ -387,11 +377,8 @@ def _best_lines(kb: Path, path: str, patterns: list, chunk_line: int | None = No
     text = indexed_text(path, read_text(kb, path) or "")
     lines = text.splitlines()
     patterns = patterns if chunk_line is None else []  # found by meaning: the chunk's opening lines
-    scored = []
-    for number, line in enumerate(lines, 1):
-        found = [m for m in (p.search(line) for p in patterns) if m]
-        if found and line.strip():
-            scored.append((-len(found), number, line, min(m.start() for m in found)))
+    found = [(n, line, [m for m in (p.search(line) for p in patterns) if m]) for n, line in enumerate(lines, 1)]
+    scored = [(-len(ms), n, line, min(m.start() for m in ms)) for n, line, ms in found if ms and line.strip()]
     if not scored:  # matched by path, title, meaning or word form only: show the opening line(s) for context
         start = (chunk_line or frontmatter.front_matter(text)[1]) - 1
         scored = [(0, n, line, 0) for n, line in enumerate(lines[start:start + 50], start + 1)
@@ -460,7 +447,10 @@ def _listing(idx: Index, lo: str, hi: str, days: tuple, person: bool) -> Shown:
         return Shown("\n".join([f"No notes {where}.", *unlisted]))
     folders = sorted(Counter(p.split("/", 1)[0] for p in inside if "/" in p).items())
     tail = ["Folders: " + ", ".join(f"{name}/ ({count})" for name, count in folders)] if folders else []
-    tail += unlisted + _copies_listed([path for path, *_, original in rows if original])
+    if copies := [path for path, *_, original in rows if original]:  # so the person can resolve them
+        unlisted.append(f"{_copies(copies)} (marked above if shown): {_named(copies)}; compare each with its "
+                        "note, merge what differs, then delete the copy.")
+    tail += unlisted
     out = [f"{total} note(s) {where}, newest first:"]
     used = len(out[0]) + sum(len(line) + 1 for line in tail) + 100
     for path, title, day, dated_by, original in rows[:LIST_MAX_NOTES]:
@@ -475,12 +465,6 @@ def _listing(idx: Index, lo: str, hi: str, days: tuple, person: bool) -> Shown:
         narrow = "give one of the folders below" if folders else "search_notes finds the others by their words"
         out.append(f"… {total - len(listed)} more not shown; {narrow}.")
     return Shown("\n".join(out + tail), named=listed)
-
-
-def _copies_listed(copies: list) -> list:
-    """The closing line about sync-conflict copies, so the person can resolve them; none without copies."""
-    return [f"{_copies(copies)} (marked above if shown): {_named(copies)}; compare each with its note, merge what "
-            "differs, then delete the copy."] if copies else []
 
 
 # --- Links ---
