@@ -248,9 +248,8 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
 def _newest(idx: Index, where: str, args: tuple, tags: list, where_text: str, query: str) -> Shown:
     """The notes a search may find, newest first (a query of tags or days alone)."""
     total = idx.conn.execute(f"SELECT count(*) FROM notes n WHERE {where}", args).fetchone()[0]
-    hits = [(path, title, None) for path, title in idx.conn.execute(
-        f"SELECT path, title FROM notes n WHERE {where} ORDER BY day DESC, mtime_ns DESC, path LIMIT ?",
-        (*args, SEARCH_MAX_HITS))]
+    hits = idx.conn.execute(f"SELECT path, title, NULL FROM notes n WHERE {where} "
+                            "ORDER BY day DESC, mtime_ns DESC, path LIMIT ?", (*args, SEARCH_MAX_HITS)).fetchall()
     return _format_hits(idx, _tag_patterns(tags), hits, total, 0, where_text, query, "newest first")
 
 
