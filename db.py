@@ -62,8 +62,7 @@ def why(error: BaseException) -> str:
 
 
 def private_folder(folder: Path) -> None:
-    """Make the folder 0700; our own (named for the project) is made so if an older version left it open, while one
-    the person chose (KA_DATA_DIR=~/Documents) keeps its mode."""
+    """Make the folder 0700; ours (named for the project) is made so if left open, one the person chose is not."""
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     with contextlib.suppress(OSError):
         if folder.name == "knowledge-agent" and folder.stat().st_mode & 0o077:

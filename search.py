@@ -183,8 +183,7 @@ def search_notes(notebook, query: str, folder: str | None = None, embedder: embe
 
 
 def _scope(lo: str, hi: str, tags: list, days: tuple = ()) -> tuple:
-    """The SQL condition on `notes n` (and its parameters) for the notes a search may find: in the folder, of the
-    days asked for, tagged with every tag asked for, and not a sync-conflict copy of a note that exists."""
+    """SQL condition on `notes n`, and its parameters: in the folder, of the days, with every tag, not a copy."""
     keys, (of_days, day_args) = [tag.casefold() for tag in tags], _of_days(days)
     return ("n.path >= ? AND n.path < ? AND NOT n.private AND " + _NOT_A_COPY + _TAGGED * len(keys) + of_days,
             (lo, hi, *(key for tag in keys for key in (f"\n{tag}\n", f"\n{tag}/")), *day_args))
@@ -371,8 +370,7 @@ def _line_patterns(words: list) -> list:
 
 
 def _best_lines(kb: Path, path: str, patterns: list, chunk_line: int | None = None) -> list:
-    """(line number, clipped line) of the lines matching most patterns, in note order; else the opening lines (of
-    its body: no front matter), as many as a hit shows when there is nothing to match."""
+    """(line number, clipped line) of the lines matching most patterns, in note order; else the body's first."""
     text = indexed_text(path, read_text(kb, path) or "")
     lines = text.splitlines()
     patterns = patterns if chunk_line is None else []  # found by meaning: the chunk's opening lines
