@@ -150,8 +150,7 @@ def chunks_of(title: str, text: str) -> list:
 
 
 def sync_chunks(idx: index.Index, vectors: Vectors, embedder: Embedder) -> None:
-    """Make the chunk and vector tables (another model's vectors dropped), and chunk again every note changed since
-    (on first use in this process) or seen changed."""
+    """Make the chunk and vector tables (another model's vectors dropped); chunk again the notes changed since."""
     conn = idx.conn
     model = f"{embedder.model}\n{embedder.doc_prefix}"  # another passage prefix: other chunk texts, other vectors
     if (used := conn.execute("SELECT value FROM meta WHERE key='embed_model'").fetchone()) != (model,):

@@ -280,7 +280,6 @@ def writing(conn: sqlite3.Connection):
 class Index:
     """The index of one notes folder, open: its Notebook's."""
     kb: Path
-    path: Path
     watch: bool  # inotify wanted; `can_watch` turns False where it is missing or at its watch limit
     conn: sqlite3.Connection
     can_watch: bool = watch.AVAILABLE

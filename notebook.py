@@ -57,7 +57,7 @@ class Notebook:
             for attempt in (1, 2, 3):
                 try:
                     if self._index is None:  # an index opened again starts its vectors' bookkeeping over
-                        self._index = index.Index(self.kb, path, self.settings.search_watch, index.open_file(path))
+                        self._index = index.Index(self.kb, self.settings.search_watch, index.open_file(path))
                         self.vectors = embeddings.Vectors(self.vectors.clients, self.vectors.failed)
                     self.vectors.touched |= self._index.refresh(self.rules())
                     return action(self._index)

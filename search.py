@@ -91,8 +91,7 @@ def _parse_query(query: str) -> tuple:
 
 
 def _chunks(chunks: list, keep_all: bool) -> list:
-    """(words, phrase, separate words, quoted) of each chunk with words, up to SEARCH_QUERY_MAX_WORDS in all;
-    without keep_all, function and framing words left out."""
+    """(words, phrase, separate words, quoted) per chunk, up to SEARCH_QUERY_MAX_WORDS; keep_all: stopwords too."""
     found, budget = [], SEARCH_QUERY_MAX_WORDS
     for chunk, is_quoted in chunks:
         if budget <= 0:
@@ -289,8 +288,7 @@ def _named(names: list) -> str:
 
 
 def _fuse(by_words: list, by_meaning: list, placed: set) -> list:
-    """Notes with some of the words and notes close in meaning (not `placed`), fused by reciprocal rank: (path,
-    title, its closest chunk's first line if found by meaning only)."""
+    """(path, title, line) of the notes with some words and those close in meaning, fused by reciprocal rank."""
     score = {}
     for ranked in (by_words, [hit for hit in by_meaning if hit[0] not in placed]):
         for rank, (path, _, _) in enumerate(ranked, 1):
@@ -301,8 +299,7 @@ def _fuse(by_words: list, by_meaning: list, placed: set) -> list:
 
 def _format_hits(idx: Index, patterns: list, hits, total_all: int, some_only: int, where: str, query: str,
                  order: str = "best first") -> Shown:
-    """One block per hit, "path — title (day)" then "  line-number: text" lines and one naming its sync-conflict
-    copies; the lines shown and the notes named, as data."""
+    """One block per hit, "path — title (day)" then "  line-number: text" lines and its sync-conflict copies."""
     matched, by_meaning = total_all + some_only, sum(line is not None for _, _, line in hits)
     notes = f"{matched} note" + ("" if matched == 1 else "s")
     if not hits:
