@@ -18,7 +18,7 @@ import frontmatter
 import vault
 from context import text_tokens
 from index import CJK_RUN, HEADING, Index, cjk_words, day_written, indexed_text, read_text, title_key
-from notes import Shown, ToolError, rel, safe_folder
+from notes import Shown, ToolError, plural, rel, safe_folder
 
 SEARCH_MAX_HITS = 10
 SEARCH_LINES_PER_HIT = 3
@@ -301,7 +301,7 @@ def _format_hits(idx: Index, patterns: list, hits, total_all: int, some_only: in
                  order: str = "best first") -> Shown:
     """One block per hit, "path — title (day)" then "  line-number: text" lines and its sync-conflict copies."""
     matched, by_meaning = total_all + some_only, sum(line is not None for _, _, line in hits)
-    notes = f"{matched} note" + ("" if matched == 1 else "s")
+    notes = plural(matched, "note")
     if not hits:
         return Shown(f"No notes{where} match {_quoted(query)}. Try fewer or different words." if query.strip() else
                      f"No notes{where}.")
