@@ -1,12 +1,10 @@
 """The one way this project keeps an SQLite file (the search index, the conversation store), and tells the person.
 
-`connect` opens one: a private file (0600 in a 0700 folder: conversations hold note text), WAL so a reader never
-waits for a writer, its schema made and versioned by `PRAGMA user_version`. What went wrong is told apart by
-SQLite's own result codes (`problem`), never by the words of its messages: damage that SQLite proves, a file
-another process is writing, one we may not open. `writing` is a write transaction that waits for another
-process's, saying so when that takes long. `notice` is how every module tells the person something that is not
-the answer: one line through the "knowledge-agent" logger, which the terminal, the page and the MCP server show
-each their own way (plain on stderr when nobody set one up). This module never reads the notes.
+`connect` opens one: a private file (0600 in a 0700 folder: conversations hold note text), in WAL mode, its
+schema versioned by `PRAGMA user_version`. `problem` tells failures apart by SQLite's result codes, never by its
+messages. `writing` is a write transaction that waits for another process's, saying so when that takes long.
+`notice` is how every module tells the person something that is not the answer: one line through the
+"knowledge-agent" logger, which each UI shows its own way (stderr when none set one up). It never reads the notes.
 """
 
 import contextlib
@@ -64,8 +62,7 @@ def why(error: BaseException) -> str:
 
 
 def private_folder(folder: Path) -> None:
-    """Make the folder (0700: only this user may look inside); our own, named for the project, is made private if
-    an older version left it open. A folder the person chose (KA_DATA_DIR=~/Documents) keeps its mode."""
+    """Make the folder 0700; ours (named for the project) is made so if left open, one the person chose is not."""
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     with contextlib.suppress(OSError):
         if folder.name == "knowledge-agent" and folder.stat().st_mode & 0o077:
@@ -74,9 +71,8 @@ def private_folder(folder: Path) -> None:
 
 def connect(path: Path, schema: list[str], version: int, synchronous: str = "NORMAL", check: bool = False,
             upgrade: bool = True):
-    """The database at `path` with `schema` (statements that may run twice) at `version`; raises sqlite3.Error.
-    A file at a newer version raises; one at an older version gets the schema run over it (`upgrade`) or raises
-    Damaged (a cache, rebuilt). `check` runs SQLite's quick check, so damage is found now, not mid-use."""
+    """The database at `path` with `schema` (statements that may run twice) at `version`; raises sqlite3.Error (a
+    newer version's file; an older one's without `upgrade`: Damaged). `check`: SQLite's quick check, now."""
     if str(path) != ":memory:":
         private_folder(path.parent)
         if path.is_dir():
@@ -111,8 +107,8 @@ def connect(path: Path, schema: list[str], version: int, synchronous: str = "NOR
 
 
 def _wal(conn: sqlite3.Connection, what: str) -> None:
-    """Switch to WAL. The switch answers "locked" at once, with no busy wait, while another process makes the file
-    or holds it for a long first build: try again, and past the busy timeout tell the person and wait longer."""
+    """Switch to WAL, trying again while another process makes or builds the file (the switch does not wait, it
+    answers "locked"); past the busy timeout the person is told."""
     started, told = time.monotonic(), False
     while True:
         try:
@@ -130,9 +126,8 @@ def _wal(conn: sqlite3.Connection, what: str) -> None:
 
 @contextlib.contextmanager
 def writing(conn: sqlite3.Connection, what: str, long_wait: float | None = None):
-    """One write transaction, committed or (on any error, Ctrl+C too) rolled back. When another process holds
-    the file past the busy timeout, the person is told (`what` names it) and we wait `long_wait` s longer
-    (LONG_WAIT_S, read at the call so a test can shorten it; 0: give up at once)."""
+    """One write transaction, committed or (on any error, Ctrl+C too) rolled back; past the busy timeout the person
+    is told (`what` names the file) and we wait `long_wait` s longer (None: LONG_WAIT_S; 0: give up at once)."""
     long_wait = LONG_WAIT_S if long_wait is None else long_wait
     try:
         conn.execute("BEGIN IMMEDIATE")  # the lock first: a second writer waits here, not half-way

@@ -1,10 +1,9 @@
 """Find notes by meaning: notes cut into chunks, their embeddings in the search index file, vector search.
 
-Opt-in: nothing here runs unless EMBED_MODEL is set. Chunks start at headings; each is embedded once per
-content hash through the openai SDK's `embeddings.create` (OpenAI, Ollama, LM Studio, vLLM), in batches, and
-stored beside the keyword index as int8 plus its sign bits for a fast prefilter, so an edited note sends only
-its changed chunks and an interrupted run keeps what it embedded. An embedder that is down, slow or refusing
-costs a search one line, never its keyword results. This file never writes to the notes.
+Opt-in: nothing here runs unless EMBED_MODEL is set. Chunks start at headings; each content hash is embedded once
+through the openai SDK (OpenAI, Ollama, LM Studio, vLLM) and stored beside the keyword index as int8 plus its sign
+bits for a fast prefilter. An embedder that is down, slow or refusing costs a search one line, never its keyword
+results. This file never writes to the notes.
 """
 
 import array
@@ -34,15 +33,12 @@ EMBED_SKETCH_BITS = 255  # the first sign bits of every vector, compared with th
 EMBED_SKETCH_KEEP = 1000  # closest by those, then compared on all sign bits
 EMBED_RESCORE = 100  # closest by all sign bits, rescored exactly from the int8 vectors
 EMBED_NOTES = 30  # notes ranked by meaning, fused with as many ranked by keywords
-# A note is close in meaning (a hit by meaning alone) when its cosine stands out from the typical one (the median
-# of the EMBED_RESCORE closest): past this share of the way from typical to the best. Models differ in where
-# "unrelated" lies (e5: ~0.75, OpenAI's: ~0.2), so an absolute floor cannot say; a share of the best cannot
-# either (e5's unrelated notes are 0.9 of its best, which is how one listed every note).
+# A note is close in meaning when its cosine is past this share of the way from the typical one (the median of the
+# EMBED_RESCORE closest) to the best: where "unrelated" lies differs by model (e5: ~0.75, OpenAI's: ~0.2).
 EMBED_ABOVE_TYPICAL = 0.5
 EMBED_MIN_COSINE = 0.1  # and above this: a query unlike every note (an unknown word) brings none
 # What model families expect before a query and a passage (EMBED_QUERY_PREFIX / EMBED_DOC_PREFIX set them by
-# hand): the first family whose name the model's contains. bge-m3 wants none; English and Chinese bge want an
-# instruction on queries only.
+# hand): the first family whose name the model's contains.
 EMBED_PREFIXES = [("bge-m3", "", ""), ("e5", "query: ", "passage: "),
                   ("nomic-embed", "search_query: ", "search_document: "),
                   ("bge-", "Represent this sentence for searching relevant passages: ", "")]
@@ -62,7 +58,6 @@ _SCHEMA = [
 _CHANGED = "INSERT INTO meta VALUES ('vectors', '1') ON CONFLICT(key) DO UPDATE SET value = value + 1"
 _MISSING = ("SELECT hash, min(text) FROM chunks WHERE hash NOT IN (SELECT hash FROM vectors) "
             "GROUP BY hash ORDER BY min(path), min(seq)")  # (hash, text) of chunks without a vector
-
 
 
 @dataclass
@@ -155,8 +150,7 @@ def chunks_of(title: str, text: str) -> list:
 
 
 def sync_chunks(idx: index.Index, vectors: Vectors, embedder: Embedder) -> None:
-    """The chunk and vector tables made (another model's vectors dropped, its chunks kept), and every note changed
-    since (on first use in this process) or seen changed chunked again."""
+    """Make the chunk and vector tables (another model's vectors dropped); chunk again the notes changed since."""
     conn = idx.conn
     model = f"{embedder.model}\n{embedder.doc_prefix}"  # another passage prefix: other chunk texts, other vectors
     if (used := conn.execute("SELECT value FROM meta WHERE key='embed_model'").fetchone()) != (model,):
@@ -174,8 +168,7 @@ def sync_chunks(idx: index.Index, vectors: Vectors, embedder: Embedder) -> None:
         "SELECT n.path FROM notes n LEFT JOIN chunk_notes c USING(path) WHERE NOT n.private AND (c.path IS NULL "
         "OR c.size IS NOT n.size OR c.mtime_ns IS NOT n.mtime_ns) "
         "UNION SELECT path FROM chunk_notes WHERE path NOT IN (SELECT path FROM notes WHERE NOT private)")]
-    if paths:
-        vectors.complete = False
+    vectors.complete = vectors.complete and not paths
     vectors.touched.clear()
     vectors.chunked = True
     for first in range(0, len(paths), index.INDEX_BATCH):

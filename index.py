@@ -1,17 +1,12 @@
 """Keep the search index of a notes folder on disk and fresh: one SQLite FTS5 file, the notes as its rows.
 
-`kb` is the resolved notes folder. Indexed per note: path, title (and the note's aliases), opening paragraph
-("lead"), body (first 2 MB), CJK runs as 2-character words (SQLite's unicode61 would see a sentence as one word);
-beside them its aliases and tags as keys, the note a sync-conflict copy was made from (vault.py reads them), its
-day (`_dated`), and its links (links.rows: what backlinks and link-keeping moves ask for). The other files' paths
-(attachments, canvases: what a link may also lead to) are kept in memory, from the walk and the watcher. What the owner
-excluded in Obsidian (Excluded files) is not indexed, and a drawing only by its words. One index file per notes
-folder, in WAL mode so processes share it; a damaged or outdated one is rebuilt (notebook.py holds it open).
-Its first search compares every note's size and mtime with the index, later ones ask watch.py (Linux inotify)
-what changed; its Notebook tells it of the agent's own changes. The walk also finds what the shell's sandbox
-may not read (`unreadable`). search.py asks the questions, this file only keeps the answers current. It never
-writes inside the notes folder nor reads outside it (notes are read from the folder's own descriptor, as the
-tools read them); what the model can fix raises ToolError.
+Per note: path, title and aliases, opening paragraph ("lead"), body (first 2 MB), CJK runs as 2-character words
+(unicode61 would see a sentence as one word); beside them its alias and tag keys, the note a sync-conflict copy
+was made from, its day and its links (links.rows). The other files' paths (what a link may lead to) are kept in
+memory. Obsidian's Excluded files are not indexed. The first search compares every note's size and mtime, later
+ones ask watch.py what changed. The walk also finds what the shell's sandbox may not read (`unreadable`).
+search.py asks the questions. It never writes inside the notes folder nor reads outside it (notes are read from
+the folder's own descriptor, as the tools read them); what the model can fix raises ToolError.
 """
 
 import datetime
@@ -109,9 +104,8 @@ def read_text(kb: Path, rel_path: str):
 
 
 def _text_and_target(kb: Path, rel_path: str) -> tuple:
-    """(read_text's text, the note's real path if links on its way lead elsewhere, else None). Read as the tools
-    read: from the notes folder's descriptor, no link followed, so a folder swapped for a link to elsewhere
-    mid-search reads nothing outside; a note reached through a link inside the notes is read where it leads."""
+    """(read_text's text, the note's real path if links on its way lead elsewhere, else None): read as the tools
+    read, from the notes folder's descriptor; a link is followed only where it stays inside the notes."""
     real = None
     try:
         try:
@@ -217,10 +211,8 @@ def _row(kb: Path, path: str, size_mtime, private_rules: list, daily_format: str
 
 
 def _dated(path: str, properties: dict, mtime_ns: int, daily_format: str) -> tuple:
-    """(the note's day as ISO text, what it is from: "name", "date", "created" or "modified"): a daily note's by its
-    name, else its date or created property, else the local day it was last changed."""
-    day = vault.named_date(path, daily_format)
-    if day:
+    """(the note's day as ISO text, what it is from): its daily-note name, date or created property, else mtime."""
+    if day := vault.named_date(path, daily_format):
         return day.isoformat(), "name"
     for key in ("date", "created"):
         if day := day_written(properties.get(key)):
@@ -286,9 +278,8 @@ def writing(conn: sqlite3.Connection):
 
 @dataclass
 class Index:
-    """The index of one notes folder, open: its Notebook's. `rules`: the .kaignore rules now."""
+    """The index of one notes folder, open: its Notebook's."""
     kb: Path
-    path: Path
     watch: bool  # inotify wanted; `can_watch` turns False where it is missing or at its watch limit
     conn: sqlite3.Connection
     can_watch: bool = watch.AVAILABLE
@@ -376,8 +367,7 @@ class Index:
         self.watcher = None
 
     def apply(self, changed: dict, gone: list, private_rules: list) -> set:
-        """Write changes in one transaction; a path changed to None is read whatever its stat says. The paths read
-        again or dropped."""
+        """Write the changes in one transaction (None: read whatever the stat); the paths read again or dropped."""
         if not changed and not gone:
             return set()
         notes_changed = {*changed, *gone}  # links to them and copies of them are private when they are: read again

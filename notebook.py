@@ -1,10 +1,9 @@
 """One notes folder as this process uses it: the handle every tool is given.
 
-A `Notebook` holds the settings it was made from and what this process knows of their notes folder: its search
-index (opened on first use; one thread at a time, as the page searches from several), its vectors' bookkeeping, the
-.kaignore rules privacy.py judges by, and when it opened (versions.prune_versions keeps the first version kept since:
-the note before this run). Every change the agent makes or undoes goes through it, so the index hears of it. The
-chat, the page and the MCP server each make one; each test makes its own. Closed, the next use opens it again.
+A `Notebook` holds its settings, its search index (opened on first use, one thread at a time), its vectors'
+bookkeeping, the .kaignore rules and when it opened (versions.prune_versions keeps the note as it was before this
+run). Every change the agent makes or undoes goes through it, so the index hears of it. Closed, the next use opens
+it again.
 """
 
 import sqlite3
@@ -58,7 +57,7 @@ class Notebook:
             for attempt in (1, 2, 3):
                 try:
                     if self._index is None:  # an index opened again starts its vectors' bookkeeping over
-                        self._index = index.Index(self.kb, path, self.settings.search_watch, index.open_file(path))
+                        self._index = index.Index(self.kb, self.settings.search_watch, index.open_file(path))
                         self.vectors = embeddings.Vectors(self.vectors.clients, self.vectors.failed)
                     self.vectors.touched |= self._index.refresh(self.rules())
                     return action(self._index)

@@ -1,13 +1,11 @@
 """Answer a search of the notes: the query as FTS5 phrases, ranked in tiers, best lines, bounded output.
 
-search_notes and list_notes are the agent's tools, link_rows what links.py resolves a note's links and backlinks
-from; each asks a notebook.Notebook's index. Ranking: BM25 with path, title, lead above body; a note titled (or named)
-exactly the query first, then one with the query as an alias; then every word, then any word (of a sentence: its
-content words). `tag:NAME` (or `#NAME`) in a query keeps the notes tagged NAME or a tag nested in it; alone, it
-lists them. `after` and `before` keep the notes of those days (index.py dates each note); alone, or when no note
-of those days has the words, they list them. A sync-conflict copy is never a hit while its note exists: the note's
-hit names its copies instead, and list_notes marks them. index.py keeps the index it reads; this file never writes
-to the index nor to the notes, and what the model can fix raises ToolError.
+search_notes and list_notes are the agent's tools, link_rows what links.py resolves links from. Ranking: a note
+titled (or named) exactly the query, then one with it as an alias, then every word, then any word (a sentence's
+content words), each tier by BM25 with path, title and lead above body. `tag:NAME` (`#NAME`) keeps the notes
+tagged NAME or a tag nested in it, `after`/`before` the notes of those days; alone, they list them. A sync-conflict
+copy is never a hit while its note exists: the note's hit names it. This file never writes to the index (index.py
+keeps it) nor to the notes; what the model can fix raises ToolError.
 """
 
 import json
@@ -20,7 +18,7 @@ import frontmatter
 import vault
 from context import text_tokens
 from index import CJK_RUN, HEADING, Index, cjk_words, day_written, indexed_text, read_text, title_key
-from notes import Shown, ToolError, rel, safe_folder
+from notes import Shown, ToolError, plural, rel, safe_folder
 
 SEARCH_MAX_HITS = 10
 SEARCH_LINES_PER_HIT = 3
@@ -61,8 +59,7 @@ def _phrase(words: list) -> str:
 
 
 def _forms(word: str) -> list:
-    """The word's other number, singular or plural, as it may stand in a note; the index keeps words as written. A
-    form no note has costs nothing."""
+    """The word's other number, singular or plural, as a note may have it (the index keeps words as written)."""
     if not word.isascii() or not word.isalpha() or len(word) < 3:
         return []
     if word.endswith("ies") and len(word) > 4:  # libraries -> library
@@ -77,10 +74,8 @@ def _forms(word: str) -> list:
 
 
 def _parse_query(query: str) -> tuple:
-    """(the query's chunks, as (FTS5 phrase, its words as (FTS5 phrase, other forms)); FTS5 queries of the words near
-    each other; the words for picking lines). "a b" quoted is a phrase to find; an unquoted chunk (gnu-tar,
-    解压zip文件) ranks higher as one. A sentence's function and framing words are not looked for, and its consecutive
-    words near each other rank higher; a pasted page is cut."""
+    """(chunks as (FTS5 phrase, its words as (FTS5 phrase, other forms)), NEAR queries of a sentence's consecutive
+    words, the words for picking lines). "a b" quoted is a phrase; function words are not looked for."""
     quoted = re.findall(r'"([^"]*)"', query)
     rest = re.sub(r'"[^"]*"', " ", query).replace('"', " ")
     chunks = [(c, True) for c in quoted] + [(w, False) for w in rest.split()]
@@ -88,14 +83,15 @@ def _parse_query(query: str) -> tuple:
     terms = [(phrase, [(phrase, [])] if is_quoted else [(_phrase([u]), _forms(u)) for u in each])
              for _, phrase, each, is_quoted in found]
     plain = [u for _, _, each, is_quoted in found if not is_quoted for u in each]
+    # a function word among them: written as a sentence, not keywords, so the words' order means something
+    sentence = any(w.casefold() in _STOPWORDS for w in _WORD.findall(rest))
     near = [f"NEAR({_phrase([a])} {_phrase([b])}, {SEARCH_NEAR_WORDS})" for a, b in zip(plain, plain[1:])
-            if not CJK_RUN.search(a + b)] if _is_sentence(chunks) else []  # Chinese 2-character words overlap already
+            if not CJK_RUN.search(a + b)] if sentence else []  # Chinese 2-character words overlap already
     return terms, near, list(dict.fromkeys(w for words, _, _, _ in found for w in words))
 
 
 def _chunks(chunks: list, keep_all: bool) -> list:
-    """(words, the chunk as a phrase, its separate words (CJK: the 2-character ones), quoted) of each chunk with
-    words, up to SEARCH_QUERY_MAX_WORDS words; without keep_all, function and framing words left out."""
+    """(words, phrase, separate words, quoted) per chunk, up to SEARCH_QUERY_MAX_WORDS; keep_all: stopwords too."""
     found, budget = [], SEARCH_QUERY_MAX_WORDS
     for chunk, is_quoted in chunks:
         if budget <= 0:
@@ -117,23 +113,14 @@ def _split(chunk: str, keep_all: bool) -> tuple:
     return words, list(dict.fromkeys(u for w in words for u in cjk_words(w, "none").split()))
 
 
-def _is_sentence(chunks: list) -> bool:
-    """Written as a sentence, not as keywords: a function word stands between its words, so their order means
-    something (keywords come in any order)."""
-    return any(w.casefold() in _STOPWORDS for chunk, is_quoted in chunks if not is_quoted for w in _WORD.findall(chunk))
-
-
 def _either(phrase: str, forms: list) -> str:
     """A word, or one of its other forms in a note without it (so that a note holding both counts once in bm25)."""
-    if not forms:
-        return phrase
-    return f"({phrase} OR ({' OR '.join(_phrase([f]) for f in forms)}) NOT {phrase})"
+    return f"({phrase} OR ({' OR '.join(_phrase([f]) for f in forms)}) NOT {phrase})" if forms else phrase
 
 
 def _folder(kb: Path, folder: str | None, done: str, person: bool = False) -> tuple:
-    """SQL bounds of the note paths in the folder ("folder/", "folder0"), or ("", "\U0010ffff") for all notes, and
-    what the result must say first: a folder that does not exist (a small model copies or invents one) means all
-    the notes, said so, but for a person, who is told it does not exist."""
+    """(SQL bounds of the note paths in the folder, what the result must say first). A folder that does not exist
+    (a small model invents one) means all the notes, said so; a person is told it does not exist."""
     try:
         path = kb if folder is None or folder.strip() in ("", "/") else safe_folder(kb, folder)
         if path == kb:
@@ -162,11 +149,9 @@ def _days(after: str | None, before: str | None) -> tuple:
 
 def _period(days: tuple) -> str:
     """The days asked for, as the answer's first line says them: " dated 2026-11-01 to 2026-11-30"; "" for any."""
-    if not days:
-        return ""
-    first, last = days
-    return " dated " + (f"{first} to {last}" if first and last else f"{first} or later" if first else
-                        f"{last} or earlier")
+    first, last = days or ("", "")
+    ends = f"{first} to {last}" if first and last else f"{first} or later" if first else f"{last} or earlier"
+    return f" dated {ends}" if days else ""
 
 
 # --- Searching ---
@@ -197,8 +182,7 @@ def search_notes(notebook, query: str, folder: str | None = None, embedder: embe
 
 
 def _scope(lo: str, hi: str, tags: list, days: tuple = ()) -> tuple:
-    """The SQL condition on `notes n` (and its parameters) for the notes a search may find: in the folder, of the
-    days asked for, tagged with every tag asked for, and not a sync-conflict copy of a note that exists."""
+    """SQL condition on `notes n`, and its parameters: in the folder, of the days, with every tag, not a copy."""
     keys, (of_days, day_args) = [tag.casefold() for tag in tags], _of_days(days)
     return ("n.path >= ? AND n.path < ? AND NOT n.private AND " + _NOT_A_COPY + _TAGGED * len(keys) + of_days,
             (lo, hi, *(key for tag in keys for key in (f"\n{tag}\n", f"\n{tag}/")), *day_args))
@@ -243,13 +227,11 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
     some_only = count(wide) - total if every < depth else 0
     hits = [(path, title, None) for _id, path, title, _, _ in hits]
     if vector:
-        by_meaning = [hit for hit in embeddings.notes_by_meaning(idx, vectors, vector, lo, hi)
-                      if not _hidden_copy(idx, hit[0])]
-        if days:  # notes_by_meaning knows no days
-            marks = ",".join("?" * len(by_meaning))
-            inside = {path for path, in idx.conn.execute(
-                f"SELECT path FROM notes n WHERE {where} AND path IN ({marks})", (*args, *(h[0] for h in by_meaning)))}
-            by_meaning = [hit for hit in by_meaning if hit[0] in inside]
+        by_meaning = embeddings.notes_by_meaning(idx, vectors, vector, lo, hi)
+        inside = {path for path, in idx.conn.execute(  # notes_by_meaning knows no days, nor copies
+            f"SELECT path FROM notes n WHERE {where} AND path IN ({','.join('?' * len(by_meaning))})",
+            (*args, *(hit[0] for hit in by_meaning)))}
+        by_meaning = [hit for hit in by_meaning if hit[0] in inside]
         kept = max(every, 1)  # the notes with every word, and at least the keyword best, keep their places
         hits = hits[:kept] + _fuse(hits[kept:], by_meaning, {path for path, _, _ in hits[:kept]})
     patterns = _line_patterns(words) + _tag_patterns(tags)
@@ -264,17 +246,14 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
 def _newest(idx: Index, where: str, args: tuple, tags: list, where_text: str, query: str) -> Shown:
     """The notes a search may find, newest first (a query of tags or days alone)."""
     total = idx.conn.execute(f"SELECT count(*) FROM notes n WHERE {where}", args).fetchone()[0]
-    hits = [(path, title, None) for path, title in idx.conn.execute(
-        f"SELECT path, title FROM notes n WHERE {where} ORDER BY day DESC, mtime_ns DESC, path LIMIT ?",
-        (*args, SEARCH_MAX_HITS))]
+    hits = idx.conn.execute(f"SELECT path, title, NULL FROM notes n WHERE {where} "
+                            "ORDER BY day DESC, mtime_ns DESC, path LIMIT ?", (*args, SEARCH_MAX_HITS)).fetchall()
     return _format_hits(idx, _tag_patterns(tags), hits, total, 0, where_text, query, "newest first")
 
 
 def _matches(idx: Index, terms: list, near: list) -> tuple:
-    """FTS5 queries: (every chunk as a phrase, every word, any word as ranked, any word in any form). A chunk counts
-    once in bm25, whole or by the words it has. A word's other form stands for it where it is in as many notes as the
-    word typed, or the word is in none: bm25 weighs a rarer word more, so a rare form would rank its notes above the
-    word's own; the rarer forms only fill the room left."""
+    """FTS5 queries: (every chunk as a phrase, every word, any word as ranked, any word in any form). A word's
+    other form ranks only where it is as common as the word typed (bm25 would put a rare form's notes first)."""
     def notes_with(phrase):
         return idx.conn.execute("SELECT count(*) FROM fts WHERE fts MATCH ?", (phrase,)).fetchone()[0]
 
@@ -294,25 +273,8 @@ def _matches(idx: Index, terms: list, near: list) -> tuple:
             " OR ".join(ranked + near), " OR ".join(wide + near))
 
 
-def _hidden_copy(idx: Index, path: str) -> bool:
-    """A sync-conflict copy whose note exists: never a hit of its own."""
-    original = vault.conflict_of(path)
-    return original is not None and idx.conn.execute("SELECT 1 FROM notes WHERE path=?", (original,)).fetchone()
-
-
-def _copies_of(idx: Index, paths: list) -> dict:
-    """note -> the names of its sync-conflict copies, for the notes among `paths` that have some."""
-    copies = {}
-    rows = idx.conn.execute(f"SELECT conflict_of, path FROM notes WHERE conflict_of IN ({','.join('?' * len(paths))}) "
-                            "AND NOT private ORDER BY path", paths)
-    for original, path in rows:
-        copies.setdefault(original, []).append(path.rsplit("/", 1)[-1])
-    return copies
-
-
-def _copies_line(path: str, names: list) -> str:
-    return (f"{path.rsplit('/', 1)[-1]} has {len(names)} sync-conflict cop{'y' if len(names) == 1 else 'ies'}: "
-            f"{_named(names)}; compare and merge, then delete the copies")
+def _copies(names: list) -> str:
+    return f"{len(names)} sync-conflict cop{'y' if len(names) == 1 else 'ies'}"
 
 
 def _named(names: list) -> str:
@@ -326,9 +288,7 @@ def _named(names: list) -> str:
 
 
 def _fuse(by_words: list, by_meaning: list, placed: set) -> list:
-    """Notes with some of the words (below the keyword best) and notes close in meaning, not `placed`, fused by
-    reciprocal rank (the bench measures it against max + 0.3 min): (path, title, its closest chunk's first line if
-    found by meaning only)."""
+    """(path, title, line) of the notes with some words and those close in meaning, fused by reciprocal rank."""
     score = {}
     for ranked in (by_words, [hit for hit in by_meaning if hit[0] not in placed]):
         for rank, (path, _, _) in enumerate(ranked, 1):
@@ -339,10 +299,9 @@ def _fuse(by_words: list, by_meaning: list, placed: set) -> list:
 
 def _format_hits(idx: Index, patterns: list, hits, total_all: int, some_only: int, where: str, query: str,
                  order: str = "best first") -> Shown:
-    """One block per hit, "path — title" then "  line-number: text" lines (a hit found by meaning alone has a line),
-    and a line naming its sync-conflict copies if it has some; the lines shown and the notes named, as data."""
+    """One block per hit, "path — title (day)" then "  line-number: text" lines and its sync-conflict copies."""
     matched, by_meaning = total_all + some_only, sum(line is not None for _, _, line in hits)
-    notes = f"{matched} note" + ("" if matched == 1 else "s")
+    notes = plural(matched, "note")
     if not hits:
         return Shown(f"No notes{where} match {_quoted(query)}. Try fewer or different words." if query.strip() else
                      f"No notes{where}.")
@@ -355,15 +314,20 @@ def _format_hits(idx: Index, patterns: list, hits, total_all: int, some_only: in
     else:
         head = f"No note{where} has the words of {_quoted(query)}; notes close in meaning"
     head += f" ({by_meaning} shown for their meaning only)" if by_meaning and matched else ""
-    paths = [path for path, _, _ in hits]
-    copies = _copies_of(idx, paths)
+    paths, copies = [path for path, _, _ in hits], {}  # copies: note -> the names of its sync-conflict copies
+    marks = ",".join("?" * len(paths))
+    for original, path in idx.conn.execute(f"SELECT conflict_of, path FROM notes WHERE conflict_of IN ({marks}) "
+                                           "AND NOT private ORDER BY path", paths):
+        copies.setdefault(original, []).append(path.rsplit("/", 1)[-1])
     dates = {path: f"{day}, {DATED_BY[by]}" for path, day, by in idx.conn.execute(
-        f"SELECT path, day, dated_by FROM notes WHERE path IN ({','.join('?' * len(paths))})", paths)}
+        f"SELECT path, day, dated_by FROM notes WHERE path IN ({marks})", paths)}
     blocks, used, shown = [], len(head) + 80, {}  # room for the head and the closing "more" line
     for path, title, line in hits:
         lines = _best_lines(idx.kb, path, patterns, line)
         block = f"{path} — {title} ({dates[path]})" + "".join(f"\n  {n}: {text}" for n, text in lines)
-        block += f"\n  {_copies_line(path, copies[path])}" if path in copies else ""
+        if path in copies:
+            block += f"\n  {path.rsplit('/', 1)[-1]} has {_copies(copies[path])}: {_named(copies[path])}; " \
+                     "compare and merge, then delete the copies"
         if used + len(block) + 2 > SEARCH_OUTPUT_CHARS:
             if blocks:
                 break
@@ -403,16 +367,12 @@ def _line_patterns(words: list) -> list:
 
 
 def _best_lines(kb: Path, path: str, patterns: list, chunk_line: int | None = None) -> list:
-    """(line number, clipped line) of the lines matching most patterns, in note order; else the opening lines (of
-    its body: no front matter), as many as a hit shows when there is nothing to match."""
+    """(line number, clipped line) of the lines matching most patterns, in note order; else the body's first."""
     text = indexed_text(path, read_text(kb, path) or "")
     lines = text.splitlines()
     patterns = patterns if chunk_line is None else []  # found by meaning: the chunk's opening lines
-    scored = []
-    for number, line in enumerate(lines, 1):
-        found = [m for m in (p.search(line) for p in patterns) if m]
-        if found and line.strip():
-            scored.append((-len(found), number, line, min(m.start() for m in found)))
+    found = [(n, line, [m for m in (p.search(line) for p in patterns) if m]) for n, line in enumerate(lines, 1)]
+    scored = [(-len(ms), n, line, min(m.start() for m in ms)) for n, line, ms in found if ms and line.strip()]
     if not scored:  # matched by path, title, meaning or word form only: show the opening line(s) for context
         start = (chunk_line or frontmatter.front_matter(text)[1]) - 1
         scored = [(0, n, line, 0) for n, line in enumerate(lines[start:start + 50], start + 1)
@@ -430,9 +390,8 @@ def _clip(line: str, start: int) -> str:
 
 # --- The question's passages, before the model is asked ---
 def passages(notebook, question: str, room_tokens: int, embedder: embeddings.Embedder | None = None) -> Shown | None:
-    """What the notes hold for a question, to send with it: the first PASSAGE_NOTES notes a search for it finds, each
-    whole if it fits, else its best lines with PASSAGE_AROUND lines around each, numbered as read_note numbers them,
-    as many as fit in `room_tokens`; None when nothing matches (or the question has no words to look for)."""
+    """The first PASSAGE_NOTES notes a search for the question finds, to send with it: each whole if it fits
+    `room_tokens`, else its best lines with PASSAGE_AROUND around each, numbered as read_note does; else None."""
     try:
         found = search_notes(notebook, question, None, embedder)
     except ToolError:
@@ -449,9 +408,7 @@ def passages(notebook, question: str, room_tokens: int, embedder: embeddings.Emb
                 blocks.append(block)
                 shown[path] = numbers
                 break
-    if not blocks:
-        return None
-    return Shown("\n\n".join(blocks), shown, shown)
+    return Shown("\n\n".join(blocks), shown, shown) if blocks else None
 
 
 # --- Listing ---
@@ -484,7 +441,10 @@ def _listing(idx: Index, lo: str, hi: str, days: tuple, person: bool) -> Shown:
         return Shown("\n".join([f"No notes {where}.", *unlisted]))
     folders = sorted(Counter(p.split("/", 1)[0] for p in inside if "/" in p).items())
     tail = ["Folders: " + ", ".join(f"{name}/ ({count})" for name, count in folders)] if folders else []
-    tail += unlisted + _copies_listed([path for path, *_, original in rows if original])
+    if copies := [path for path, *_, original in rows if original]:  # so the person can resolve them
+        unlisted.append(f"{_copies(copies)} (marked above if shown): {_named(copies)}; compare each with its "
+                        "note, merge what differs, then delete the copy.")
+    tail += unlisted
     out = [f"{total} note(s) {where}, newest first:"]
     used = len(out[0]) + sum(len(line) + 1 for line in tail) + 100
     for path, title, day, dated_by, original in rows[:LIST_MAX_NOTES]:
@@ -501,19 +461,10 @@ def _listing(idx: Index, lo: str, hi: str, days: tuple, person: bool) -> Shown:
     return Shown("\n".join(out + tail), named=listed)
 
 
-def _copies_listed(copies: list) -> list:
-    """The closing line about sync-conflict copies, so the person can resolve them; none without copies."""
-    if not copies:
-        return []
-    return [f"{len(copies)} sync-conflict cop{'y' if len(copies) == 1 else 'ies'} (marked above if shown): {_named(copies)}; "
-            "compare each with its note, merge what differs, then delete the copy."]
-
-
 # --- Links ---
 def link_rows(notebook, keys: set, source: str | None = None) -> tuple:
-    """(every file of the notes folder, the stored link rows (links.ROW_COLUMNS) of the note at `source` and of the
-    links whose key is in `keys`, by source and line, the private notes): what links.py resolves them with, and
-    against, and what a link shown to the model may not name."""
+    """(every file of the notes folder, the link rows (links.ROW_COLUMNS) of the note at `source` and of those
+    whose key is in `keys`, by source and line, the private notes): what links.py resolves links with."""
 
     def rows(idx: Index) -> tuple:
         found = idx.conn.execute(f"SELECT * FROM links WHERE source = ? OR key IN ({','.join('?' * len(keys))}) "
