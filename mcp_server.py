@@ -104,7 +104,8 @@ class McpServer:
         try:
             message = json.loads(line.decode("utf-8-sig"))  # some editors and tools start with a BOM
         except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-            return error_response(None, PARSE_ERROR, f"Parse error: not UTF-8 JSON text ({str(exc)[:200]}).")
+            what = "not UTF-8" if isinstance(exc, UnicodeDecodeError) else "not JSON"
+            return error_response(None, PARSE_ERROR, f"Parse error: the line is {what} ({str(exc)[:200]}).")
         if not isinstance(message, list):
             return self.handle_message(message)
         if self.version not in BATCH_VERSIONS:

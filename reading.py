@@ -20,6 +20,7 @@ from notes import Shown, ToolError, plural, rel, safe_path
 
 MAX_TOOL_OUTPUT = 8000  # characters; no tool result is longer (tools.execute_tool cuts what is)
 MAX_NOTE_BYTES = 5_000_000  # larger files are not read whole, nor changed
+NOT_READ = f"[… file is larger than {MAX_NOTE_BYTES} bytes; the rest is not read]"
 READ_MAX_LINES = 200  # read_note returns at most this many lines per call
 READ_ROOM = MAX_TOOL_OUTPUT - 300  # characters of note text one read shows, leaving room for its header and footer
 OUTLINE_MAX_CHARS = MAX_TOOL_OUTPUT // 3  # the outline a long note's first read starts with is cut to this
@@ -68,7 +69,7 @@ def note_text(notebook: Notebook, file_path: str, what: str = "file_path") -> tu
     if text is None:
         raise ToolError("that file looks binary, not a text note.")
     if len(data) > MAX_NOTE_BYTES:
-        text += f"\n[… file is larger than {MAX_NOTE_BYTES} bytes; the rest is not read]"
+        text += "\n" + NOT_READ
     return name, text
 
 
@@ -76,7 +77,9 @@ def read_lines(text: str, start_line: int, last_line: int | None = None, room: i
     """(the lines from start_line to last_line at most that fit `room` characters; the last's number; all lines)."""
     lines = text.splitlines()
     if not 1 <= start_line <= len(lines):
-        raise ToolError(f"line {start_line} is outside the note, which has {len(lines)} lines.",
+        which = f"whose first {MAX_NOTE_BYTES} bytes are read: {len(lines)} lines" if lines[-1:] == [NOT_READ] \
+            else f"which has {len(lines)} lines"
+        raise ToolError(f"line {start_line} is outside the note, {which}.",
                         f"Pass start_line from 1 to {len(lines)}.", "lines")
     window = lines[start_line - 1:min(start_line - 1 + READ_MAX_LINES, last_line or len(lines))]
     shown, _ = _fit(window, room + 1)  # the last line shown needs no "\n" after it
@@ -104,7 +107,8 @@ def note_part(name: str, text: str, start_line: int = 1, section: str | None = N
     if outline:  # longer than one read: a map of it first, so the model can read the part it needs
         kept, cut = _fit([entry for _, entry in outline], OUTLINE_MAX_CHARS)
         headings = [line for line, _ in outline[:len(kept)] if line]
-        head = (f"{name} has {total} lines. Its headings, with the line each starts on:\n" + "\n".join(kept)
+        read = f" in its first {MAX_NOTE_BYTES} bytes" if text.endswith(NOT_READ) else ""
+        head = (f"{name} has {total} lines{read}. Its headings, with the line each starts on:\n" + "\n".join(kept)
                 + "\n…" * bool(cut) + "\n\n")
         shown, end, total = read_lines(text, start, last, READ_ROOM - len(head))
     part = f"; section {json.dumps(section, ensure_ascii=False)} ends at line {last}" if section else ""

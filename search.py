@@ -26,6 +26,7 @@ SEARCH_OUTPUT_CHARS = 4000
 SEARCH_LINE_CHARS = 160  # a shown line is cut to about this many characters around the match
 SEARCH_QUERY_ECHO_CHARS = 80  # the query is repeated in the answer's first line, cut to this length
 SEARCH_QUERY_MAX_WORDS = 64  # words (Chinese: 2-character words) of a query searched; the rest is ignored
+SEARCH_QUERY_MAX_CHARS = 2_000  # of a query read at all: a megabyte of one word must not hold the search for seconds
 SEARCH_WEIGHTS = (3.0, 10.0, 6.0, 1.0)  # BM25 weights of path, title, lead, body (bench/search_bench.py)
 SEARCH_RRF_K = 60  # reciprocal rank fusion: a note's score is the sum of 1 / (K + its rank) in each list
 PASSAGE_NOTES = 3  # notes whose best lines go with a question, before the model is first asked
@@ -170,7 +171,7 @@ def search_notes(notebook, query: str, folder: str | None = None, embedder: embe
                  after: str | None = None, before: str | None = None) -> Shown:
     """Best notes for `query` with their best lines, bounded; with an embedder also the notes closest in meaning.
     `after`, `before`: only the notes of those days (both included)."""
-    query = (query or "").encode("utf-8", "replace").decode("utf-8")  # lone surrogates become "?"
+    query = (query or "")[:SEARCH_QUERY_MAX_CHARS].encode("utf-8", "replace").decode("utf-8")  # lone surrogates: "?"
     tags, rest = vault.query_tags(query)
     parsed, days = _parse_query(rest), _days(after, before)
     if not parsed[-1] and not tags and not days:

@@ -186,6 +186,7 @@ def test_each_bad_message_gets_its_error_code_and_the_server_goes_on(server, lin
     reply = server.receive()
     assert reply["jsonrpc"] == "2.0" and reply["id"] == reply_id
     assert reply["error"]["code"] == code and reply["error"]["message"]
+    assert ("not UTF-8" in reply["error"]["message"]) == (line.startswith(b"\xff")), reply["error"]["message"]
     assert "result" not in reply
     assert_alive(server)
 

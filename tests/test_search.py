@@ -177,6 +177,11 @@ def test_no_match_says_so_without_error(kb, find):
     assert find(kb, "zeppelin") == 'No notes match "zeppelin". Try fewer or different words.'
 
 
+def test_a_megabyte_query_is_read_only_as_far_as_a_query_goes(kb, find):
+    assert "No notes match" in find(kb, "z" * 1_000_000 + " python")  # a word past the first 2,000 characters
+    assert "python.md" in find(kb, "z" * 1_000 + " python")
+
+
 def test_only_some_words_matching_says_so(kb, find):
     out = find(kb, "temples zeppelin")
     assert out.startswith('No note has every word of "temples zeppelin"; 1 note has some of them, best first:')

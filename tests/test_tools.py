@@ -69,6 +69,14 @@ def test_long_note_is_cut_and_can_be_read_on(notebook, kb):
     assert second.splitlines()[1] == "line 201"
 
 
+def test_a_note_past_the_read_limit_says_its_lines_are_those_read(notebook, kb):
+    part = "# Part\n" + "word " * 20 + "\n"
+    (kb / "big.md").write_text(part * (6_000_000 // len(part)), encoding="utf-8")
+    assert "lines in its first 5000000 bytes. Its headings" in run_tool(notebook, "read_note", file_path="big.md")
+    past = run_tool(notebook, "read_note", file_path="big.md", start_line=10_000_000)
+    assert past.startswith("Error: line 10000000 is outside the note, whose first 5000000 bytes are read: ")
+
+
 def test_huge_single_line_stays_bounded(notebook, kb):
     (kb / "wide.md").write_text("x" * 100_000, encoding="utf-8")
     assert len(run_tool(notebook, "read_note", file_path="wide.md")) <= MAX_TOOL_OUTPUT
