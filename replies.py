@@ -1,22 +1,11 @@
-"""What model servers send back that the openai SDK leaves to us: tool calls written as text, "the request is
-too long" in each server's words, and a prompt a server cut short without saying so.
+"""What model servers send back that the openai SDK leaves to us: each response's parts as plain values, tool
+calls written as text, "too long" in each server's words, a prompt cut short, the usage as one value.
 
-Small local models (Qwen2.5 0.5B–1.5B, Llama 3.x), and servers with no tool parser for the model's chat
-template, send a tool call as the answer's text: a bare JSON object, the same in a ```json fence, after a
-`<tools></tools>` echo, or inside Hermes/Qwen `<tool_call>` tags, or a sentence and then such a fence.
-text_tool_calls() recognises exactly those shapes, also when a call in them is broken (not valid JSON: the model is
-told what is wrong), and whatever the tool's name (an unknown one is the model's to correct); text that shows JSON
-among words stays an answer. While a reply
-streams in, held_from() says from where the text so far may still become such calls, so the loop can hold
-that back and, when the reply ends, either run the calls or print the held text whole:
-
-    while streaming:  show the text up to held_from(text): all of it once it cannot be calls, else up to where
-                      it still may (the whole text, or a ```json fence after a sentence)
-    at the end:       calls = text_tool_calls(what is held); run them, or show it
-
-The usage a server reports, in DeepSeek's words or OpenAI's, is read once into one value (Usage). Pure functions
-and values: this module does no I/O, imports nothing of the project, and never decides what the agent does about
-what it finds.
+Small local models, and servers with no tool parser for the model's template, write a tool call as the answer's
+text: bare JSON, a ```json fence (maybe after a sentence), a `<tools></tools>` echo or Hermes/Qwen `<tool_call>`
+tags. text_tool_calls() recognises those shapes, broken calls too (running one tells the model what is wrong);
+JSON among words stays an answer. While a reply streams, held_from() says from where the text may still become
+calls, to hold that back. Pure functions and values: no I/O, nothing of the project imported, nothing decided.
 """
 
 import json
@@ -258,6 +247,37 @@ class Usage(NamedTuple):
             return "not reported by the server"
         some = f" ({self.unreported} of {self.calls} API calls not reported)" * bool(self.unreported)
         return f"{self.prompt:,} prompt + {self.completion:,} completion tokens{some}"
+
+
+class NotOpenAI(Exception):
+    """The server's answer is not shaped as an OpenAI-compatible one: an HTML page, malformed JSON or SSE."""
+
+
+def pieces(parts, stream: bool):
+    """Each part of a response (a stream's chunks, or one completion) as (Usage or None, finish_reason, reasoning,
+    content, [(index, id, name, arguments)]). Server objects are read here alone: only a bad shape raises NotOpenAI."""
+    try:
+        for part in parts if stream else [parts]:
+            usage = getattr(part, "usage", None)
+            if not part.choices:  # a stream's usage chunk has none
+                yield usage and Usage.of(usage), None, None, None, []
+                continue
+            delta = part.choices[0].delta if stream else part.choices[0].message
+            reasoning = getattr(delta, "reasoning_content", None)
+            if reasoning is None and "reasoning_content" in (delta.model_extra or {}):
+                reasoning = ""  # a null, which must go back as ""
+            calls = [(new.index if stream else position, new.id, _text(getattr(new.function, "name", None)),
+                      _text(getattr(new.function, "arguments", None)) or "")  # a whole message numbers none
+                     for position, new in enumerate(delta.tool_calls or [])]
+            yield usage and Usage.of(usage), part.choices[0].finish_reason, _text(reasoning), _text(delta.content), calls
+    except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
+        raise NotOpenAI(type(exc).__name__) from None
+
+
+def _text(value) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise TypeError(f"{type(value).__name__} where text belongs")
 
 
 def _without_echo(text: str) -> str:
