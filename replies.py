@@ -44,21 +44,16 @@ MARK_LINE = re.compile(r"^[ \t]*(?:<<<data|>>>end)\b.*(?:\n|$)", re.M)  # the ma
 MARKS = ("<<<data", ">>>end")
 REPEATED_LINES = 6  # a reply whose last lines are one line this many times over is looping: it is stopped
 
-# server_kept_fewer: Qwen2.5's tokenizer (llama.cpp) counted 0.73-1.12 of context.py's estimate for 600 real
-# requests (system prompt, 8 tools, a question, one note read; a Chinese vault and English tldr pages), and
-# 0.60-1.62 for a note's text alone. A server that keeps the whole prompt so reports at least ~0.6 of the
-# estimate; KEPT_SHARE times the learnt ratio stays under that even when the ratio was learnt at 1.62.
-# Below MIN_JUDGED_ESTIMATE the chat template's own tokens swamp the comparison.
+# server_kept_fewer: a server keeping the whole prompt counts at least ~0.6 of context.py's estimate (Qwen2.5 on
+# llama.cpp, 600 real requests), and KEPT_SHARE times a learnt ratio of up to 1.62 stays under that. Below
+# MIN_JUDGED_ESTIMATE the chat template's own tokens swamp the comparison.
 KEPT_SHARE = 0.35
 MIN_JUDGED_ESTIMATE = 1000
 
 
 def text_tool_calls(content: str) -> list[dict] | None:
-    """The calls, as [{"name": …, "arguments": "<its arguments as JSON text>"}], when `content` is nothing but tool
-    calls (see the module docstring); None when it is an answer. A call that cannot be run as written (not valid
-    JSON, arguments that are no object) keeps what it wrote as its arguments, so running it tells the model what is
-    wrong instead of the person being shown the JSON; one call a line is read line by line, so one bad line spoils
-    no other."""
+    """The calls, as [{"name": …, "arguments": "<JSON text>"}], when `content` is only tool calls; else None.
+    A call that cannot run as written keeps what it wrote as its arguments, so running it tells the model why."""
     text = _without_echo(content or "")
     if text.startswith(TAGGED[0]):
         bodies = _tagged_bodies(text)
@@ -89,7 +84,7 @@ def text_tool_calls(content: str) -> list[dict] | None:
 
 
 def _rebraced(text: str) -> str:
-    """A call written with braces too many ({{"name": …}}}, a small model's slip) as the one object it means."""
+    """A call written with braces too many ({{"name": …}}}) as the one object it means."""
     text = text.strip()
     text = "{" + text.lstrip("{") if text.startswith("{{") else text
     try:
@@ -106,8 +101,7 @@ def _line_call(line: str) -> dict:
 
 
 def _broken_call(text: str) -> dict | None:
-    """A call-shaped text that is not one valid call, with its name if it can be read; None when it is a whole JSON
-    value followed by words (an answer that starts with JSON)."""
+    """A call-shaped text that is not one valid call, with its name if readable; None: JSON followed by words."""
     try:
         _, end = json.JSONDecoder().raw_decode(text)
         if re.search(r"[^\W\d_]", text[end:]):
@@ -139,10 +133,8 @@ def could_be_tool_call(prefix: str) -> bool:
 
 
 def held_from(text: str, start: int = 0) -> int:
-    """Where the text streamed so far may still turn out to be only tool calls, to hold it back from there: 0 while
-    all of it may; else the start of a line opening a ``` fence that may (a sentence, then a fenced call, is a small
-    model's habit too); else len(text). `start`: what the last call said for a shorter text (nothing before it can
-    become a call again, so each piece costs what it adds)."""
+    """From where the text streamed so far may still turn out to be only tool calls (0: all of it; a ``` fence
+    after a sentence; else len(text)). `start`: what it said for a shorter text (each piece costs what it adds)."""
     if start == 0 and could_be_tool_call(text):
         return 0
     at = text.find("\n`", max(start - 1, 0))
@@ -164,15 +156,14 @@ def open_mark(text: str) -> int:
 
 
 def looping(text: str) -> int | None:
-    """Where a reply that keeps repeating one line (a small model's loop) should end, after the first of the
-    repeats; None while it is not looping."""
+    """Where a reply that keeps repeating one line should end, after the first repeat; None while it is not."""
     end = repeats_from(text)
     return end if text.count("\n", end) >= REPEATED_LINES - 1 else None
 
 
 def repeats_from(text: str) -> int:
-    """Where the last whole line's repeats begin (it follows itself, or the line being written starts as it does: a
-    loop may be starting), to hold them back until it is clear; len(text) when they do not."""
+    """Where the last whole line's repeats begin (the line being written may be one), to hold them back until it is
+    clear; len(text) when there are none."""
     at = len(text)
     for _ in range(REPEATED_LINES + 1):  # only the last lines are looked at: each piece costs what it adds
         at = text.rfind("\n", 0, at) if at > 0 else -1
@@ -188,8 +179,8 @@ def repeats_from(text: str) -> int:
 
 
 def error_message(body, fallback: str) -> str:
-    """The server's words in an error body as the openai SDK keeps it (`exc.body`: the "error" value, an object
-    or, from LM Studio and Ollama, a bare string the SDK leaves out of `exc.message`), else `fallback`."""
+    """The server's words in an error body as the SDK keeps it (`exc.body`: an object, or a bare string from LM
+    Studio and Ollama that the SDK leaves out of `exc.message`), else `fallback`."""
     if isinstance(body, dict):
         body = body.get("error", body)
         body = body.get("message") if isinstance(body, dict) else body
@@ -211,17 +202,14 @@ def is_context_error(message: str) -> bool:
 
 
 def server_kept_fewer(sent_estimate: int, reported_prompt_tokens: int, ratio: float, cached_tokens: int = 0) -> bool:
-    """Whether the server reports far fewer prompt tokens than were sent: it cut the prompt (Ollama keeps only
-    its num_ctx, from the end, and says nothing). `ratio` is the learnt server tokens per estimated token.
-    `cached_tokens` (usage.prompt_tokens_details.cached_tokens) are added back: a server that counts only
-    what it computed (Ollama 0.30, ollama/ollama#16414) would otherwise look as if it had cut the prompt."""
+    """Whether the server counted far fewer prompt tokens than were sent (Ollama cuts beyond num_ctx silently);
+    `ratio`: the learnt one. Cache hits count: Ollama 0.30 counts only what it computed (ollama/ollama#16414)."""
     counted = (reported_prompt_tokens or 0) + (cached_tokens or 0)
     return sent_estimate >= MIN_JUDGED_ESTIMATE and 0 < counted < KEPT_SHARE * sent_estimate * ratio
 
 
 class Usage(NamedTuple):
-    """Tokens as the server counted them, over some API calls: one call's (`of` its usage), or a sum of them (+);
-    str() says it as the person reads it, never "0 + 0" for what was not counted."""
+    """Tokens as the server counted them, of one call (`of` its usage) or a sum (+); str() never says "0 + 0"."""
     prompt: int = 0
     completion: int = 0
     hits: int = 0  # of the prompt, cache hits: DeepSeek's prompt_cache_hit_tokens, or OpenAI's cached_tokens
@@ -281,8 +269,7 @@ def _text(value) -> str | None:
 
 
 def _without_echo(text: str) -> str:
-    """The text without a leading or trailing <tools>…</tools> (an echo of the tool list, or empty tags); calls
-    inside such tags are kept (a small model wraps its call so too)."""
+    """The text without a leading or trailing <tools>…</tools> echo of the tool list; calls inside are kept."""
     text = text.strip()
     opening, closing = TOOLS_ECHO
     if text.startswith(opening) and closing in text:
@@ -297,8 +284,7 @@ def _without_echo(text: str) -> str:
 
 
 def _tagged_bodies(text: str) -> list[str] | None:
-    """What each <tool_call>…</tool_call> holds, when the text is only such blocks (the last may be unclosed:
-    a model can stop right after its JSON)."""
+    """What each <tool_call>…</tool_call> holds, when the text is only such blocks (the last may be unclosed)."""
     bodies = []
     while text:
         if not text.startswith(TAGGED[0]):
@@ -310,8 +296,7 @@ def _tagged_bodies(text: str) -> list[str] | None:
 
 
 def _fenced_body(text: str) -> list[str] | None:
-    """What a ```json (or bare ```) fence holds, when the text is only that fence (maybe unclosed: a model can stop
-    right after its JSON)."""
+    """What a ```json (or bare ```) fence holds, when the text is only that fence (maybe unclosed)."""
     language, _, body = text[len(FENCE):].partition("\n")
     body, _, rest = body.partition(FENCE)
     return [body] if language.strip().lower() in FENCE_LANGUAGES and not rest.strip() else None
@@ -349,8 +334,7 @@ def _call(item) -> dict | None:
 
 
 def _body_may_be_call(text: str, closing: str) -> bool:
-    """Whether what a tag or fence holds so far may be calls (once closed it must be, and what follows may be more;
-    before, it must start so)."""
+    """Whether what a tag or fence holds so far may be calls (once closed, with what follows)."""
     body, closed, rest = text.partition(closing)
     if closed:
         values = _json_values(body)
@@ -364,8 +348,7 @@ def _body_may_be_call(text: str, closing: str) -> bool:
 
 
 def _json_may_be_call(text: str) -> bool:
-    """Whether text starting with JSON may be calls: a complete value must have a call's shape (and what follows
-    must still be possible); an incomplete one must open like a call object or a list of them."""
+    """Whether text starting with JSON may be calls: a whole value shaped so, or an unfinished one opening so."""
     if not text.startswith(("{", "[")):
         return False
     try:
