@@ -55,32 +55,31 @@ def text_tool_calls(content: str) -> list[dict] | None:
     """The calls, as [{"name": …, "arguments": "<JSON text>"}], when `content` is only tool calls; else None.
     A call that cannot run as written keeps what it wrote as its arguments, so running it tells the model why."""
     text = _without_echo(content or "")
-    if text.startswith(TAGGED[0]):
-        bodies = _tagged_bodies(text)
-    elif text.startswith(FENCE):
-        bodies = _fenced_body(text)
-    else:
-        bodies = [text]
+    bodies = _tagged_bodies(text) if text.startswith(TAGGED[0]) else _fenced_body(text) if text.startswith(FENCE) \
+        else [text]
     calls = []
     for body in bodies or []:
         values = _json_values(_rebraced(body))
-        if values is None:
-            lines = [line.strip() for line in body.strip().splitlines() if line.strip()]
-            if len(lines) > 1 and all(_opens_like_call(line) for line in lines):
-                calls += [_line_call(line) for line in lines]
-                continue
-            broken = _broken_call(body.strip()) if _opens_like_call(body.strip()) else None
-            if broken is None:
-                return None
-            calls.append(broken)
-            continue
-        for value in values or [None]:
-            for item in value if isinstance(value, list) and value else [value]:
-                call = _call(item)
-                if call is None:
-                    return None
-                calls.append(call)
+        lines = _lines(body)
+        if values is None and len(lines) > 1 and all(map(_opens_like_call, lines)):
+            found = [_line_call(line) for line in lines]  # one call a line: a bad line spoils no other
+        elif values is None:
+            found = [_opens_like_call(body.strip()) and _broken_call(body.strip()) or None]
+        else:
+            found = [_call(item) for item in _items(values or [None])]
+        if None in found:
+            return None
+        calls += found
     return calls or None
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _items(values: list) -> list:
+    """The call objects JSON values hold: each value, or each item of a list (None for an empty one)."""
+    return [item for value in values for item in (value if isinstance(value, list) and value else [value])]
 
 
 def _rebraced(text: str) -> str:
@@ -189,11 +188,8 @@ def error_message(body, fallback: str) -> str:
 
 def context_window(message: str) -> int | None:
     """The server's context window in tokens, when its "too long" answer names it."""
-    for wording in WINDOW_WORDINGS:
-        match = wording.search(message or "")
-        if match:
-            return int(match[1].replace(",", ""))
-    return None
+    match = next(filter(None, (wording.search(message or "") for wording in WINDOW_WORDINGS)), None)
+    return int(match[1].replace(",", "")) if match else None
 
 
 def is_context_error(message: str) -> bool:
@@ -275,7 +271,7 @@ def _without_echo(text: str) -> str:
     if text.startswith(opening) and closing in text:
         inside, _, after = text[len(opening):].partition(closing)
         values = _json_values(_rebraced(inside))
-        items = [item for value in values or [] for item in (value if isinstance(value, list) else [value])]
+        items = _items(values or [])
         written = items and all(_call(item) and {"arguments", "parameters"} & set(item) for item in items)
         text = (inside.strip() + "\n" if written else "") + after.strip()  # not the tool list: calls
     if text.endswith(closing) and opening in text:
@@ -304,8 +300,7 @@ def _fenced_body(text: str) -> list[str] | None:
 
 def _json_values(text: str) -> list | None:
     """One or more JSON values separated by whitespace (some models write one object per call), or None."""
-    decoder, values, text = json.JSONDecoder(), [], text.strip()
-    at = 0
+    decoder, values, text, at = json.JSONDecoder(), [], text.strip(), 0
     while at < len(text):
         try:
             value, at = decoder.raw_decode(text, at)
@@ -320,9 +315,8 @@ def _call(item) -> dict | None:
     """{"name", "arguments"} from one call object in any known shape; None if it is not one."""
     if isinstance(item, dict) and isinstance(item.get("function"), dict) and set(item) <= WRAPPER_KEYS:
         item = item["function"]
-    if not isinstance(item, dict) or set(item) - CALL_KEYS or item.get("type", "function") != "function":
-        return None
-    if not isinstance(item.get("name"), str):
+    if not isinstance(item, dict) or set(item) - CALL_KEYS or item.get("type", "function") != "function" \
+            or not isinstance(item.get("name"), str):
         return None
     arguments = item["arguments"] if "arguments" in item else item.get("parameters")
     if isinstance(arguments, str):  # a JSON string holding the object, as the API itself sends arguments
@@ -338,12 +332,10 @@ def _body_may_be_call(text: str, closing: str) -> bool:
     body, closed, rest = text.partition(closing)
     if closed:
         values = _json_values(body)
-        calls = all(_may_be_calls(value) for value in values) if values else _opens_like_call(body.strip())
+        calls = _are_calls(values) if values else _opens_like_call(body.strip())
         return bool(calls) and could_be_tool_call(rest)
-    for size in range(len(closing) - 1, 0, -1):  # the closing may be arriving: "</tool_" or "``"
-        if body.endswith(closing[:size]):
-            body = body[:-size]
-            break
+    arriving = next((size for size in range(len(closing) - 1, 0, -1) if body.endswith(closing[:size])), 0)
+    body = body[:len(body) - arriving]  # the closing may be arriving: "</tool_" or "``"
     return not body.strip() or _json_may_be_call(body.strip())
 
 
@@ -355,31 +347,26 @@ def _json_may_be_call(text: str) -> bool:
         value, end = json.JSONDecoder().raw_decode(text)
     except ValueError:
         return _opens_like_call(text)
-    return _may_be_calls(value) and could_be_tool_call(text[end:])
+    return _are_calls([value]) and could_be_tool_call(text[end:])
 
 
 def _lines_may_be_calls(text: str) -> bool:
     """One call a line, some of them perhaps broken: every line so far opens like a call and has no words after it."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = _lines(text)
     return bool(lines) and all(_opens_like_call(line) and _broken_call(line) for line in lines)
 
 
-def _may_be_calls(value) -> bool:
-    items = value if isinstance(value, list) else [value]
-    return bool(items) and all(_call(item) for item in items)
+def _are_calls(values: list) -> bool:
+    return all(map(_call, _items(values)))
 
 
 def _opens_like_call(text: str) -> bool:
     """An unfinished `{"name": …` or `[{"name": …`: true while its first key may still be a call's."""
     rest = text[1:].lstrip() if text.startswith("[") else text
-    if not rest:
-        return True
     if not rest.startswith("{"):
-        return False
+        return not rest
     rest = rest.lstrip("{").lstrip()
-    if not rest:
-        return True
     key = re.match(r'"([^"\\]*)(")?', rest)
     if key is None:
-        return False
+        return not rest
     return key[1] in FIRST_KEYS if key[2] else any(name.startswith(key[1]) for name in FIRST_KEYS)
