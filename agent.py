@@ -348,15 +348,14 @@ class Model:
     def _learn_usage(self, usage: Usage, estimate: int) -> None:
         """Raise the token ratio from what the server counted; notice a server that cut the prompt (Ollama)."""
         counted = usage.prompt
-        if replies.server_kept_fewer(estimate, counted, self.token_ratio, usage.hits):
-            if not self.told_cut:
-                self.told_cut = True
-                notice(f"{self.settings.base_url} counted only {counted:,} prompt tokens of about "
-                       f"{estimate * self.token_ratio:,.0f} sent: it probably cut the start of the conversation (as "
-                       "Ollama does beyond its num_ctx). Give it a larger context, or set CONTEXT_TOKENS below it.")
-            return
-        if estimate >= 500 and counted:  # tiny requests teach nothing: the template's overhead swamps them
-            self.token_ratio = max(self.token_ratio, min(counted / estimate, MAX_TOKEN_RATIO))
+        if not replies.server_kept_fewer(estimate, counted, self.token_ratio, usage.hits):
+            if estimate >= 500 and counted:  # tiny requests teach nothing: the template's overhead swamps them
+                self.token_ratio = max(self.token_ratio, min(counted / estimate, MAX_TOKEN_RATIO))
+        elif not self.told_cut:
+            self.told_cut = True
+            notice(f"{self.settings.base_url} counted only {counted:,} prompt tokens of about "
+                   f"{estimate * self.token_ratio:,.0f} sent: it probably cut the start of the conversation (as "
+                   "Ollama does beyond its num_ctx). Give it a larger context, or set CONTEXT_TOKENS below it.")
 
 
 def _with_passages(question: dict) -> dict:

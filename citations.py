@@ -79,9 +79,8 @@ NOTHING = Report([])
 
 
 def reader(notebook) -> Reader:
-    """Reading a note of the notebook as the tools do (the path guard, race-free, any encoding): reading.note_text. A
-    bare name no note has at the top is the one note of that name elsewhere, if there is one (a small model names
-    the note it wrote without its folder)."""
+    """Reading a note as the tools do (reading.note_text); a bare name no note has at the top is the one note of
+    that name elsewhere, if there is one (a small model names the note it wrote without its folder)."""
     def read(path: str) -> tuple[str, str]:
         try:
             return reading.note_text(notebook, path, "")

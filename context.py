@@ -104,9 +104,8 @@ def _sizes(turn: list[dict]) -> tuple[list[int], int, int]:
 
 
 def _cut(sizes: list[tuple[list[int], int, int]], fixed: int, budget: int) -> tuple[int, int, int, int]:
-    """Replays every request made so far, the present one last, trimming where one would go over. Returns
-    (turns of the head kept, first turn sent after it, first turn sent whole, tokens of the turns before the
-    present one as now sent)."""
+    """Replays every request so far, trimming where one would go over: (turns of the head kept, first turn sent after
+    it, first turn sent whole, tokens of the turns before the present one as now sent)."""
     head, start, elided, kept = None, 0, 0, 0  # kept: tokens of the head and the turns from `start` on, as sent
     for current, (points, whole, _) in enumerate(sizes):
         for size in points + [whole] * (current == len(sizes) - 1):

@@ -76,13 +76,11 @@ class _Endpoint:
         self.unlisted += shown is None or bool(shown.get("unlisted"))
 
     def lines(self) -> list[str]:
-        local = is_local(self.endpoint)
-        if (self.endpoint, self.model) == EARLIER:
-            out = ["API calls made before knowledge-agent recorded where each one went:"]
-        else:
-            out = [f"{urlsplit(self.endpoint).netloc} · {self.model} · {plural(self.usage.calls, 'API call')}"
-                   + (": on this machine/network, nothing left the machine" if local else "")]
-        usage = self.usage
+        local, usage = is_local(self.endpoint), self.usage
+        out = [f"{urlsplit(self.endpoint).netloc} · {self.model} · {plural(usage.calls, 'API call')}"
+               + (": on this machine/network, nothing left the machine" if local else "")
+               if (self.endpoint, self.model) != EARLIER else
+               "API calls made before knowledge-agent recorded where each one went:"]
         tokens = f"  tokens: {usage.prompt:,} sent" + (f" ({usage.hits:,} cache hits)" if usage.hits else "")
         out.append(tokens + f", {usage.completion:,} received"
                    + (f" ({plural(usage.unreported, 'call')} reported none)" if usage.unreported else ""))
