@@ -94,9 +94,8 @@ def _rebraced(text: str) -> str:
 
 
 def _line_call(line: str) -> dict:
-    values = _json_values(_rebraced(line))
-    call = _call(values[0]) if values and len(values) == 1 else None
-    return call or _broken_call(line) or {"name": "", "arguments": line}
+    values = _json_values(_rebraced(line)) or []
+    return len(values) == 1 and _call(values[0]) or _broken_call(line) or {"name": "", "arguments": line}
 
 
 def _broken_call(text: str) -> dict | None:
