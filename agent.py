@@ -389,8 +389,8 @@ def run_agent(question: str, history: list[dict] | None = None, settings: Settin
     if notebook is None:
         with Notebook(settings or load_settings()) as notebook:
             return run_agent(question, history, notebook.settings, client, ui, notebook)
-    model = client if isinstance(client, Model) else Model(notebook.settings, client) if client else \
-        make_client(notebook.settings)
+    settings = notebook.settings
+    model = client if isinstance(client, Model) else Model(settings, client) if client else make_client(settings)
     history, ui = [] if history is None else history, ui or UI()
     turn_start = len(history)
     history.append(_question(question, notebook, ui))
