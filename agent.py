@@ -1,15 +1,11 @@
 """The tool loop: ask the model, run the tools it calls, repeat until it answers.
 
-    run_agent(question, history, settings, client, ui, notebook) -> Answer
-      └ each round: Model.ask (one API call, streamed or not, its retries all here) → execute (every tool call)
+    run_agent(question, history, …) -> Answer:  each round, Model.ask (one API call) → execute (its tool calls)
 
-`history` is the state: a plain list of OpenAI-format messages that run_agent extends in place, always valid
-to send (every tool call answered, also after Ctrl+C or a failed request). A history that keeps itself
-(sessions.Conversation's, which has `save(usage)`) is saved after every change, so a crash loses at most the
-message in flight. `Model` is the one client of the chat endpoint: it imports the SDK only when it first asks,
-sends as much of the history as fits (context.fit_to_budget) and learns the server's token counts. An API fault
-leaves as one `AgentError` whose message is one readable line; this module never prints: everything the person
-sees goes to `ui`, which only displays and answers approvals.
+`history`, a list of OpenAI-format messages extended in place, is the state: always valid to send, also after
+Ctrl+C or a failed request, and saved after every change when it keeps itself (sessions.Conversation).
+`Model` is the one client of the chat endpoint; an API fault leaves as one `AgentError`, one readable line.
+This module never prints: everything the person sees goes to `ui`.
 """
 
 import json
@@ -37,13 +33,11 @@ LOCAL_TIMEOUT_FACTOR = 5  # a server on this machine or network (a CPU model) ma
 API_MAX_RETRIES = 2  # the SDK retries connection errors, 429 and 5xx with backoff and Retry-After
 CONTEXT_SHRINK = 0.7  # after "context too long", requests aim at this share of what was refused
 MAX_TOKEN_RATIO = 3.0  # a server counting more than this per estimated token is not believed
-# The passages a search for the question found go with it (PASSAGES=0: not): a tenth of the window, at most this.
-PASSAGES_SHARE, PASSAGES_MAX_TOKENS = 0.1, 1200
+PASSAGES_SHARE, PASSAGES_MAX_TOKENS = 0.1, 1200  # of the window, for what a search for the question found
 PASSAGES_TAG = "passages"  # what their marks' tag is keyed by, as a tool result's by its call id
 PASSAGES_WHAT = "what a search of the notes found for the question below (cite it as path:line)"
-# The cap on one reply (MAX_OUTPUT_TOKENS unset), and the parameter each server wants it in: a looping small
-# model must not stream for minutes. DeepSeek's and OpenAI's are their own defaults; a local model answering
-# about notes rarely needs more.
+# The cap on one reply when MAX_OUTPUT_TOKENS is unset (a looping small model must not stream for minutes), and
+# the parameter each server wants it in.
 OUTPUT_CAPS = {"api.deepseek.com": ("max_tokens", 32_768), "api.openai.com": ("max_completion_tokens", 16_384)}
 LOCAL_OUTPUT_CAP, OTHER_OUTPUT_CAP = 2048, 4096
 SYSTEM_PROMPT = """You help a person with their own notes, a folder of Markdown files. Today is {today}.
@@ -65,6 +59,7 @@ ROUND_NOTICE = ("[Stopped: reached the limit of {} model calls for one question 
 LENGTH_NOTICE = "[The answer was cut off: the model reached its output limit (finish_reason=length).]"
 REPEAT_NOTICE = "[The answer was cut off: the model kept repeating the same line.]"
 EMPTY_NOTICE = "[The model returned an empty answer. Try rephrasing the question.]"
+CUT_NOTICES = {"length": LENGTH_NOTICE, "repeat": REPEAT_NOTICE}  # by finish_reason
 KEY_HINT = ("Set DEEPSEEK_API_KEY for DeepSeek, or OPENAI_API_KEY (with OPENAI_BASE_URL for other servers): a key "
             "only goes to its own provider. Put it in the environment, .env beside main.py or {}")
 
@@ -73,17 +68,12 @@ class AgentError(Exception):
     """A failure that ends one answer; its message is one line for the person."""
 
 
-class NotOpenAI(Exception):
-    """The server's answer is not shaped as an OpenAI-compatible one: an HTML page, malformed JSON or SSE."""
-
-
 class RequestRejected(AgentError):
     """The API refused the request itself (HTTP 400): resending the same history would fail again."""
 
 
 class ContextTooLong(RequestRejected):
-    """The server said the request exceeds the model's window: its message is the server's, `window` the tokens
-    the server said the window holds (None when it did not say)."""
+    """The request exceeds the model's window, in the server's words; `window`: its size if the server said."""
 
     def __init__(self, message: str):
         super().__init__(message)
@@ -91,15 +81,13 @@ class ContextTooLong(RequestRejected):
 
 
 class Answer(str):
-    """The answer's text (a notice after it when it is incomplete); `complete` is False when the round limit, the
-    model's length limit or an empty reply cut it short, and `notice` says which; `citations`: a citations.Report."""
+    """The answer's text, then the `notice` saying why when it is not `complete`; `citations`: their Report."""
     complete, notice, citations = True, "", citations.NOTHING
 
 
 class UI:
-    """What run_agent shows the person (the terminal, the page and the tests override it). `approve` answers a
-    approval.Approval True/False, or None when nobody can be asked (the tool refuses); `reviews_changes`: every
-    change to a note is asked about, its diffs shown."""
+    """What run_agent shows the person. `approve`: None when nobody can be asked (the tool refuses);
+    `reviews_changes`: every change to a note is asked about, its diffs shown."""
 
     reviews_changes = False
 
@@ -166,12 +154,10 @@ class Reply:
         self.streaming = False  # the stream has started: the SDK does not retry errors raised while reading it
 
     def receive(self, parts, stream: bool, ui: UI) -> None:
-        """Read the response (a stream's chunks, or one whole completion), showing text and reasoning as they come.
-        Text that starts like a tool call written as text (a small model's habit) is held back until it is clear
-        which it is: calls are run as if the server had sent them (a broken one or an unknown tool gets an error result
-        that tells the model what is wrong), anything else shown."""
+        """Read a stream's chunks or one whole completion, showing text and reasoning as they come; text that may
+        be tool calls written as text is held back until it is clear, then run as calls or shown."""
         self.streaming = stream
-        for usage, finish_reason, reasoning, content, calls in _pieces(parts if stream else [parts], stream):
+        for usage, finish_reason, reasoning, content, calls in replies.pieces(parts, stream):
             self.usage, self.finish_reason = usage or self.usage, finish_reason or self.finish_reason
             if reasoning is not None:  # a null must go back as ""
                 self.reasoning = (self.reasoning or "") + reasoning
@@ -191,7 +177,7 @@ class Reply:
                 call["name"] = name or call["name"]
                 call["arguments"].append(arguments)
         if stream and self.finish_reason is None and not (self.content or self.calls or self.reasoning):
-            raise NotOpenAI("the stream held no answer")  # e.g. an HTML page served as text/event-stream
+            raise replies.NotOpenAI("the stream held no answer")  # e.g. an HTML page served as text/event-stream
         held = len(self.content) if self.calls else self.held
         if held < len(self.content) and self.finish_reason in ("length", "repeat"):
             self.content = self.content[:held]  # calls cut off mid-way are neither run nor an answer: the notice says so
@@ -203,8 +189,7 @@ class Reply:
         self.content = replies.without_marks(self.content)
 
     def _show(self, ui: UI, upto: int) -> None:
-        """Show what was held back, or the new piece, never a tool result's marks: a line that may become one is held
-        (replies.open_mark), so each piece is cleaned alone, and costs what it adds."""
+        """Show the text up to `upto` not shown yet, without tool results' marks (a line that may be one is held)."""
         if upto > self.consumed:
             piece, mid_line = self.content[self.consumed:upto], self.content[self.consumed - 1:self.consumed] not in "\n"
             piece = replies.without_marks("." + piece)[1:] if mid_line else replies.without_marks(piece)
@@ -229,34 +214,6 @@ class Reply:
         return message
 
 
-def _pieces(parts, stream: bool):
-    """Each part of a response as plain values: its Usage or None, finish_reason, reasoning (None: none), content and
-    (index, id, name, arguments) of each tool call. The server's objects are read here alone, so only an answer not
-    shaped as OpenAI's raises NotOpenAI: anything else that fails is a bug of ours and surfaces as one."""
-    try:
-        for part in parts:
-            usage = getattr(part, "usage", None)
-            if not part.choices:  # a stream's usage chunk has none
-                yield usage and Usage.of(usage), None, None, None, []
-                continue
-            delta = part.choices[0].delta if stream else part.choices[0].message
-            reasoning = getattr(delta, "reasoning_content", None)
-            if reasoning is None and "reasoning_content" in (delta.model_extra or {}):
-                reasoning = ""  # a null, which must go back as ""
-            calls = [(new.index if stream else position, new.id, _text(getattr(new.function, "name", None)),
-                      _text(getattr(new.function, "arguments", None)) or "")  # a whole message numbers none
-                     for position, new in enumerate(delta.tool_calls or [])]
-            yield usage and Usage.of(usage), part.choices[0].finish_reason, _text(reasoning), _text(delta.content), calls
-    except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
-        raise NotOpenAI(type(exc).__name__) from None
-
-
-def _text(value) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    raise TypeError(f"{type(value).__name__} where text belongs")
-
-
 def _valid_json(arguments: str) -> str:
     """Keep history sendable: some servers reject a call whose arguments are not a JSON object."""
     try:
@@ -278,9 +235,8 @@ def timeout_of(settings: Settings) -> float:
 
 
 class Model:
-    """The chat endpoint: its client (the openai SDK, imported on the first request), the one request loop and
-    its retries, and the server's tokens per estimated token, learnt from usage and "context too long" answers.
-    The ratio only rises (trimming early is cheap, a refused request is not) and outlives one question."""
+    """The chat endpoint: its client, the one request loop and its retries, and the server's tokens per estimated
+    token, learnt from usage and "too long" answers; it only rises (a refused request costs more than a trim)."""
 
     def __init__(self, settings: Settings, client=None):
         self.settings, self._client, self.token_ratio = settings, client, 1.0
@@ -296,9 +252,8 @@ class Model:
         return self._client
 
     def request(self, history: list[dict], schemas: list[dict] | None = None) -> tuple[list[dict], int]:
-        """The messages the next request sends (as much of the conversation as fits in CONTEXT_TOKENS, in the
-        server's count, with the tools' `schemas`; each question with the passages found for it, tool results between
-        their marks, without their bookkeeping) and its estimated tokens, tools included."""
+        """The messages the next request sends (as much as fits in CONTEXT_TOKENS, as sent) and its estimated
+        tokens, the tools' `schemas` included."""
         schemas = tools.tool_schemas(self.settings) if schemas is None else schemas
         budget = int(self.settings.context_tokens / self.token_ratio) - context.estimate_tokens([], schemas)
         asked = [_with_passages(m) if m["role"] == "user" else m for m in history]  # they count, as sent
@@ -308,7 +263,6 @@ class Model:
         return messages, context.estimate_tokens(messages, schemas)
 
     def _params(self, messages: list[dict], schemas: list[dict]) -> dict:
-        """The call's parameters; a reply is capped at MAX_OUTPUT_TOKENS, else at the server's default (OUTPUT_CAPS)."""
         settings = self.settings
         cap, tokens = OUTPUT_CAPS.get(urlsplit(settings.base_url).hostname or "", (
             "max_tokens", LOCAL_OUTPUT_CAP if is_local(settings.base_url) else OTHER_OUTPUT_CAP))
@@ -325,11 +279,8 @@ class Model:
         return params
 
     def ask(self, history: list[dict], ui: UI, offer_tools: bool = True) -> Reply:
-        """The model's reply to as much of the conversation as fits. The SDK retries what failed before an answer
-        began; here, once each: a stream that broke before anything was shown, and a "context too long" answer,
-        with less (never the same request twice). An answer that fails after some of it was shown ends the history,
-        marked cut off: the person saw it, so "summarise it" must still work. Without `offer_tools` the request
-        offers none: the model must answer."""
+        """The model's reply to as much of the conversation as fits. Beyond the SDK's retries, once each: a stream
+        that broke before anything was shown, and a "too long" answer, with less. Without `offer_tools`: none."""
         import openai
         schemas = tools.tool_schemas(self.settings) if offer_tools else []  # once per round, and their estimates
         retried, refused, reply = False, None, Reply()  # refused: (the messages, the error) of a "too long" answer
@@ -354,7 +305,7 @@ class Model:
                         raise error from None
                     retried = True
                     continue
-                except NotOpenAI as exc:
+                except replies.NotOpenAI as exc:
                     raise AgentError(f"The server at {self.settings.base_url} sent something that is not an "
                                      f"OpenAI-compatible answer ({exc}). Check the base URL (--base-url; it usually "
                                      "ends in /v1).") from None
@@ -372,7 +323,7 @@ class Model:
         try:
             return self.client.chat.completions.create(**params)
         except ValueError as exc:
-            raise NotOpenAI(type(exc).__name__) from None
+            raise replies.NotOpenAI(type(exc).__name__) from None
 
     def _learn_window(self, window: int | None, estimate: int) -> None:
         """After "context too long", aim below what was refused (below the window, when the server named it)."""
@@ -397,20 +348,19 @@ class Model:
     def _learn_usage(self, usage: Usage, estimate: int) -> None:
         """Raise the token ratio from what the server counted; notice a server that cut the prompt (Ollama)."""
         counted = usage.prompt
-        if replies.server_kept_fewer(estimate, counted, self.token_ratio, usage.hits):
-            if not self.told_cut:
-                self.told_cut = True
-                notice(f"{self.settings.base_url} counted only {counted:,} prompt tokens of about "
-                       f"{estimate * self.token_ratio:,.0f} sent: it probably cut the start of the conversation (as "
-                       "Ollama does beyond its num_ctx). Give it a larger context, or set CONTEXT_TOKENS below it.")
-            return
-        if estimate >= 500 and counted:  # tiny requests teach nothing: the template's overhead swamps them
-            self.token_ratio = max(self.token_ratio, min(counted / estimate, MAX_TOKEN_RATIO))
+        if not replies.server_kept_fewer(estimate, counted, self.token_ratio, usage.hits):
+            if estimate >= 500 and counted:  # tiny requests teach nothing: the template's overhead swamps them
+                self.token_ratio = max(self.token_ratio, min(counted / estimate, MAX_TOKEN_RATIO))
+        elif not self.told_cut:
+            self.told_cut = True
+            notice(f"{self.settings.base_url} counted only {counted:,} prompt tokens of about "
+                   f"{estimate * self.token_ratio:,.0f} sent: it probably cut the start of the conversation (as "
+                   "Ollama does beyond its num_ctx). Give it a larger context, or set CONTEXT_TOKENS below it.")
 
 
 def _with_passages(question: dict) -> dict:
-    """A question as requests send it: with the passages found for it (between a tool result's marks), always the
-    same, so every later request begins as this one did."""
+    """A question as requests send it, after the passages found for it: always the same, so every later request
+    begins as this one did."""
     found = (question.get(SHOWN) or {}).get("passages")
     asked = {key: value for key, value in question.items() if key != SHOWN}
     return {**asked, "content": f"{tools.fenced(found, PASSAGES_TAG, PASSAGES_WHAT)}\n\n{asked['content']}"} \
@@ -418,8 +368,7 @@ def _with_passages(question: dict) -> dict:
 
 
 def _question(question: str, notebook: Notebook, ui: UI) -> dict:
-    """The question's message: with the passages a search for it found, where the settings want them, told to the
-    person; they count as shown (citations, /sent) as any tool result does."""
+    """The question's message, with the passages a search for it found (PASSAGES), shown as a tool result is."""
     message, settings = {"role": "user", "content": tools.clean_text(question)}, notebook.settings
     room = min(PASSAGES_MAX_TOKENS, int(settings.context_tokens * PASSAGES_SHARE))
     try:
@@ -433,76 +382,21 @@ def _question(question: str, notebook: Notebook, ui: UI) -> dict:
     return message
 
 
-def execute(calls: list[dict], arguments: list[str], history: list[dict], notebook: Notebook, ui: UI,
-            allowance: Allowance) -> bool:
-    """Run each call with its arguments as the model sent them, appending its result; whether every one failed. The
-    one running when Ctrl+C comes is answered saying so (it may have done part of its work); run_agent answers the
-    rest."""
-    failed = True
-    for call, sent in zip(calls, arguments):
-        name = call["function"]["name"]
-        ui.tool_call(name, sent)
-        started = time.monotonic()
-        try:
-            result = tools.execute_tool(name, sent, notebook, ui.approve, ui.reviews_changes, allowance)
-        except KeyboardInterrupt:
-            stopped = f"stopped: the user pressed Ctrl+C after {time.monotonic() - started:.1f} s; it may be half done"
-            history.extend(_results([call["id"]], stopped))
-            raise
-        history.extend(_results([call["id"]], result.text, result.shown))
-        _save(history)  # a note may have changed: keep the result even if we crash next
-        ui.tool_result(name, result)
-        failed &= result.error
-    return failed
-
-
-def _results(call_ids: list[str], text: str, shown: dict | None = None) -> list[dict]:
-    """The tool messages answering these calls: a result and what it showed, or why the call did not run."""
-    return [{"role": "tool", "tool_call_id": call_id, "content": text, SHOWN: shown or {}} for call_id in call_ids]
-
-
-def _save(history: list[dict], usage=None, endpoint: tuple[str, str] | None = None) -> None:
-    """Let a history that keeps itself (sessions.Conversation's) commit what changed; after an API call, count its
-    `usage` and where it went (`endpoint`: base URL, model)."""
-    if hasattr(history, "save"):
-        history.save(usage, endpoint)
-
-
 def run_agent(question: str, history: list[dict] | None = None, settings: Settings | None = None,
               client=None, ui: UI | None = None, notebook: Notebook | None = None) -> Answer:
-    """Answer one question, using the tools as needed. Extends `history` in place with the whole turn. `client`:
-    a Model, or an OpenAI-compatible client to wrap in one (a test's stub). `notebook`: each UI's; without one a call
-    makes its own, whose first search compares every note with the index (~0.1 s for 10,000 notes)."""
+    """Answer one question, extending `history` in place with the whole turn. `client`: a Model, or an
+    OpenAI-compatible client to wrap in one (a test's stub); without a `notebook`, the call opens its own."""
     if notebook is None:
         with Notebook(settings or load_settings()) as notebook:
             return run_agent(question, history, notebook.settings, client, ui, notebook)
     settings = notebook.settings
     model = client if isinstance(client, Model) else Model(settings, client) if client else make_client(settings)
-    history = [] if history is None else history
-    ui = ui or UI()
-    turn_start, allowance = len(history), Allowance()  # what this answer may write without asking
+    history, ui = [] if history is None else history, ui or UI()
+    turn_start = len(history)
     history.append(_question(question, notebook, ui))
     _save(history)
     try:
-        failing = 0  # rounds in a row whose every call failed: a small model stuck on calls it cannot make
-        for round_number in range(1, settings.max_rounds + 1):
-            reply = model.ask(history, ui, offer_tools=failing < FAILING_ROUNDS)
-            message = reply.message(round_number)
-            history.append(message)
-            _save(history, reply.usage, (settings.base_url, settings.model))
-            if not reply.calls:  # decided by the calls, not finish_reason: servers differ
-                notice = {"length": LENGTH_NOTICE, "repeat": REPEAT_NOTICE}.get(reply.finish_reason,
-                                                                             "" if reply.content else EMPTY_NOTICE)
-                break
-            if round_number == settings.max_rounds or failing >= FAILING_ROUNDS:  # these calls are not run
-                stuck = failing >= FAILING_ROUNDS
-                history.extend(_results([call["id"] for call in message["tool_calls"]], STUCK if stuck else ROUND_LIMIT))
-                _save(history)
-                notice = STUCK_NOTICE if stuck else ROUND_NOTICE.format(settings.max_rounds)
-                break
-            # The history keeps arguments the API accepts; the tool gets them as sent, to explain errors.
-            failed = execute(message["tool_calls"], reply.arguments(), history, notebook, ui, allowance)
-            failing = failing + 1 if failed else 0
+        reply, notice = _rounds(model, history, notebook, ui)
     except (KeyboardInterrupt, AgentError) as exc:
         # Keep the history sendable: drop a turn the API rejected or that kept nothing (no tool ran, no text was
         # shown); else answer the calls left unanswered, as a reloaded conversation would be.
@@ -519,3 +413,57 @@ def run_agent(question: str, history: list[dict] | None = None, settings: Settin
     answer.citations = citations.check(reply.content, history, turn_start, citations.reader(notebook))
     ui.citations(answer.citations)
     return answer
+
+
+def _rounds(model: Model, history: list[dict], notebook: Notebook, ui: UI) -> tuple[Reply, str]:
+    """Ask the model, run the calls it makes, until it answers: its last reply, and why the answer is cut short."""
+    settings, allowance = notebook.settings, Allowance()  # what this answer may write without asking
+    failing = 0  # rounds in a row whose every call failed: a small model stuck on calls it cannot make
+    for round_number in range(1, settings.max_rounds + 1):
+        offer_tools = failing < FAILING_ROUNDS
+        reply = model.ask(history, ui, offer_tools)
+        history.append(message := reply.message(round_number))
+        _save(history, reply.usage, (settings.base_url, settings.model))
+        if not reply.calls:  # decided by the calls, not finish_reason: servers differ
+            return reply, CUT_NOTICES.get(reply.finish_reason, "" if reply.content else EMPTY_NOTICE)
+        if round_number == settings.max_rounds or not offer_tools:  # these calls are not run
+            why = ROUND_LIMIT if offer_tools else STUCK
+            history.extend(_result(call["id"], why) for call in message["tool_calls"])
+            _save(history)
+            return reply, ROUND_NOTICE.format(settings.max_rounds) if offer_tools else STUCK_NOTICE
+        # The history keeps arguments the API accepts; the tool gets them as sent, to explain errors.
+        failed = execute(message["tool_calls"], reply.arguments(), history, notebook, ui, allowance)
+        failing = failing + 1 if failed else 0
+
+
+def execute(calls: list[dict], arguments: list[str], history: list[dict], notebook: Notebook, ui: UI,
+            allowance: Allowance) -> bool:
+    """Run each call with its arguments as sent, appending its result; whether every one failed. One that Ctrl+C
+    stops is answered saying so (it may have done part of its work)."""
+    failed = True
+    for call, sent in zip(calls, arguments):
+        name = call["function"]["name"]
+        ui.tool_call(name, sent)
+        started = time.monotonic()
+        try:
+            result = tools.execute_tool(name, sent, notebook, ui.approve, ui.reviews_changes, allowance)
+        except KeyboardInterrupt:
+            stopped = f"stopped: the user pressed Ctrl+C after {time.monotonic() - started:.1f} s; it may be half done"
+            history.append(_result(call["id"], stopped))
+            raise
+        history.append(_result(call["id"], result.text, result.shown))
+        _save(history)  # a note may have changed: keep the result even if we crash next
+        ui.tool_result(name, result)
+        failed &= result.error
+    return failed
+
+
+def _result(call_id: str, text: str, shown: dict | None = None) -> dict:
+    """The tool message answering a call: its result and what it showed, or why it did not run."""
+    return {"role": "tool", "tool_call_id": call_id, "content": text, SHOWN: shown or {}}
+
+
+def _save(history: list[dict], usage=None, endpoint: tuple[str, str] | None = None) -> None:
+    """Let a history that keeps itself commit what changed; after an API call, with its `usage` and `endpoint`."""
+    if hasattr(history, "save"):
+        history.save(usage, endpoint)

@@ -1,27 +1,15 @@
 """Citations in an answer, checked against the notes and against what the model was shown, with no model call.
 
-    check(answer, history, turn_start, read) -> Report   after each answer (run_agent; checked_answers for a page)
-    shell_shown(command, output) -> notes.Shown        what a shell command's output showed (the bash tool)
+    check(answer, history, turn_start, read) -> Report   after each answer; checked_answers: a saved conversation's
 
-The system prompt asks the model to cite the lines it relies on as `path:line` or `path:start-end`. Each citation
-is checked in this order, and the first problem is its reason: the note exists; some of its text reached the model
-in this conversation; the lines exist; those lines reached the model; a passage quoted beside it ("…", “…”, 「…」,
-on the same line of the answer) occurs in those lines, ignoring case, whitespace and Markdown emphasis (`*`, `_`,
-`` ` ``; "…" in a quote stands for left-out text). A path alone is a citation only with a quote beside it; its quote
-must be in what the model was shown of the note. What reached the model is what each tool result says it showed, as
-data kept with its message (context.SHOWN), never read from its words: read_note's lines and its outline's headings,
-the numbered lines under each search hit, the lines `links` names, a failed edit_note's closest lines. Only a shell
-command's output is foreign text: its `path:N:` lines (grep -n) are read once, when it runs (shell_shown).
-
-A note the model was never shown fails as "never reached the model" before anything is said of its length or words,
-so a private note's content is never told. An answer is about the notes when it cites one, names a note that exists
-and that no tool named during its turn, or, in a turn without a tool call, names a note path or says "your notes"
-(ABOUT_THE_NOTES); if no note's text reached the model in that turn, the report's `unread` line says so. What the
-earlier turns showed is added up once (Seen), kept by a history that can keep it (sessions.History.seen), so
-checking an answer costs what its turn added, not the whole conversation again.
-
-This module reads notes only through `read` (reading.note_text: the path guard, race-free) and never writes, sends or
-shows anything: each UI shows the Report its own way.
+A citation is `path:line`, `path:start-end`, or a path with a quote beside it ("…", “…”, 「…」, on its line). The
+first of these that fails is its problem: the note exists; its text reached the model; the lines exist; they
+reached the model; the quote occurs in them (ignoring case, whitespace and Markdown emphasis; "…" stands for
+left-out text). A note never shown fails before anything is said of its length or words, so a private note's
+content is never told. What reached the model is what each tool result says it showed (context.SHOWN), never read
+from its words; a shell's output only by its `path:N:` lines (shell_shown). An answer about the notes with no note
+read in its turn gets an `unread` line. Notes are read only through `read` (reading.note_text); this module never
+writes, sends or shows anything.
 """
 
 import re
@@ -91,9 +79,8 @@ NOTHING = Report([])
 
 
 def reader(notebook) -> Reader:
-    """Reading a note of the notebook as the tools do (the path guard, race-free, any encoding): reading.note_text. A
-    bare name no note has at the top is the one note of that name elsewhere, if there is one (a small model names
-    the note it wrote without its folder)."""
+    """Reading a note as the tools do (reading.note_text); a bare name no note has at the top is the one note of
+    that name elsewhere, if there is one (a small model names the note it wrote without its folder)."""
     def read(path: str) -> tuple[str, str]:
         try:
             return reading.note_text(notebook, path, "")

@@ -1,15 +1,11 @@
 """Context budget: which part of a long conversation to send, so every request fits and stays cheap.
 
-Providers bill the part of a request that repeats an earlier one's prefix at a fraction of the price, so
-what is sent only grows at its end, but for a rare trim: a request over the budget is cut back in one go to
-about TRIM_TO of it, at turn boundaries (a question and all up to the next, so calls keep their results).
-Finished turns' tool results are shortened first (the KEEP_RECENT_TURNS before the current one last), then
-turns go, oldest first, but for the conversation's head: its first turns (up to HEAD_SHARE of the budget) stay,
-shortened, so every later request still begins as the one before the trim did and a trim never loses the whole
-cached prefix. What was cut stays cut. The system prompt and the current turn stay whole unless that turn
-alone is too big. fit_to_budget() replays the conversation request by request to find where the cuts
-fell, so the same history always gives the same request. It never changes its input, and this module must
-never import the rest of the project.
+Providers bill a request's repeat of an earlier one's prefix at a fraction of the price, so what is sent only grows
+at its end but for a rare trim: a request over the budget is cut back in one go to about TRIM_TO of it, at turn
+boundaries. Finished turns' tool results are shortened first (the KEEP_RECENT_TURNS before the current one last),
+then turns go, oldest first, but for the head (HEAD_SHARE), so a trim never loses the whole cached prefix; what was
+cut stays cut. fit_to_budget() replays the conversation to find where the cuts fell, so the same history always
+gives the same request. It never changes its input; this module imports nothing of the project.
 """
 
 import json
@@ -27,9 +23,8 @@ HEAD_SHARE = 0.3  # the first turns kept through every trim, as a stable prefix 
 KEEP_RECENT_TURNS = 2  # a follow-up ("and what else does it say?") needs the notes read just before
 ELIDED_HEAD_CHARS = 300  # what stays of a shortened tool result, for the model to recognise it
 INTERRUPTED_RESULT = "not executed: the conversation stopped before this tool ran"
-# A tool message's bookkeeping, never sent: what its result showed (tools.execute_tool): {"lines": {note: [line, ...]}
-# whose text it showed, "named": [note, ...], "error": true, "unlisted": true (it may hold more note text: a shell's
-# output)}, each key only when it says something. One saved before it was kept (sessions.py) has none.
+# A tool message's bookkeeping, never sent: what its result showed: {"lines": {note: [line, ...]}, "named":
+# [note, ...], "error": true, "unlisted": true (it may hold more note text)}, each key only when it says something.
 SHOWN = "shown"
 
 
@@ -109,9 +104,8 @@ def _sizes(turn: list[dict]) -> tuple[list[int], int, int]:
 
 
 def _cut(sizes: list[tuple[list[int], int, int]], fixed: int, budget: int) -> tuple[int, int, int, int]:
-    """Replays every request made so far, the present one last, trimming where one would go over. Returns
-    (turns of the head kept, first turn sent after it, first turn sent whole, tokens of the turns before the
-    present one as now sent)."""
+    """Replays every request so far, trimming where one would go over: (turns of the head kept, first turn sent after
+    it, first turn sent whole, tokens of the turns before the present one as now sent)."""
     head, start, elided, kept = None, 0, 0, 0  # kept: tokens of the head and the turns from `start` on, as sent
     for current, (points, whole, _) in enumerate(sizes):
         for size in points + [whole] * (current == len(sizes) - 1):

@@ -1,22 +1,11 @@
-"""What model servers send back that the openai SDK leaves to us: tool calls written as text, "the request is
-too long" in each server's words, and a prompt a server cut short without saying so.
+"""What model servers send back that the openai SDK leaves to us: each response's parts as plain values, tool
+calls written as text, "too long" in each server's words, a prompt cut short, the usage as one value.
 
-Small local models (Qwen2.5 0.5B–1.5B, Llama 3.x), and servers with no tool parser for the model's chat
-template, send a tool call as the answer's text: a bare JSON object, the same in a ```json fence, after a
-`<tools></tools>` echo, or inside Hermes/Qwen `<tool_call>` tags, or a sentence and then such a fence.
-text_tool_calls() recognises exactly those shapes, also when a call in them is broken (not valid JSON: the model is
-told what is wrong), and whatever the tool's name (an unknown one is the model's to correct); text that shows JSON
-among words stays an answer. While a reply
-streams in, held_from() says from where the text so far may still become such calls, so the loop can hold
-that back and, when the reply ends, either run the calls or print the held text whole:
-
-    while streaming:  show the text up to held_from(text): all of it once it cannot be calls, else up to where
-                      it still may (the whole text, or a ```json fence after a sentence)
-    at the end:       calls = text_tool_calls(what is held); run them, or show it
-
-The usage a server reports, in DeepSeek's words or OpenAI's, is read once into one value (Usage). Pure functions
-and values: this module does no I/O, imports nothing of the project, and never decides what the agent does about
-what it finds.
+Small local models, and servers with no tool parser for the model's template, write a tool call as the answer's
+text: bare JSON, a ```json fence (maybe after a sentence), a `<tools></tools>` echo or Hermes/Qwen `<tool_call>`
+tags. text_tool_calls() recognises those shapes, broken calls too (running one tells the model what is wrong);
+JSON among words stays an answer. While a reply streams, held_from() says from where the text may still become
+calls, to hold that back. Pure functions and values: no I/O, nothing of the project imported, nothing decided.
 """
 
 import json
@@ -55,52 +44,46 @@ MARK_LINE = re.compile(r"^[ \t]*(?:<<<data|>>>end)\b.*(?:\n|$)", re.M)  # the ma
 MARKS = ("<<<data", ">>>end")
 REPEATED_LINES = 6  # a reply whose last lines are one line this many times over is looping: it is stopped
 
-# server_kept_fewer: Qwen2.5's tokenizer (llama.cpp) counted 0.73-1.12 of context.py's estimate for 600 real
-# requests (system prompt, 8 tools, a question, one note read; a Chinese vault and English tldr pages), and
-# 0.60-1.62 for a note's text alone. A server that keeps the whole prompt so reports at least ~0.6 of the
-# estimate; KEPT_SHARE times the learnt ratio stays under that even when the ratio was learnt at 1.62.
-# Below MIN_JUDGED_ESTIMATE the chat template's own tokens swamp the comparison.
+# server_kept_fewer: a server keeping the whole prompt counts at least ~0.6 of context.py's estimate (Qwen2.5 on
+# llama.cpp, 600 real requests), and KEPT_SHARE times a learnt ratio of up to 1.62 stays under that. Below
+# MIN_JUDGED_ESTIMATE the chat template's own tokens swamp the comparison.
 KEPT_SHARE = 0.35
 MIN_JUDGED_ESTIMATE = 1000
 
 
 def text_tool_calls(content: str) -> list[dict] | None:
-    """The calls, as [{"name": …, "arguments": "<its arguments as JSON text>"}], when `content` is nothing but tool
-    calls (see the module docstring); None when it is an answer. A call that cannot be run as written (not valid
-    JSON, arguments that are no object) keeps what it wrote as its arguments, so running it tells the model what is
-    wrong instead of the person being shown the JSON; one call a line is read line by line, so one bad line spoils
-    no other."""
+    """The calls, as [{"name": …, "arguments": "<JSON text>"}], when `content` is only tool calls; else None.
+    A call that cannot run as written keeps what it wrote as its arguments, so running it tells the model why."""
     text = _without_echo(content or "")
-    if text.startswith(TAGGED[0]):
-        bodies = _tagged_bodies(text)
-    elif text.startswith(FENCE):
-        bodies = _fenced_body(text)
-    else:
-        bodies = [text]
+    bodies = _tagged_bodies(text) if text.startswith(TAGGED[0]) else _fenced_body(text) if text.startswith(FENCE) \
+        else [text]
     calls = []
     for body in bodies or []:
         values = _json_values(_rebraced(body))
-        if values is None:
-            lines = [line.strip() for line in body.strip().splitlines() if line.strip()]
-            if len(lines) > 1 and all(_opens_like_call(line) for line in lines):
-                calls += [_line_call(line) for line in lines]
-                continue
-            broken = _broken_call(body.strip()) if _opens_like_call(body.strip()) else None
-            if broken is None:
-                return None
-            calls.append(broken)
-            continue
-        for value in values or [None]:
-            for item in value if isinstance(value, list) and value else [value]:
-                call = _call(item)
-                if call is None:
-                    return None
-                calls.append(call)
+        lines = _lines(body)
+        if values is None and len(lines) > 1 and all(map(_opens_like_call, lines)):
+            found = [_line_call(line) for line in lines]  # one call a line: a bad line spoils no other
+        elif values is None:
+            found = [_opens_like_call(body.strip()) and _broken_call(body.strip()) or None]
+        else:
+            found = [_call(item) for item in _items(values or [None])]
+        if None in found:
+            return None
+        calls += found
     return calls or None
 
 
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _items(values: list) -> list:
+    """The call objects JSON values hold: each value, or each item of a list (None for an empty one)."""
+    return [item for value in values for item in (value if isinstance(value, list) and value else [value])]
+
+
 def _rebraced(text: str) -> str:
-    """A call written with braces too many ({{"name": …}}}, a small model's slip) as the one object it means."""
+    """A call written with braces too many ({{"name": …}}}) as the one object it means."""
     text = text.strip()
     text = "{" + text.lstrip("{") if text.startswith("{{") else text
     try:
@@ -111,14 +94,12 @@ def _rebraced(text: str) -> str:
 
 
 def _line_call(line: str) -> dict:
-    values = _json_values(_rebraced(line))
-    call = _call(values[0]) if values and len(values) == 1 else None
-    return call or _broken_call(line) or {"name": "", "arguments": line}
+    values = _json_values(_rebraced(line)) or []
+    return len(values) == 1 and _call(values[0]) or _broken_call(line) or {"name": "", "arguments": line}
 
 
 def _broken_call(text: str) -> dict | None:
-    """A call-shaped text that is not one valid call, with its name if it can be read; None when it is a whole JSON
-    value followed by words (an answer that starts with JSON)."""
+    """A call-shaped text that is not one valid call, with its name if readable; None: JSON followed by words."""
     try:
         _, end = json.JSONDecoder().raw_decode(text)
         if re.search(r"[^\W\d_]", text[end:]):
@@ -150,10 +131,8 @@ def could_be_tool_call(prefix: str) -> bool:
 
 
 def held_from(text: str, start: int = 0) -> int:
-    """Where the text streamed so far may still turn out to be only tool calls, to hold it back from there: 0 while
-    all of it may; else the start of a line opening a ``` fence that may (a sentence, then a fenced call, is a small
-    model's habit too); else len(text). `start`: what the last call said for a shorter text (nothing before it can
-    become a call again, so each piece costs what it adds)."""
+    """From where the text streamed so far may still turn out to be only tool calls (0: all of it; a ``` fence
+    after a sentence; else len(text)). `start`: what it said for a shorter text (each piece costs what it adds)."""
     if start == 0 and could_be_tool_call(text):
         return 0
     at = text.find("\n`", max(start - 1, 0))
@@ -175,15 +154,14 @@ def open_mark(text: str) -> int:
 
 
 def looping(text: str) -> int | None:
-    """Where a reply that keeps repeating one line (a small model's loop) should end, after the first of the
-    repeats; None while it is not looping."""
+    """Where a reply that keeps repeating one line should end, after the first repeat; None while it is not."""
     end = repeats_from(text)
     return end if text.count("\n", end) >= REPEATED_LINES - 1 else None
 
 
 def repeats_from(text: str) -> int:
-    """Where the last whole line's repeats begin (it follows itself, or the line being written starts as it does: a
-    loop may be starting), to hold them back until it is clear; len(text) when they do not."""
+    """Where the last whole line's repeats begin (the line being written may be one), to hold them back until it is
+    clear; len(text) when there are none."""
     at = len(text)
     for _ in range(REPEATED_LINES + 1):  # only the last lines are looked at: each piece costs what it adds
         at = text.rfind("\n", 0, at) if at > 0 else -1
@@ -199,8 +177,8 @@ def repeats_from(text: str) -> int:
 
 
 def error_message(body, fallback: str) -> str:
-    """The server's words in an error body as the openai SDK keeps it (`exc.body`: the "error" value, an object
-    or, from LM Studio and Ollama, a bare string the SDK leaves out of `exc.message`), else `fallback`."""
+    """The server's words in an error body as the SDK keeps it (`exc.body`: an object, or a bare string from LM
+    Studio and Ollama that the SDK leaves out of `exc.message`), else `fallback`."""
     if isinstance(body, dict):
         body = body.get("error", body)
         body = body.get("message") if isinstance(body, dict) else body
@@ -209,11 +187,8 @@ def error_message(body, fallback: str) -> str:
 
 def context_window(message: str) -> int | None:
     """The server's context window in tokens, when its "too long" answer names it."""
-    for wording in WINDOW_WORDINGS:
-        match = wording.search(message or "")
-        if match:
-            return int(match[1].replace(",", ""))
-    return None
+    match = next(filter(None, (wording.search(message or "") for wording in WINDOW_WORDINGS)), None)
+    return int(match[1].replace(",", "")) if match else None
 
 
 def is_context_error(message: str) -> bool:
@@ -222,17 +197,14 @@ def is_context_error(message: str) -> bool:
 
 
 def server_kept_fewer(sent_estimate: int, reported_prompt_tokens: int, ratio: float, cached_tokens: int = 0) -> bool:
-    """Whether the server reports far fewer prompt tokens than were sent: it cut the prompt (Ollama keeps only
-    its num_ctx, from the end, and says nothing). `ratio` is the learnt server tokens per estimated token.
-    `cached_tokens` (usage.prompt_tokens_details.cached_tokens) are added back: a server that counts only
-    what it computed (Ollama 0.30, ollama/ollama#16414) would otherwise look as if it had cut the prompt."""
+    """Whether the server counted far fewer prompt tokens than were sent (Ollama cuts beyond num_ctx silently);
+    `ratio`: the learnt one. Cache hits count: Ollama 0.30 counts only what it computed (ollama/ollama#16414)."""
     counted = (reported_prompt_tokens or 0) + (cached_tokens or 0)
     return sent_estimate >= MIN_JUDGED_ESTIMATE and 0 < counted < KEPT_SHARE * sent_estimate * ratio
 
 
 class Usage(NamedTuple):
-    """Tokens as the server counted them, over some API calls: one call's (`of` its usage), or a sum of them (+);
-    str() says it as the person reads it, never "0 + 0" for what was not counted."""
+    """Tokens as the server counted them, of one call (`of` its usage) or a sum (+); str() never says "0 + 0"."""
     prompt: int = 0
     completion: int = 0
     hits: int = 0  # of the prompt, cache hits: DeepSeek's prompt_cache_hit_tokens, or OpenAI's cached_tokens
@@ -260,15 +232,45 @@ class Usage(NamedTuple):
         return f"{self.prompt:,} prompt + {self.completion:,} completion tokens{some}"
 
 
+class NotOpenAI(Exception):
+    """The server's answer is not shaped as an OpenAI-compatible one: an HTML page, malformed JSON or SSE."""
+
+
+def pieces(parts, stream: bool):
+    """Each part of a response (a stream's chunks, or one completion) as (Usage or None, finish_reason, reasoning,
+    content, [(index, id, name, arguments)]). Server objects are read here alone: only a bad shape raises NotOpenAI."""
+    try:
+        for part in parts if stream else [parts]:
+            usage = getattr(part, "usage", None)
+            if not part.choices:  # a stream's usage chunk has none
+                yield usage and Usage.of(usage), None, None, None, []
+                continue
+            delta = part.choices[0].delta if stream else part.choices[0].message
+            reasoning = getattr(delta, "reasoning_content", None)
+            if reasoning is None and "reasoning_content" in (delta.model_extra or {}):
+                reasoning = ""  # a null, which must go back as ""
+            calls = [(new.index if stream else position, new.id, _text(getattr(new.function, "name", None)),
+                      _text(getattr(new.function, "arguments", None)) or "")  # a whole message numbers none
+                     for position, new in enumerate(delta.tool_calls or [])]
+            yield usage and Usage.of(usage), part.choices[0].finish_reason, _text(reasoning), _text(delta.content), calls
+    except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
+        raise NotOpenAI(type(exc).__name__) from None
+
+
+def _text(value) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise TypeError(f"{type(value).__name__} where text belongs")
+
+
 def _without_echo(text: str) -> str:
-    """The text without a leading or trailing <tools>…</tools> (an echo of the tool list, or empty tags); calls
-    inside such tags are kept (a small model wraps its call so too)."""
+    """The text without a leading or trailing <tools>…</tools> echo of the tool list; calls inside are kept."""
     text = text.strip()
     opening, closing = TOOLS_ECHO
     if text.startswith(opening) and closing in text:
         inside, _, after = text[len(opening):].partition(closing)
         values = _json_values(_rebraced(inside))
-        items = [item for value in values or [] for item in (value if isinstance(value, list) else [value])]
+        items = _items(values or [])
         written = items and all(_call(item) and {"arguments", "parameters"} & set(item) for item in items)
         text = (inside.strip() + "\n" if written else "") + after.strip()  # not the tool list: calls
     if text.endswith(closing) and opening in text:
@@ -277,8 +279,7 @@ def _without_echo(text: str) -> str:
 
 
 def _tagged_bodies(text: str) -> list[str] | None:
-    """What each <tool_call>…</tool_call> holds, when the text is only such blocks (the last may be unclosed:
-    a model can stop right after its JSON)."""
+    """What each <tool_call>…</tool_call> holds, when the text is only such blocks (the last may be unclosed)."""
     bodies = []
     while text:
         if not text.startswith(TAGGED[0]):
@@ -290,8 +291,7 @@ def _tagged_bodies(text: str) -> list[str] | None:
 
 
 def _fenced_body(text: str) -> list[str] | None:
-    """What a ```json (or bare ```) fence holds, when the text is only that fence (maybe unclosed: a model can stop
-    right after its JSON)."""
+    """What a ```json (or bare ```) fence holds, when the text is only that fence (maybe unclosed)."""
     language, _, body = text[len(FENCE):].partition("\n")
     body, _, rest = body.partition(FENCE)
     return [body] if language.strip().lower() in FENCE_LANGUAGES and not rest.strip() else None
@@ -299,8 +299,7 @@ def _fenced_body(text: str) -> list[str] | None:
 
 def _json_values(text: str) -> list | None:
     """One or more JSON values separated by whitespace (some models write one object per call), or None."""
-    decoder, values, text = json.JSONDecoder(), [], text.strip()
-    at = 0
+    decoder, values, text, at = json.JSONDecoder(), [], text.strip(), 0
     while at < len(text):
         try:
             value, at = decoder.raw_decode(text, at)
@@ -315,9 +314,8 @@ def _call(item) -> dict | None:
     """{"name", "arguments"} from one call object in any known shape; None if it is not one."""
     if isinstance(item, dict) and isinstance(item.get("function"), dict) and set(item) <= WRAPPER_KEYS:
         item = item["function"]
-    if not isinstance(item, dict) or set(item) - CALL_KEYS or item.get("type", "function") != "function":
-        return None
-    if not isinstance(item.get("name"), str):
+    if not isinstance(item, dict) or set(item) - CALL_KEYS or item.get("type", "function") != "function" \
+            or not isinstance(item.get("name"), str):
         return None
     arguments = item["arguments"] if "arguments" in item else item.get("parameters")
     if isinstance(arguments, str):  # a JSON string holding the object, as the API itself sends arguments
@@ -329,54 +327,45 @@ def _call(item) -> dict | None:
 
 
 def _body_may_be_call(text: str, closing: str) -> bool:
-    """Whether what a tag or fence holds so far may be calls (once closed it must be, and what follows may be more;
-    before, it must start so)."""
+    """Whether what a tag or fence holds so far may be calls (once closed, with what follows)."""
     body, closed, rest = text.partition(closing)
     if closed:
         values = _json_values(body)
-        calls = all(_may_be_calls(value) for value in values) if values else _opens_like_call(body.strip())
+        calls = _are_calls(values) if values else _opens_like_call(body.strip())
         return bool(calls) and could_be_tool_call(rest)
-    for size in range(len(closing) - 1, 0, -1):  # the closing may be arriving: "</tool_" or "``"
-        if body.endswith(closing[:size]):
-            body = body[:-size]
-            break
+    arriving = next((size for size in range(len(closing) - 1, 0, -1) if body.endswith(closing[:size])), 0)
+    body = body[:len(body) - arriving]  # the closing may be arriving: "</tool_" or "``"
     return not body.strip() or _json_may_be_call(body.strip())
 
 
 def _json_may_be_call(text: str) -> bool:
-    """Whether text starting with JSON may be calls: a complete value must have a call's shape (and what follows
-    must still be possible); an incomplete one must open like a call object or a list of them."""
+    """Whether text starting with JSON may be calls: a whole value shaped so, or an unfinished one opening so."""
     if not text.startswith(("{", "[")):
         return False
     try:
         value, end = json.JSONDecoder().raw_decode(text)
     except ValueError:
         return _opens_like_call(text)
-    return _may_be_calls(value) and could_be_tool_call(text[end:])
+    return _are_calls([value]) and could_be_tool_call(text[end:])
 
 
 def _lines_may_be_calls(text: str) -> bool:
     """One call a line, some of them perhaps broken: every line so far opens like a call and has no words after it."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = _lines(text)
     return bool(lines) and all(_opens_like_call(line) and _broken_call(line) for line in lines)
 
 
-def _may_be_calls(value) -> bool:
-    items = value if isinstance(value, list) else [value]
-    return bool(items) and all(_call(item) for item in items)
+def _are_calls(values: list) -> bool:
+    return all(map(_call, _items(values)))
 
 
 def _opens_like_call(text: str) -> bool:
     """An unfinished `{"name": …` or `[{"name": …`: true while its first key may still be a call's."""
     rest = text[1:].lstrip() if text.startswith("[") else text
-    if not rest:
-        return True
     if not rest.startswith("{"):
-        return False
+        return not rest
     rest = rest.lstrip("{").lstrip()
-    if not rest:
-        return True
     key = re.match(r'"([^"\\]*)(")?', rest)
     if key is None:
-        return False
+        return not rest
     return key[1] in FIRST_KEYS if key[2] else any(name.startswith(key[1]) for name in FIRST_KEYS)

@@ -2,14 +2,11 @@
 
     report(store, session_id, kb, everything=False) -> str    /sent (this conversation), /sent all (every one about kb)
 
-Everything comes from the session store, as it was recorded when it happened: each API call's row (its endpoint,
-model, tokens, cache hits, time, and the last message stored then: sessions.Conversation.add_usage) and what each
-stored tool result showed (the note lines it says it showed, context.SHOWN), which went out with every later call of
-its conversation (a request carries the conversation so far; a trimmed request may have carried less). A result that
-may hold more note text (a shell command's output), or saved before what it showed was kept, is counted apart. Each call is priced at its own hour at the
-provider's published prices (PRICES), cache hits apart; a provider or model without known prices gets tokens only. A
-server on this machine or its network (config.is_local) is named as such: nothing left the machine for it. This module
-only reads: it never writes, nor calls a model.
+Everything comes from the session store as recorded when it happened: each API call's row (endpoint, model, tokens,
+cache hits, time, the last message stored then) and what each stored tool result showed (context.SHOWN), which went
+out with every later call of its conversation. A result that may hold more note text (a shell's output), or saved
+before what it showed was kept, is counted apart. Each call is priced at its own hour (PRICES); a server on this
+machine or its network is named as such. This module only reads: it never writes, nor calls a model.
 """
 
 import time
@@ -79,13 +76,11 @@ class _Endpoint:
         self.unlisted += shown is None or bool(shown.get("unlisted"))
 
     def lines(self) -> list[str]:
-        local = is_local(self.endpoint)
-        if (self.endpoint, self.model) == EARLIER:
-            out = ["API calls made before knowledge-agent recorded where each one went:"]
-        else:
-            out = [f"{urlsplit(self.endpoint).netloc} · {self.model} · {plural(self.usage.calls, 'API call')}"
-                   + (": on this machine/network, nothing left the machine" if local else "")]
-        usage = self.usage
+        local, usage = is_local(self.endpoint), self.usage
+        out = [f"{urlsplit(self.endpoint).netloc} · {self.model} · {plural(usage.calls, 'API call')}"
+               + (": on this machine/network, nothing left the machine" if local else "")
+               if (self.endpoint, self.model) != EARLIER else
+               "API calls made before knowledge-agent recorded where each one went:"]
         tokens = f"  tokens: {usage.prompt:,} sent" + (f" ({usage.hits:,} cache hits)" if usage.hits else "")
         out.append(tokens + f", {usage.completion:,} received"
                    + (f" ({plural(usage.unreported, 'call')} reported none)" if usage.unreported else ""))
