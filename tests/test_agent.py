@@ -1,5 +1,6 @@
 """The tool loop against a stubbed OpenAI client: round trips, parallel calls, limits, history validity."""
 
+import json
 import httpx2
 import openai
 import pytest
@@ -284,3 +285,17 @@ def test_a_model_stuck_on_failing_calls_is_asked_without_tools(kb):
     answer = run_agent("quit vim?", history, settings=make_settings(kb), client=stuck)
     assert not answer.complete and "kept making tool calls that failed" in answer.notice
     assert_valid_history(history)
+    assert "vim" not in json.dumps(stuck.requests[2]["messages"][2:])  # failed calls teach it to call again
+
+
+def test_calls_written_as_text_fail_a_round_when_one_fails(kb):
+    """A 0.5B model answered a recipe question by writing a call to every tool, one a line, some with made-up values;
+    the ones that happened to work kept it going until the output limit. Calls written as text come from a model that
+    does not speak the tool protocol: one failed call in such a reply counts the round as failed."""
+    recital = ('{"name": "links", "arguments": {"file_path": "python.md"}}\n'
+               '{"name": "list_notes", "arguments": {"after": "1"}}')
+    client = StubClient([{"content": recital}, {"content": recital}, {"content": "Beat 3 eggs."}])
+    answer = run_agent("How many eggs?", settings=make_settings(kb), client=client)
+    assert answer == "Beat 3 eggs." and [bool(r.get("tools")) for r in client.requests] == [True, True, False]
+    sent = json.dumps(client.requests[2]["messages"][1:], ensure_ascii=False)
+    assert "links" in sent and "list_notes" not in sent  # what worked is kept, what failed is not
