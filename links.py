@@ -1,34 +1,13 @@
-"""Links between notes as Obsidian reads them: find them, resolve them, and keep them meaning the same files
-when a note moves.
+"""Links between notes as Obsidian reads them: parse() finds each with the exact span of its target, Resolver says
+which file it means, plan_move() gives the new texts that keep every link meaning its file once a note moves, and
+rows(), outgoing() and backlinks() serve the search index's link table.
 
-parse() finds every link of a note (.md) or canvas (.canvas) with the exact span of its target, so a rewrite
-changes nothing else. Resolver says which file a link means, the way Obsidian does. plan_move() gives the new
-texts of the files a move must change so that every link of the vault still means what it meant. rows() is what
-the search index stores per note; outgoing() and backlinks() answer from those rows. resolve_all() is for tests
-and benchmarks: every link of a vault, resolved.
-
-How a link is read (Obsidian Help, and Obsidian 1.x as observed; * marks a choice where Obsidian is undocumented):
-- Forms: [[T]] [[T|shown]] [[T#H1#H2]] [[T#^block]] [[#H]] ![[T|300]] ![[a.pdf#page=3]] [[T\\|shown]] (tables),
-  [t](T%20x.md) [t](<T x.md>) ![i](a.png), "[[T]]" as a whole quoted front-matter value, canvas nodes[].file.
-  Inside fenced code (``` or ~~~, any length), inline code and %%comments%% (an unclosed %% runs to the end) a
-  link is text. * Indented code blocks are not recognised: in vaults they are nearly always nested list items.
-- A link with a URI scheme (http:, mailto:, obsidian:, zotero:, ...) is external, except inside [[ ]], where
-  Obsidian keeps it as an unresolved note link.
-- Matching is case-insensitive; `T` means a file named `T` or `T.md`; an empty target ([[#H]]) is the note itself.
-- Wikilinks and properties: the exact vault path wins; else the path from the linking note's folder (for a bare
-  name: the note of that name beside it); else every file whose path ends in "/T": the shortest path string,
-  * equal lengths in code-point order. The suffix rule covers bare names (any folder) and partial paths ([[b/T]] for
-  a/b/T.md, which Obsidian accepts; keeping those resolved is the safe side when a note moves).
-- Markdown links, %-decoded: from the linking note's folder first, then as a wikilink. Canvas files: the vault
-  path only. A leading "/" means the vault root. An alias in front matter never resolves a link.
-How a link is written when a move needs it: a wikilink stays a wikilink and follows newLinkFormat: "shortest" is
-the bare name if it means the file from that note, else the full vault path (* never a path suffix); "relative"
-is the path from the note's folder; "absolute" the vault path. `.md` is kept if it was written. A Markdown link
-keeps its style and %-encoding: one that resolved from its note's folder stays relative (so other Markdown
-viewers still follow it), a vault path stays a vault path, a bare name a bare name while it resolves. A link
-that still means its file after the move is left as written.
-
-Pure functions over texts and path lists: this file never reads nor writes a file; the caller does the I/O.
+As Obsidian 1.x reads them (* where it is undocumented, our choice): wikilinks, Markdown links, a whole quoted
+"[[T]]" front-matter value and canvas nodes[].file, none inside code or %%comments%% (* nor indented code: in vaults
+that is a nested list item). Case-insensitive; `T` is `T` or `T.md`. A wikilink means the exact vault path, else the
+path from its note's folder, else the shortest path ending in "/T" (* ties in code-point order); a Markdown link tries
+its folder first; a canvas, a leading "/", the vault path only. A rewrite keeps the link's form, `.md` and
+%-encoding, and follows newLinkFormat (* "shortest" is never a path suffix). Pure: it never reads nor writes a file.
 """
 
 import json
@@ -78,7 +57,7 @@ _MARKDOWN_LINK = re.compile(
     _OPENING + r"((?:[^\[\]\n\\]|\\.|\[(?:[^\[\]\n\\]|\\.)*\])*)\]"  # [text], brackets nested one level
     r"\([ \t]*(?:<([^<>\n]*)>|((?:[^\s()\\]|\\.|\((?:[^\s()\\]|\\.)*\))+))"  # (<target> or (target
     r"(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^()\n]*\)))?[ \t]*\)")  # an optional "title", then )
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:|//")  # http:, mailto:, obsidian:, C:, //host
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:|//")  # external in a Markdown link; inside [[ ]] still a note link
 _CANVAS_FILE = re.compile(r'"file"\s*:\s*"((?:[^"\\]|\\.)*)"')
 
 
@@ -96,11 +75,10 @@ def parse(text: str, path: str) -> list[Link]:
 
 
 def _note_links(text: str) -> list[tuple]:
-    found, body = [], 0
-    if front := _FRONT_MATTER.match(text):
-        body = front.end()
-        for m in _PROPERTY_LINK.finditer(text, 0, body):
-            found.append(_wikilink(m.start(2) - 2, m.end(2) + 2, m.start(2), m.group(2), False, "property"))
+    front = _FRONT_MATTER.match(text)
+    body = front.end() if front else 0
+    found = [_wikilink(m.start(2) - 2, m.end(2) + 2, m.start(2), m.group(2), False, "property")
+             for m in _PROPERTY_LINK.finditer(text, 0, body)]
     if text.find("[[", body) < 0 and text.find("](", body) < 0:
         return found  # no link can start here: spare the search for code and comments
     hidden = _hidden_spans(text, body)
@@ -164,8 +142,7 @@ def _hidden_spans(text: str, pos: int) -> list[tuple]:
 
 
 def _code_or_comment(text: str, pos: int):
-    """_CODE_OR_COMMENT.search(text, pos), tried only on the lines holding a ` ~ or %: the regex engine alone tries
-    it at every position (5x slower on the knowledge-garden vault)."""
+    """_CODE_OR_COMMENT.search(text, pos), tried only on lines holding a ` ~ or % (5x faster than the regex alone)."""
     while mark := _CODE_MARK.search(text, pos):
         line_end = text.find("\n", mark.end())
         line_end = len(text) if line_end < 0 else line_end
@@ -183,9 +160,7 @@ def _closing_fence(char: str, length: int) -> re.Pattern:
 def _clear(spans: list, start: int, end: int) -> bool:
     """No span of the ordered, disjoint spans overlaps text[start:end]."""
     i = bisect_right(spans, (start, float("inf"))) - 1
-    if i >= 0 and spans[i][1] > start:
-        return False
-    return i + 1 >= len(spans) or spans[i + 1][0] >= end
+    return not (i >= 0 and spans[i][1] > start) and (i + 1 >= len(spans) or spans[i + 1][0] >= end)
 
 
 def _canvas_links(text: str) -> list[tuple]:
@@ -229,11 +204,7 @@ class Resolver:
 
 
 def _exact(candidates: list, want: str) -> str | None:
-    for wanted in (want, want + ".md"):
-        for lower, path in candidates:
-            if lower == wanted:
-                return path
-    return None
+    return next((path for wanted in (want, want + ".md") for lower, path in candidates if lower == wanted), None)
 
 
 def _join(source: str, target: str) -> str | None:
@@ -243,8 +214,7 @@ def _join(source: str, target: str) -> str | None:
 
 
 def resolve_all(files: dict) -> dict:
-    """{(path, index of the link in parse order): the path it means or None} for every link of the vault;
-    files maps every vault path to its text (None for files that are not notes or canvases)."""
+    """{(path, index in parse order): the path it means or None} for every link; files: vault path -> text or None."""
     resolver = Resolver(files)
     return {(path, i): resolver.resolve(link.target, path, link.form)
             for path, text in files.items() if text is not None
@@ -289,12 +259,8 @@ def move_keys(from_path: str, to_path: str) -> set:
 
 
 def plan_move(paths, texts: dict, from_path: str, to_path: str, link_format: str = "shortest") -> Plan:
-    """The new texts that keep every resolved link of the vault meaning the same file once from_path is at to_path.
-
-    paths: every file of the vault before the move. texts: path -> text of at least the moved file and the notes
-    and canvases holding a link whose key is in move_keys(); others may be given too and are left alone when no
-    link of theirs changes. A link unresolved before stays as it is. Raises ValueError for an impossible move or
-    a file name no link can spell."""
+    """The new texts that keep every resolved link meaning its file once from_path is at to_path. paths: the vault's
+    files before; texts: at least the moved file's and those holding a key in move_keys(). ValueError if impossible."""
     link_format = link_format if link_format in LINK_FORMATS else "shortest"  # as Obsidian reads an odd setting
     paths = set(paths)
     if from_path not in paths:
@@ -323,8 +289,7 @@ def plan_move(paths, texts: dict, from_path: str, to_path: str, link_format: str
 
 
 def _beside(target: str, source: str, meant: str) -> bool:
-    """The Markdown link means `meant` read from its note's folder: a relative link, which other Markdown
-    viewers follow too, so it is kept relative."""
+    """The Markdown link means `meant` from its note's folder: kept relative, so other Markdown viewers follow it."""
     joined = _join(source, unquote(target).strip().lower())
     return joined is not None and meant.lower() in (joined, joined + ".md")
 
@@ -384,8 +349,7 @@ _PRINTABLE_ASCII = "".join(chr(c) for c in range(33, 127))
 
 
 def _encoded(path: str, like: str, angle: bool) -> str:
-    """path %-encoded as the Markdown link target `like` is: what its form cannot hold raw always, non-ASCII
-    letters only if `like` encodes them, spaces in <...> only if `like` does."""
+    """path %-encoded as the Markdown link target `like` is (non-ASCII, and spaces in <...>, only if `like` does)."""
     unsafe = {"%": "%25", "#": "%23"}
     if angle:
         unsafe.update({"<": "%3C", ">": "%3E"} | ({" ": "%20"} if "%20" in like else {}))
