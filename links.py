@@ -3,11 +3,11 @@ which file it means, plan_move() gives the new texts that keep every link meanin
 rows(), outgoing() and backlinks() serve the search index's link table.
 
 As Obsidian 1.x reads them (* where it is undocumented, our choice): wikilinks, Markdown links, a whole quoted
-"[[T]]" front-matter value and canvas nodes[].file, none inside code or %%comments%% (* nor indented code: in vaults
-that is a nested list item). Case-insensitive; `T` is `T` or `T.md`. A wikilink means the exact vault path, else the
-path from its note's folder, else the shortest path ending in "/T" (* ties in code-point order); a Markdown link tries
-its folder first; a canvas, a leading "/", the vault path only. A rewrite keeps the link's form, `.md` and
-%-encoding, and follows newLinkFormat (* "shortest" is never a path suffix). Pure: it never reads nor writes a file.
+"[[T]]" front-matter value and canvas nodes[].file, none inside code or %%comments%% (* nor indented code: in
+vaults that is a nested list item). Case-insensitive; `T` is `T` or `T.md`. A wikilink means the exact vault path,
+else the path from its note's folder, else the shortest path ending in "/T" (* ties in code-point order); a
+Markdown link tries its folder first; a canvas, a leading "/", the vault path only. A rewrite keeps the link's
+form, `.md` and %-encoding, and follows newLinkFormat (* "shortest" is never a path suffix). Pure: no file I/O.
 """
 
 import json
@@ -49,8 +49,7 @@ _CODE_OR_COMMENT = re.compile(r"^[ \t>]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)?(`{3,}(?
 _CODE_MARK = re.compile("[`~%]")  # one of these is on the line where any of those matches starts, and ends
 _BLANK_LINE = re.compile(r"\n[ \t\r]*\n")  # an inline code span never crosses one
 _TICKS = re.compile("`+")
-# "[" or "![", not after a backslash. Each way starts with its own character, so the regex engine skips ahead to a
-# "!" or "[" instead of trying the pattern at every position (3-5x faster on both corpora). m[0][0] tells an embed.
+# "[" or "![", not after a backslash; each way starts with its own character, for the regex engine to skip to.
 _OPENING = r"(?:!(?<!\\!)\[|\[(?<!\\\[))"
 _WIKILINK = re.compile(_OPENING + r"\[" + _INSIDE_LINK + r"\]\]")  # a single "]" does not end the target
 _MARKDOWN_LINK = re.compile(
@@ -142,7 +141,7 @@ def _hidden_spans(text: str, pos: int) -> list[tuple]:
 
 
 def _code_or_comment(text: str, pos: int):
-    """_CODE_OR_COMMENT.search(text, pos), tried only on lines holding a ` ~ or % (5x faster than the regex alone)."""
+    """_CODE_OR_COMMENT.search(text, pos), tried only on lines holding a ` ~ or % (5x faster than the regex)."""
     while mark := _CODE_MARK.search(text, pos):
         line_end = text.find("\n", mark.end())
         line_end = len(text) if line_end < 0 else line_end
@@ -214,7 +213,7 @@ def _join(source: str, target: str) -> str | None:
 
 
 def resolve_all(files: dict) -> dict:
-    """{(path, index in parse order): the path it means or None} for every link; files: vault path -> text or None."""
+    """{(path, index in parse order): the path it means or None} for every link; files: path -> text or None."""
     resolver = Resolver(files)
     return {(path, i): resolver.resolve(link.target, path, link.form)
             for path, text in files.items() if text is not None
@@ -223,14 +222,13 @@ def resolve_all(files: dict) -> dict:
 
 # --- The link index kept beside the search index ---
 def _name_key(name: str) -> str:
-    name = name.rsplit("/", 1)[-1].strip().lower()
-    return name[:-3] if name.endswith(".md") else name
+    return name.rsplit("/", 1)[-1].strip().lower().removesuffix(".md")
 
 
 def link_keys(path: str) -> set:
     """The keys (rows()'s last column) of the links that may mean the file at path: query the rows by these."""
     key = _name_key(path)
-    return {key, key[:-3]} if key.endswith(".md") else {key}  # [[x.md]] can mean x.md.md
+    return {key, key.removesuffix(".md")}  # [[x.md]] can mean x.md.md
 
 
 def rows(text: str, path: str) -> list[tuple]:
@@ -259,8 +257,8 @@ def move_keys(from_path: str, to_path: str) -> set:
 
 
 def plan_move(paths, texts: dict, from_path: str, to_path: str, link_format: str = "shortest") -> Plan:
-    """The new texts that keep every resolved link meaning its file once from_path is at to_path. paths: the vault's
-    files before; texts: at least the moved file's and those holding a key in move_keys(). ValueError if impossible."""
+    """The new texts that keep every resolved link meaning its file once from_path is at to_path. paths: the
+    vault's files before; texts: at least the moved file's and those with a key in move_keys(). Else ValueError."""
     link_format = link_format if link_format in LINK_FORMATS else "shortest"  # as Obsidian reads an odd setting
     paths = set(paths)
     if from_path not in paths:
@@ -289,7 +287,7 @@ def plan_move(paths, texts: dict, from_path: str, to_path: str, link_format: str
 
 
 def _beside(target: str, source: str, meant: str) -> bool:
-    """The Markdown link means `meant` from its note's folder: kept relative, so other Markdown viewers follow it."""
+    """The Markdown link means `meant` from its note's folder: it stays relative, for other Markdown viewers."""
     joined = _join(source, unquote(target).strip().lower())
     return joined is not None and meant.lower() in (joined, joined + ".md")
 
@@ -330,9 +328,7 @@ def _spellings(text: str, link: Link, meant: str, source: str, beside: bool, lin
 def _relative(path: str, source: str) -> str:
     """path as written from the folder of the note at source: a/b.md from a/c/x.md is ../b.md."""
     here, there = source.split("/")[:-1], path.split("/")
-    common = 0
-    while common < min(len(here), len(there) - 1) and here[common] == there[common]:
-        common += 1
+    common = len(posixpath.commonprefix([here, there[:-1]]))
     return "/".join([".."] * (len(here) - common) + there[common:])
 
 
@@ -349,7 +345,7 @@ _PRINTABLE_ASCII = "".join(chr(c) for c in range(33, 127))
 
 
 def _encoded(path: str, like: str, angle: bool) -> str:
-    """path %-encoded as the Markdown link target `like` is (non-ASCII, and spaces in <...>, only if `like` does)."""
+    """path %-encoded as the Markdown link target `like` is (non-ASCII, and spaces in <...>, only if it does)."""
     unsafe = {"%": "%25", "#": "%23"}
     if angle:
         unsafe.update({"<": "%3C", ">": "%3E"} | ({" ": "%20"} if "%20" in like else {}))

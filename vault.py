@@ -84,7 +84,7 @@ _MARKS = [(re.compile(r"!?\[\[[^\]|]*\|([^\]]*)\]\]"), r"\1"), (re.compile(r"!?\
 
 
 def headings(text: str) -> list:
-    """(line, level, title) of each ATX heading outside front matter and code (in vaults a Setext `---` is a rule)."""
+    """(line, level, title) of each ATX heading outside front matter and code (a Setext `---` is a rule here)."""
     return [(i + 1, len(heading[1]), _without_closing((heading[2] or "").strip()))
             for i, line in _outside_code(_lines(text), front_matter(text)[1] - 1)
             if line.lstrip(" ")[:1] == "#" and (heading := _ATX.match(line))]
@@ -113,8 +113,8 @@ def _paths(found: list) -> list:
 
 
 def find_section(text: str, wanted: str) -> tuple:
-    """(heading line, last line) of the section under `wanted` (compared as _plain; 'Parent > Child' or 'Parent#Child'
-    picks among repeats). An unknown or ambiguous heading raises ValueError naming the note's headings."""
+    """(heading line, last line) of the section under `wanted` (compared as _plain; 'Parent > Child' or
+    'Parent#Child' picks among repeats). An unknown or ambiguous heading raises ValueError naming the headings."""
     found = headings(text)
     paths = _paths(found)
     name = re.sub(r"^#+\s*", "", (wanted or "").strip())
@@ -154,8 +154,8 @@ def _no_section(name: str, found: list, paths: list, chosen: list) -> str:
 
 
 def outline(text: str) -> list[tuple[int | None, str]]:
-    """(line, heading indented by level with its line number) for each heading; past OUTLINE_MAX_HEADINGS the deepest
-    levels go, then the list is cut, and a last entry of no line says how many are not shown."""
+    """(line, heading indented by level with its line number) for each heading; past OUTLINE_MAX_HEADINGS the
+    deepest levels go, then the list is cut, and a last entry of no line says how many are not shown."""
     found = headings(text)
     levels = sorted({level for _, level, _ in found})
     shown = found
@@ -170,7 +170,7 @@ def outline(text: str) -> list[tuple[int | None, str]]:
 
 
 def append_to_section(text: str, wanted: str, content: str) -> str:
-    """The text with `content` after the last non-blank line of find_section's section; the rest kept byte for byte."""
+    """The text with `content` after the last non-blank line of find_section's section, the rest byte for byte."""
     start, end = find_section(text, wanted)
     lines = text.removeprefix("\ufeff").splitlines(keepends=True)
     last = end
@@ -196,8 +196,8 @@ def _settings(kb: Path, name: str) -> dict:
 
 
 def ignore_filters(kb: Path) -> list:
-    """Obsidian's Excluded files (app.json's `userIgnoreFilters`): path prefixes as strings, '/regex/' ones compiled
-    (one Python cannot read is left out)."""
+    """Obsidian's Excluded files (app.json's `userIgnoreFilters`): path prefixes as strings, '/regex/' ones
+    compiled (one Python cannot read is left out)."""
     filters = []
     raw = _settings(kb, APP_SETTINGS).get("userIgnoreFilters")
     for item in raw if isinstance(raw, list) else []:
@@ -253,14 +253,11 @@ def conflict_of(rel_path: str) -> str | None:
     if "conflict" not in rel_path.lower():  # in every pattern: most paths need no parsing (the index asks for each)
         return None
     path = PurePosixPath(rel_path)
-    for pattern in _CONFLICT_NAMES:
-        if found := pattern.fullmatch(path.name):
-            return str(path.with_name(found["name"] + (found["ext"] or "")))
-    return None
+    found = next(filter(None, (pattern.fullmatch(path.name) for pattern in _CONFLICT_NAMES)), None)
+    return str(path.with_name(found["name"] + (found["ext"] or ""))) if found else None
 
 
-# iCloud's `name 2.md`, Google Drive's `name (1).md`, OneDrive's `name-HOSTNAME.md`: names an ordinary note has too
-# (Obsidian's own `Untitled 2.md`), so they make no sync-conflict copy to search or list, only a private one.
+# iCloud's `name 2.md`, Google Drive's `name (1).md`, OneDrive's `name-HOST.md`: ordinary names too, so private
 _COPY_TAIL = re.compile(r"(?<=[^/])(?: [2-9]| [1-9]\d+| \([1-9]\d*\)|-(?=[A-Z0-9-]*[A-Z])[A-Z0-9][A-Z0-9-]{1,14})"
                         r"(?P<ext>\.[^./]+)\Z")
 
@@ -355,9 +352,8 @@ def fill_template(template_text: str, title: str, now, date_format: str = DAILY_
     """A core Templates template with {{title}}, {{date[:FORMAT]}} and {{time[:FORMAT]}} filled in."""
     def field(match):
         name, fmt = match[1].lower(), (match[2] or "").strip()
-        if name == "title":
-            return title
-        return moment_format(fmt or (date_format if name == "date" else TEMPLATE_TIME_FORMAT), now)
+        default = date_format if name == "date" else TEMPLATE_TIME_FORMAT
+        return title if name == "title" else moment_format(fmt or default, now)
     return _TEMPLATE_FIELD.sub(field, template_text)
 
 

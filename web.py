@@ -1,12 +1,12 @@
-"""The web UI (`python main.py --web`): a standard-library HTTP server on 127.0.0.1 serving static/ and a small JSON
-API over page.App, whose events reach the page as Server-Sent Events; every change is reviewed in the page.
+"""The web UI (`python main.py --web`): a standard-library HTTP server on 127.0.0.1 serving static/ and a small
+JSON API over page.App, whose events reach the page as Server-Sent Events; every change is reviewed in the page.
 
-No web page and no other user of this computer may use it: it listens on 127.0.0.1 alone, refuses other Host headers
-(DNS rebinding) and other origins' POSTs (CSRF), sends no CORS headers, takes small JSON bodies only and runs only
-its own scripts (CSP). The browser opens a launch page only this user can read, so `ps` shows no token; the token,
-after "#", is traded once for a key the page sends in a header, never a cookie (those reach every port of
-127.0.0.1). Connections without the key get HEADER_TIMEOUT and MAX_ANONYMOUS, so a flood cannot shut the page out.
-It never approves anything by itself, and offers the shell only with --allow-shell.
+No web page and no other user of this computer may use it: it listens on 127.0.0.1 alone, refuses other Host
+headers (DNS rebinding) and other origins' POSTs (CSRF), sends no CORS headers, takes small JSON bodies only and
+runs only its own scripts (CSP). The browser opens a launch page only this user can read, so `ps` shows no token;
+the token, after "#", is traded once for a key the page sends in a header, never a cookie (those reach every port
+of 127.0.0.1). Connections without the key get HEADER_TIMEOUT and MAX_ANONYMOUS, so a flood cannot shut the page
+out. It never approves anything by itself, and offers the shell only with --allow-shell.
 """
 
 import contextlib
@@ -131,7 +131,7 @@ class Server(ThreadingHTTPServer):
                 self._cut(connection)
 
     def _cut(self, connection: socket.socket) -> None:
-        """Close an anonymous connection (lock held): at once if quiet, else by ending the socket its thread uses."""
+        """Close an anonymous connection (lock held): at once if quiet, else by ending its thread's socket."""
         del self.anonymous[connection]
         try:
             self.quiet.unregister(connection)
