@@ -65,8 +65,7 @@ def history_items(history: list[dict], checked: dict[int, citations.Report]) -> 
 
 
 def note_links(notebook: Notebook, name: str, text: str) -> dict:
-    """A note's links as the page draws them (each the span it replaces, in UTF-16 code units, and the note it
-    opens if any) and its backlinks (each a line of another note)."""
+    """A note's links as the page draws them (spans in UTF-16 code units, the note each opens), and backlinks."""
     try:
         paths, rows, _ = search.link_rows(notebook, links.link_keys(name))
     except ToolError:  # the index failed, and its notice said so: the note opens without its links

@@ -54,8 +54,7 @@ def _outside_code(lines: list, first: int = 0):
 
 
 def tags_of(text: str, parsed: tuple | None = None) -> set:
-    """The note's tags as written, without '#': its `tags` property and inline #tags outside code, links, URLs and
-    heading marks. `parsed`: front_matter(text), if the caller has it already."""
+    """The note's tags without '#': its `tags` property and inline #tags outside code (parsed: front_matter)."""
     properties, body_start, _ = parsed or front_matter(text)
     found = set(properties.get("tags", []))
     if _TAG.search(text):  # most notes have none: only then look for code, line by line
@@ -196,8 +195,7 @@ def _settings(kb: Path, name: str) -> dict:
 
 
 def ignore_filters(kb: Path) -> list:
-    """Obsidian's Excluded files (app.json's `userIgnoreFilters`): path prefixes as strings, '/regex/' ones
-    compiled (one Python cannot read is left out)."""
+    """Obsidian's Excluded files: path prefixes, and '/regex/' ones compiled (a bad one is left out)."""
     filters = []
     raw = _settings(kb, APP_SETTINGS).get("userIgnoreFilters")
     for item in raw if isinstance(raw, list) else []:
@@ -226,8 +224,7 @@ def is_drawing(rel_path: str, text: str) -> bool:
 
 
 def excalidraw_text(text: str) -> str:
-    """A drawing's words for the index, line numbers kept: the note before its drawing data, without the plugin's
-    notice line nor the text elements' ` ^id`s."""
+    """A drawing's words for the index, line numbers kept: the note before its drawing data, less plugin marks."""
     kept = []
     for line in text.splitlines(keepends=True):
         body = line.rstrip("\r\n")
@@ -257,7 +254,7 @@ def conflict_of(rel_path: str) -> str | None:
     return str(path.with_name(found["name"] + (found["ext"] or ""))) if found else None
 
 
-# iCloud's `name 2.md`, Google Drive's `name (1).md`, OneDrive's `name-HOST.md`: ordinary names too, so private
+# iCloud's `name 2.md`, Google Drive's `name (1).md`, OneDrive's `name-HOST.md`: ordinary names, so private only
 _COPY_TAIL = re.compile(r"(?<=[^/])(?: [2-9]| [1-9]\d+| \([1-9]\d*\)|-(?=[A-Z0-9-]*[A-Z])[A-Z0-9][A-Z0-9-]{1,14})"
                         r"(?P<ext>\.[^./]+)\Z")
 

@@ -63,8 +63,8 @@ def _number(text: str, status: int, message: str) -> int:
 # --- HTTP ---
 
 class Server(ThreadingHTTPServer):
-    """The server on 127.0.0.1:port (0: any free port). A new connection waits in serve_forever's selector, with no
-    thread, until it speaks; until its request shows the page's key it is anonymous, and may be cut."""
+    """The server on 127.0.0.1:port (0: any free); a connection has no thread until it speaks, and may be cut
+    until its request shows the page's key."""
     daemon_threads = True
     request_queue_size = 4096  # connections waiting for accept: under a flood, the page's waits among them
 
@@ -144,11 +144,10 @@ class Server(ThreadingHTTPServer):
     def request_came(self, connection: socket.socket, signed_in: bool) -> None:
         """Its request is in: no longer timed; signed in (the page's key), no longer anonymous, never cut."""
         with self.lock:
-            if connection in self.anonymous:
-                if signed_in:
-                    del self.anonymous[connection]
-                else:
-                    self.anonymous[connection] = math.inf
+            if signed_in:
+                self.anonymous.pop(connection, None)
+            elif connection in self.anonymous:
+                self.anonymous[connection] = math.inf
 
     def shutdown_request(self, request) -> None:  # its thread is done with it
         with self.lock:
@@ -291,8 +290,7 @@ class Handler(BaseHTTPRequestHandler):
 
 @contextlib.contextmanager
 def launch_page(url: str):
-    """A page sending the browser to `url`, readable by this user alone (0600, in a 0700 folder of its own, in
-    XDG_RUNTIME_DIR if set), removed on leaving."""
+    """A page sending the browser to `url`, for this user alone (0600 in a 0700 folder), removed on leaving."""
     runtime = os.environ.get("XDG_RUNTIME_DIR") or ""
     folder = Path(tempfile.mkdtemp(prefix="knowledge-agent-", dir=runtime if os.path.isdir(runtime) else None))
     try:
