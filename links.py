@@ -1,13 +1,12 @@
-"""Links between notes as Obsidian reads them: parse() finds each with the exact span of its target, Resolver says
-which file it means, plan_move() gives the new texts that keep every link meaning its file once a note moves, and
-rows(), outgoing() and backlinks() serve the search index's link table.
+"""Links between notes as Obsidian reads them: parse() finds each with its target's exact span, Resolver says which
+file it means, plan_move() gives the new texts that keep every link meaning its file once a note moves, and rows(),
+outgoing() and backlinks() serve the search index's link table. Pure: no file I/O.
 
-As Obsidian 1.x reads them (* where it is undocumented, our choice): wikilinks, Markdown links, a whole quoted
-"[[T]]" front-matter value and canvas nodes[].file, none inside code or %%comments%% (* nor indented code: in
-vaults that is a nested list item). Case-insensitive; `T` is `T` or `T.md`. A wikilink means the exact vault path,
-else the path from its note's folder, else the shortest path ending in "/T" (* ties in code-point order); a
-Markdown link tries its folder first; a canvas, a leading "/", the vault path only. A rewrite keeps the link's
-form, `.md` and %-encoding, and follows newLinkFormat (* "shortest" is never a path suffix). Pure: no file I/O.
+As Obsidian 1.x (* where undocumented, our choice): wikilinks, Markdown links, a whole quoted "[[T]]" property,
+canvas nodes[].file; none in code or %%comments%% (* nor indented code: in vaults, list items). Case-insensitive;
+`T` is `T` or `T.md`. A wikilink means the exact vault path, else from its note's folder, else the shortest path
+ending in "/T" (* ties in code-point order); a Markdown link tries its folder first; a canvas or a leading "/"
+means the vault path. A rewrite keeps the link's form, `.md` and %-encoding, and follows newLinkFormat.
 """
 
 import json

@@ -234,15 +234,14 @@ def excalidraw_text(text: str) -> str:
     return "".join(kept)
 
 
-_CONFLICT_NAMES = [
-    re.compile(r"(?P<name>.+)\.sync-conflict-\d{8}-\d{6}-[A-Z0-9]{7}(?P<ext>\.[^.]+)?"),  # Syncthing
-    re.compile(r"(?P<name>.+) \(Conflicted copy \S.* \d{12}\)(?P<ext>\.[^.]+)?"),  # Obsidian Sync
-    re.compile(r"(?P<name>.+) \(conflicted copy (?:\S.* )?\d{4}-\d{2}-\d{2} \d{6}\)(?P<ext>\.[^.]+)?"),  # Nextcloud
-    re.compile(r"(?P<name>.+) \(\S.*['’]s conflicted copy \d{4}-\d{2}-\d{2}(?: \(\d+\)| \d+)?\)"  # Dropbox
-               r"(?P<ext>\.[^.]+)?"),
-    re.compile(r"(?P<name>.+)_conflict-\d{8}-\d{6}(?P<ext>\.[^.]+)?"),  # ownCloud and Nextcloud before 3.x
-    re.compile(r"(?P<name>.+) \(SFConflict (?:\S+ )?\d{4}(?:-\d\d){5}\)(?P<ext>\.[^.]+)?"),  # Seafile
-]
+_CONFLICT_NAMES = [re.compile(r"(?P<name>.+)" + mark + r"(?P<ext>\.[^.]+)?") for mark in (
+    r"\.sync-conflict-\d{8}-\d{6}-[A-Z0-9]{7}",  # Syncthing
+    r" \(Conflicted copy \S.* \d{12}\)",  # Obsidian Sync
+    r" \(conflicted copy (?:\S.* )?\d{4}-\d{2}-\d{2} \d{6}\)",  # Nextcloud
+    r" \(\S.*['’]s conflicted copy \d{4}-\d{2}-\d{2}(?: \(\d+\)| \d+)?\)",  # Dropbox
+    r"_conflict-\d{8}-\d{6}",  # ownCloud and Nextcloud before 3.x
+    r" \(SFConflict (?:\S+ )?\d{4}(?:-\d\d){5}\)",  # Seafile
+)]
 
 
 def conflict_of(rel_path: str) -> str | None:

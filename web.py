@@ -1,12 +1,12 @@
 """The web UI (`python main.py --web`): a standard-library HTTP server on 127.0.0.1 serving static/ and a small
-JSON API over page.App, whose events reach the page as Server-Sent Events; every change is reviewed in the page.
+JSON API over page.App, whose events reach the page as Server-Sent Events.
 
-No web page and no other user of this computer may use it: it listens on 127.0.0.1 alone, refuses other Host
-headers (DNS rebinding) and other origins' POSTs (CSRF), sends no CORS headers, takes small JSON bodies only and
-runs only its own scripts (CSP). The browser opens a launch page only this user can read, so `ps` shows no token;
-the token, after "#", is traded once for a key the page sends in a header, never a cookie (those reach every port
-of 127.0.0.1). Connections without the key get HEADER_TIMEOUT and MAX_ANONYMOUS, so a flood cannot shut the page
-out. It never approves anything by itself, and offers the shell only with --allow-shell.
+No web page and no other user may use it: it listens on 127.0.0.1 alone, refuses other Host headers (DNS rebinding)
+and other origins' POSTs (CSRF), sends no CORS headers, takes small JSON bodies and runs only its own scripts
+(CSP). The browser opens a launch page only this user can read (`ps` shows no token); its token, after "#", is
+traded once for a key the page sends in a header, never a cookie (those reach every port of 127.0.0.1). Keyless
+connections get HEADER_TIMEOUT and MAX_ANONYMOUS, so a flood cannot shut the page out. It never approves anything
+by itself, and offers the shell only with --allow-shell.
 """
 
 import contextlib
@@ -59,8 +59,6 @@ def _number(text: str, status: int, message: str) -> int:
     except ValueError:
         raise HTTPError(status, message) from None
 
-
-# --- HTTP ---
 
 class Server(ThreadingHTTPServer):
     """The server on 127.0.0.1:port (0: any free); a connection has no thread until it speaks, and may be cut
