@@ -61,9 +61,7 @@ _CANVAS_FILE = re.compile(r'"file"\s*:\s*"((?:[^"\\]|\\.)*)"')
 
 def parse(text: str, path: str) -> list[Link]:
     """Every link of a note (.md) or canvas (.canvas) at `path`, in text order; other files hold none."""
-    finder = {"canvas": _canvas_links, "md": _note_links}.get(path.lower().rsplit(".", 1)[-1])
-    if finder is None:
-        return []
+    finder = {"canvas": _canvas_links, "md": _note_links}.get(path.lower().rsplit(".", 1)[-1], lambda text: [])
     links, line, counted = [], 1, 0
     for fields in sorted(finder(text)):
         line += text.count("\n", counted, fields[0])
