@@ -1,34 +1,12 @@
-"""Links between notes as Obsidian reads them: find them, resolve them, and keep them meaning the same files
-when a note moves.
+"""Links between notes as Obsidian reads them: parse() finds each with its target's exact span, Resolver says which
+file it means, plan_move() gives the new texts that keep every link meaning its file once a note moves, and rows(),
+outgoing() and backlinks() serve the search index's link table. Pure: no file I/O.
 
-parse() finds every link of a note (.md) or canvas (.canvas) with the exact span of its target, so a rewrite
-changes nothing else. Resolver says which file a link means, the way Obsidian does. plan_move() gives the new
-texts of the files a move must change so that every link of the vault still means what it meant. rows() is what
-the search index stores per note; outgoing() and backlinks() answer from those rows. resolve_all() is for tests
-and benchmarks: every link of a vault, resolved.
-
-How a link is read (Obsidian Help, and Obsidian 1.x as observed; * marks a choice where Obsidian is undocumented):
-- Forms: [[T]] [[T|shown]] [[T#H1#H2]] [[T#^block]] [[#H]] ![[T|300]] ![[a.pdf#page=3]] [[T\\|shown]] (tables),
-  [t](T%20x.md) [t](<T x.md>) ![i](a.png), "[[T]]" as a whole quoted front-matter value, canvas nodes[].file.
-  Inside fenced code (``` or ~~~, any length), inline code and %%comments%% (an unclosed %% runs to the end) a
-  link is text. * Indented code blocks are not recognised: in vaults they are nearly always nested list items.
-- A link with a URI scheme (http:, mailto:, obsidian:, zotero:, ...) is external, except inside [[ ]], where
-  Obsidian keeps it as an unresolved note link.
-- Matching is case-insensitive; `T` means a file named `T` or `T.md`; an empty target ([[#H]]) is the note itself.
-- Wikilinks and properties: the exact vault path wins; else the path from the linking note's folder (for a bare
-  name: the note of that name beside it); else every file whose path ends in "/T": the shortest path string,
-  * equal lengths in code-point order. The suffix rule covers bare names (any folder) and partial paths ([[b/T]] for
-  a/b/T.md, which Obsidian accepts; keeping those resolved is the safe side when a note moves).
-- Markdown links, %-decoded: from the linking note's folder first, then as a wikilink. Canvas files: the vault
-  path only. A leading "/" means the vault root. An alias in front matter never resolves a link.
-How a link is written when a move needs it: a wikilink stays a wikilink and follows newLinkFormat: "shortest" is
-the bare name if it means the file from that note, else the full vault path (* never a path suffix); "relative"
-is the path from the note's folder; "absolute" the vault path. `.md` is kept if it was written. A Markdown link
-keeps its style and %-encoding: one that resolved from its note's folder stays relative (so other Markdown
-viewers still follow it), a vault path stays a vault path, a bare name a bare name while it resolves. A link
-that still means its file after the move is left as written.
-
-Pure functions over texts and path lists: this file never reads nor writes a file; the caller does the I/O.
+As Obsidian 1.x (* where undocumented, our choice): wikilinks, Markdown links, a whole quoted "[[T]]" property,
+canvas nodes[].file; none in code or %%comments%% (* nor indented code: in vaults, list items). Case-insensitive;
+`T` is `T` or `T.md`. A wikilink means the exact vault path, else from its note's folder, else the shortest path
+ending in "/T" (* ties in code-point order); a Markdown link tries its folder first; a canvas or a leading "/"
+means the vault path. A rewrite keeps the link's form, `.md` and %-encoding, and follows newLinkFormat.
 """
 
 import json
@@ -70,23 +48,20 @@ _CODE_OR_COMMENT = re.compile(r"^[ \t>]*(?:(?:[-*+]|\d{1,9}[.)])[ \t]+)?(`{3,}(?
 _CODE_MARK = re.compile("[`~%]")  # one of these is on the line where any of those matches starts, and ends
 _BLANK_LINE = re.compile(r"\n[ \t\r]*\n")  # an inline code span never crosses one
 _TICKS = re.compile("`+")
-# "[" or "![", not after a backslash. Each way starts with its own character, so the regex engine skips ahead to a
-# "!" or "[" instead of trying the pattern at every position (3-5x faster on both corpora). m[0][0] tells an embed.
+# "[" or "![", not after a backslash; each way starts with its own character, for the regex engine to skip to.
 _OPENING = r"(?:!(?<!\\!)\[|\[(?<!\\\[))"
 _WIKILINK = re.compile(_OPENING + r"\[" + _INSIDE_LINK + r"\]\]")  # a single "]" does not end the target
 _MARKDOWN_LINK = re.compile(
     _OPENING + r"((?:[^\[\]\n\\]|\\.|\[(?:[^\[\]\n\\]|\\.)*\])*)\]"  # [text], brackets nested one level
     r"\([ \t]*(?:<([^<>\n]*)>|((?:[^\s()\\]|\\.|\((?:[^\s()\\]|\\.)*\))+))"  # (<target> or (target
     r"(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^()\n]*\)))?[ \t]*\)")  # an optional "title", then )
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:|//")  # http:, mailto:, obsidian:, C:, //host
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:|//")  # external in a Markdown link; inside [[ ]] still a note link
 _CANVAS_FILE = re.compile(r'"file"\s*:\s*"((?:[^"\\]|\\.)*)"')
 
 
 def parse(text: str, path: str) -> list[Link]:
     """Every link of a note (.md) or canvas (.canvas) at `path`, in text order; other files hold none."""
-    finder = {"canvas": _canvas_links, "md": _note_links}.get(path.lower().rsplit(".", 1)[-1])
-    if finder is None:
-        return []
+    finder = {"canvas": _canvas_links, "md": _note_links}.get(path.lower().rsplit(".", 1)[-1], lambda text: [])
     links, line, counted = [], 1, 0
     for fields in sorted(finder(text)):
         line += text.count("\n", counted, fields[0])
@@ -96,11 +71,10 @@ def parse(text: str, path: str) -> list[Link]:
 
 
 def _note_links(text: str) -> list[tuple]:
-    found, body = [], 0
-    if front := _FRONT_MATTER.match(text):
-        body = front.end()
-        for m in _PROPERTY_LINK.finditer(text, 0, body):
-            found.append(_wikilink(m.start(2) - 2, m.end(2) + 2, m.start(2), m.group(2), False, "property"))
+    front = _FRONT_MATTER.match(text)
+    body = front.end() if front else 0
+    found = [_wikilink(m.start(2) - 2, m.end(2) + 2, m.start(2), m.group(2), False, "property")
+             for m in _PROPERTY_LINK.finditer(text, 0, body)]
     if text.find("[[", body) < 0 and text.find("](", body) < 0:
         return found  # no link can start here: spare the search for code and comments
     hidden = _hidden_spans(text, body)
@@ -164,8 +138,7 @@ def _hidden_spans(text: str, pos: int) -> list[tuple]:
 
 
 def _code_or_comment(text: str, pos: int):
-    """_CODE_OR_COMMENT.search(text, pos), tried only on the lines holding a ` ~ or %: the regex engine alone tries
-    it at every position (5x slower on the knowledge-garden vault)."""
+    """_CODE_OR_COMMENT.search(text, pos), tried only on lines holding a ` ~ or % (5x faster than the regex)."""
     while mark := _CODE_MARK.search(text, pos):
         line_end = text.find("\n", mark.end())
         line_end = len(text) if line_end < 0 else line_end
@@ -183,9 +156,7 @@ def _closing_fence(char: str, length: int) -> re.Pattern:
 def _clear(spans: list, start: int, end: int) -> bool:
     """No span of the ordered, disjoint spans overlaps text[start:end]."""
     i = bisect_right(spans, (start, float("inf"))) - 1
-    if i >= 0 and spans[i][1] > start:
-        return False
-    return i + 1 >= len(spans) or spans[i + 1][0] >= end
+    return not (i >= 0 and spans[i][1] > start) and (i + 1 >= len(spans) or spans[i + 1][0] >= end)
 
 
 def _canvas_links(text: str) -> list[tuple]:
@@ -229,11 +200,7 @@ class Resolver:
 
 
 def _exact(candidates: list, want: str) -> str | None:
-    for wanted in (want, want + ".md"):
-        for lower, path in candidates:
-            if lower == wanted:
-                return path
-    return None
+    return next((path for wanted in (want, want + ".md") for lower, path in candidates if lower == wanted), None)
 
 
 def _join(source: str, target: str) -> str | None:
@@ -243,8 +210,7 @@ def _join(source: str, target: str) -> str | None:
 
 
 def resolve_all(files: dict) -> dict:
-    """{(path, index of the link in parse order): the path it means or None} for every link of the vault;
-    files maps every vault path to its text (None for files that are not notes or canvases)."""
+    """{(path, index in parse order): the path it means or None} for every link; files: path -> text or None."""
     resolver = Resolver(files)
     return {(path, i): resolver.resolve(link.target, path, link.form)
             for path, text in files.items() if text is not None
@@ -253,14 +219,13 @@ def resolve_all(files: dict) -> dict:
 
 # --- The link index kept beside the search index ---
 def _name_key(name: str) -> str:
-    name = name.rsplit("/", 1)[-1].strip().lower()
-    return name[:-3] if name.endswith(".md") else name
+    return name.rsplit("/", 1)[-1].strip().lower().removesuffix(".md")
 
 
 def link_keys(path: str) -> set:
     """The keys (rows()'s last column) of the links that may mean the file at path: query the rows by these."""
     key = _name_key(path)
-    return {key, key[:-3]} if key.endswith(".md") else {key}  # [[x.md]] can mean x.md.md
+    return {key, key.removesuffix(".md")}  # [[x.md]] can mean x.md.md
 
 
 def rows(text: str, path: str) -> list[tuple]:
@@ -289,12 +254,8 @@ def move_keys(from_path: str, to_path: str) -> set:
 
 
 def plan_move(paths, texts: dict, from_path: str, to_path: str, link_format: str = "shortest") -> Plan:
-    """The new texts that keep every resolved link of the vault meaning the same file once from_path is at to_path.
-
-    paths: every file of the vault before the move. texts: path -> text of at least the moved file and the notes
-    and canvases holding a link whose key is in move_keys(); others may be given too and are left alone when no
-    link of theirs changes. A link unresolved before stays as it is. Raises ValueError for an impossible move or
-    a file name no link can spell."""
+    """The new texts that keep every resolved link meaning its file once from_path is at to_path. paths: the
+    vault's files before; texts: at least the moved file's and those with a key in move_keys(). Else ValueError."""
     link_format = link_format if link_format in LINK_FORMATS else "shortest"  # as Obsidian reads an odd setting
     paths = set(paths)
     if from_path not in paths:
@@ -323,8 +284,7 @@ def plan_move(paths, texts: dict, from_path: str, to_path: str, link_format: str
 
 
 def _beside(target: str, source: str, meant: str) -> bool:
-    """The Markdown link means `meant` read from its note's folder: a relative link, which other Markdown
-    viewers follow too, so it is kept relative."""
+    """The Markdown link means `meant` from its note's folder: it stays relative, for other Markdown viewers."""
     joined = _join(source, unquote(target).strip().lower())
     return joined is not None and meant.lower() in (joined, joined + ".md")
 
@@ -365,9 +325,7 @@ def _spellings(text: str, link: Link, meant: str, source: str, beside: bool, lin
 def _relative(path: str, source: str) -> str:
     """path as written from the folder of the note at source: a/b.md from a/c/x.md is ../b.md."""
     here, there = source.split("/")[:-1], path.split("/")
-    common = 0
-    while common < min(len(here), len(there) - 1) and here[common] == there[common]:
-        common += 1
+    common = len(posixpath.commonprefix([here, there[:-1]]))
     return "/".join([".."] * (len(here) - common) + there[common:])
 
 
@@ -384,8 +342,7 @@ _PRINTABLE_ASCII = "".join(chr(c) for c in range(33, 127))
 
 
 def _encoded(path: str, like: str, angle: bool) -> str:
-    """path %-encoded as the Markdown link target `like` is: what its form cannot hold raw always, non-ASCII
-    letters only if `like` encodes them, spaces in <...> only if `like` does."""
+    """path %-encoded as the Markdown link target `like` is (non-ASCII, and spaces in <...>, only if it does)."""
     unsafe = {"%": "%25", "#": "%23"}
     if angle:
         unsafe.update({"<": "%3C", ">": "%3E"} | ({" ": "%20"} if "%20" in like else {}))

@@ -1,10 +1,7 @@
-"""The page's side of the agent: one conversation, run_agent's UI as events, approvals the page answers.
-
-`App` holds the state behind the page (web.py serves it): each question runs run_agent in a worker thread; its UI
-hooks become events the page reads as Server-Sent Events, and `approve` blocks until the page answers Accept or
-Reject. Stop makes the next hook raise KeyboardInterrupt (a silent model or a running shell command when it next
-speaks or ends), so the history is kept as after Ctrl+C in the terminal. Conversations live in the CLI's session
-store: `python main.py --continue` picks up a page's, and back. It never approves anything by itself.
+"""The page's side of the agent: `App`, the state behind the page web.py serves, runs each question in a worker
+thread; run_agent's UI hooks become events, and `approve` waits for the page's Accept or Reject. Stop makes the
+next hook raise KeyboardInterrupt, so the history is kept as after Ctrl+C. Conversations live in the CLI's session
+store (`--continue` picks up a page's, and back). It never approves anything by itself.
 """
 
 import re
@@ -68,10 +65,7 @@ def history_items(history: list[dict], checked: dict[int, citations.Report]) -> 
 
 
 def note_links(notebook: Notebook, name: str, text: str) -> dict:
-    """A note's links as the page draws them, resolved as Obsidian resolves them, and its backlinks. Each link is the
-    span the page replaces (a wikilink whole, a Markdown link's target), in UTF-16 code units, with its label
-    (None for a Markdown link), the note it opens (None: unresolved, or a file that is not a note) and whether it
-    leads to a file at all; each backlink is a line of another note where links lead here."""
+    """A note's links as the page draws them (spans in UTF-16 code units, the note each opens), and backlinks."""
     try:
         paths, rows, _ = search.link_rows(notebook, links.link_keys(name))
     except ToolError:  # the index failed, and its notice said so: the note opens without its links
@@ -95,7 +89,7 @@ def note_links(notebook: Notebook, name: str, text: str) -> dict:
 
 class App(agent.UI):
     """The state behind the page, and run_agent's UI: each hook an event. Stop's KeyboardInterrupt is raised by a
-    hook, never thrown in (no lock leaks), and never while the conversation saves itself (that would lose words)."""
+    hook, never thrown in, so no lock leaks and no save is cut short."""
     reviews_changes = True
 
     def __init__(self, settings: Settings, model: agent.Model | None):
@@ -251,8 +245,8 @@ class App(agent.UI):
     def sent(self, everything: bool) -> dict:
         """/sent: what this conversation (`everything`: every one about these notes) sent, and where."""
         with self.lock:
-            conversation = self.conversation
-            return {"text": sent.report(conversation.store, conversation.session_id, self.settings.kb, everything)}
+            store, session = self.conversation.store, self.conversation.session_id
+            return {"text": sent.report(store, session, self.settings.kb, everything)}
 
     def note(self, path: str) -> dict:
         try:

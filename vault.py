@@ -1,14 +1,12 @@
 """What an Obsidian-style vault says beyond plain Markdown: tags, sections, excluded files, drawings, sync-conflict
-copies, daily notes and the owner's own settings (a note's properties: frontmatter.py).
+copies, daily notes and the owner's settings (a note's properties: frontmatter.py).
 
-Pure functions over a note's text and paths, for index.py, search.py, tools.py and the page. Line numbers
-are 1-based and counted as read_note counts them (str.splitlines, a leading BOM ignored); CRLF notes work
-as they are. The only files read are the vault's settings, `.obsidian/*.json`, through notes.read_bytes (so
-never through a link, never outside the notes); a missing or malformed one counts as unset. It never writes
-anything, and never fails on what a note holds. Only find_section and append_to_section raise, ValueError, with a message for the model. vault_prompt is cached per
-vault and day, so the system prompt stays the same all day.
+Pure functions over texts and paths; line numbers are 1-based as read_note counts them (a leading BOM ignored). It
+reads only `.obsidian/*.json`, through notes.read_bytes (a missing or malformed one counts as unset), never writes,
+and never fails on what a note holds: only find_section and append_to_section raise, ValueError, for the model.
 """
 
+import contextlib
 import functools
 import json
 import re
@@ -56,9 +54,7 @@ def _outside_code(lines: list, first: int = 0):
 
 
 def tags_of(text: str, parsed: tuple | None = None) -> set:
-    """The note's tags as written, without '#': its `tags` property and its inline #tags (not in code, links,
-    URLs or headings' '#' marks). Obsidian compares tags without case: see tag_matches. `parsed`: front_matter(text),
-    if the caller has it already."""
+    """The note's tags without '#': its `tags` property and inline #tags outside code (parsed: front_matter)."""
     properties, body_start, _ = parsed or front_matter(text)
     found = set(properties.get("tags", []))
     if _TAG.search(text):  # most notes have none: only then look for code, line by line
@@ -87,8 +83,7 @@ _MARKS = [(re.compile(r"!?\[\[[^\]|]*\|([^\]]*)\]\]"), r"\1"), (re.compile(r"!?\
 
 
 def headings(text: str) -> list:
-    """(line, level, title) of each ATX heading (`## Title`) outside front matter and code. Setext headings (a line
-    underlined with === or ---) are not read: in vaults such a `---` is far more often a rule under a paragraph."""
+    """(line, level, title) of each ATX heading outside front matter and code (a Setext `---` is a rule here)."""
     return [(i + 1, len(heading[1]), _without_closing((heading[2] or "").strip()))
             for i, line in _outside_code(_lines(text), front_matter(text)[1] - 1)
             if line.lstrip(" ")[:1] == "#" and (heading := _ATX.match(line))]
@@ -117,10 +112,8 @@ def _paths(found: list) -> list:
 
 
 def find_section(text: str, wanted: str) -> tuple:
-    """(heading line, last line) of the section under the heading `wanted`, to the next heading of the same or a
-    higher level. `wanted` is compared without case or Markdown marks; 'Parent > Child' (or a link's 'Parent#Child')
-    picks among repeated names.
-    An unknown or ambiguous heading raises ValueError naming the note's headings."""
+    """(heading line, last line) of the section under `wanted` (compared as _plain; 'Parent > Child' or
+    'Parent#Child' picks among repeats). An unknown or ambiguous heading raises ValueError naming the headings."""
     found = headings(text)
     paths = _paths(found)
     name = re.sub(r"^#+\s*", "", (wanted or "").strip())
@@ -160,9 +153,8 @@ def _no_section(name: str, found: list, paths: list, chosen: list) -> str:
 
 
 def outline(text: str) -> list[tuple[int | None, str]]:
-    """The note's headings, each (its line, itself indented by level with its line number): a map for reading a long
-    note by section. Past OUTLINE_MAX_HEADINGS the deepest levels are left out, then the list is cut (a last entry
-    of no line says how many headings are not shown). [] without headings."""
+    """(line, heading indented by level with its line number) for each heading; past OUTLINE_MAX_HEADINGS the
+    deepest levels go, then the list is cut, and a last entry of no line says how many are not shown."""
     found = headings(text)
     levels = sorted({level for _, level, _ in found})
     shown = found
@@ -177,8 +169,7 @@ def outline(text: str) -> list[tuple[int | None, str]]:
 
 
 def append_to_section(text: str, wanted: str, content: str) -> str:
-    """The text with `content` added at the end of the section under `wanted` (find_section's rules): after its last
-    line that is not blank, so the blank lines before the next heading stay there. The rest is kept byte for byte."""
+    """The text with `content` after the last non-blank line of find_section's section, the rest byte for byte."""
     start, end = find_section(text, wanted)
     lines = text.removeprefix("\ufeff").splitlines(keepends=True)
     last = end
@@ -204,19 +195,14 @@ def _settings(kb: Path, name: str) -> dict:
 
 
 def ignore_filters(kb: Path) -> list:
-    """Obsidian's Excluded files (`userIgnoreFilters` in app.json): path prefixes ('Archive/', 'Templates/x.md')
-    as strings, '/regex/' ones compiled; a regex Python cannot read is left out."""
+    """Obsidian's Excluded files: path prefixes, and '/regex/' ones compiled (a bad one is left out)."""
     filters = []
     raw = _settings(kb, APP_SETTINGS).get("userIgnoreFilters")
     for item in raw if isinstance(raw, list) else []:
-        if not isinstance(item, str) or not item.strip():
-            continue
-        if len(item) > 2 and item.startswith("/") and item.endswith("/"):
-            try:
+        if isinstance(item, str) and len(item) > 2 and item.startswith("/") and item.endswith("/"):
+            with contextlib.suppress(re.error):
                 filters.append(re.compile(item[1:-1]))
-            except re.error:
-                continue
-        else:
+        elif isinstance(item, str) and item.strip():
             filters.append(item)
     return filters
 
@@ -238,8 +224,7 @@ def is_drawing(rel_path: str, text: str) -> bool:
 
 
 def excalidraw_text(text: str) -> str:
-    """A drawing's words for the index: the note up to where its drawing data starts (`%%`, `# Drawing`, the
-    compressed-json block), without the plugin's notice line nor the text elements' ` ^id`s; line numbers kept."""
+    """A drawing's words for the index, line numbers kept: the note before its drawing data, less plugin marks."""
     kept = []
     for line in text.splitlines(keepends=True):
         body = line.rstrip("\r\n")
@@ -249,38 +234,32 @@ def excalidraw_text(text: str) -> str:
     return "".join(kept)
 
 
-_CONFLICT_NAMES = [
-    re.compile(r"(?P<name>.+)\.sync-conflict-\d{8}-\d{6}-[A-Z0-9]{7}(?P<ext>\.[^.]+)?"),  # Syncthing
-    re.compile(r"(?P<name>.+) \(Conflicted copy \S.* \d{12}\)(?P<ext>\.[^.]+)?"),  # Obsidian Sync
-    re.compile(r"(?P<name>.+) \(conflicted copy (?:\S.* )?\d{4}-\d{2}-\d{2} \d{6}\)(?P<ext>\.[^.]+)?"),  # Nextcloud
-    re.compile(r"(?P<name>.+) \(\S.*['’]s conflicted copy \d{4}-\d{2}-\d{2}(?: \(\d+\)| \d+)?\)"  # Dropbox
-               r"(?P<ext>\.[^.]+)?"),
-    re.compile(r"(?P<name>.+)_conflict-\d{8}-\d{6}(?P<ext>\.[^.]+)?"),  # ownCloud and Nextcloud before 3.x
-    re.compile(r"(?P<name>.+) \(SFConflict (?:\S+ )?\d{4}(?:-\d\d){5}\)(?P<ext>\.[^.]+)?"),  # Seafile
-]
+_CONFLICT_NAMES = [re.compile(r"(?P<name>.+)" + mark + r"(?P<ext>\.[^.]+)?") for mark in (
+    r"\.sync-conflict-\d{8}-\d{6}-[A-Z0-9]{7}",  # Syncthing
+    r" \(Conflicted copy \S.* \d{12}\)",  # Obsidian Sync
+    r" \(conflicted copy (?:\S.* )?\d{4}-\d{2}-\d{2} \d{6}\)",  # Nextcloud
+    r" \(\S.*['’]s conflicted copy \d{4}-\d{2}-\d{2}(?: \(\d+\)| \d+)?\)",  # Dropbox
+    r"_conflict-\d{8}-\d{6}",  # ownCloud and Nextcloud before 3.x
+    r" \(SFConflict (?:\S+ )?\d{4}(?:-\d\d){5}\)",  # Seafile
+)]
 
 
 def conflict_of(rel_path: str) -> str | None:
-    """The path of the note a sync-conflict copy was made from (Syncthing, Obsidian Sync, Nextcloud/ownCloud,
-    Dropbox, Seafile), in the same folder; None for a note that is not one."""
+    """The path of the note a sync-conflict copy (of _CONFLICT_NAMES' tools) was made from; None for any other."""
     if "conflict" not in rel_path.lower():  # in every pattern: most paths need no parsing (the index asks for each)
         return None
     path = PurePosixPath(rel_path)
-    for pattern in _CONFLICT_NAMES:
-        if found := pattern.fullmatch(path.name):
-            return str(path.with_name(found["name"] + (found["ext"] or "")))
-    return None
+    found = next(filter(None, (pattern.fullmatch(path.name) for pattern in _CONFLICT_NAMES)), None)
+    return str(path.with_name(found["name"] + (found["ext"] or ""))) if found else None
 
 
-# iCloud's `name 2.md`, Google Drive's `name (1).md`, OneDrive's `name-HOSTNAME.md`: names an ordinary note has too
-# (Obsidian's own `Untitled 2.md`), so they make no sync-conflict copy to search or list, only a private one.
+# iCloud's `name 2.md`, Google Drive's `name (1).md`, OneDrive's `name-HOST.md`: ordinary names, so private only
 _COPY_TAIL = re.compile(r"(?<=[^/])(?: [2-9]| [1-9]\d+| \([1-9]\d*\)|-(?=[A-Z0-9-]*[A-Z])[A-Z0-9][A-Z0-9-]{1,14})"
                         r"(?P<ext>\.[^./]+)\Z")
 
 
 def copy_of(rel_path: str) -> str | None:
-    """conflict_of's note, or the one a name of iCloud's, Google Drive's or OneDrive's form may be a copy of: for
-    privacy, where a note of its own taken for a copy is only kept private."""
+    """conflict_of's note, or the one a name of _COPY_TAIL's form may be a copy of (for privacy only)."""
     found = _COPY_TAIL.search(rel_path)
     return conflict_of(rel_path) or (rel_path[:found.start()] + found["ext"] if found else None)
 
@@ -294,8 +273,7 @@ _TEMPLATE_FIELD = re.compile(r"{{\s*(date|time|title)\s*(?::([^}]*))?}}", re.I)
 
 
 def daily_note_settings(kb: Path) -> dict:
-    """The Daily notes settings (`.obsidian/daily-notes.json`): folder, format (moment.js), template (a note path
-    without .md); Obsidian's defaults where unset."""
+    """The Daily notes settings: folder, format (moment.js), template (a path without .md); Obsidian's defaults."""
     raw = _settings(kb, DAILY_SETTINGS)
     text = {key: raw[key].strip() for key in ("folder", "format", "template") if isinstance(raw.get(key), str)}
     return {"folder": text.get("folder", "").strip("/"), "format": text.get("format") or DAILY_FORMAT,
@@ -303,8 +281,7 @@ def daily_note_settings(kb: Path) -> dict:
 
 
 def moment_format(fmt: str, when) -> str:
-    """A date or datetime written with moment.js tokens (English names, as Obsidian's default locale); text in
-    [brackets] is kept as is, other characters too."""
+    """A date or datetime written with moment.js tokens, in English as Obsidian's default locale; [text] kept."""
     when = when if isinstance(when, datetime) else datetime.combine(when, time())
     iso_year, iso_week, _ = when.isocalendar()
     day, weekday, hour12 = when.day, (when.weekday() + 1) % 7, when.hour % 12 or 12
@@ -346,8 +323,7 @@ def _compiled(fmt: str) -> re.Pattern | None:
 
 
 def named_date(rel_path: str, fmt: str = DAILY_FORMAT):
-    """The day a note's name holds written in the daily-note format (2026-11-02 in work/meeting-2026-11-02.md, under
-    YYYY-MM-DD; a format with folders is looked for in the path), or None."""
+    """The day a note's name holds in the daily-note format (a format with folders: in its path), or None."""
     pattern = _compiled(fmt)
     stem = rel_path.rsplit(".", 1)[0]
     found = pattern and pattern.search(stem if "/" in fmt else stem.rsplit("/", 1)[-1])
@@ -369,13 +345,11 @@ def daily_note_path(settings: dict, day) -> str:
 
 
 def fill_template(template_text: str, title: str, now, date_format: str = DAILY_FORMAT) -> str:
-    """A core Templates template filled in: {{title}}, {{date}}, {{time}}, {{date:FORMAT}}, {{time:FORMAT}}. Daily
-    notes pass their own format as date_format, as Obsidian does."""
+    """A core Templates template with {{title}}, {{date[:FORMAT]}} and {{time[:FORMAT]}} filled in."""
     def field(match):
         name, fmt = match[1].lower(), (match[2] or "").strip()
-        if name == "title":
-            return title
-        return moment_format(fmt or (date_format if name == "date" else TEMPLATE_TIME_FORMAT), now)
+        default = date_format if name == "date" else TEMPLATE_TIME_FORMAT
+        return title if name == "title" else moment_format(fmt or default, now)
     return _TEMPLATE_FIELD.sub(field, template_text)
 
 
@@ -415,9 +389,8 @@ def style_prompt(kb: Path) -> str:
 
 @functools.lru_cache(maxsize=16)
 def vault_prompt(kb: Path, today) -> str:
-    """The system prompt's lines about this vault on that day, "" for none: how it links and files notes, and
-    today's daily note when the vault sets up daily notes. Computed once per vault and day: the prompt stays byte
-    for byte the same all day (servers cache a prompt's unchanged start), even if a setting changes meanwhile."""
+    """The system prompt's lines about this vault's style and today's daily note, "" for none. Cached per vault and
+    day: servers cache a prompt's unchanged start, so it stays the same all day even if a setting changes."""
     lines = [f"- {style}" for style in [style_prompt(kb)] if style]
     if _settings(kb, DAILY_SETTINGS):
         daily = daily_note_settings(kb)

@@ -1,19 +1,12 @@
-"""The web UI: the same agent, notes and conversations in a browser page, every change reviewed before it is written.
+"""The web UI (`python main.py --web`): a standard-library HTTP server on 127.0.0.1 serving static/ and a small
+JSON API over page.App, whose events reach the page as Server-Sent Events.
 
-    python main.py --web [--port N] [--no-browser]   →   serve(settings, port, open_browser)
-
-A standard-library HTTP server on 127.0.0.1 serves the page in static/ and a small JSON API over page.App, which
-runs the conversation (its events reach the page as Server-Sent Events).
-
-A page on the internet must not be able to use it: it never listens beyond 127.0.0.1, refuses other Host
-headers (DNS rebinding) and state-changing requests from other origins (CSRF), sends no CORS headers, takes only
-small JSON bodies, and sets a CSP that runs only its own scripts. Nor must another user of this computer: the
-browser is opened on a launch page only this user can read (0600, in a 0700 folder, removed at exit), so `ps`
-shows no token; its one-time token, after "#" and so never sent to a server, is traded by the page's script for
-a key it keeps for this address alone and sends in a header. Never a cookie: the browser sends those to every
-port of 127.0.0.1, where another user may listen. Connections without the key must send their request within
-HEADER_TIMEOUT and at most MAX_ANONYMOUS stay open, so a flood cannot shut the page out. It never approves
-anything by itself, and offers the shell only with --allow-shell.
+No web page and no other user may use it: it listens on 127.0.0.1 alone, refuses other Host headers (DNS rebinding)
+and other origins' POSTs (CSRF), sends no CORS headers, takes small JSON bodies and runs only its own scripts
+(CSP). The browser opens a launch page only this user can read (`ps` shows no token); its token, after "#", is
+traded once for a key the page sends in a header, never a cookie (those reach every port of 127.0.0.1). Keyless
+connections get HEADER_TIMEOUT and MAX_ANONYMOUS, so a flood cannot shut the page out. It never approves anything
+by itself, and offers the shell only with --allow-shell.
 """
 
 import contextlib
@@ -67,14 +60,9 @@ def _number(text: str, status: int, message: str) -> int:
         raise HTTPError(status, message) from None
 
 
-# --- HTTP ---
-
 class Server(ThreadingHTTPServer):
-    """The server for these notes on 127.0.0.1:port (0: any free port); it never approves by itself.
-
-    serve_forever's thread holds each new connection without a thread until it sends something. Until its request
-    shows the page's key it is anonymous (HEADER_TIMEOUT, MAX_ANONYMOUS), so a flood costs little, is bounded and
-    short-lived, and the page's own connections, its event streams among them, are never cut."""
+    """The server on 127.0.0.1:port (0: any free); a connection has no thread until it speaks, and may be cut
+    until its request shows the page's key."""
     daemon_threads = True
     request_queue_size = 4096  # connections waiting for accept: under a flood, the page's waits among them
 
@@ -119,7 +107,7 @@ class Server(ThreadingHTTPServer):
                 self._cut(next(quiet, next(iter(self.anonymous))))
 
     def _spoke(self, connection: socket.socket, client_address) -> None:
-        """A quiet connection sent something: a thread reads its request. One that closed is closed here."""
+        """A quiet connection sent something (a thread reads its request) or closed."""
         with self.lock:
             if connection not in self.anonymous:  # cut since the select
                 return
@@ -141,8 +129,7 @@ class Server(ThreadingHTTPServer):
                 self._cut(connection)
 
     def _cut(self, connection: socket.socket) -> None:
-        """Close an anonymous connection (lock held): at once if quiet, else by ending its socket, which its thread
-        sees in recv or send, and leaves."""
+        """Close an anonymous connection (lock held): at once if quiet, else by ending its thread's socket."""
         del self.anonymous[connection]
         try:
             self.quiet.unregister(connection)
@@ -155,11 +142,10 @@ class Server(ThreadingHTTPServer):
     def request_came(self, connection: socket.socket, signed_in: bool) -> None:
         """Its request is in: no longer timed; signed in (the page's key), no longer anonymous, never cut."""
         with self.lock:
-            if connection in self.anonymous:
-                if signed_in:
-                    del self.anonymous[connection]
-                else:
-                    self.anonymous[connection] = math.inf
+            if signed_in:
+                self.anonymous.pop(connection, None)
+            elif connection in self.anonymous:
+                self.anonymous[connection] = math.inf
 
     def shutdown_request(self, request) -> None:  # its thread is done with it
         with self.lock:
@@ -227,8 +213,7 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, json.dumps(value, ensure_ascii=False).encode(), "application/json; charset=utf-8")
 
     def _signed_in(self) -> bool:
-        """The page's key, which its script sends in this header to this address only (a cookie would go to
-        every port of 127.0.0.1)."""
+        """The request carries the page's key, in a header (a cookie would go to every port of 127.0.0.1)."""
         scheme, _, key = (self.headers.get("Authorization") or "").partition(" ")
         return scheme == "Bearer" and hmac.compare_digest(key.encode(), self.server.key.encode())
 
@@ -303,8 +288,7 @@ class Handler(BaseHTTPRequestHandler):
 
 @contextlib.contextmanager
 def launch_page(url: str):
-    """A page that sends the browser to `url`, readable by this user alone: 0600, in a 0700 folder of its own
-    (in XDG_RUNTIME_DIR if set), removed on leaving. The browser is given its path, so `ps` shows no token."""
+    """A page sending the browser to `url`, for this user alone (0600 in a 0700 folder), removed on leaving."""
     runtime = os.environ.get("XDG_RUNTIME_DIR") or ""
     folder = Path(tempfile.mkdtemp(prefix="knowledge-agent-", dir=runtime if os.path.isdir(runtime) else None))
     try:
