@@ -49,7 +49,9 @@ class Notebook:
         return self._rules[1]
 
     def is_private(self, rel_path: str, text: str | None = None) -> bool:
-        return privacy.is_private(self.kb, rel_path, self.rules(), text)
+        """privacy.is_private, a hard link judged by its other names too (the index's walk finds them)."""
+        twin = self.with_index(lambda idx: idx.linked.get(rel_path)) if privacy.hard_linked(self.kb, rel_path) else None
+        return privacy.is_private(self.kb, rel_path, self.rules(), text, twin)
 
     def with_index(self, action):
         """action(index) on the index brought up to date; a damaged or outdated one is rebuilt."""
@@ -80,8 +82,9 @@ class Notebook:
     def unreadable(self) -> list[str]:
         """The paths in the notes folder the shell's sandbox may not let a command read: what the index's walk
         sealed, the private notes, and the files not indexed whose text (or their note's) is private."""
-        return self.with_index(lambda idx: sorted(idx.sealed | {p for p in idx.unsure if self.is_private(p)} | {
-            path for path, in idx.conn.execute("SELECT path FROM notes WHERE private")}))
+        sealed, unsure = self.with_index(lambda idx: (idx.sealed | {path for path, in idx.conn.execute(
+            "SELECT path FROM notes WHERE private")}, set(idx.unsure)))
+        return sorted(sealed | {path for path in unsure if self.is_private(path)})
 
     def changed(self, rel_path: str) -> None:
         """The agent changed, made, deleted or moved this note (a folder: all): the next search re-reads it."""
