@@ -46,11 +46,11 @@ SCHEMA_VERSION = 10  # bump when the tables or the text preparation change: old 
 # --- Notes on disk ---
 def _walk(kb: Path, excluded: list, rules: list, watcher=None) -> tuple:
     """(notes -> (size, mtime_ns), notes whose paths are not UTF-8, the other files' paths, notes that are links ->
-    where they lead or, hard links, a name of theirs private by name; what the shell's sandbox seals by name: hidden
-    names but privacy.HARMLESS_HIDDEN in subfolders, privacy.matched (a folder whole), the other names of a file one
-    name of which is private; and the files it seals if their text says so: notes not indexed, files named as copies
-    or side files, or hard-linked, that are no note), hidden names and `excluded` (vault.ignore_filters) skipped;
-    each folder watched first."""
+    where they lead (hard links: a name of theirs private by name), what the shell's sandbox seals by name: hidden
+    names (not privacy.HARMLESS_HIDDEN in subfolders), privacy.matched (a folder whole), every name of a file one name
+    of which is private; and the files it seals if their text says so: notes not indexed, no notes hard-linked or
+    named as copies or side files), hidden names and `excluded` (vault.ignore_filters) skipped; each folder watched
+    first."""
     found, unnamed, others, linked, sealed, unsure, stack = {}, [], set(), {}, set(), set(), [("", False)]
     inodes = {}  # (st_dev, st_ino) -> the names of a file that has more than one
     while stack:

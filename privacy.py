@@ -93,7 +93,8 @@ def ignored(rel_path: str, found: list) -> bool:
 
 def matched(rel_path: str, is_folder: bool, found: list) -> bool:
     """Whether the .kaignore rules `found` match the entry (a folder: all in it, whatever a `!` line says, as in
-    git), or it is named as a copy or side file of one they match (original_of): what the shell's sandbox keeps whole."""
+    git), or it is named as a copy or side file of one they match (original_of): what the shell's sandbox keeps
+    whole."""
     if is_folder:
         return ignored(rel_path + "/", found)
     original = original_of(rel_path)

@@ -348,6 +348,9 @@ def test_a_hard_link_to_a_private_note_is_private(vault, notebook):  # issue 32,
     os.link(vault / "bank.secret.md", vault / "bank.dat")  # no note: only the shell reads it
     os.link(vault / "work" / "salary.md", vault / "salary.dat")  # of a note saying private: true
     assert "5 private note(s) not listed" in tried_on(notebook, ["hardlink.md", "work/diary-link.md"])
+    os.link(vault / "bank.secret.md", vault / "later.md")  # while the index watches
+    assert "No notes" in ask(notebook, "search_notes", query="PIN hint")
+    assert "PIN hint" not in ask(notebook, "read_note", file_path="later.md")
     if shell.sandbox_problem() is None:
         result = tools.execute_tool("bash", {"command": "cat hardlink.md work/diary-link.md bank.dat salary.dat"},
                                     make_notebook(vault, allow_shell=True, auto_approve=True))
