@@ -2,12 +2,12 @@
 
 A note is private when `.kaignore` at the notes root matches its path (gitignore's patterns: `diary/`,
 `*.secret.md`, `/taxes/**`, `!diary/public.md`; the last matching line decides) or its front matter says
-`private: true` (the name in any case, as Obsidian reads it). It is private under every name: a symlink to it and
-a sync copy of it (vault.copy_of) are too. A private note is no search hit, no name in a listing (list_notes only counts
-them), no snippet, never embedded; the tools treat it as absent, the shell's sandbox cannot read it, and a change
-that touches one (a move rewriting its links) never names it to the model. The person still sees it in /read and
-the page's note view, which go to nobody. This module only answers "is it private?"; each of those places asks
-it. It never writes.
+`private: true` (the name in any case, as Obsidian reads it; failing safe, in a front matter that never closes too).
+It is private under every name: a symlink or hard link to it and a sync copy or an editor's side file of it
+(original_of) are too. A private note is no search hit, no name in a listing (list_notes only counts them), no
+snippet, never embedded; the tools treat it as absent, the shell's sandbox cannot read it, and a change that touches
+one (a move rewriting its links) never names it to the model. The person still sees it in /read and the page's note
+view, which go to nobody. This module only answers "is it private?"; each of those places asks it. It never writes.
 """
 
 import os
