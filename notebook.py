@@ -82,9 +82,9 @@ class Notebook:
     def unreadable(self) -> list[str]:
         """The paths in the notes folder the shell's sandbox may not let a command read: what the index's walk
         sealed, the private notes, and the files not indexed whose text (or their note's) is private."""
-        sealed, unsure = self.with_index(lambda idx: (idx.sealed | {path for path, in idx.conn.execute(
-            "SELECT path FROM notes WHERE private")}, set(idx.unsure)))
-        return sorted(sealed | {path for path in unsure if self.is_private(path)})
+        return self.with_index(lambda idx: sorted(idx.sealed | {  # not self.is_private: it would refresh the index
+            p for p in idx.unsure if privacy.is_private(self.kb, p, self.rules())} | {
+            path for path, in idx.conn.execute("SELECT path FROM notes WHERE private")}))
 
     def changed(self, rel_path: str) -> None:
         """The agent changed, made, deleted or moved this note (a folder: all): the next search re-reads it."""
