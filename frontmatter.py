@@ -52,9 +52,8 @@ def front_matter(text: str) -> tuple:
 
 
 def opening_properties(text: str) -> dict:
-    """The properties a block opened by line 1's '---' holds, closed or not: what privacy.py fails safe on, where
-    front_matter reads none. Never closed, it is read to the text's end, each line alone (an indented one too: no
-    closing line says where the block ends)."""
+    """The properties of the block line 1's '---' opens, for privacy.py to fail safe on; one never closed is read
+    to the text's end, each line alone (an indented one too: no closing line says where the block ends)."""
     fenced = _fenced(text)
     return _properties(fenced[1] if fenced[0] else [line.lstrip() for line in fenced[1]]) if fenced else {}
 
