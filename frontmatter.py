@@ -33,12 +33,12 @@ _LIST_SEPARATORS = {"tags": r"[,\s]+", "aliases": r","}
 
 
 def _fenced(text: str):
-    """(closed, the lines between the fences) when line 1 is '---', else None; `closed`: a '---' or '...' ends them."""
+    """(closed, the lines after line 1's '---' to the closing '---' or '...', or to the end), else None."""
     first, _, rest = text.removeprefix("\ufeff").partition("\n")
     if first.rstrip() != "---":
         return None
     end = _CLOSING.search(rest)
-    return (True, rest[:end.start()].splitlines()) if end else (False, [])
+    return (True, rest[:end.start()].splitlines()) if end else (False, rest.splitlines())
 
 
 def front_matter(text: str) -> tuple:
@@ -49,6 +49,13 @@ def front_matter(text: str) -> tuple:
     if not fenced or not fenced[0]:
         return {}, 1, []
     return _normalised(_properties(fenced[1])), len(fenced[1]) + 3, fenced[1]
+
+
+def opening_properties(text: str) -> dict:
+    """The properties of the block line 1's '---' opens, for privacy.py to fail safe on; one never closed is read
+    to the text's end, each line alone (an indented one too: no closing line says where the block ends)."""
+    fenced = _fenced(text)
+    return _properties(fenced[1] if fenced[0] else [line.lstrip() for line in fenced[1]]) if fenced else {}
 
 
 def _entries(lines: list) -> list:

@@ -35,16 +35,19 @@ INDEX_MAX_NOTE_BYTES = 2_000_000  # only the first 2 MB of a huge note are index
 INDEX_LEAD_CHARS = 400  # the opening paragraph, weighted as "lead"
 INDEX_BATCH = 500  # notes read and written together: bounds memory during a big build
 INDEX_PROGRESS_AFTER_S = 1.0  # a build running longer than this tells the person
-SCHEMA_VERSION = 9  # bump when the tables or the text preparation change: old indexes get rebuilt
+SCHEMA_VERSION = 10  # bump when the tables or the text preparation change: old indexes get rebuilt
 
 
 # --- Notes on disk ---
 def _walk(kb: Path, excluded: list, rules: list, watcher=None) -> tuple:
     """(notes -> (size, mtime_ns), notes whose paths are not UTF-8, the other files' paths, notes that are links ->
-    where they lead, what the shell's sandbox seals by name: hidden folders, the top folder's hidden files and
-    privacy.matched (a folder whole), and the files it seals if their text says so: notes not indexed, files named
-    as copies that are no note), hidden names and `excluded` (vault.ignore_filters) skipped; each folder watched first."""
+    where they lead (hard links: a name of theirs private by name), what the shell's sandbox seals by name: hidden
+    names (not privacy.HARMLESS_HIDDEN in subfolders), privacy.matched (a folder whole), every name of a file one name
+    of which is private; and the files it seals if their text says so: notes not indexed, no notes hard-linked or
+    named as copies or side files), hidden names and `excluded` (vault.ignore_filters) skipped; each folder watched
+    first."""
     found, unnamed, others, linked, sealed, unsure, stack = {}, [], set(), {}, set(), set(), [("", False)]
+    inodes = {}  # (st_dev, st_ino) -> the names of a file that has more than one
     while stack:
         rel_dir, shut_in = stack.pop()
         if watcher is not None:
@@ -59,7 +62,7 @@ def _walk(kb: Path, excluded: list, rules: list, watcher=None) -> tuple:
             try:
                 folder = entry.is_dir(follow_symlinks=False)
                 if name[0] == "." and name[:2] != "..":  # hidden (is_hidden_name inlined: this runs once per note)
-                    if folder or not rel_dir:  # not each folder's .DS_Store: refusals would bury grep -r's output
+                    if folder or not rel_dir or name not in privacy.HARMLESS_HIDDEN:  # refusals bury grep -r's output
                         sealed.add(path)
                     continue
                 shut = shut_in or bool(rules) and privacy.matched(path, folder, rules)
@@ -68,10 +71,12 @@ def _walk(kb: Path, excluded: list, rules: list, watcher=None) -> tuple:
                 if folder:
                     stack.append((path, shut))  # linked folders are not followed: no loops, no escapes
                     continue
-                lower = name.lower()
+                lower, lst = name.lower(), entry.stat(follow_symlinks=False)
+                if lst.st_nlink > 1 and stat.S_ISREG(lst.st_mode):
+                    inodes.setdefault((lst.st_dev, lst.st_ino), []).append(path)
                 note = lower.endswith(NOTE_SUFFIXES)
                 if note and not (excluded and vault.is_excluded(path, excluded)):
-                    if not (st := _note_stat(entry.path, kb)):
+                    if not (st := _note_stat(entry.path, kb, lst)):
                         continue
                     if notes.is_utf8(path):  # else it cannot be stored or shown: list_notes says how many
                         found[path] = st
@@ -81,16 +86,21 @@ def _walk(kb: Path, excluded: list, rules: list, watcher=None) -> tuple:
                     unnamed.append(path)
                 elif not note and notes.is_utf8(path) and entry.is_file():
                     others.add(path)  # an attachment or a canvas: links may lead to it
-                if not shut and (note or vault.copy_of(path) is not None):
+                if not shut and (note or lst.st_nlink > 1 or privacy.original_of(path) is not None):
                     unsure.add(path)
             except (OSError, RuntimeError, ValueError):  # RuntimeError: a symlink loop; ValueError: one moved out
                 continue
+    for names in inodes.values():  # the text of each name is the same: only a name may make one private
+        kept = next((name for name in names if privacy.by_name(kb, name, None, rules)), None)
+        linked |= {name: kept for name in names if kept and name in found and name != kept}
+        sealed.update(names if kept else ())
     return found, unnamed, others, linked, sealed, unsure
 
 
-def _note_stat(path: str, kb: Path):
-    """(size, mtime_ns) of a regular note, or None: FIFOs, sockets and links leading out are no notes."""
-    st = os.stat(path, follow_symlinks=False)
+def _note_stat(path: str, kb: Path, st=None):
+    """(size, mtime_ns) of a regular note (`st`: its lstat, if known), or None: FIFOs, sockets and links leading out
+    are no notes."""
+    st = st or os.stat(path, follow_symlinks=False)
     if stat.S_ISLNK(st.st_mode):
         if not Path(path).resolve().is_relative_to(kb):
             return None
@@ -176,9 +186,9 @@ Note = namedtuple("Note", "path size mtime_ns title title_key stem_key alias_key
 Searched = namedtuple("Searched", "path title lead body")
 
 
-def _row(kb: Path, path: str, size_mtime, private_rules: list, daily_format: str = vault.DAILY_FORMAT):
-    """(the note's Note, its Searched or None when it is private, its links.rows) (size_mtime None: stat it now);
-    None if it cannot be read."""
+def _row(kb: Path, path: str, size_mtime, private_rules: list, daily_format: str = vault.DAILY_FORMAT, twin=None):
+    """(the note's Note, its Searched or None when it is private, its links.rows) (size_mtime None: stat it now;
+    `twin`: another name of its inode, Index.linked's); None if it cannot be read."""
     try:
         size_mtime = size_mtime or _note_stat(str(kb / path), kb)
         text, real = _text_and_target(kb, path) if size_mtime else (None, None)
@@ -200,7 +210,8 @@ def _row(kb: Path, path: str, size_mtime, private_rules: list, daily_format: str
     dated = _dated(path, properties, size_mtime[1], daily_format)
     cjk = not (text.isascii() and path.isascii()) and (CJK_RUN.search(text) or CJK_RUN.search(path))
     words = cjk_words if cjk else str  # most have no CJK, and most of those are ASCII: told without a scan
-    if privacy.by_name(kb, path, real, private_rules) or privacy.says_private(properties):  # counted, links kept
+    if privacy.by_name(kb, path, real or twin, private_rules) or privacy.says_private(properties) or (
+            body_start == 1 and privacy.marked_private(text)):  # counted, links kept
         return (Note(path, *size_mtime, "", "", "", "", "", vault.conflict_of(path), 1, *dated), None,
                 links.rows(text, path))
     return (Note(path, *size_mtime, title.strip(), title_key(title), title_key(stem),
@@ -299,6 +310,8 @@ class Index:
         stored = dict(self.conn.execute("SELECT key, value FROM meta WHERE key IN ('kaignore', 'daily_format')"))
         private_changed = stored.get("kaignore", kaignore) != kaignore  # the person changed what is private
         changed, gone = self.watcher.changes() if self.watcher and not private_changed else None, []
+        if changed and any(privacy.hard_linked(self.kb, p) for p in changed):  # only a walk finds its other names
+            changed = None
         watched = changed is not None
         if not watched:
             on_disk, self.unnamed, self.others, self.linked, self.sealed, self.unsure = self.walk(rules)
@@ -380,7 +393,8 @@ class Index:
             items = [(p, st) for p, st in changed.items() if st is None or stored[p] != st]
             for first in range(0, len(items), INDEX_BATCH):
                 batch = items[first:first + INDEX_BATCH]
-                rows = [row for p, st in batch if (row := _row(self.kb, p, st, private_rules, self.daily_format))]
+                rows = [row for p, st in batch if (row := _row(self.kb, p, st, private_rules, self.daily_format,
+                                                                  self.linked.get(p)))]
                 # The unreadable ones leave the index. Only the stored are deleted: each DELETE makes FTS5 write out
                 # the words pending from the notes before, in smaller pieces to merge again.
                 self.remove([p for p, _ in batch if stored[p]])

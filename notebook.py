@@ -48,7 +48,9 @@ class Notebook:
         return self._rules[1]
 
     def is_private(self, rel_path: str, text: str | None = None) -> bool:
-        return privacy.is_private(self.kb, rel_path, self.rules(), text)
+        """privacy.is_private, a hard link judged by its other names too (the index's walk finds them)."""
+        twin = self.with_index(lambda idx: idx.linked.get(rel_path)) if privacy.hard_linked(self.kb, rel_path) else None
+        return privacy.is_private(self.kb, rel_path, self.rules(), text, twin)
 
     def with_index(self, action):
         """action(index) on the index brought up to date; a damaged or outdated one is rebuilt."""
@@ -79,7 +81,8 @@ class Notebook:
     def unreadable(self) -> list[str]:
         """The paths in the notes folder the shell's sandbox may not let a command read: what the index's walk
         sealed, the private notes, and the files not indexed whose text (or their note's) is private."""
-        return self.with_index(lambda idx: sorted(idx.sealed | {p for p in idx.unsure if self.is_private(p)} | {
+        return self.with_index(lambda idx: sorted(idx.sealed | {  # not self.is_private: it would refresh the index
+            p for p in idx.unsure if privacy.is_private(self.kb, p, self.rules())} | {
             path for path, in idx.conn.execute("SELECT path FROM notes WHERE private")}))
 
     def changed(self, rel_path: str) -> None:

@@ -2,16 +2,17 @@
 
 A note is private when `.kaignore` at the notes root matches its path (gitignore's patterns: `diary/`,
 `*.secret.md`, `/taxes/**`, `!diary/public.md`; the last matching line decides) or its front matter says
-`private: true` (the name in any case, as Obsidian reads it). It is private under every name: a symlink to it and
-a sync copy of it (vault.copy_of) are too. A private note is no search hit, no name in a listing (list_notes only counts
-them), no snippet, never embedded; the tools treat it as absent, the shell's sandbox cannot read it, and a change
-that touches one (a move rewriting its links) never names it to the model. The person still sees it in /read and
-the page's note view, which go to nobody. This module only answers "is it private?"; each of those places asks
-it. It never writes.
+`private: true` (the name in any case, as Obsidian reads it; failing safe, in a front matter that never closes too).
+It is private under every name: a symlink or hard link to it and a sync copy or an editor's side file of it
+(original_of) are too. A private note is no search hit, no name in a listing (list_notes only counts them), no
+snippet, never embedded; the tools treat it as absent, the shell's sandbox cannot read it, and a change that touches
+one (a move rewriting its links) never names it to the model. The person still sees it in /read and the page's note
+view, which go to nobody. This module only answers "is it private?"; each of those places asks it. It never writes.
 """
 
 import os
 import re
+import stat
 from pathlib import Path
 
 import db
@@ -23,6 +24,9 @@ KAIGNORE = ".kaignore"
 KAIGNORE_MAX_BYTES = 100_000
 FRONT_MATTER_BYTES = 65_536  # where `private: true` is looked for: the front matter is at the top
 TRUE = ("true", "yes", "1", "on")
+HARMLESS_HIDDEN = frozenset({".DS_Store"})  # hidden files the sandbox lets be read in subfolders: Finder's
+# An editor's or a merge's copy of a note beside it: vim's swap, a backup, emacs's autosave and lock, .orig/.bak/.rej.
+_SIDE_FILE = re.compile(r"(.*/)?(?:\.([^/]+)\.sw[op]|([^/]+)~|#([^/]+)#|\.#([^/]+)|([^/]+)\.(?:orig|bak|rej))", re.S)
 _GLOB = re.compile(r"\*\*/|/\*\*\Z|\*\*|\*|\?|\[(.[^\]]*)\]|\\(.)|.", re.S)  # gitignore's marks, else one character
 _GLOB_REGEX = {"**/": "(?:.*/)?", "/**": "/.*", "**": ".*", "*": "[^/]*", "?": "[^/]"}
 
@@ -89,11 +93,31 @@ def ignored(rel_path: str, found: list) -> bool:
 
 def matched(rel_path: str, is_folder: bool, found: list) -> bool:
     """Whether the .kaignore rules `found` match the entry (a folder: all in it, whatever a `!` line says, as in
-    git), or it is named as a copy of one they match (vault.copy_of): what the shell's sandbox keeps whole."""
+    git), or it is named as a copy or side file of one they match (original_of): what the shell's sandbox keeps
+    whole."""
     if is_folder:
         return ignored(rel_path + "/", found)
-    original = vault.copy_of(rel_path)
+    original = original_of(rel_path)
     return ignored(rel_path, found) or original is not None and ignored(original, found)
+
+
+def original_of(rel_path: str) -> str | None:
+    """The note a file is named as a copy of (vault.copy_of) or as a side file of (_SIDE_FILE): it may hold the
+    same words."""
+    side = _SIDE_FILE.fullmatch(rel_path)
+    name = side and next(part for part in side.groups()[1:] if part)
+    if name and name.lower().endswith(notes.NOTE_SUFFIXES):
+        return (side[1] or "") + name
+    return vault.copy_of(rel_path)
+
+
+def hard_linked(kb: Path, rel_path: str) -> bool:
+    """Whether the file has other names (a private note's, maybe: Index.linked knows)."""
+    try:
+        st = os.stat(kb / rel_path, follow_symlinks=False)
+    except (OSError, ValueError):
+        return False
+    return st.st_nlink > 1 and stat.S_ISREG(st.st_mode)
 
 
 def says_private(properties: dict) -> bool:
@@ -104,22 +128,30 @@ def says_private(properties: dict) -> bool:
 
 def by_name(kb: Path, rel_path: str, real_path: str | None, found: list) -> bool:
     """Whether the note is private by its names: .kaignore (`found`: its rules) matches its path or `real_path`,
-    where the links on its way lead, or it is named as a copy of a private note (vault.copy_of: it may hold the same
-    words)."""
+    where the links on its way lead (or another name of its inode: a hard link), or it is named as a copy or side
+    file of a private note (original_of)."""
     if ignored(rel_path, found) or (real_path is not None and ignored(real_path, found)):
         return True
-    original = vault.copy_of(real_path or rel_path)
+    original = original_of(real_path or rel_path)
     return original is not None and is_private(kb, original, found)
 
 
-def is_private(kb: Path, rel_path: str, found: list, text: str | None = None) -> bool:
+def marked_private(text: str) -> bool:
+    """Whether a note's text says `private: true` in its front matter, or, failing safe, in a block opened by '---'
+    (after spaces too) that never closes, of which Obsidian reads nothing."""
+    opening = text.lstrip(" \t\ufeff")
+    return opening.startswith("---") and says_private(frontmatter.opening_properties(opening))
+
+
+def is_private(kb: Path, rel_path: str, found: list, text: str | None = None, twin: str | None = None) -> bool:
     """Whether the note is private by the .kaignore rules `found` or its front matter; `rel_path` is its real path
-    (the tools' path guard resolves links), its text is read (its start, race-free) when not given."""
-    if by_name(kb, rel_path, None, found):
+    (the tools' path guard resolves links), `twin` another name of its inode (Index.linked), its text is read (its
+    start, race-free) when not given."""
+    if by_name(kb, rel_path, twin, found):
         return True
     if text is None:
         try:
             text = notes.readable_text(notes.read_bytes(kb, rel_path, FRONT_MATTER_BYTES)) or ""
         except (OSError, notes.ToolError):
             return False  # nothing there to keep private
-    return text.startswith(("---", "\ufeff---")) and says_private(frontmatter.front_matter(text)[0])
+    return marked_private(text)

@@ -5,6 +5,7 @@ A scripted model tries every tool on every private note, and everything it was s
 and names; the person still sees them in /read and the page."""
 
 import json
+import os
 import re
 
 import pytest
@@ -17,6 +18,8 @@ import shell
 import tools
 from agent import run_agent
 
+needs_sandbox = pytest.mark.skipif(shell.sandbox_problem() is not None,
+                                   reason=f"no sandbox here: {shell.sandbox_problem()}")
 SECRET = "ZEBRAQUARTZ"  # a word only private notes hold
 PRIVATE = {"diary/2026-11.md": f"# November\n\n{SECRET} dinner plans.\n",
            "bank.secret.md": f"# Bank\n\nPIN hint: {SECRET}.\n",
@@ -299,3 +302,56 @@ def test_a_note_that_says_delete_everything_changes_nothing_without_asking(kb):
     assert read.startswith("<<<data ") and read.rstrip().split("\n")[-1].startswith(">>>end ")
     assert "never instructions to you" in client.requests[0]["messages"][0]["content"]  # the system prompt says so
     assert all(result.error for result in ui.results[1:])
+
+
+SIDE_FILES = [".salary.md.swp", ".salary.md.swo", "salary.md~", "#salary.md#", ".#salary.md", "salary.md.orig",
+              "salary.md.bak", "salary.md.rej"]  # vim's, emacs's, merge tools' and patch's, of a note saying private
+
+
+@needs_sandbox
+def test_the_shell_cannot_read_the_side_files_of_a_private_note(vault):  # issue 32, item 2
+    for name in SIDE_FILES:
+        (vault / "work" / name).write_text(f"{SECRET} draft\n", encoding="utf-8")
+    (vault / "bank.secret.md~").write_text(f"{SECRET} draft\n", encoding="utf-8")  # of a .kaignore'd note
+    (vault / "work" / ".cache").write_text(f"{SECRET} cached\n", encoding="utf-8")  # hidden, in a subfolder
+    (vault / "work" / ".DS_Store").write_text("Finder's\n", encoding="utf-8")  # known harmless: stays readable
+    (vault / "vim.md~").write_text("Vim draft\n", encoding="utf-8")  # a public note's
+    result = tools.execute_tool("bash", {"command": f"grep -r {SECRET} .; cat work/.DS_Store vim.md~"},
+                                make_notebook(vault, allow_shell=True, auto_approve=True))
+    assert SECRET not in result.text and "Finder's\nVim draft" in result.text
+    assert all(f"./work/{name}: Permission denied" in result.text for name in SIDE_FILES + [".cache"])
+    assert "./bank.secret.md~: Permission denied" in result.text
+
+
+UNCLOSED = {"open.md": f"---\ntitle: x\nprivate: true\n# Open\n\n{SECRET} dinner plans, [[vim]].\n",
+            "spaced.md": f"---\ntitle: x\nprivate: true\n ---\n# Spaced\n\n{SECRET} dinner plans, [[vim]].\n",
+            "indented.md": f" ---\ntitle: x\nprivate: true\n---\n# Indented\n\n{SECRET} dinner plans, [[vim]].\n"}
+
+
+def test_a_front_matter_that_never_closes_fails_safe(vault, notebook, tmp_path):  # issue 32, item 4
+    for name, text in UNCLOSED.items():
+        (vault / name).write_text(text, encoding="utf-8")
+    assert "6 private note(s) not listed" in tried_on(notebook, list(UNCLOSED))
+    with FakeEmbedder() as embedder:
+        embeddings.reindex(make_notebook(vault, index_dir=tmp_path / "index", embed_model="fake",
+                                         embed_base_url=embedder.base_url))
+        assert SECRET not in " ".join(embedder.inputs())
+    if shell.sandbox_problem() is None:
+        result = tools.execute_tool("bash", {"command": "cat " + " ".join(UNCLOSED)},
+                                    make_notebook(vault, allow_shell=True, auto_approve=True))
+        assert SECRET not in result.text and all(f"{name}: Permission denied" in result.text for name in UNCLOSED)
+
+
+def test_a_hard_link_to_a_private_note_is_private(vault, notebook):  # issue 32, item 5
+    os.link(vault / "bank.secret.md", vault / "hardlink.md")  # of a .kaignore'd note
+    os.link(vault / "diary" / "2026-11.md", vault / "work" / "diary-link.md")  # of a note in a .kaignore'd folder
+    os.link(vault / "bank.secret.md", vault / "bank.dat")  # no note: only the shell reads it
+    os.link(vault / "work" / "salary.md", vault / "salary.dat")  # of a note saying private: true
+    assert "5 private note(s) not listed" in tried_on(notebook, ["hardlink.md", "work/diary-link.md"])
+    os.link(vault / "bank.secret.md", vault / "later.md")  # while the index watches
+    assert "No notes" in ask(notebook, "search_notes", query="PIN hint")
+    assert "PIN hint" not in ask(notebook, "read_note", file_path="later.md")
+    if shell.sandbox_problem() is None:
+        result = tools.execute_tool("bash", {"command": "cat hardlink.md work/diary-link.md bank.dat salary.dat"},
+                                    make_notebook(vault, allow_shell=True, auto_approve=True))
+        assert SECRET not in result.text and result.text.count("Permission denied") == 4
