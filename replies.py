@@ -14,6 +14,8 @@ from typing import NamedTuple
 
 TOOLS_ECHO = ("<tools>", "</tools>")  # Qwen's template lists the tools so; small models repeat the tags
 TAGGED = ("<tool_call>", "</tool_call>")  # Hermes / Qwen2.5 tool-call tags
+STRAY_TAGS = ("<tool_response>", "</tool_response>")  # a small model ends its calls with its template's tags
+STRAY_MARK = re.compile(r"\A\s*</?tool_response>\s*|\s*</?tool_response>\s*\Z")
 FENCE = "```"
 FENCE_LANGUAGES = ("", "json")
 CALL_KEYS = {"name", "arguments", "parameters", "type", "id"}  # Llama 3.x says "parameters"
@@ -264,8 +266,9 @@ def _text(value) -> str | None:
 
 
 def _without_echo(text: str) -> str:
-    """The text without a leading or trailing <tools>…</tools> echo of the tool list; calls inside are kept."""
-    text = text.strip()
+    """The text without a leading or trailing <tools>…</tools> echo of the tool list (calls inside are kept), nor
+    a stray <tool_response> tag."""
+    text = STRAY_MARK.sub("", text.strip())
     opening, closing = TOOLS_ECHO
     if text.startswith(opening) and closing in text:
         inside, _, after = text[len(opening):].partition(closing)
@@ -352,6 +355,8 @@ def _json_may_be_call(text: str) -> bool:
 def _lines_may_be_calls(text: str) -> bool:
     """One call a line, some of them perhaps broken: every line so far opens like a call and has no words after it."""
     lines = _lines(text)
+    if len(lines) > 1 and any(tag.startswith(lines[-1].strip()) for tag in STRAY_TAGS):
+        lines.pop()
     return bool(lines) and all(_opens_like_call(line) and _broken_call(line) for line in lines)
 
 

@@ -176,10 +176,10 @@ def score(question: dict, record: dict) -> dict:
 
 
 def shown_source(question: dict, exchanges: list[dict]) -> bool:
-    """A tool result the model was sent names one of the notes the answer comes from."""
+    """A tool result the model was sent, or the passages sent with the question, names a note the answer comes from."""
     notes = {source.rsplit(":", 1)[0] for source in question.get("sources", [])}
     results = [str(m.get("content")) for e in exchanges for m in e["request"].get("messages") or []
-               if m.get("role") == "tool"]
+               if m.get("role") == "tool" or m.get("role") == "user" and "<<<data" in str(m.get("content"))]
     return any(note in result for note in notes for result in results)
 
 

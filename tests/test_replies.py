@@ -54,6 +54,9 @@ def test_each_text_shape_becomes_the_calls_and_shows_nothing(shape, calls):
      '{"name": "search_notes", "arguments": {"query": "python"}}', [SEARCH]),  # the tool list echoed first
     ('{"name": "search_notes", "arguments": {"query": "python"}}\n{"name": "list_notes", "arguments": {}}',
      [SEARCH, {"name": "list_notes", "arguments": "{}"}]),
+    # Qwen2.5-Coder-0.5B ended a list of calls, one of them with a brace too many, with its template's closing tag:
+    ('{"name": "search_notes", "arguments": {"query": "python"}}\n{"name": "links", "arguments": {}, "overwrite": 1}}'
+     '\n</tool_response>', [SEARCH, {"name": "links", "arguments": '{"name": "links", "arguments": {}, "overwrite": 1}}'}]),
     ('[{"name": "search_notes", "arguments": {"query": "python"}}, {"name": "list_notes"}]',
      [SEARCH, {"name": "list_notes", "arguments": "{}"}]),
     ('{"type": "function", "name": "search_notes", "parameters": {"query": "python"}}', [SEARCH]),  # Llama 3.2
