@@ -264,6 +264,12 @@ def plan_move(paths, texts: dict, from_path: str, to_path: str, link_format: str
         raise ValueError(f"{to_path} already exists.")
     if from_path.lower().endswith((".md", ".canvas")) and from_path not in texts:
         raise ValueError(f"the text of {from_path} is needed: its own links may have to change.")
+    # A relative link of the moved note to no file keeps leading where it did, as one to a file does: else a move
+    # would tell the model which of its guessed names are notes kept from it.
+    before = Resolver(paths)
+    paths |= {joined for link in parse(texts.get(from_path) or "", from_path) if link.form == "markdown"
+              and before.resolve(link.target, from_path, link.form) is None
+              and (joined := _join(from_path, unquote(link.target).strip()))}
     before, after = Resolver(paths), Resolver(paths - {from_path} | {to_path})
     new_texts, counts = {}, {}
     for path, text in texts.items():

@@ -263,6 +263,17 @@ def test_a_move_keeps_a_private_notes_links_working_without_naming_it(vault):
     assert "[vim](../editors/vim.md)" in (vault / "work" / "salary.md").read_text(encoding="utf-8")
 
 
+def test_a_move_rewrites_a_link_to_a_private_note_as_one_to_no_note(vault):
+    """A red team moved a note linking to a guessed name and to a missing one: only the private note's link was
+    rewritten, telling the model that name is a note."""
+    (vault / "guess.md").write_text("[g](ghost.md) [s](bank.secret.md) [d](diary/2026-11.md)\n", encoding="utf-8")
+    result = tools.execute_tool("move_note", {"from_path": "guess.md", "to_path": "sub/guess.md"},
+                                make_notebook(vault, auto_approve=True))
+    assert not result.error
+    assert (vault / "sub" / "guess.md").read_text(encoding="utf-8") == \
+        "[g](../ghost.md) [s](../bank.secret.md) [d](../diary/2026-11.md)\n"
+
+
 def test_the_person_still_sees_private_notes_in_read(vault, capsys):
     import main
     assert main.main(["--kb", str(vault), "/read work/salary.md"]) == 0
