@@ -28,6 +28,7 @@ from notes import ToolError, is_note_path
 from terminal import compact
 
 STOP_WAIT = 5.0  # seconds Ctrl+C on the server gives a running answer to stop before leaving
+PAGE_NOTE_MAX_CHARS = 200_000  # of a note shown: a browser lays out a megabyte of Markdown for minutes
 BUSY = "The agent is answering: wait for it, or press Stop."
 _ASTRAL = re.compile("[\U00010000-\U0010ffff]")  # two UTF-16 code units each: JavaScript counts those
 
@@ -251,6 +252,9 @@ class App(agent.UI):
     def note(self, path: str) -> dict:
         try:
             name, text = reading.note_text(self.notebook, path, "")
+            if len(text) > PAGE_NOTE_MAX_CHARS:
+                text = text[:PAGE_NOTE_MAX_CHARS] + f"\n\n[… only the first {PAGE_NOTE_MAX_CHARS:,} characters are " \
+                    "shown here; /read in the chat or your editor shows the rest]"
             properties, body_line, _ = frontmatter.front_matter(text)  # shown as a table, the body after it
             head = "".join(text.splitlines(keepends=True)[:body_line - 1])
             return {"path": name, "text": text, "properties": list(properties.items()),

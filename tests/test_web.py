@@ -438,6 +438,14 @@ def test_search_and_notes_work_from_the_page_beside_the_agent(make_web, kb):
         assert not re.search(rb"search_notes|list_notes|read_note|file_path", body)  # worded for a person
 
 
+def test_a_huge_note_is_shown_in_part_and_says_so(make_web, kb):
+    """A red team opened a 50 MB note on the page: the tab froze for minutes."""
+    (kb / "big.md").write_text("# Big\n\n" + "word " * 1_000_000, encoding="utf-8")
+    note = make_web().get("/api/note?path=big.md")
+    assert len(note["text"]) < 201_000 and note["text"].endswith(
+        "[… only the first 200,000 characters are shown here; /read in the chat or your editor shows the rest]")
+
+
 def test_a_note_comes_with_its_links_resolved_as_obsidian_does_and_its_backlinks(make_web, kb):
     text = "🍀 [[meeting|the meeting]] `[[vim]]` ![[vim#Top]] [py](python.md#x) [[gone]] ![i](pic.png) [[pic.png]]\n"
     (kb / "work" / "links.md").write_text(text, encoding="utf-8")
