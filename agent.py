@@ -181,9 +181,11 @@ class Reply:
         if stream and self.finish_reason is None and not (self.content or self.calls or self.reasoning):
             raise replies.NotOpenAI("the stream held no answer")  # e.g. an HTML page served as text/event-stream
         held = len(self.content) if self.calls else self.held
-        if held < len(self.content) and self.finish_reason in ("length", "repeat"):
+        written = held < len(self.content) and self.finish_reason != "length" and \
+            replies.text_tool_calls(self.content[held:])  # calls a loop repeated were kept once: they run
+        if held < len(self.content) and not written and self.finish_reason in ("length", "repeat"):
             self.content = self.content[:held]  # calls cut off mid-way are neither run nor an answer: the notice says so
-        elif held < len(self.content) and (written := replies.text_tool_calls(self.content[held:])):
+        elif written:
             # kept as the server would have sent them: any server accepts the history
             self.calls = {i: {"id": None, "name": c["name"], "arguments": [c["arguments"]]} for i, c in enumerate(written)}
             self.written = True

@@ -14,10 +14,10 @@ from typing import NamedTuple
 
 TOOLS_ECHO = ("<tools>", "</tools>")  # Qwen's template lists the tools so; small models repeat the tags
 TAGGED = ("<tool_call>", "</tool_call>")  # Hermes / Qwen2.5 tool-call tags
-STRAY_TAGS = ("<tool_response>", "</tool_response>")  # a small model ends its calls with its template's tags
-STRAY_MARK = re.compile(r"\A\s*</?tool_response>\s*|\s*</?tool_response>\s*\Z")
 FENCE = "```"
 FENCE_LANGUAGES = ("", "json")
+# Lines a small model puts among calls written one a line: its template's tags, a fence never opened or closed
+STRAY_LINES = ("<tool_response>", "</tool_response>", TAGGED[0], TAGGED[1], FENCE, FENCE + "json")
 CALL_KEYS = {"name", "arguments", "parameters", "type", "id"}  # Llama 3.x says "parameters"
 WRAPPER_KEYS = {"type", "id", "function"}  # {"type": "function", "function": {...}}, as the API's own calls
 FIRST_KEYS = CALL_KEYS | WRAPPER_KEYS  # a streamed object whose first key is another one is not a call
@@ -63,8 +63,9 @@ def text_tool_calls(content: str) -> list[dict] | None:
     for body in bodies or []:
         values = _json_values(_rebraced(body))
         lines = _lines(body)
-        if values is None and len(lines) > 1 and all(map(_opens_like_call, lines)):
-            found = [_line_call(line) for line in lines]  # one call a line: a bad line spoils no other
+        written = [line for line in lines if line not in STRAY_LINES]
+        if values is None and len(lines) > 1 and written and all(map(_opens_like_call, written)):
+            found = [_line_call(line) for line in written]  # one call a line: a bad line spoils no other
         elif values is None:
             found = [_opens_like_call(body.strip()) and _broken_call(body.strip()) or None]
         else:
@@ -266,9 +267,8 @@ def _text(value) -> str | None:
 
 
 def _without_echo(text: str) -> str:
-    """The text without a leading or trailing <tools>…</tools> echo of the tool list (calls inside are kept), nor
-    a stray <tool_response> tag."""
-    text = STRAY_MARK.sub("", text.strip())
+    """The text without a leading or trailing <tools>…</tools> echo of the tool list; calls inside are kept."""
+    text = text.strip()
     opening, closing = TOOLS_ECHO
     if text.startswith(opening) and closing in text:
         inside, _, after = text[len(opening):].partition(closing)
@@ -355,8 +355,9 @@ def _json_may_be_call(text: str) -> bool:
 def _lines_may_be_calls(text: str) -> bool:
     """One call a line, some of them perhaps broken: every line so far opens like a call and has no words after it."""
     lines = _lines(text)
-    if len(lines) > 1 and any(tag.startswith(lines[-1].strip()) for tag in STRAY_TAGS):
-        lines.pop()
+    if len(lines) > 1 and any(stray.startswith(lines[-1]) for stray in STRAY_LINES):
+        lines.pop()  # what may become a stray line
+    lines = [line for line in lines if line not in STRAY_LINES]
     return bool(lines) and all(_opens_like_call(line) and _broken_call(line) for line in lines)
 
 

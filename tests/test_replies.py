@@ -54,6 +54,8 @@ def test_each_text_shape_becomes_the_calls_and_shows_nothing(shape, calls):
      '{"name": "search_notes", "arguments": {"query": "python"}}', [SEARCH]),  # the tool list echoed first
     ('{"name": "search_notes", "arguments": {"query": "python"}}\n{"name": "list_notes", "arguments": {}}',
      [SEARCH, {"name": "list_notes", "arguments": "{}"}]),
+    # Qwen2.5-Coder-0.5B ended its calls with a fence it never opened:
+    ('{"name": "search_notes", "arguments": {"query": "python"}}\n```', [SEARCH]),
     # Qwen2.5-Coder-0.5B ended a list of calls, one of them with a brace too many, with its template's closing tag:
     ('{"name": "search_notes", "arguments": {"query": "python"}}\n{"name": "links", "arguments": {}, "overwrite": 1}}'
      '\n</tool_response>', [SEARCH, {"name": "links", "arguments": '{"name": "links", "arguments": {}, "overwrite": 1}}'}]),
@@ -485,3 +487,20 @@ def test_a_reply_that_repeats_one_line_is_stopped(kb):
         answer = run_agent("红烧肉?", settings=make_settings(kb, base_url=fake.base_url), ui=ui)
     assert "".join(ui.texts) == "Here is what I found.\n查询“红烧肉”在“python.md”文件中。\n"
     assert not answer.complete and answer.notice == REPEAT_NOTICE
+
+
+def test_a_call_a_model_repeats_until_stopped_is_run_not_dropped(kb):
+    """Qwen2.5-Coder-0.5B wrote `{"name": "vim", "arguments": {}}` line after line: stopped as a loop, its call was
+    neither run nor answered, and the turn ended with no answer. The call runs (here it fails), and the next
+    request, offered no tools, gets the answer."""
+    from agent import run_agent
+    from conftest import Recorder, make_settings
+
+    loop = '{"name": "vim", "arguments": {}}\n' * 40
+    replies = [{"content": loop, "pace": 0}, {"content": loop, "pace": 0}, {"content": "Type :q! and Enter."}]
+    with FakeLLM(replies=replies) as fake:
+        ui = Recorder()
+        answer = run_agent("how do I quit vim", settings=make_settings(kb, base_url=fake.base_url), ui=ui)
+        requests = fake.requests
+    assert answer == "Type :q! and Enter." and answer.complete and "".join(ui.texts) == "Type :q! and Enter."
+    assert [bool(r.get("tools")) for r in requests] == [True, True, False]
