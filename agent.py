@@ -55,6 +55,8 @@ ROUND_LIMIT = "not executed: the limit of model calls for one question was reach
 FAILING_ROUNDS = 2  # rounds in a row of failed calls, after which the model is asked with no tools
 STUCK = "not executed: the calls before it failed, and no tools were offered"
 STUCK_NOTICE = "[No answer: the model kept making tool calls that failed.]"
+REPEATED_CALL = ("Error: this call was made before in this answer and nothing has changed since: its result is "
+                 "above. Answer from it, or make another call.")
 ROUND_NOTICE = ("[Stopped: reached the limit of {} model calls for one question (MAX_TOOL_ROUNDS or --max-rounds). "
                 "Ask again to continue, or raise the limit.]")
 LENGTH_NOTICE = "[The answer was cut off: the model reached its output limit (finish_reason=length).]"
@@ -426,9 +428,14 @@ def _rounds(model: Model, history: list[dict], notebook: Notebook, ui: UI) -> tu
     """Ask the model, run the calls it makes, until it answers: its last reply, and why the answer is cut short."""
     settings, allowance = notebook.settings, Allowance()  # what this answer may write without asking
     failing = 0  # rounds in a row of failed calls: a small model stuck on calls it cannot make
+    made: set = set()  # the calls made since the notes last changed: a model repeating one is stuck
     for round_number in range(1, settings.max_rounds + 1):
         offer_tools = failing < FAILING_ROUNDS
         reply = model.ask(history, ui, offer_tools)
+        if offer_tools and not (reply.calls or reply.content.strip() or reply.finish_reason in CUT_NOTICES):
+            _save(history, reply.usage, (settings.base_url, settings.model))
+            failing = FAILING_ROUNDS  # an empty reply (a small model's, after tool results): asked to answer now
+            continue
         history.append(message := reply.message(round_number))
         _save(history, reply.usage, (settings.base_url, settings.model))
         if not reply.calls:  # decided by the calls, not finish_reason: servers differ
@@ -439,22 +446,23 @@ def _rounds(model: Model, history: list[dict], notebook: Notebook, ui: UI) -> tu
             _save(history)
             return reply, ROUND_NOTICE.format(settings.max_rounds) if offer_tools else STUCK_NOTICE
         # The history keeps arguments the API accepts; the tool gets them as sent, to explain errors.
-        failed = execute(message["tool_calls"], reply.arguments(), history, notebook, ui, allowance)
+        failed = execute(message["tool_calls"], reply.arguments(), history, notebook, ui, allowance, made)
         # Calls written as text come from a model that does not speak the tool protocol: one failed is enough.
         failing = failing + 1 if (any if reply.written else all)(failed) else 0
 
 
 def execute(calls: list[dict], arguments: list[str], history: list[dict], notebook: Notebook, ui: UI,
-            allowance: Allowance) -> list[bool]:
+            allowance: Allowance, made: set) -> list[bool]:
     """Run each call with its arguments as sent, appending its result; which ones failed. One that Ctrl+C
     stops is answered saying so (it may have done part of its work)."""
     failed = []
     for call, sent in zip(calls, arguments):
         name = call["function"]["name"]
         ui.tool_call(name, sent)
-        started = time.monotonic()
+        started, key = time.monotonic(), (name, " ".join(sent.split()))
         try:
-            result = tools.execute_tool(name, sent, notebook, ui.approve, ui.reviews_changes, allowance)
+            result = tools.Result(REPEATED_CALL, True, {"error": True}) if key in made else \
+                tools.execute_tool(name, sent, notebook, ui.approve, ui.reviews_changes, allowance)
         except KeyboardInterrupt:
             stopped = f"stopped: the user pressed Ctrl+C after {time.monotonic() - started:.1f} s; it may be half done"
             history.append(_result(call["id"], stopped))
@@ -463,6 +471,10 @@ def execute(calls: list[dict], arguments: list[str], history: list[dict], notebo
         _save(history)  # a note may have changed: keep the result even if we crash next
         ui.tool_result(name, result)
         failed.append(result.error)
+        if not result.error and not getattr(tools.TOOLS.get(name), "read_only", True):
+            made.clear()  # the notes may have changed: the same call may show something new
+        else:
+            made.add(key)
     return failed
 
 

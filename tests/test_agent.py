@@ -299,3 +299,32 @@ def test_calls_written_as_text_fail_a_round_when_one_fails(kb):
     assert answer == "Beat 3 eggs." and [bool(r.get("tools")) for r in client.requests] == [True, True, False]
     sent = json.dumps(client.requests[2]["messages"][1:], ensure_ascii=False)
     assert "links" in sent and "list_notes" not in sent  # what worked is kept, what failed is not
+
+
+def test_a_call_made_again_with_nothing_changed_is_not_run_again(kb):
+    """Qwen2.5-Coder-0.5B made the same search five times (each found nothing: no error), then gave an empty answer.
+    A call repeated since the notes last changed is answered that its result is above, and counts as failed."""
+    search = tool_call("search_notes", query="每天进步1%", after="2026-12-02")
+    client = StubClient([{"tool_calls": [search]}, {"tool_calls": [search]}, {"tool_calls": [search]},
+                         {"content": "约 37.8 倍。"}])
+    history = []
+    answer = run_agent("每天进步1%，一年后是多少倍？", history, settings=make_settings(kb), client=client)
+    assert answer == "约 37.8 倍。" and [bool(r.get("tools")) for r in client.requests] == [True, True, True, False]
+    results = [m["content"] for m in history if m["role"] == "tool"]
+    assert "made before" not in results[0] and all("made before in this answer" in r for r in results[1:])
+    read, edit = tool_call("read_note", file_path="vim.md"), tool_call("append_note", file_path="vim.md", content="x")
+    client = StubClient([{"tool_calls": [read]}, {"tool_calls": [edit]}, {"tool_calls": [read]}, {"content": "Done."}])
+    history = []
+    run_agent("add x to vim.md and show it", history, settings=make_settings(kb, auto_approve=True), client=client)
+    assert "made before" not in json.dumps(history)  # the note changed in between: read again
+
+
+def test_an_empty_reply_is_asked_once_more_without_tools(kb):
+    """Qwen2.5-Coder-1.5B read the right note twice, then answered nothing at all."""
+    client = StubClient([{"tool_calls": [tool_call("read_note", file_path="vim.md")]}, {"content": ""},
+                         {"content": "Press :q! to quit."}])
+    history = []
+    answer = run_agent("quit vim?", history, settings=make_settings(kb), client=client)
+    assert answer == "Press :q! to quit." and answer.complete
+    assert [bool(r.get("tools")) for r in client.requests] == [True, True, False]
+    assert_valid_history(history) and all(m.get("content") != "" for m in history if m["role"] == "assistant")
