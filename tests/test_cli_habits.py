@@ -105,7 +105,7 @@ def test_version_and_bad_base_url(call_main, kb):
     ({"content": ""}, "empty answer"),
 ])
 def test_an_incomplete_answer_says_so_on_stderr_and_exits_3(fake_llm, kb, reply, notice):
-    fake_llm.replies = [reply]
+    fake_llm.replies = [reply, reply]  # an empty reply is asked once more
     result = run_main("q", kb=kb, base_url=fake_llm.base_url)
     assert result.returncode == 3
     assert notice in result.stderr and notice not in result.stdout
