@@ -78,3 +78,16 @@ def test_passages_count_as_sent_in_the_store_and_the_chat_says_what_went(garden,
     chat = call_main("how often should I water my tomatoes?", kb=garden.kb, base_url=fake_llm.base_url,
                      extra_env={"PASSAGES": "1"})
     assert "(with the question: garden.md:1-6)" in chat.stderr and "with the question" not in chat.stdout
+
+
+def test_the_first_note_cannot_crowd_out_the_next_and_a_title_stands_for_the_opening(kb):
+    """On the knowledge-garden vault, "我第一次买域名是在哪买的，花了多少钱？" ranked a daily note of long lines first:
+    it filled the room, and the note that answers (second, its best line its title) was left out."""
+    write(kb, "daily.md", "# 2022-07-01\n\n" + "".join(f"- 域名 line {i} " + "闲聊" * 60 + "\n" for i in range(30)))
+    write(kb, "domain.md", "---\ntitle: 第一次购买域名的经验\n---\n- 在阿里云，9元1年，买了这个域名\n- 然后备案\n"
+          + "".join(f"- 其他 {i}\n" for i in range(40)))
+    client = StubClient([{"content": "阿里云，9元"}])
+    run_agent("我第一次买域名是在哪买的，花了多少钱？", client=client,
+              notebook=make_notebook(kb, passages=True, context_tokens=8192))
+    asked = question_sent(client.requests[0])
+    assert "domain.md\n" in asked and "  4: - 在阿里云，9元1年，买了这个域名" in asked and "daily.md\n" in asked
