@@ -211,10 +211,12 @@ def execute_tool(name: str, arguments, notebook: Notebook, ask=None, review: boo
     except Exception as exc:  # a tool bug must not end the conversation
         output, error = f"{ERROR}{name} failed unexpectedly: {type(exc).__name__}: {exc}", True
     text = clean_text(output)  # file names may not be UTF-8
-    if len(text) > MAX_TOOL_OUTPUT:
+    cut = len(text) > MAX_TOOL_OUTPUT  # each tool bounds its own result: this is the last guard
+    if cut:
         text = text[:MAX_TOOL_OUTPUT - 60] + f"\n[… cut: {len(text) - MAX_TOOL_OUTPUT + 60} more characters]"
     output = output if isinstance(output, Shown) else Shown(output)  # what it showed, as context.SHOWN keeps it
-    shown = {"lines": {path: sorted(set(numbers)) for path, numbers in output.lines.items() if numbers},
+    lines = {} if cut else output.lines  # a cut result may have lost lines it lists: it vouches for none
+    shown = {"lines": {path: sorted(set(numbers)) for path, numbers in lines.items() if numbers},
              "named": sorted({*output.named, *(value for arg, value in args.items() if arg.endswith("_path"))}),
              "error": error, "unlisted": output.unlisted}
     return Result(text, error, {key: value for key, value in shown.items() if value})
