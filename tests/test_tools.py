@@ -219,3 +219,13 @@ def test_a_reviewed_change_shows_hidden_characters_and_even_a_newline_only_chang
                  notebook, shown(False), review=True)
     assert "only the line endings or the final newline change" in asked[1]
     assert (kb / "bare.md").read_bytes() == b"no newline at the end"  # rejected: untouched
+
+
+def test_a_result_cut_by_the_last_guard_vouches_for_no_line(notebook, monkeypatch):
+    import dataclasses
+    import tools
+    huge = dataclasses.replace(tools.TOOLS["read_note"],
+                               function=lambda nb, **_: notes.Shown("x" * 20_000, {"python.md": [1]}))
+    monkeypatch.setitem(tools.TOOLS, "read_note", huge)
+    result = execute_tool("read_note", {"file_path": "python.md"}, notebook)
+    assert "[… cut:" in result.text and "lines" not in result.shown
