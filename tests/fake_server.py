@@ -122,7 +122,7 @@ def demo_brain(request: dict) -> dict:
             cited = f" ({path}:{used[0][0]}-{used[-1][0]})" if used else ""
             return {"content": "According to your note: " + " / ".join(line for _, line in used) + cited}
         return {"content": "Done:\n" + last["content"][:600]}
-    question = last["content"]
+    question = re.sub(r"\A<<<data .*?\n>>>end \w+\n\n", "", last["content"], flags=re.S)  # the passages before it
     direct = _direct_request(question)
     if direct:
         return {"tool_calls": [direct]}
