@@ -140,7 +140,7 @@ def _days(after: str | None, before: str | None) -> tuple:
     days = []
     for name, value in (("after", after), ("before", before)):
         if (day := day_written(value)) is None and (value or "").strip():
-            raise ToolError(f"{name} must be a date written YYYY-MM-DD, like 2026-11-01.")
+            raise ToolError(f"{name} must be a date written YYYY-MM-DD, like 2026-11-01; {value.strip()!r} is not one.")
         days.append(day)
     if None not in days and days[0] > days[1]:
         raise ToolError(f"after ({days[0]}) is later than before ({days[1]}): no day is in that range.",

@@ -84,8 +84,8 @@ def test_words_no_note_of_those_days_has_list_the_days_notes_instead(notebook):
 
 
 @pytest.mark.parametrize("args, message", [
-    ({"after": "11/01/2026"}, "Error: after must be a date written YYYY-MM-DD, like 2026-11-01."),
-    ({"before": "2026-02-30"}, "Error: before must be a date written YYYY-MM-DD, like 2026-11-01."),
+    ({"after": "11/01/2026"}, "Error: after must be a date written YYYY-MM-DD, like 2026-11-01; '11/01/2026' is not one."),
+    ({"before": "2026-02-30"}, "Error: before must be a date written YYYY-MM-DD, like 2026-11-01; '2026-02-30' is not one."),
     ({"after": "2026-11-05", "before": "2026-11-01"},
      "Error: after (2026-11-05) is later than before (2026-11-01): no day is in that range."),
     ({"path": "plans.md"}, "Error: search_notes has no argument 'path'; its arguments are query, folder, after, "
