@@ -301,7 +301,7 @@ def launch_page(url: str):
 
 
 def serve(settings: Settings, port: int | None = None, open_browser: bool = True) -> int:
-    """Serve the page until Ctrl+C or SIGTERM, printing the launch page to open (and its address, to paste)."""
+    """Serve the page until Ctrl+C, SIGTERM or SIGHUP, printing the launch page to open (and its address, to paste)."""
     port = DEFAULT_PORT if port is None else port
     try:
         server = Server(settings, port)
@@ -323,13 +323,15 @@ def serve(settings: Settings, port: int | None = None, open_browser: bool = True
                   file=sys.stderr)
         if open_browser:
             threading.Thread(target=webbrowser.open, args=(page.as_uri(),), daemon=True).start()
-        stop_signal = signal.signal(signal.SIGTERM, signal.default_int_handler)  # `kill` too removes the launch page
+        # `kill` and a closed terminal too remove the launch page
+        stops = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
         try:
             server.serve_forever()
         except KeyboardInterrupt:
             print("\nStopping…", file=sys.stderr)
         finally:
-            signal.signal(signal.SIGTERM, stop_signal)
+            for sig, handler in stops.items():
+                signal.signal(sig, handler)
             server.app.close()
             server.server_close()
     return 0

@@ -461,7 +461,7 @@ def test_a_note_comes_with_its_links_resolved_as_obsidian_does_and_its_backlinks
     assert note["backlinks"] == [{"path": "python.md", "line": 1}]
 
 
-@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_main_web_prints_the_launch_page_and_stops_cleanly_removing_it(kb, tmp_path, fake_llm, stop):
     env = {**os.environ, "KA_DATA_DIR": str(tmp_path / "data"), "DEEPSEEK_BASE_URL": fake_llm.base_url,
            "DEEPSEEK_API_KEY": "x", "XDG_CACHE_HOME": str(tmp_path / "cache"), "XDG_RUNTIME_DIR": ""}
