@@ -45,6 +45,7 @@ CONTEXT_ERROR = re.compile("|".join([
 MARK_LINE = re.compile(r"^[ \t]*(?:<<<data|>>>end)\b.*(?:\n|$)", re.M)  # the marks tool results come between
 MARKS = ("<<<data", ">>>end")
 REPEATED_LINES = 6  # a reply whose last lines are one line this many times over is looping: it is stopped
+LOOP_WINDOW = 4_000  # characters at a reply's end a loop (of lines under a seventh of it) is looked for in
 
 # server_kept_fewer: a server keeping the whole prompt counts at least ~0.6 of context.py's estimate (Qwen2.5 on
 # llama.cpp, 600 real requests), and KEPT_SHARE times a learnt ratio of up to 1.62 stays under that. Below
@@ -152,7 +153,7 @@ def without_marks(text: str) -> str:
 def open_mark(text: str) -> int:
     """Where the line still being written starts, if it may yet be a mark line; else len(text)."""
     start = text.rfind("\n") + 1
-    line = text[start:].lstrip(" \t")
+    line = text[start:start + 200].lstrip(" \t")  # its start says it: a long line is never copied
     return start if line and any(mark.startswith(line[:len(mark)]) for mark in MARKS) else len(text)
 
 
@@ -165,10 +166,12 @@ def looping(text: str) -> int | None:
 def repeats_from(text: str) -> int:
     """Where the last whole line's repeats begin (the line being written may be one), to hold them back until it is
     clear; len(text) when there are none."""
-    at = len(text)
+    start, at = max(0, len(text) - LOOP_WINDOW), len(text)
     for _ in range(REPEATED_LINES + 1):  # only the last lines are looked at: each piece costs what it adds
-        at = text.rfind("\n", 0, at) if at > 0 else -1
-    *lines, partial = text[at + 1:].split("\n")
+        at = text.rfind("\n", start, at) if at > start else -1
+    if at < 0 < start:  # the window's first line may be cut short: it is no whole line
+        at = text.find("\n", start)
+    *lines, partial = text[at + 1:].split("\n") if at >= 0 or not start else ("",)
     if not lines or not lines[-1].strip():
         return len(text)
     first = len(lines) - 1
