@@ -439,7 +439,7 @@ def _rounds(model: Model, history: list[dict], notebook: Notebook, ui: UI) -> tu
         history.append(message := reply.message(round_number))
         _save(history, reply.usage, (settings.base_url, settings.model))
         if not reply.calls:  # decided by the calls, not finish_reason: servers differ
-            return reply, CUT_NOTICES.get(reply.finish_reason, "" if reply.content else EMPTY_NOTICE)
+            return reply, CUT_NOTICES.get(reply.finish_reason, "" if reply.content.strip() else EMPTY_NOTICE)
         if round_number == settings.max_rounds or not offer_tools:  # these calls are not run
             why = ROUND_LIMIT if offer_tools else STUCK
             history.extend(_result(call["id"], why) for call in message["tool_calls"])

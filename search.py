@@ -392,8 +392,8 @@ def _clip(line: str, start: int) -> str:
 # --- The question's passages, before the model is asked ---
 def passages(notebook, question: str, room_tokens: int, embedder: embeddings.Embedder | None = None) -> Shown | None:
     """The first PASSAGE_NOTES notes a search for the question finds, to send with it, numbered as read_note does,
-    in `room_tokens`: every note's best lines, so the first cannot crowd out the next; then, best note first, each
-    one's best lines with PASSAGE_AROUND around each; then whole notes, as they fit."""
+    in `room_tokens`: best note first, each whole if it fits, else its best lines with PASSAGE_AROUND around each,
+    else those alone, always leaving room for the best lines of the notes after it."""
     try:
         found = search_notes(notebook, question, None, embedder)
     except ToolError:
@@ -402,19 +402,19 @@ def passages(notebook, question: str, room_tokens: int, embedder: embeddings.Emb
     for path, best in list(found.lines.items())[:PASSAGE_NOTES]:
         text = indexed_text(path, read_text(notebook.kb, path) or "")
         lines, body = text.splitlines(), frontmatter.front_matter(text)[1]  # its properties cost room, say little
-        # A best line in the front matter (its title) stands for the note's first lines.
-        near = {n for b in best for n in range(max(b - PASSAGE_AROUND, body), min(max(b, body) + PASSAGE_AROUND,
-                                                                                  len(lines)) + 1)}
-        for numbers in (sorted(set(best)), sorted(near), range(body, len(lines) + 1)):
+        best = sorted({max(b, body) for b in best})  # a best line in the front matter (its title): the first line
+        near = {n for b in best for n in range(max(b - PASSAGE_AROUND, body), min(b + PASSAGE_AROUND, len(lines)) + 1)}
+        for numbers in (best, sorted(near), range(body, len(lines) + 1)):
             numbers = [n for n in numbers if 0 < n <= len(lines) and lines[n - 1].strip()]
             block = path + "".join(f"\n  {n}: {_clip(lines[n - 1].rstrip(), 0)}" for n in numbers)
             ways.setdefault(path, []).append((numbers, block))
     chosen: dict[str, tuple] = {}
-    for level in range(3):  # every note's best lines, then every note's lines around them, then whole notes
-        for path, blocks in ways.items():
-            if (path in chosen or not level) and text_tokens("\n\n".join(
-                    block for _, block in {**chosen, path: blocks[level]}.values())) <= room_tokens:
-                chosen[path] = blocks[level]
+    for rank, (path, blocks) in enumerate(ways.items()):
+        reserved = sum(text_tokens(later[0][1]) for later in list(ways.values())[rank + 1:])  # their best lines
+        for way in reversed(blocks):  # the whole note, else around its best lines, else those alone
+            if text_tokens("\n\n".join([block for _, block in chosen.values()] + [way[1]])) + reserved <= room_tokens:
+                chosen[path] = way
+                break
     shown = {path: numbers for path, (numbers, _) in chosen.items()}
     return Shown("\n\n".join(block for _, block in chosen.values()), shown, shown) if chosen else None
 

@@ -328,3 +328,5 @@ def test_an_empty_reply_is_asked_once_more_without_tools(kb):
     assert answer == "Press :q! to quit." and answer.complete
     assert [bool(r.get("tools")) for r in client.requests] == [True, True, False]
     assert_valid_history(history) and all(m.get("content") != "" for m in history if m["role"] == "assistant")
+    blank = run_agent("quit vim?", [], settings=make_settings(kb), client=StubClient([{"content": "\n"}] * 2))
+    assert not blank.complete and "empty answer" in blank.notice  # a line break is no answer either
