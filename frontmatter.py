@@ -14,7 +14,8 @@ SHOWN_LINE_CHARS = 60  # a front matter line quoted in a refusal is cut to this 
 _LISTS = (("tags", "tag"), ("aliases", "alias"))  # Obsidian's list properties, and their pre-1.9 singular names
 
 
-def _lines(text: str) -> list:
+def lines_of(text: str) -> list:
+    """The text's lines, without a byte-order mark."""
     return text.removeprefix("\ufeff").splitlines()
 
 _CLOSING = re.compile(r"^(?:---|\.\.\.)[ \t]*\r?$", re.M)
@@ -234,7 +235,7 @@ def front_matter_broken(old_text: str, new_text: str) -> str | None:
     if problem := front_matter_problem(new_text):
         return None if front_matter_problem(old_text) else problem
     old_start = front_matter(old_text)[1]
-    block = "\n".join(_lines(old_text)[:old_start - 1])  # the old front matter with its fences, as whole lines
+    block = "\n".join(lines_of(old_text)[:old_start - 1])  # the old front matter with its fences, as whole lines
     if old_start > 1 and front_matter(new_text)[1] == 1 \
             and f"\n{block}\n" in "\n" + new_text.replace("\r\n", "\n") + "\n":
         return ("the front matter would no longer start on line 1, so Obsidian would read none of its properties; "

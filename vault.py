@@ -14,7 +14,7 @@ from datetime import date, datetime, time
 from pathlib import Path, PurePosixPath
 
 import notes
-from frontmatter import front_matter
+from frontmatter import front_matter, lines_of
 
 OBSIDIAN_DIR = ".obsidian"
 APP_SETTINGS = f"{OBSIDIAN_DIR}/app.json"  # Excluded files and the vault's style live here
@@ -24,10 +24,6 @@ HEADINGS_LISTED = 40  # an unknown heading's message lists this many of the note
 OUTLINE_MAX_HEADINGS = 80  # an outline longer than this leaves out its deepest levels, then is cut
 DAILY_FORMAT = "YYYY-MM-DD"  # Obsidian's defaults for daily notes and core Templates
 TEMPLATE_TIME_FORMAT = "HH:mm"
-
-
-def _lines(text: str) -> list:
-    return text.removeprefix("\ufeff").splitlines()
 
 
 # --- Tags ---
@@ -58,7 +54,7 @@ def tags_of(text: str, parsed: tuple | None = None) -> set:
     properties, body_start, _ = parsed or front_matter(text)
     found = set(properties.get("tags", []))
     if _TAG.search(text):  # most notes have none: only then look for code, line by line
-        for _, line in _outside_code(_lines(text), body_start - 1):
+        for _, line in _outside_code(lines_of(text), body_start - 1):
             if "#" in line:
                 found.update(tag.rstrip("/") for tag in _TAG.findall(_CODE_SPAN.sub(" ", line)))
     return found
@@ -85,7 +81,7 @@ _MARKS = [(re.compile(r"!?\[\[[^\]|]*\|([^\]]*)\]\]"), r"\1"), (re.compile(r"!?\
 def headings(text: str) -> list:
     """(line, level, title) of each ATX heading outside front matter and code (a Setext `---` is a rule here)."""
     return [(i + 1, len(heading[1]), _without_closing((heading[2] or "").strip()))
-            for i, line in _outside_code(_lines(text), front_matter(text)[1] - 1)
+            for i, line in _outside_code(lines_of(text), front_matter(text)[1] - 1)
             if line.lstrip(" ")[:1] == "#" and (heading := _ATX.match(line))]
 
 
@@ -129,7 +125,7 @@ def find_section(text: str, wanted: str) -> tuple:
         raise ValueError(_no_section(name, found, paths, chosen))
     line, level, _ = found[chosen[0]]
     after = [other for other, other_level, _ in found[chosen[0] + 1:] if other_level <= level]
-    return line, after[0] - 1 if after else len(_lines(text))
+    return line, after[0] - 1 if after else len(lines_of(text))
 
 
 def _within(ancestors: list, parts: list) -> bool:
