@@ -158,9 +158,17 @@ def open_mark(text: str) -> int:
 
 
 def looping(text: str) -> int | None:
-    """Where a reply that keeps repeating one line should end, after the first repeat; None while it is not."""
+    """Where a reply that keeps repeating one line should end, after the first repeat, or one that writes a tool
+    call it wrote before (a small model reciting its calls over and over), before it; None while it is not."""
     end = repeats_from(text)
-    return end if text.count("\n", end) >= REPEATED_LINES - 1 else None
+    if text.count("\n", end) >= REPEATED_LINES - 1:
+        return end
+    last = text.rfind("\n")
+    start = text.rfind("\n", 0, max(last, 0)) + 1
+    line = text[start:last].strip() if 0 < last - start < LOOP_WINDOW else ""
+    if line.startswith("{") and _broken_call(line) and text.find(line, max(0, start - LOOP_WINDOW), start) >= 0:
+        return start
+    return None
 
 
 def repeats_from(text: str) -> int:

@@ -504,3 +504,20 @@ def test_a_call_a_model_repeats_until_stopped_is_run_not_dropped(kb):
         requests = fake.requests
     assert answer == "Type :q! and Enter." and answer.complete and "".join(ui.texts) == "Type :q! and Enter."
     assert [bool(r.get("tools")) for r in requests] == [True, True, False]
+
+
+def test_a_reply_reciting_its_calls_over_and_over_is_stopped_at_the_first_repeat(kb):
+    """Qwen2.5-Coder-0.5B answered a recipe question with a call to each tool, one a line, then the same calls again
+    and again until the output cap (2,048 tokens, 400 s on a CPU): the stream stops where a call comes again, and the
+    calls before it run."""
+    from agent import run_agent
+    from conftest import Recorder, make_settings
+
+    recital = '{"name": "links", "arguments": {"file_path": "vim.md"}}\n{"name": "search_notes", "arguments": {}}\n'
+    replies = [{"content": recital * 30, "pace": 0}, {"content": recital * 30, "pace": 0}, {"content": "Three eggs."}]
+    with FakeLLM(replies=replies) as fake:
+        ui = Recorder()
+        answer = run_agent("How many eggs?", settings=make_settings(kb, base_url=fake.base_url), ui=ui)
+        requests = fake.requests
+    assert answer == "Three eggs." and answer.complete and [bool(r.get("tools")) for r in requests] == [True, True, False]
+    assert ui.calls == ["links", "search_notes", "links", "search_notes"]
