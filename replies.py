@@ -70,7 +70,7 @@ def text_tool_calls(content: str) -> list[dict] | None:
         elif values is None:
             found = [_opens_like_call(body.strip()) and _broken_call(body.strip()) or None]
         else:
-            found = [_call(item) for item in _items(values or [None])]
+            found = [_call(item) or _call_shaped(item, body) for item in _items(values or [None])]
         if None in found:
             return None
         calls += found
@@ -373,7 +373,15 @@ def _lines_may_be_calls(text: str) -> bool:
 
 
 def _are_calls(values: list) -> bool:
-    return all(map(_call, _items(values)))
+    return all(_call(item) or _call_shaped(item, "") for item in _items(values))
+
+
+def _call_shaped(item, body: str) -> dict | None:
+    """A call object with keys no call has (a small model's `"required": […]`): run, it says what is wrong."""
+    if isinstance(item, dict) and isinstance(item.get("name"), str) and {"arguments", "parameters"} & set(item) \
+            and "description" not in item:  # not a tool's schema, echoed
+        return {"name": item["name"], "arguments": body.strip()}
+    return None
 
 
 def _opens_like_call(text: str) -> bool:

@@ -54,6 +54,9 @@ def test_each_text_shape_becomes_the_calls_and_shows_nothing(shape, calls):
      '{"name": "search_notes", "arguments": {"query": "python"}}', [SEARCH]),  # the tool list echoed first
     ('{"name": "search_notes", "arguments": {"query": "python"}}\n{"name": "list_notes", "arguments": {}}',
      [SEARCH, {"name": "list_notes", "arguments": "{}"}]),
+    # Qwen2.5-Coder-0.5B wrote a call with a key no call has (its schema's "required"), a name no tool has:
+    ('{"name": "avoid KeyError", "arguments": {"key": "k"}, "required": ["key"]}',
+     [{"name": "avoid KeyError", "arguments": '{"name": "avoid KeyError", "arguments": {"key": "k"}, "required": ["key"]}'}]),
     # Qwen2.5-Coder-0.5B ended its calls with a fence it never opened:
     ('{"name": "search_notes", "arguments": {"query": "python"}}\n```', [SEARCH]),
     # Qwen2.5-Coder-0.5B ended a list of calls, one of them with a brace too many, with its template's closing tag:
