@@ -328,6 +328,8 @@ def _call(item) -> dict | None:
     """{"name", "arguments"} from one call object in any known shape; None if it is not one."""
     if isinstance(item, dict) and isinstance(item.get("function"), dict) and set(item) <= WRAPPER_KEYS:
         item = item["function"]
+    elif isinstance(item, dict) and isinstance(item.get("function"), str) and "name" not in item:
+        item = {"name": item["function"], **{k: v for k, v in item.items() if k != "function"}}  # Qwen2.5 1.5B
     if not isinstance(item, dict) or set(item) - CALL_KEYS or item.get("type", "function") != "function" \
             or not isinstance(item.get("name"), str):
         return None

@@ -65,6 +65,8 @@ def test_each_text_shape_becomes_the_calls_and_shows_nothing(shape, calls):
     ('[{"name": "search_notes", "arguments": {"query": "python"}}, {"name": "list_notes"}]',
      [SEARCH, {"name": "list_notes", "arguments": "{}"}]),
     ('{"type": "function", "name": "search_notes", "parameters": {"query": "python"}}', [SEARCH]),  # Llama 3.2
+    # Qwen2.5-Coder-1.5B on llama.cpp named the tool under "function":
+    ('```json\n{\n  "function": "search_notes",\n  "arguments": {"query": "python"}\n}\n```', [SEARCH]),
     ('{"type": "function", "function": {"name": "search_notes", "arguments": "{\\"query\\": \\"python\\"}"}}',
      [SEARCH]),  # the API's own shape
     ('  \n```\n{"name": "search_notes", "arguments": {"query": "python"}}\n```\n', [SEARCH]),
