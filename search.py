@@ -177,8 +177,15 @@ def search_notes(notebook, query: str, folder: str | None = None, embedder: embe
     if not parsed[-1] and not tags and not days:
         raise ToolError("the search query has no words to look for. Give one or more keywords, or a date range.")
     lo, hi, said = _folder(notebook.kb, folder, "were searched")
-    found = notebook.with_index(lambda idx: _search(idx, notebook.vectors, query, rest, parsed, tags, (lo, hi, days),
-                                                    embedder))
+    def found_in(scope):
+        return notebook.with_index(lambda idx: _search(idx, notebook.vectors, query, rest, parsed, tags, scope, embedder))
+
+    found = found_in((lo, hi, days))
+    if not found.lines and (lo or days) and parsed[-1]:  # a small model's made-up folder or days hide every note
+        wide = found_in(("", "\U0010ffff", ()))
+        where = (f" in {lo}" if lo else "") + _period(days)
+        found = Shown(f"No note{where} has the words of {_quoted(query)}; in all the notes: {wide}", wide.lines,
+                      wide.named) if wide.lines else found
     return Shown(said + found, found.lines, found.named)
 
 

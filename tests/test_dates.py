@@ -83,6 +83,15 @@ def test_words_no_note_of_those_days_has_list_the_days_notes_instead(notebook):
     assert hits(found) == ["plans.md"]
 
 
+def test_days_or_a_folder_with_no_note_that_has_the_words_search_all_the_notes_and_say_so(notebook):
+    # Qwen2.5-Coder-1.5B gave a question with no time in it the days around today, and a folder beside the note
+    found = run_tool(notebook, "search_notes", query="venue", after="2022-05-03", before="2022-05-03")
+    assert found.startswith('No note dated 2022-05-03 to 2022-05-03 has the words of "venue"; in all the notes: 1 ')
+    assert hits(found) == ["old.md"]
+    assert hits(run_tool(notebook, "search_notes", query="venue", folder="journal")) == ["old.md"]
+    assert run_tool(notebook, "search_notes", query="zebra", folder="journal").startswith('No notes in journal/ match')
+
+
 @pytest.mark.parametrize("args, message", [
     ({"after": "11/01/2026"}, "Error: after must be a date written YYYY-MM-DD, like 2026-11-01; '11/01/2026' is not one."),
     ({"before": "2026-02-30"}, "Error: before must be a date written YYYY-MM-DD, like 2026-11-01; '2026-02-30' is not one."),
