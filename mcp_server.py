@@ -169,7 +169,8 @@ class McpServer:
             raise RpcError(INVALID_PARAMS, "Invalid params: arguments must be a JSON object.")
         result = tools.execute_tool(name, arguments, self.notebook, self.ask, allowance=self.allowance)
         log(f"{name}: {result.text.splitlines()[0][:100] if result.error else 'ok'}")
-        text = tools.fenced(result.text, None)  # a tag of its own: the client's model reads it as data too
+        # A tag of its own, and the rule said in it: the client's model has not read the chat's system prompt.
+        text = tools.fenced(result.text, None, f"the tool's output; {tools.DATA_RULE}")
         return {"content": [{"type": "text", "text": text}], "isError": result.error}
 
 
