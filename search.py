@@ -178,15 +178,20 @@ def search_notes(notebook, query: str, folder: str | None = None, embedder: embe
         raise ToolError("the search query has no words to look for. Give one or more keywords, or a date range.")
     lo, hi, said = _folder(notebook.kb, folder, "were searched")
     def found_in(scope):
-        return notebook.with_index(lambda idx: _search(idx, notebook.vectors, query, rest, parsed, tags, scope, embedder))
+        return notebook.with_index(
+            lambda idx: _search(idx, notebook.vectors, query, rest, parsed, tags, scope, embedder))
 
     found = found_in((lo, hi, days))
     if not found.lines and (lo or days) and parsed[-1]:  # a small model's made-up folder or days hide every note
         wide = found_in(("", "\U0010ffff", ()))
-        where = (f" in {lo}" if lo else "") + _period(days)
-        found = Shown(f"No note{where} has the words of {_quoted(query)}; in all the notes: {wide}", wide.lines,
-                      wide.named) if wide.lines else found
+        found = Shown(f"No note{_where(lo, days)} has the words of {_quoted(query)}; in all the notes: {wide}",
+                      wide.lines, wide.named) if wide.lines else found
     return Shown(said + found, found.lines, found.named)
+
+
+def _where(lo: str, days: tuple) -> str:
+    """Where a search looked, as its result says it: " in folder/", " dated A to B"."""
+    return (f" in {lo}" if lo else "") + _period(days)
 
 
 def _scope(lo: str, hi: str, tags: list, days: tuple = ()) -> tuple:
@@ -206,7 +211,7 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
     """`rest`: the query without its tags, `parsed` from it; `scope`: the folder's bounds and the days asked for."""
     (terms, near, words), (lo, hi, days) = parsed, scope
     where, args = _scope(lo, hi, tags, days)
-    where_text = (f" in {lo}" if lo else "") + _period(days)
+    where_text = _where(lo, days)
     if not words:  # tags or days alone
         return _newest(idx, where, args, tags, where_text, query)
     vector, notice = embeddings.query_vector(idx, vectors, embedder, query) if embedder and not tags else (None, "")
