@@ -33,7 +33,8 @@ PASSAGE_NOTES = 3  # notes whose best lines go with a question, before the model
 PASSAGE_AROUND = 2  # lines kept before and after each of a passage's best lines
 LIST_MAX_NOTES = 200
 LIST_OUTPUT_CHARS = 6000
-DATED_BY = {"name": "from its name", "date": "date property", "created": "created property", "modified": "modified"}
+DATED_BY = {"name": "from its name", "date": "date property", "created": "created property",
+            "date created": "date created property", "modified": "modified"}
 
 
 # --- A query as FTS5 phrases ---

@@ -1,5 +1,5 @@
-"""Dates: each note's day (its daily-note name, its date or created property, else when it was modified), shown in
-hits and listings; search_notes' and list_notes' after and before; a tool's arguments checked by name.
+"""Dates: each note's day (its daily-note name, its date, created or date created property, else when it was
+modified), shown in hits and listings; search_notes' and list_notes' after and before; a tool's arguments checked by name.
 
 Real files in tmp_path, the real tools through tools.execute_tool (conftest.run_tool), /list through main.main.
 """
@@ -33,9 +33,10 @@ def dated(tmp_path) -> Path:
     write(kb, "journal/01.11.2026.md", "# Sunday\n\nQuiet day.\n")
     write(kb, "plans.md", "---\ndate: 2026-11-02\n---\n# Plans\n\nDecided to move the meetup to Friday.\n")
     write(kb, "talk.md", "---\ncreated: 2026-11-03 10:00\n---\nTalk draft: the meetup agenda.\n")
+    write(kb, "draft.md", "---\ndate created: 2026-10-29 09:30\n---\nAn outline, dated by Obsidian Linter's key.\n")
     modified_on(write(kb, "old.md", "# Old\n\nThe meetup venue, from long ago.\n"), "2026-11-04")
     modified_on(write(kb, "bad.md", "---\ndate: 2026-02-31\n---\nA meetup with a bad date.\n"), "2026-10-30")
-    for note in ("journal/01.11.2026.md", "plans.md", "talk.md"):
+    for note in ("journal/01.11.2026.md", "plans.md", "talk.md", "draft.md"):
         modified_on(kb / note, "2026-12-01")  # what names and properties say wins over this
     return kb.resolve()
 
@@ -48,12 +49,13 @@ def notebook(dated, tmp_path):
 
 def test_each_note_shows_its_day_and_where_it_comes_from(notebook):
     listed = run_tool(notebook, "list_notes")
-    assert listed.splitlines()[1:6] == [
+    assert listed.splitlines()[1:7] == [
         "old.md — Old  (2026-11-04, modified)",
         "talk.md — talk  (2026-11-03, created property)",
         "plans.md — Plans  (2026-11-02, date property)",
         "journal/01.11.2026.md — Sunday  (2026-11-01, from its name)",
-        "bad.md — bad  (2026-10-30, modified)"]  # 2026-02-31 is no day: ignored
+        "bad.md — bad  (2026-10-30, modified)",  # 2026-02-31 is no day: ignored
+        "draft.md — draft  (2026-10-29, date created property)"]
     found = run_tool(notebook, "search_notes", query="meetup")
     assert "plans.md — Plans (2026-11-02, date property)\n" in found
     assert "old.md — Old (2026-11-04, modified)\n" in found
@@ -64,7 +66,7 @@ def test_a_range_keeps_exactly_the_notes_of_its_days_both_ends_included(notebook
     assert found.startswith('2 notes dated 2026-11-02 to 2026-11-03 match "meetup"')
     assert sorted(hits(found)) == ["plans.md", "talk.md"]
     assert hits(run_tool(notebook, "list_notes", after="2026-11-04")) == ["old.md"]
-    assert hits(run_tool(notebook, "list_notes", before="2026-11-01")) == ["journal/01.11.2026.md", "bad.md"]
+    assert hits(run_tool(notebook, "list_notes", before="2026-11-01")) == ["journal/01.11.2026.md", "bad.md", "draft.md"]
     assert hits(run_tool(notebook, "search_notes", query="meetup", before=None)) != []  # null: no bound
 
 
