@@ -1,5 +1,6 @@
 """Dates: each note's day (its daily-note name, its date, created or date created property, else when it was
-modified), shown in hits and listings; search_notes' and list_notes' after and before; a tool's arguments checked by name.
+modified), shown in hits and listings; search_notes' and list_notes' after and before; a tool's arguments checked
+by name.
 
 Real files in tmp_path, the real tools through tools.execute_tool (conftest.run_tool), /list through main.main.
 """
