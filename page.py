@@ -135,8 +135,8 @@ class App(agent.UI):
         with self.lock:
             self.idle()
             self.events, self.stopping = [], False
-            sent = self.conversation.begin_turn(question)  # with what Undo restored, if the model is yet to hear it
-            self.worker = threading.Thread(target=self._turn, args=(sent,), daemon=True)
+            asked = self.conversation.begin_turn(question)  # with what Undo restored, if the model is yet to hear it
+            self.worker = threading.Thread(target=self._turn, args=(asked,), daemon=True)
             self.emit({"type": "user", "text": question})
             self.worker.start()
 

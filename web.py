@@ -160,7 +160,6 @@ class Server(ThreadingHTTPServer):
         self.quiet.close()
 
     def sign_in(self, token: str) -> str:
-        """The launch token, once, becomes the page's key."""
         with self.lock:
             if not (self.token and hmac.compare_digest(token.encode(), self.token.encode())):
                 raise HTTPError(403, NO_TOKEN)
@@ -213,14 +212,12 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, json.dumps(value, ensure_ascii=False).encode(), "application/json; charset=utf-8")
 
     def _signed_in(self) -> bool:
-        """The request carries the page's key, in a header (a cookie would go to every port of 127.0.0.1)."""
         scheme, _, key = (self.headers.get("Authorization") or "").partition(" ")
         return scheme == "Bearer" and hmac.compare_digest(key.encode(), self.server.key.encode())
 
     def _get(self) -> None:
         url = urlsplit(self.path)
-        if url.path in PAGES:  # the page's own files, the same for everyone: its script signs in
-            name = PAGES[url.path]
+        if name := PAGES.get(url.path):  # the page's own files, the same for everyone: its script signs in
             return self._send(200, (STATIC / name).read_bytes(), TYPES[name.rpartition(".")[2]] + "; charset=utf-8")
         if url.path == "/favicon.ico":  # asked for by every browser; there is none
             return self._send(204, b"", "text/plain")
@@ -269,7 +266,6 @@ class Handler(BaseHTTPRequestHandler):
         return body
 
     def _post(self) -> None:
-        """An action from this page only: its Origin, and its key (or, to sign in, the launch token)."""
         if self.headers.get("Origin") not in self.server.origins:
             raise HTTPError(403, "Refused: this request did not come from the knowledge-agent page.")
         if self.path == "/api/login":
