@@ -46,7 +46,7 @@ def _pattern(line: str) -> tuple[re.Pattern, bool] | None:
 
 
 def _glob_piece(mark: re.Match) -> str:
-    """The regex for one of _GLOB's matches: a wildcard, a [class] (group 1), an escaped (group 2) or plain character."""
+    """The regex for one of _GLOB's matches: a wildcard, a [class] (group 1), an escaped (group 2) or plain one."""
     if mark[0] in _GLOB_REGEX:
         return _GLOB_REGEX[mark[0]]
     if mark[1]:  # [abc], [!abc]
@@ -72,13 +72,11 @@ def rules(kb: Path) -> list:
     found = []
     for number, line in enumerate(text.splitlines(), 1):
         try:
-            rule = _pattern(line)
+            if rule := _pattern(line):
+                found.append(rule)
         except re.error as exc:  # `[z-a]`: git matches nothing with it; say so rather than stop every search
             db.notice(f"{KAIGNORE} line {number} ({line.strip()!r}) is not a pattern ({exc.msg}) and is skipped: "
                       "fix it so that it does what you meant.")
-            continue
-        if rule:
-            found.append(rule)
     return found
 
 
@@ -92,9 +90,8 @@ def ignored(rel_path: str, found: list) -> bool:
 
 
 def matched(rel_path: str, is_folder: bool, found: list) -> bool:
-    """Whether the .kaignore rules `found` match the entry (a folder: all in it, whatever a `!` line says, as in
-    git), or it is named as a copy or side file of one they match (original_of): what the shell's sandbox keeps
-    whole."""
+    """Whether the .kaignore rules match the entry (a folder: all in it, whatever a `!` line says, as in git), or it
+    is named as a copy or side file of one they match (original_of): what the shell's sandbox keeps whole."""
     if is_folder:
         return ignored(rel_path + "/", found)
     original = original_of(rel_path)
@@ -127,9 +124,8 @@ def says_private(properties: dict) -> bool:
 
 
 def by_name(kb: Path, rel_path: str, real_path: str | None, found: list) -> bool:
-    """Whether the note is private by its names: .kaignore (`found`: its rules) matches its path or `real_path`,
-    where the links on its way lead (or another name of its inode: a hard link), or it is named as a copy or side
-    file of a private note (original_of)."""
+    """Whether .kaignore matches the note's path or `real_path` (where the links on its way lead, or another name of
+    its inode: a hard link), or it is named as a copy or side file of a private note (original_of)."""
     if ignored(rel_path, found) or (real_path is not None and ignored(real_path, found)):
         return True
     original = original_of(real_path or rel_path)
@@ -144,9 +140,8 @@ def marked_private(text: str) -> bool:
 
 
 def is_private(kb: Path, rel_path: str, found: list, text: str | None = None, twin: str | None = None) -> bool:
-    """Whether the note is private by the .kaignore rules `found` or its front matter; `rel_path` is its real path
-    (the tools' path guard resolves links), `twin` another name of its inode (Index.linked), its text is read (its
-    start, race-free) when not given."""
+    """Whether .kaignore or its front matter say so; `rel_path` is its real path (the tools' path guard resolves
+    links), `twin` another name of its inode (Index.linked); its text's start is read race-free when not given."""
     if by_name(kb, rel_path, twin, found):
         return True
     if text is None:

@@ -32,10 +32,9 @@ FAILURES = {"sandbox": "the sandbox could not be applied, so the command did not
 
 def run_shell(command: str, kb, timeout: float, allow_network: bool = False, hide: tuple[str, ...] = (),
               unreadable: tuple[str, ...] = ()) -> str:
-    """Run one command in the notes folder, sandboxed unless sandbox_problem() says it cannot be, and
-    describe what happened. Raises only KeyboardInterrupt, after everything the command started is gone.
-    `hide`: secret values (the API key) no variable passed on may hold, shown as [hidden] in the output.
-    `unreadable`: the paths in the notes folder the command may not read (Notebook.unreadable)."""
+    """Run one command in the notes folder, sandboxed unless sandbox_problem() says it cannot be; raises only
+    KeyboardInterrupt, after all it started is gone. `hide`: secrets (the API key) no variable passed on may hold,
+    shown as [hidden] in the output; `unreadable`: what it may not read in the notes folder (Notebook.unreadable)."""
     problem = sandbox_problem()
     scratch = tempfile.mkdtemp(prefix="ka-shell-")
     status_read, status_write = os.pipe()
@@ -78,9 +77,8 @@ def run_shell(command: str, kb, timeout: float, allow_network: bool = False, hid
 
 
 def _environment(scratch: str, hide: tuple[str, ...]) -> dict[str, str]:
-    """The command's variables: PASSED_VARIABLES and LC_* from this environment (none holding a hidden value),
-    the scratch folder as HOME and TMPDIR, and this interpreter's folder first on PATH: the sandbox can run
-    it, not version-manager shims in the home folder. Tokens, passwords and bus addresses stay out."""
+    """This interpreter's folder goes first on PATH: the sandbox can run it, not version-manager shims in the home
+    folder. Tokens, passwords and bus addresses stay out: only PASSED_VARIABLES and LC_* are passed on."""
     env = {name: value for name, value in os.environ.items()
            if (name in PASSED_VARIABLES or name.startswith("LC_")) and not any(s and s in value for s in hide)}
     path = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", os.defpath)
@@ -88,9 +86,8 @@ def _environment(scratch: str, hide: tuple[str, ...]) -> dict[str, str]:
 
 
 def _wait(proc: "subprocess.Popen", timeout: float, orders: bytes, status: int) -> list[str]:
-    """Hand the warden its orders and wait for its report (it writes it as it ends; Popen.wait(timeout) would
-    poll); on a timeout or Ctrl+C have it stop the command (SIGTERM: TERM, KILL after the grace; on a second
-    Ctrl+C SIGINT: KILL at once). Back when all of it is gone."""
+    """Wait for the warden's report (it writes it as it ends: Popen.wait(timeout) would poll) and all to be gone; on
+    a timeout or Ctrl+C have it stop the command (SIGTERM: TERM, KILL after the grace; Ctrl+C again, SIGINT: KILL)."""
     remarks = []
     try:
         with proc.stdin:

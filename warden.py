@@ -88,12 +88,10 @@ SYSCALLS = {**CHECKED, **REFUSED}
 
 @functools.cache
 def libc() -> ctypes.CDLL:
-    """The C library, loaded once; use_errno so that a failed call's errno can be read."""
     return ctypes.CDLL(None, use_errno=True)
 
 
 def _call(function: str, *args) -> int:
-    """Call a C library function (syscall, prctl), raising OSError when it fails."""
     result = getattr(libc(), function)(*(ctypes.c_long(a) if isinstance(a, int) else a for a in args))
     if result < 0:
         raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
@@ -124,8 +122,6 @@ def sandbox_problem() -> str | None:
         return "this Linux kernel has no seccomp filters (CONFIG_SECCOMP_FILTER): commands would run unsandboxed"
     return None
 
-
-# --- start the command in the sandbox, kill all it leaves ---
 
 def _warden() -> None:
     """Carry out run_shell's orders (on stdin); report `exit CODE LEFT`, or what kept the command from running
@@ -186,7 +182,6 @@ def _start(orders: dict, ruleset: int, warden: int) -> None:
 
 
 def _ruleset(orders: dict) -> int:
-    """A Landlock ruleset handling every right the kernel knows and allowing only what the docstring says."""
     abi = _abi()  # at least MIN_ABI: sandboxed means sandbox_problem() found no problem
     fs = (1 << FS_RIGHTS[min(abi, 5)]) - 1  # handle every right the ABI knows: what no rule allows is denied
     attr = struct.pack("=QQQ", fs, 0 if orders["network"] else NET_TCP, SCOPES if abi >= 6 else 0)
@@ -287,12 +282,9 @@ def _seccomp_program(machine: str, allow_network: bool, warden: int) -> list[tup
     if machine == "x86_64":
         code.append(("jge", X32_SYSCALL_BIT, "refuse", None))
     code += [("jeq", number[name], "refuse", None) for name in REFUSED if number[name] is not None]
-    code += [("jeq", number[name], label, None) for name, label in (
-        ("clone3", "nosys"), ("socket", "socket"), ("socketpair", "socketpair"), ("clone", "clone"),
-        ("mknod", "mknod"), ("mknodat", "mknodat"), ("kill", "kill"), ("tkill", "signal"), ("tgkill", "signal"),
-        ("rt_sigqueueinfo", "signal"), ("rt_tgsigqueueinfo", "signal"), ("pidfd_open", "signal"),
-        ("utimensat", "utimensat"))
-        if number[name] is not None]
+    signals = ("tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open")  # a pid first, as kill
+    label = {"clone3": "nosys", **dict.fromkeys(signals, "signal")}  # every other checked call: its own label
+    code += [("jeq", number[name], label.get(name, name), None) for name in CHECKED if number[name] is not None]
     code += [("ret", ALLOW), ("label", "socket")]
     if allow_network:  # TCP and UDP (names must resolve) over IPv4 and IPv6; never MPTCP, SCTP, raw, ICMP
         code += [("ld", arg[0]), ("jeq", AF_INET, "ip", None), ("jeq", AF_INET6, "ip", "refuse"), ("label", "ip"),
@@ -391,9 +383,8 @@ def _anything_left(command: int, statuses: dict) -> bool:
 def _signal_all(command: int, sig: int) -> bool:
     """Send sig to every process below the warden (found in /proc), or off Linux to the command's process
     group; whether there were any."""
-    targets = _descendants(os.getpid()) if ON_LINUX else [-command]
     sent = False
-    for pid in targets:
+    for pid in _descendants(os.getpid()) if ON_LINUX else [-command]:
         try:
             os.kill(pid, sig)
             sent = True
