@@ -11,15 +11,10 @@ as text, and every pattern here is linear on any line.
 import re
 
 SHOWN_LINE_CHARS = 60  # a front matter line quoted in a refusal is cut to this length
-_LISTS = (("tags", "tag"), ("aliases", "alias"))  # Obsidian's list properties, and their pre-1.9 singular names
-
-
-def lines_of(text: str) -> list:
-    """The text's lines, without a byte-order mark."""
-    return text.removeprefix("\ufeff").splitlines()
-
+# Obsidian's list properties: their pre-1.9 singular names, and what splits one written as a single string
+_LISTS = {"tags": ("tag", r"[,\s]+"), "aliases": ("alias", r",")}
 _CLOSING = re.compile(r"^(?:---|\.\.\.)[ \t]*\r?$", re.M)
-_COLON = re.compile(r":(?=[ \t]|$)")  # ends a property's name (every pattern here is linear on any line)
+_COLON = re.compile(r":(?=[ \t]|$)")  # ends a property's name
 _NOT_KEY_START = "#'\"[]{},&*!|>%@`?"  # YAML indicators: a line starting so is no plain `name: value`
 _ITEM = re.compile(r"-(?:[ \t](.*))?$")
 _BLOCK_SCALAR = re.compile(r"([|>])([+-]?)[1-9]?[+-]?[ \t]*(?:#.*)?$")
@@ -30,7 +25,10 @@ _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "\\": "\\", '"': '"', "/
 _FLOW = re.compile(r"\[(.*)\](?:[ \t]+#.*)?")
 _FLOW_PIECE = re.compile(r""""(?:[^"\\]|\\.)*"|'(?:[^']|'')*'|[^,"']+|.""")  # a quoted string, text, or one mark
 _NULLS = frozenset(("", "~", "null", "Null", "NULL"))
-_LIST_SEPARATORS = {"tags": r"[,\s]+", "aliases": r","}
+
+
+def lines_of(text: str) -> list:
+    return text.removeprefix("\ufeff").splitlines()
 
 
 def _fenced(text: str):
@@ -43,9 +41,8 @@ def _fenced(text: str):
 
 
 def front_matter(text: str) -> tuple:
-    """(properties, the line the body starts on, the front matter's lines as written). Values are strings (numbers
-    and dates as written), None when empty, lists for `[a, b]` and `- a` items; `tags` and `aliases` (and the old
-    `tag`, `alias`) become lists of strings. No front matter, or one never closed: ({}, 1, [])."""
+    """Values are strings (numbers and dates as written), None when empty, lists for `[a, b]` and `- a` items; `tags`
+    and `aliases` (and the old `tag`, `alias`) lists of strings. No front matter, or one never closed: ({}, 1, [])."""
     fenced = _fenced(text)
     if not fenced or not fenced[0]:
         return {}, 1, []
@@ -176,14 +173,14 @@ def _flow_list(raw: str):
 def _normalised(properties: dict) -> dict:
     """tags and aliases (any case, or the old singular names) as lists of strings, whatever form they were written
     in: tags split at commas and spaces and without a leading '#', aliases split at commas when one string."""
-    for plural, singular in _LISTS:
+    for plural, (singular, separator) in _LISTS.items():
         names = [name for name in properties if name.casefold() in (plural, singular)]
         if not names:
             continue
         found = []
         for value in [properties.pop(name) for name in names]:
             if isinstance(value, str) or plural == "tags":  # a tag holds no comma nor space; an alias may
-                value = [piece for item in _as_list(value) for piece in re.split(_LIST_SEPARATORS[plural], item)]
+                value = [piece for item in _as_list(value) for piece in re.split(separator, item)]
             found += _as_list(value)
         found = [item.strip().lstrip("#") if plural == "tags" else item.strip() for item in found]
         properties[plural] = list(dict.fromkeys(item for item in found if item))
@@ -195,9 +192,8 @@ def _as_list(value) -> list:
 
 
 def front_matter_problem(text: str) -> str | None:
-    """Why Obsidian could not read this note's front matter as written, in one line naming the line; None if it
-    can, or if line 1 is not '---'. Accepts what vaults hold: `key: value`, `- item` under `key:`, indented
-    continuations, blank and comment lines; refuses what YAML refuses that an edit easily makes."""
+    """Why Obsidian could not read the front matter, in one line naming the line, or None. Accepts what vaults hold
+    (`key: value`, `- item`s, indented, blank and comment lines); refuses what YAML refuses that edits easily make."""
     fenced = _fenced(text)
     if fenced is None:
         return None
@@ -207,7 +203,9 @@ def front_matter_problem(text: str) -> str | None:
                 "properties could be read")
     seen, list_allowed = {}, False
     for i, line, more in _entries(lines):
-        where = f"line {i + 2} ({_shown(line)})"
+        shown = line.strip()
+        shown = shown if len(shown) <= SHOWN_LINE_CHARS else shown[:SHOWN_LINE_CHARS - 1] + "…"
+        where = f"line {i + 2} ({shown!r})"
         if line[0] == "-" and (item := _ITEM.match(line)):
             if not list_allowed:
                 return (f"{where} is a list item under a property that has a value on its own line; write the "
@@ -229,9 +227,8 @@ def front_matter_problem(text: str) -> str | None:
 
 
 def front_matter_broken(old_text: str, new_text: str) -> str | None:
-    """What a change would break in the note's front matter, in one line, or None: front_matter_problem of the result
-    (unless the note had one already: then the change may be fixing it), or the whole front matter pushed off line 1
-    by text put before it (taking it out is allowed)."""
+    """front_matter_problem of the result (unless the note had one already: the change may be fixing it), or the whole
+    front matter pushed off line 1 by text put before it (taking it out is allowed)."""
     if problem := front_matter_problem(new_text):
         return None if front_matter_problem(old_text) else problem
     old_start = front_matter(old_text)[1]
@@ -241,11 +238,6 @@ def front_matter_broken(old_text: str, new_text: str) -> str | None:
         return ("the front matter would no longer start on line 1, so Obsidian would read none of its properties; "
                 "keep '---' as the note's first line and put new text after the closing '---'")
     return None
-
-
-def _shown(line: str) -> str:
-    line = line.strip()
-    return repr(line if len(line) <= SHOWN_LINE_CHARS else line[:SHOWN_LINE_CHARS - 1] + "…")
 
 
 def _value_problem(value: str) -> str | None:
@@ -258,8 +250,7 @@ def _value_problem(value: str) -> str | None:
         return _bracket_problem(value)
     if value[:1] in ("@", "`", "*"):
         return f"a value starting with '{value[0]}' must be in quotes"
-    plain = _COMMENT.split(value, 1)[0].rstrip()
-    if re.search(r":(?:[ \t]|$)", plain):
+    if _COLON.search(_COMMENT.split(value, 1)[0].rstrip()):
         return "a value holding ': ' (or ending in ':') must be in quotes, like title: \"Re: plans\""
     return None
 
@@ -277,8 +268,7 @@ def _bracket_problem(value: str) -> str | None:
             continue
         depth += (char in "[{") - (char in "]}")
         if depth == 0:
-            rest = value[at + 1:]
-            return None if _ends_cleanly(rest) else "text follows its closing bracket; quote the whole value"
+            return None if _ends_cleanly(value[at + 1:]) else "text follows its closing bracket; quote the whole value"
         before = char if not char.isspace() else before
         at += 1
     return f"its '{value[0]}' is never closed"

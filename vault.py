@@ -98,20 +98,13 @@ def _plain(title: str) -> str:
     return " ".join(title.casefold().split())
 
 
-def _paths(found: list) -> list:
-    """Each heading's titles from its outermost parent heading down to itself."""
-    paths, stack = [], []
-    for _, level, title in found:
-        stack = [(lvl, t) for lvl, t in stack if lvl < level] + [(level, title)]
-        paths.append([t for _, t in stack])
-    return paths
-
-
 def find_section(text: str, wanted: str) -> tuple:
     """(heading line, last line) of the section under `wanted` (compared as _plain; 'Parent > Child' or
     'Parent#Child' picks among repeats). An unknown or ambiguous heading raises ValueError naming the headings."""
-    found = headings(text)
-    paths = _paths(found)
+    found, paths, stack = headings(text), [], []
+    for _, level, title in found:  # each heading's titles from its outermost parent down to itself
+        stack = [(lvl, t) for lvl, t in stack if lvl < level] + [(level, title)]
+        paths.append([t for _, t in stack])
     name = re.sub(r"^#+\s*", "", (wanted or "").strip())
     key = _plain(name)
     if not key:
@@ -176,8 +169,7 @@ def append_to_section(text: str, wanted: str, content: str) -> str:
     if lines[last - 1] == lines[last - 1].rstrip("\r\n"):  # the note's last line, without a newline: keep it so
         lines[last - 1] += newline
         added[-1] = added[-1][:-len(newline)]
-    bom = "\ufeff" if text.startswith("\ufeff") else ""
-    return bom + "".join(lines[:last] + added + lines[last:])
+    return ("\ufeff" if text.startswith("\ufeff") else "") + "".join(lines[:last] + added + lines[last:])
 
 
 # --- Files the owner excluded, drawings, and sync-conflict copies ---
@@ -294,12 +286,14 @@ def moment_format(fmt: str, when) -> str:
     return _MOMENT.sub(lambda m: m[0][1:-1] if m[0][0] == "[" else values[m[0]], fmt)
 
 
-def _name_pattern(fmt: str) -> re.Pattern:
-    """A regex finding a date written in a moment.js format inside a name (Y, M, D, or the month's name as N)."""
+@functools.lru_cache(maxsize=8)
+def _name_pattern(fmt: str) -> re.Pattern | None:
+    """A regex finding a date written in a moment.js format inside a name (Y, M, D, or the month's name as N); None
+    for a format that does not write a year, a month and a day."""
     pieces = {"YYYY": r"(?P<Y>\d{4})", "MM": r"(?P<M>\d{2})", "M": r"(?P<M>\d{1,2})", "DD": r"(?P<D>\d{2})",
-              "D": r"(?P<D>\d{1,2})", "Do": r"(?P<D>\d{1,2})(?:st|nd|rd|th)", "MMMM": "(?P<N>" + "|".join(_MONTHS) + ")",
-              "MMM": "(?P<N>" + "|".join(m[:3] for m in _MONTHS) + ")", "dddd": "(?:" + "|".join(_DAYS) + ")",
-              "ddd": "(?:" + "|".join(d[:3] for d in _DAYS) + ")"}
+              "D": r"(?P<D>\d{1,2})", "Do": r"(?P<D>\d{1,2})(?:st|nd|rd|th)",
+              "MMMM": "(?P<N>" + "|".join(_MONTHS) + ")", "MMM": "(?P<N>" + "|".join(m[:3] for m in _MONTHS) + ")",
+              "dddd": "(?:" + "|".join(_DAYS) + ")", "ddd": "(?:" + "|".join(d[:3] for d in _DAYS) + ")"}
     seen, parts, at = set(), [], 0
     for token in _MOMENT.finditer(fmt):
         parts.append(re.escape(fmt[at:token.start()]))
@@ -309,23 +303,18 @@ def _name_pattern(fmt: str) -> re.Pattern:
                      if group and group[1] in seen else piece)
         seen |= {group[1]} if group else set()
         at = token.end()
-    return re.compile(r"(?<!\w)" + "".join(parts) + re.escape(fmt[at:]) + r"(?!\d)", re.I)
-
-
-@functools.lru_cache(maxsize=8)
-def _compiled(fmt: str) -> re.Pattern | None:
-    pattern = _name_pattern(fmt)
-    return pattern if {"Y", "D"} <= set(pattern.groupindex) and ({"M", "N"} & set(pattern.groupindex)) else None
+    pattern = re.compile(r"(?<!\w)" + "".join(parts) + re.escape(fmt[at:]) + r"(?!\d)", re.I)
+    return pattern if {"Y", "D"} <= set(pattern.groupindex) and {"M", "N"} & set(pattern.groupindex) else None
 
 
 def named_date(rel_path: str, fmt: str = DAILY_FORMAT):
     """The day a note's name holds in the daily-note format (a format with folders: in its path), or None."""
-    pattern = _compiled(fmt)
+    pattern = _name_pattern(fmt)
     stem = rel_path.rsplit(".", 1)[0]
     found = pattern and pattern.search(stem if "/" in fmt else stem.rsplit("/", 1)[-1])
     if not found:
         return None
-    month = found["M"] if "M" in pattern.groupindex and found["M"] else None
+    month = found.groupdict().get("M")
     month = int(month) if month else 1 + [m.lower()[:len(found["N"])] for m in _MONTHS].index(found["N"].lower())
     try:
         return date(int(found["Y"]), month, int(found["D"]))
@@ -357,7 +346,6 @@ _LINK_FORMS = {"shortest": "by the shortest name that is unique", "relative": "b
 
 
 def vault_style(kb: Path) -> dict:
-    """The settings of `.obsidian/app.json` on links and new files that the vault sets, with the right types."""
     app = _settings(kb, APP_SETTINGS)
     return {key: app[key] for key, kind in _STYLE_KEYS.items() if isinstance(app.get(key), kind)}
 
