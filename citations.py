@@ -1,15 +1,9 @@
 """Citations in an answer, checked against the notes and against what the model was shown, with no model call.
 
-    check(answer, history, turn_start, read) -> Report   after each answer; checked_answers: a saved conversation's
-
-A citation is `path:line`, `path:start-end`, or a path with a quote beside it ("…", “…”, 「…」, on its line). The
-first of these that fails is its problem: the note exists; its text reached the model; the lines exist; they
-reached the model; the quote occurs in them (ignoring case, whitespace and Markdown emphasis; "…" stands for
-left-out text). A note never shown fails before anything is said of its length or words, so a private note's
-content is never told. What reached the model is what each tool result says it showed (context.SHOWN), never read
-from its words; a shell's output only by its `path:N:` lines (shell_shown). An answer about the notes with no note
-read in its turn gets an `unread` line. Notes are read only through `read` (reading.note_text); this module never
-writes, sends or shows anything.
+A citation is `path:line`, `path:start-end`, or a path with a quote beside it ("…", “…”, 「…」, on its line). A note
+never shown fails before anything is said of its length or words, so a private note's content is never told. What
+reached the model is what each tool result says it showed (context.SHOWN), never read from its words. Notes are read
+only through `read` (reading.note_text); this module never writes, sends or shows anything.
 """
 
 import re
@@ -87,9 +81,8 @@ def reader(notebook) -> Reader:
         except ToolError as exc:
             if exc.kind != "missing" or "/" in path:
                 raise
-            found = notebook.with_index(lambda idx: idx.conn.execute(
-                "SELECT path FROM notes WHERE substr(path, -?) = ? AND NOT private LIMIT 2", (len(path) + 1, "/" + path))
-                .fetchall())
+            query = "SELECT path FROM notes WHERE substr(path, -?) = ? AND NOT private LIMIT 2"
+            found = notebook.with_index(lambda idx: idx.conn.execute(query, (len(path) + 1, "/" + path)).fetchall())
             if len(found) != 1:
                 raise
             return reading.note_text(notebook, found[0][0], "")
@@ -105,8 +98,6 @@ def shell_shown(command: str, output: str) -> Shown:
     named = {match[0].removeprefix("./") for match in re.finditer(_BEFORE + _PATH, f"{command}\n{output}")}
     return Shown(output, lines, named | set(lines), unlisted=True)
 
-
-# --- What the model was shown ---
 
 class Seen:
     """What tool results (and a question's passages) showed the model, added up as they come: each note's lines, the
@@ -143,8 +134,6 @@ def seen_before(history: list[dict], upto: int) -> Seen:
         history.seen = seen
     return seen
 
-
-# --- The answer's citations ---
 
 class _Mention(NamedTuple):
     start: int  # where it is in the answer
@@ -223,7 +212,7 @@ def ranges(numbers: list[int]) -> str:
 def _problem(mention: _Mention, quotes: list[str], lines_of: Callable[[str], set], note) -> str:
     """Why the citation does not hold ("" when it does); `note`: (name, lines), or what reading it raised."""
     if isinstance(note, ToolError):
-        return NO_NOTE if note.kind == "missing" else A_FOLDER if note.kind == "folder" else NEVER_SHOWN
+        return {"missing": NO_NOTE, "folder": A_FOLDER}.get(note.kind, NEVER_SHOWN)
     if isinstance(note, OSError):
         return f"it could not be read ({note.strerror or note})"
     name, lines = note
@@ -260,7 +249,6 @@ def _check(answer: str, earlier: Seen, now: Seen, read: Reader) -> Report:
     notes: dict = {}
 
     def note(path: str):
-        """(its name, its lines), or the ToolError or OSError reading it raised; each note read once."""
         if path not in notes:
             try:
                 name, text = read(path)

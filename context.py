@@ -53,8 +53,7 @@ def message_tokens(message: dict) -> int:
 
 
 def estimate_tokens(messages: list[dict], tools: list | None = None) -> int:
-    schemas = text_tokens(json.dumps(tools, ensure_ascii=False)) if tools else 0
-    return schemas + sum(map(message_tokens, messages))
+    return sum(map(message_tokens, messages)) + (text_tokens(json.dumps(tools, ensure_ascii=False)) if tools else 0)
 
 
 def repair_history(messages: list[dict]) -> list[dict]:

@@ -200,13 +200,11 @@ def error_message(body, fallback: str) -> str:
 
 
 def context_window(message: str) -> int | None:
-    """The server's context window in tokens, when its "too long" answer names it."""
     match = next(filter(None, (wording.search(message or "") for wording in WINDOW_WORDINGS)), None)
     return int(match[1].replace(",", "")) if match else None
 
 
 def is_context_error(message: str) -> bool:
-    """Whether an error says the request is longer than the model's context window."""
     return bool(CONTEXT_ERROR.search(message or ""))
 
 
@@ -227,7 +225,6 @@ class Usage(NamedTuple):
 
     @classmethod
     def of(cls, usage) -> "Usage":
-        """One call's, from the usage object the server sent (None: it sent none)."""
         if usage is None:
             return cls(calls=1, unreported=1)
         hits = getattr(usage, "prompt_cache_hit_tokens", None)
@@ -255,9 +252,9 @@ def pieces(parts, stream: bool):
     content, [(index, id, name, arguments)]). Server objects are read here alone: only a bad shape raises NotOpenAI."""
     try:
         for part in parts if stream else [parts]:
-            usage = getattr(part, "usage", None)
+            usage = getattr(part, "usage", None) and Usage.of(part.usage)
             if not part.choices:  # a stream's usage chunk has none
-                yield usage and Usage.of(usage), None, None, None, []
+                yield usage, None, None, None, []
                 continue
             delta = part.choices[0].delta if stream else part.choices[0].message
             reasoning = getattr(delta, "reasoning_content", None)
@@ -266,7 +263,7 @@ def pieces(parts, stream: bool):
             calls = [(new.index if stream else position, new.id, _text(getattr(new.function, "name", None)),
                       _text(getattr(new.function, "arguments", None)) or "")  # a whole message numbers none
                      for position, new in enumerate(delta.tool_calls or [])]
-            yield usage and Usage.of(usage), part.choices[0].finish_reason, _text(reasoning), _text(delta.content), calls
+            yield usage, part.choices[0].finish_reason, _text(reasoning), _text(delta.content), calls
     except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
         raise NotOpenAI(type(exc).__name__) from None
 
@@ -283,8 +280,7 @@ def _without_echo(text: str) -> str:
     opening, closing = TOOLS_ECHO
     if text.startswith(opening) and closing in text:
         inside, _, after = text[len(opening):].partition(closing)
-        values = _json_values(_rebraced(inside))
-        items = _items(values or [])
+        items = _items(_json_values(_rebraced(inside)) or [])
         written = items and all(_call(item) and {"arguments", "parameters"} & set(item) for item in items)
         text = (inside.strip() + "\n" if written else "") + after.strip()  # not the tool list: calls
     if text.endswith(closing) and opening in text:
@@ -347,15 +343,13 @@ def _body_may_be_call(text: str, closing: str) -> bool:
     body, closed, rest = text.partition(closing)
     if closed:
         values = _json_values(body)
-        calls = _are_calls(values) if values else _opens_like_call(body.strip())
-        return bool(calls) and could_be_tool_call(rest)
+        return (_are_calls(values) if values else _opens_like_call(body.strip())) and could_be_tool_call(rest)
     arriving = next((size for size in range(len(closing) - 1, 0, -1) if body.endswith(closing[:size])), 0)
     body = body[:len(body) - arriving]  # the closing may be arriving: "</tool_" or "``"
     return not body.strip() or _json_may_be_call(body.strip())
 
 
 def _json_may_be_call(text: str) -> bool:
-    """Whether text starting with JSON may be calls: a whole value shaped so, or an unfinished one opening so."""
     if not text.startswith(("{", "[")):
         return False
     try:

@@ -1,12 +1,9 @@
-"""What left this machine: which notes' lines went to which endpoint, the tokens, and what they cost.
+"""What left this machine (/sent): which notes' lines went to which endpoint, the tokens, and what they cost.
 
-    report(store, session_id, kb, everything=False) -> str    /sent (this conversation), /sent all (every one about kb)
-
-Everything comes from the session store as recorded when it happened: each API call's row (endpoint, model, tokens,
-cache hits, time, the last message stored then) and what each stored tool result showed (context.SHOWN), which went
-out with every later call of its conversation. A result that may hold more note text (a shell's output), or saved
-before what it showed was kept, is counted apart. Each call is priced at its own hour (PRICES); a server on this
-machine or its network is named as such. This module only reads: it never writes, nor calls a model.
+Everything comes from the session store as recorded when it happened: each API call's row and what each stored tool
+result showed (context.SHOWN), which went out with every later call of its conversation. A result that may hold more
+note text (a shell's output), or saved before what it showed was kept, is counted apart. Each call is priced at its
+own hour (PRICES). This module only reads: it never writes, nor calls a model.
 """
 
 import time
@@ -54,8 +51,6 @@ def _dollars(amount: float) -> str:
 
 
 class _Endpoint:
-    """What went to one endpoint and model: calls, tokens, cost, and the notes' lines."""
-
     def __init__(self, endpoint: str, model: str):
         self.endpoint, self.model, self.usage, self.peak = endpoint, model, Usage(), 0
         self.cost = [0.0, 0.0, 0.0]  # cache hits, cache misses, output
@@ -107,7 +102,7 @@ class _Endpoint:
 
 
 def report(store, session_id: int | None, kb, everything: bool = False) -> str:
-    """/sent: what conversation `session_id` sent where; `everything`: every conversation about the notes `kb`."""
+    """/sent: what conversation `session_id` sent where; /sent all (`everything`): every conversation about `kb`."""
     if not everything and session_id is None:
         return "Nothing has been sent in this conversation yet."
     record = store.sent(None if everything else session_id, kb)
