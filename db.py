@@ -2,8 +2,7 @@
 
 `connect` opens one: a private file (0600 in a 0700 folder: conversations hold note text), in WAL mode, its
 schema versioned by `PRAGMA user_version`. `problem` tells failures apart by SQLite's result codes, never by its
-messages. `writing` is a write transaction that waits for another process's, saying so when that takes long.
-`notice` is how every module tells the person something that is not the answer: one line through the
+messages. `notice` is how every module tells the person something that is not the answer: one line through the
 "knowledge-agent" logger, which each UI shows its own way (stderr when none set one up). It never reads the notes.
 """
 
@@ -52,7 +51,6 @@ def problem(error: BaseException) -> str:
 
 
 def why(error: BaseException) -> str:
-    """The problem in a few words for the person."""
     kind = problem(error)
     if kind == "denied":
         return "permission denied"
@@ -107,8 +105,7 @@ def connect(path: Path, schema: list[str], version: int, synchronous: str = "NOR
 
 
 def _wal(conn: sqlite3.Connection, what: str) -> None:
-    """Switch to WAL, trying again while another process makes or builds the file (the switch does not wait, it
-    answers "locked"); past the busy timeout the person is told."""
+    """Retried while another process makes or builds the file: the switch to WAL answers "locked", never waits."""
     started, told = time.monotonic(), False
     while True:
         try:

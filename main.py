@@ -18,8 +18,6 @@ from config import SAMPLE_NOTES, VERSION, ConfigError, Settings, config_file, lo
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 SETTING_FLAGS = ("kb", "model", "base_url", "api_key", "max_rounds", "reasoning_effort", "stream",
                  "show_reasoning", "auto_approve", "allow_shell")  # the flags named as Settings fields
-
-
 # How the person started us: `python main.py` from a clone, or the installed `knowledge-agent` / `ka`.
 COMMAND = "python main.py" if Path(sys.argv[0]).name in ("main.py", "-c", "") else Path(sys.argv[0]).name
 
@@ -86,7 +84,6 @@ from agent import AgentError, Model, key_hint, make_client, run_agent  # noqa: E
 from notebook import Notebook  # noqa: E402
 from notes import ToolError, readable_text, visible  # noqa: E402
 from terminal import Display, compact, read_question, shorten, start_line_editing  # noqa: E402
-
 
 COMMANDS = {
     "/help": "this list",
@@ -243,19 +240,18 @@ class Chat:
                           f"carrying {len(sent) - 1} of {len(conversation.history)} messages")
 
     def do_sent(self, argument: str) -> str | None:
-        """What left this machine in this conversation (`all`: in every one about these notes), on stdout."""
         if argument.lower() not in ("", "all"):
             return self.failed("Usage: /sent [all]")
         conversation = self.conversation
         print(visible(sent.report(conversation.store, conversation.session_id, self.settings.kb,
                                   argument.lower() == "all"), lines=True), flush=True)
 
-    def do_undo(self, argument: str) -> str:
+    def do_undo(self, argument: str) -> str | None:
         message, undone = self.notebook.undo()
-        if undone:
-            self.conversation.undone(message)
-        (self.display.info if undone else self.display.error)(message)
-        return "ok" if undone else "failed"
+        if not undone:
+            return self.failed(message)
+        self.conversation.undone(message)
+        self.display.info(message)
 
 
 def show_sessions(store: sessions.SessionStore, write, current: int | None = None, kb: Path | None = None) -> None:

@@ -112,7 +112,6 @@ class SessionStore:
             return []
 
     def load_messages(self, session_id: int) -> list[dict]:
-        """The conversation's kept messages in order; damaged ones are left out, and the person told so."""
         bodies = self._rows("SELECT CAST(m.body AS BLOB), CAST(s.data AS BLOB) FROM messages m LEFT JOIN shown s "
                             "ON s.message_id = m.id WHERE m.session_id = ? AND NOT m.dropped ORDER BY m.id",
                             (session_id,))
@@ -129,8 +128,7 @@ class SessionStore:
         return [SessionInfo(*row) for row in rows]
 
     def latest_session_id(self, kb: Path | None = None) -> int | None:
-        listed = self.list_sessions(kb)
-        return listed[0].id if listed else None
+        return next((info.id for info in self.list_sessions(kb)), None)
 
     def session_info(self, session_id: int | None) -> SessionInfo | None:
         rows = self._rows(INFO + "WHERE s.id = ? GROUP BY s.id", (session_id,))
@@ -162,7 +160,6 @@ def _decoded(body: bytes | None) -> dict | None:
 
 
 def format_session_line(info: SessionInfo, show_kb: bool = False) -> str:
-    """One listing line: id, start time, message count, first question (and the notes folder)."""
     started = time.strftime("%Y-%m-%d %H:%M", time.localtime(info.started))
     title = info.title if len(info.title) <= TITLE_SHOWN else info.title[:TITLE_SHOWN - 1] + "…"
     line = f"{info.id:>5}  {started}  {info.messages:>4} msgs  {title or '(no question)'}"
@@ -198,7 +195,6 @@ class Conversation:
         self.begin_turn()  # /usage speaks of this conversation only
 
     def resume(self, session_id: int) -> bool:
-        """Load an earlier conversation; False if there is none with that id."""
         if self.store.session_info(session_id) is None:
             return False
         # A kill may have left unanswered tool calls, damage a hole: repair as every request is repaired.
@@ -267,6 +263,5 @@ class Conversation:
 
 
 def _without_credentials(url: str) -> str:
-    """A base URL as kept: no user name or password, no query."""
     parts = urlsplit(url)
     return parts._replace(netloc=parts.netloc.rpartition("@")[2], query="", fragment="").geturl()

@@ -118,7 +118,7 @@ class Display(UI):
 
     def passages(self, lines: dict) -> None:
         found = ", ".join(f"{path}:{min(numbers)}-{max(numbers)}" for path, numbers in lines.items())
-        self.info(self._style("2", f"  (with the question: {shorten(visible(found))})"))
+        self.info(self._style("2", f"  (with the question: {shorten(found)})"))
 
     def tool_result(self, name: str, result: tools.Result) -> None:
         first = result.text.splitlines()[0] if result.text else "(empty)"
@@ -187,7 +187,6 @@ def touched(change: versions.Change | None) -> str:
 
 
 def listed(lines: list) -> list:
-    """At most QUESTION_FILES of a change's summary lines, then how many more there are."""
     return lines[:QUESTION_FILES] + [f"… and {len(lines) - QUESTION_FILES} more"] * (len(lines) > QUESTION_FILES)
 
 
