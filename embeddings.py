@@ -255,18 +255,18 @@ def nearest(conn, vectors: Vectors, query: list, limit: int) -> list:
 
 def notes_by_meaning(idx: index.Index, vectors: Vectors, query_vector: list, lo: str, hi: str) -> list:
     """(path, title, first line of its best chunk) of the EMBED_NOTES notes closest to the query, best first."""
-    best = {}
     closest = nearest(idx.conn, vectors, query_vector, EMBED_RESCORE)
     if not closest:
         return []
+    best = {}
     top, typical = closest[0][1], closest[len(closest) // 2][1]
     floor = max(EMBED_MIN_COSINE, typical + EMBED_ABOVE_TYPICAL * (top - typical))
     for vid, score in closest:
         if score < floor or len(best) >= EMBED_NOTES:
             break
         for hit in idx.conn.execute("SELECT c.path, n.title, c.line FROM chunks c JOIN vectors v ON v.hash = c.hash "
-                                    "JOIN notes n ON n.path = c.path WHERE v.id = ? AND c.path >= ? AND c.path < ? AND NOT n.private",
-                                    (vid, lo, hi)):
+                                    "JOIN notes n ON n.path = c.path WHERE v.id = ? AND c.path >= ? AND c.path < ? "
+                                    "AND NOT n.private", (vid, lo, hi)):
             best.setdefault(hit[0], hit)  # `closest` is best first: a note's first chunk here is its best
     return list(best.values())
 
@@ -319,7 +319,7 @@ def reindex(notebook) -> int:
             left = len(idx.conn.execute(_MISSING).fetchall())
             print(file=sys.stderr)  # end the progress line
             notice(f"stopped: {exc}. {total - left} of {total} chunks are embedded and kept; run "
-                       "`python main.py --reindex` again to embed the rest.")
+                   "`python main.py --reindex` again to embed the rest.")
             return 1
         notice(f"vectors: all {total} chunks embedded ({time.monotonic() - started:.1f} s).")
         return 0

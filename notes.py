@@ -1,10 +1,9 @@
 """The notes folder on disk: which paths are notes, how a note is read and written, and the lock.
 
-Every tool, search and versions.py go through it: one path guard (`safe_path`, `safe_folder`) admits visible
-.md/.txt notes inside the folder only; a note's format (UTF-8, UTF-16 with a BOM or GBK/GB18030, BOM, line endings)
-is kept byte for byte, anything else is read but never changed; every file is reached race-free from the folder's
-own descriptor, never through a link, and replaced atomically; `locked` makes several processes' changes take
-turns. It must never read or write outside the notes folder: a failure raises `ToolError` (the tools' one error).
+Every tool, search and versions.py go through it: the path guard (`safe_path`, `safe_folder`) admits visible
+.md/.txt notes inside the folder only; a note's encoding, BOM and line endings are kept byte for byte (a note in
+another encoding is read, never changed); files are reached from the folder's own descriptor, never through a link,
+and replaced atomically. It must never read or write outside the notes folder: a failure raises `ToolError`.
 """
 
 import codecs
@@ -61,6 +60,10 @@ class Shown(str):
         return shown
 
 
+def plural(number: int, thing: str) -> str:
+    return f"{number} {thing}{'s' * (number != 1)}"
+
+
 def visible(text: str, lines: bool = False) -> str:
     """Text from the model or a note with control characters shown as escapes, for a person to read: no escape
     sequence, carriage return or direction mark of theirs reaches the terminal. `lines`: newlines and tabs stay."""
@@ -89,17 +92,9 @@ def joins(text: str, i: int) -> bool:
 
 # --- The path guard ---
 
-def plural(number: int, thing: str) -> str:
-    return f"{number} {thing}{'s' * (number != 1)}"
-
-
 def is_utf8(path: str) -> bool:
     """False for a path holding a name that is not UTF-8 (os gives its bytes as lone surrogates)."""
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return not re.search("[\ud800-\udfff]", path)
 
 
 def is_hidden_name(name: str) -> bool:
@@ -108,7 +103,6 @@ def is_hidden_name(name: str) -> bool:
 
 
 def is_note_path(rel_path: str) -> bool:
-    """A note path relative to the notes folder: a note suffix, and nothing hidden on the way."""
     parts = PurePosixPath(str(rel_path).replace("\\", "/")).parts
     return (bool(parts) and parts[-1].lower().endswith(NOTE_SUFFIXES)
             and not any(p in ("..", "/") or is_hidden_name(p) for p in parts))
@@ -139,7 +133,6 @@ def safe_folder(kb: Path, folder: str, what: str = "folder") -> Path:
 
 
 def safe_path(kb: Path, file_path: str, what: str = "file_path") -> Path:
-    """A note's resolved path inside the notes folder."""
     who = f"{what} " if what else ""
     resolved = safe_folder(kb, file_path, what)
     if not resolved.name.lower().endswith(NOTE_SUFFIXES):
@@ -230,7 +223,7 @@ def in_folder(kb: Path, rel_path: str, create: bool = False):
     *folders, name = str(rel_path).split("/")  # plain strings: this runs for every note an index build reads
     fd = os.open(kb, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        for depth, folder in enumerate(folders):  # "a", then "b" inside it, for "a/b/c.md"
+        for depth, folder in enumerate(folders):
             if create:
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(folder, dir_fd=fd)
@@ -270,10 +263,9 @@ def write_bytes(kb: Path, rel_path: str, data: bytes, new: bool = False) -> None
                 with contextlib.suppress(OSError):
                     os.unlink(stale, dir_fd=folder)
         tmp = f".~{name}.{os.urandom(4).hex()}.tmp"  # a dot name stays out of search and listings
-        try:
+        mode = None  # a new file gets 0o666 less the umask, as any new file does
+        with contextlib.suppress(FileNotFoundError):
             mode = stat.S_IMODE(os.stat(name, dir_fd=folder, follow_symlinks=False).st_mode)
-        except FileNotFoundError:
-            mode = None  # a new file gets 0o666 less the umask, as any new file does
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666, dir_fd=folder)
         try:
             with os.fdopen(fd, "wb") as f:
@@ -329,12 +321,11 @@ def locked(kb: Path):
     with handle:
         deadline = time.monotonic() + LOCK_WAIT
         while True:
-            try:
+            with contextlib.suppress(BlockingIOError):
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise ToolError(f"another knowledge-agent has been changing these notes for {LOCK_WAIT:.0f} s; "
-                                    "nothing was changed, try again") from None
-                time.sleep(0.02)
+            if time.monotonic() > deadline:
+                raise ToolError(f"another knowledge-agent has been changing these notes for {LOCK_WAIT:.0f} s; "
+                                "nothing was changed, try again")
+            time.sleep(0.02)
         yield
