@@ -17,7 +17,6 @@ ANSWER_WRITE_LIMIT = 50_000_000
 
 @dataclass(frozen=True)
 class Approval:
-    """What a tool asks the person before it acts; each UI shows it by its kind."""
     kind: str  # "change": a change to the notes, shown from `change`; "shell": a command, `detail`
     title: str  # one line, e.g. "Move a.md to b.md?"
     detail: str = ""

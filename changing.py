@@ -52,8 +52,7 @@ def _changeable(notebook: Notebook, path, size_limit: bool = True) -> str:
 
 
 def _change(notebook: Notebook, approve, plan: Callable[[], versions.Change]) -> Shown:
-    """Plan a change, have it approved where the policy asks, apply it: the result, its summary first. One a person
-    approved is written only if every file is as they saw it; one nobody saw is planned again on the notes now."""
+    """A change a person approved is written only if every file is as they saw it; one nobody saw is planned again."""
     change = plan()
     if change.is_noop():  # saying "replaced" would claim a version was kept
         return _told(notebook, change, f"\nNothing was written: {change.note} already holds exactly that text.")
@@ -116,8 +115,7 @@ def _alike(name: str) -> str:
     return unicodedata.normalize("NFKC", notes.SHOWN_ESCAPED.sub("", name)).translate(_LOOK_ALIKE).casefold()
 
 
-def _text_change(notebook: Notebook, approve, name: str, new_text: Callable[[str], str], op: str, done: str) -> str:
-    """A change of a note's text (a function of it); refused, nothing written, if it breaks the front matter."""
+def _text_change(notebook: Notebook, approve, name: str, new_text: Callable[[str], str], op: str, done: str) -> Shown:
     def checked(text: str) -> str:
         new = new_text(text)
         if problem := frontmatter.front_matter_broken(text, new):

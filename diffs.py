@@ -49,7 +49,6 @@ def diff_text(old_text: str, new_text: str) -> str:
 
 
 def diffs(change) -> list[tuple[str, str]]:
-    """(title, unified diff) of each file the change touches, for a person to review, escaped (notes.visible)."""
     shown = [(f"{change.move[0]} → {change.move[1]}", "")] if change.move else []
     for f in change.files:
         title = change.final_path(f.path) if f.path != (change.move or ("",))[0] else shown.pop()[0]

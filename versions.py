@@ -37,8 +37,6 @@ class _Gone(ToolError):
 
 
 class Stale(ToolError):
-    """Files changed on disk after the change was planned (`paths`), so nothing was written."""
-
     def __init__(self, paths: list[str]):
         super().__init__(f"{', '.join(paths)} changed on disk after the change was planned, so nothing was written.",
                          "read_note it again and redo the change.")
@@ -62,7 +60,6 @@ class Change:
 
     @property
     def note(self) -> str:
-        """The note the change is about (a move's: where it was)."""
         return self.move[0] if self.move else self.files[0].path
 
     def final_path(self, path: str) -> str:
@@ -113,7 +110,7 @@ def plan_delete(kb: Path, rel_path: str) -> Change:
 # --- Applying one ---
 
 def _stale(kb: Path, change: Change) -> list[str]:
-    """The files that no longer hold what the plan saw (a move: its note gone, or its new place taken)."""
+    """The files that no longer hold what the plan saw; a move whose note is gone or whose place is taken raises."""
     stale = [f.path for f in change.files if _current(kb, f.path) != f.old]
     if change.move:
         _current(kb, change.move[0], must_exist=True)
