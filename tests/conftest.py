@@ -30,6 +30,10 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+# Bytecode is cached outside the project, also where PYTHONDONTWRITEBYTECODE is set (many images) or the checkout
+# is read-only: else each worker and each program a test starts compiles the app and the tests again.
+PYCACHE = Path(tempfile.gettempdir()) / f"knowledge-agent-tests-pycache-{os.getuid()}"
+sys.dont_write_bytecode, sys.pycache_prefix = False, str(PYCACHE)
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -59,7 +63,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 # Every variable a setting is read from (each provider's too): a test sees none of the developer's.
 SETTINGS_VARIABLES = tuple(dict.fromkeys(field.metadata["variable"].format(provider=provider)
                                          for field in dataclasses.fields(Settings) for provider in config.PROVIDERS))
-CLEARED = SETTINGS_VARIABLES + ("NO_COLOR",)
+CLEARED = SETTINGS_VARIABLES + ("NO_COLOR", "PYTHONDONTWRITEBYTECODE")  # the last: see PYCACHE
 
 
 # The tests' folders (tmp_path) in memory where there is a RAM disk: the tests write and fsync thousands of small
@@ -88,7 +92,7 @@ def child_env(**extra) -> dict:
     of what the test set since), its streams in UTF-8, the question's passages off (as clean_environment), then
     `extra`."""
     return {name: value for name, value in os.environ.items() if name not in CLEARED} | {
-        "PYTHONIOENCODING": "utf-8", "PASSAGES": "0"} | extra
+        "PYTHONIOENCODING": "utf-8", "PASSAGES": "0", "PYTHONPYCACHEPREFIX": str(PYCACHE)} | extra
 
 
 def main_env(kb, base_url=NO_SERVER, key="test-key", extra_env=None) -> dict:
