@@ -140,8 +140,9 @@ def apply(kb: Path, change: Change, replan=None, since: float | None = None) -> 
             except BaseException:
                 _take_back(kb, entry)
                 raise
-            for f in change.files:
-                prune_versions(kb, f.path, since)  # its versions are kept under the name it had
+            for f in change.files:  # its versions are kept under the name it had; pruning is housekeeping, and what
+                with contextlib.suppress(OSError):  # it meets (another process pruning too) must not fail the change
+                    prune_versions(kb, f.path, since)
     except OSError as e:
         raise ToolError(f"could not {verb} {change.note}: {e.strerror or e}; {unchanged}") from None
     return change, warning
@@ -338,7 +339,8 @@ def undo_last(kb: Path, since: float | None = None) -> tuple[str, list[str]]:
         try:
             message, touched = _undo(kb, entry)
             for path in touched:
-                prune_versions(kb, path, since)
+                with contextlib.suppress(OSError):  # as in apply: the undo is done
+                    prune_versions(kb, path, since)
         except _Gone as e:
             message, touched = f"Could not undo {_describe(entry)}: {e}. Dropped it from the undo list.", []
         except (ToolError, OSError) as e:

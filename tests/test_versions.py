@@ -560,3 +560,16 @@ def test_a_failed_save_takes_back_only_its_own_undo_entry(tmp_path, monkeypatch)
         save_note(tmp_path, "b.md", "b2\n", "edit")
     monkeypatch.undo()
     assert [entry["path"] for entry in versions.read_log(tmp_path)] == ["a.md"]  # the edit of a.md stays undoable
+
+
+def test_a_prune_that_fails_never_fails_the_change_nor_its_undo(tmp_path, monkeypatch):
+    """Another process pruning the same versions first: the change is written, and said to be; so is its undo."""
+    def pruned_by_another(*_):
+        raise FileNotFoundError(2, "No such file or directory")
+    make(tmp_path, "n.md", b"before\n")
+    monkeypatch.setattr(versions, "prune_versions", pruned_by_another)
+    assert "could not" not in save_note(tmp_path, "n.md", "after\n", "overwrite")
+    assert (tmp_path / "n.md").read_text() == "after\n"
+    message = undo_last(tmp_path)
+    assert "as it was" in message and (tmp_path / "n.md").read_text() == "before\n"
+    assert undo_last(tmp_path).startswith("Nothing to undo")  # the undo list knows it was undone
