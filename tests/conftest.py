@@ -32,7 +32,7 @@ from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 # Bytecode is cached outside the project, also where PYTHONDONTWRITEBYTECODE is set (many images) or the checkout
 # is read-only: else each worker and each program a test starts compiles the app and the tests again.
-PYCACHE = Path(tempfile.gettempdir()) / f"knowledge-agent-tests-pycache-{os.getuid()}"
+PYCACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "knowledge-agent-tests" / "pycache"
 sys.dont_write_bytecode, sys.pycache_prefix = False, str(PYCACHE)
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -84,6 +84,7 @@ def clean_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.setenv("PASSAGES", "0")  # they change every first request: tests/test_passages.py has them on
+    monkeypatch.setenv("PYTHONPYCACHEPREFIX", str(PYCACHE))  # for every program a test starts
     logging.getLogger("knowledge-agent").handlers[:] = []  # a test's UI set up before must not hear this one's
 
 
