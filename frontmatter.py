@@ -41,8 +41,9 @@ def _fenced(text: str):
 
 
 def front_matter(text: str) -> tuple:
-    """Values are strings (numbers and dates as written), None when empty, lists for `[a, b]` and `- a` items; `tags`
-    and `aliases` (and the old `tag`, `alias`) lists of strings. No front matter, or one never closed: ({}, 1, [])."""
+    """(properties, the line the body starts on, the front matter's lines as written). Values are strings (numbers
+    and dates as written), None when empty, lists for `[a, b]` and `- a` items; `tags` and `aliases` (and the old
+    `tag`, `alias`) become lists of strings. No front matter, or one never closed: ({}, 1, [])."""
     fenced = _fenced(text)
     if not fenced or not fenced[0]:
         return {}, 1, []
