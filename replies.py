@@ -2,9 +2,9 @@
 calls written as text, "too long" in each server's words, a prompt cut short, the usage as one value.
 
 Small local models, and servers with no tool parser for the model's template, write a tool call as the answer's
-text: bare JSON, a ```json fence (maybe after a sentence), a `<tools></tools>` echo or Hermes/Qwen `<tool_call>`
-tags. text_tool_calls() recognises those shapes, broken calls too (running one tells the model what is wrong);
-JSON among words stays an answer. While a reply streams, held_from() says from where the text may still become
+text: bare JSON, a ```json fence (maybe after a sentence), a `<tools></tools>` echo (JSON or `<function …/>` inside)
+or Hermes/Qwen `<tool_call>` tags. text_tool_calls() recognises those shapes, broken calls too (running one tells
+the model what is wrong); JSON among words stays an answer. While a reply streams, held_from() says from where the text may still become
 calls, to hold that back. Pure functions and values: no I/O, nothing of the project imported, nothing decided.
 """
 
@@ -14,6 +14,8 @@ from typing import NamedTuple
 
 TOOLS_ECHO = ("<tools>", "</tools>")  # Qwen's template lists the tools so; small models repeat the tags
 TAGGED = ("<tool_call>", "</tool_call>")  # Hermes / Qwen2.5 tool-call tags
+# Qwen2.5-Coder-1.5B on llama.cpp, inside a <tools> echo: <function name="search_notes" arguments='{"query": …}'/>
+XML_CALL = re.compile(r"""<function\s+name="([^"]*)"\s+arguments='([^']*)'\s*/>""")
 FENCE = "```"
 FENCE_LANGUAGES = ("", "json")
 # Lines a small model puts among calls written one a line: its template's tags, a fence never opened or closed
@@ -280,6 +282,9 @@ def _without_echo(text: str) -> str:
     opening, closing = TOOLS_ECHO
     if text.startswith(opening) and closing in text:
         inside, _, after = text[len(opening):].partition(closing)
+        xml = XML_CALL.findall(inside)
+        if xml and not XML_CALL.sub("", inside).strip():
+            inside = "\n".join(json.dumps({"name": name, "arguments": arguments}) for name, arguments in xml)
         items = _items(_json_values(_rebraced(inside)) or [])
         written = items and all(_call(item) and {"arguments", "parameters"} & set(item) for item in items)
         text = (inside.strip() + "\n" if written else "") + after.strip()  # not the tool list: calls

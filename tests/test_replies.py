@@ -112,6 +112,10 @@ def test_text_that_shows_json_among_words_is_an_answer(content):
     ('{{"name": "search_notes", "arguments": {"query": "python"}}}', [SEARCH]),
     # 1.5B: a real call wrapped in the tool list's tags
     ('<tools>\n{"name": "search_notes", "arguments": {"query": "python"}}\n</tools>', [SEARCH]),
+    # 1.5B on llama.cpp printed this as its answer; the second call's arguments are broken
+    ('<tools>\n  <function name="search_notes" arguments=\'{"query": "python"}\'/>\n'
+     '  <function name="read_note" arguments=\'{"file_path": \'/>\n</tools>',
+     [SEARCH, {"name": "read_note", "arguments": '{"file_path": '}]),
 ])
 def test_call_shaped_text_is_calls_even_when_broken_or_unknown(content, expected):
     """Such a reply is never printed: the agent runs it, and a broken call's or an unknown tool's error result tells
