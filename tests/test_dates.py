@@ -67,7 +67,8 @@ def test_a_range_keeps_exactly_the_notes_of_its_days_both_ends_included(notebook
     assert found.startswith('2 notes dated 2026-11-02 to 2026-11-03 match "meetup"')
     assert sorted(hits(found)) == ["plans.md", "talk.md"]
     assert hits(run_tool(notebook, "list_notes", after="2026-11-04")) == ["old.md"]
-    assert hits(run_tool(notebook, "list_notes", before="2026-11-01")) == ["journal/01.11.2026.md", "bad.md", "draft.md"]
+    assert hits(run_tool(notebook, "list_notes", before="2026-11-01")) == [
+        "journal/01.11.2026.md", "bad.md", "draft.md"]
     assert hits(run_tool(notebook, "search_notes", query="meetup", before=None)) != []  # null: no bound
 
 
