@@ -162,10 +162,11 @@ _MATCHING = "FROM fts JOIN notes n ON n.id = fts.rowid WHERE fts MATCH ? AND {}"
 # SEARCH_WEIGHTS (the words' and the phrases' that rank higher).
 _RANK_SQL = f"""SELECT n.id, n.path, n.title, n.id IN (SELECT rowid FROM fts WHERE fts MATCH ?) AS every,
 n.id IN (SELECT rowid FROM fts WHERE fts MATCH ?) AS exact
-{_MATCHING} AND n.id NOT IN ({{}}) ORDER BY (n.title_key = ? OR n.stem_key = ?) DESC, instr(n.alias_keys, ?) > 0 DESC,
+{_MATCHING} AND n.id NOT IN ({{}}){{}} ORDER BY (n.title_key = ? OR n.stem_key = ?) DESC, instr(n.alias_keys, ?) > 0 DESC,
 exact DESC, every DESC, bm25(fts, {', '.join(map(str, SEARCH_WEIGHTS))}) LIMIT ?"""
 _NOT_A_COPY = "(n.conflict_of IS NULL OR NOT EXISTS (SELECT 1 FROM notes o WHERE o.path = n.conflict_of))"
 _TAGGED = " AND (instr(n.tags, ?) OR instr(n.tags, ?))"  # the tag itself, or one nested in it
+_AMONG = " AND n.id IN (SELECT rowid FROM fts WHERE fts MATCH ?)"  # spares the others' bm25 and sorting
 
 
 def search_notes(notebook, query: str, folder: str | None = None, embedder: embeddings.Embedder | None = None,
@@ -220,11 +221,11 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
     qkey, hits = title_key(rest.replace('"', " ")), []
     rank_sql, matching = _RANK_SQL.replace("{}", where, 1), _MATCHING.format(where)
 
-    def add(match):  # the best notes for match that are not hits yet, while there is room
+    def add(match, among=()):  # the best notes for match that are not hits yet, while there is room
         shown = [h[0] for h in hits]
-        sql = rank_sql.format(",".join("?" * len(shown)))  # SQLite takes an empty list: NOT IN ()
-        hits.extend(idx.conn.execute(sql, (every_word, as_phrases, match, *args, *shown, qkey, qkey, f"\n{qkey}\n",
-                                           depth - len(hits))))
+        sql = rank_sql.format(",".join("?" * len(shown)), _AMONG * len(among))  # SQLite takes NOT IN ()
+        hits.extend(idx.conn.execute(sql, (every_word, as_phrases, match, *args, *shown, *among, qkey, qkey,
+                                           f"\n{qkey}\n", depth - len(hits))))
 
     def count(match):  # all notes: every FTS row is one, and skipping the join is ~5x faster on 30k matches
         if lo or tags or days or idx.conn.execute(
@@ -233,11 +234,11 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
         return idx.conn.execute("SELECT count(*) FROM fts WHERE fts MATCH ?", (match,)).fetchone()[0]
 
     as_phrases, every_word, ranked, wide = _matches(idx, terms, near)
-    add(ranked)
+    total = count(every_word)
+    add(ranked, (every_word,) * (total >= depth))  # the notes with every word fill the list, and rank first
     if len(hits) < depth and wide != ranked:  # a word's rarer forms fill the room left
         add(wide)
     every = next((at for at, hit in enumerate(hits) if not hit[3]), len(hits))
-    total = count(every_word)
     some_only = count(wide) - total if every < depth else 0
     hits = [(path, title, None) for _id, path, title, _, _ in hits]
     if vector:
