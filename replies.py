@@ -44,8 +44,9 @@ CONTEXT_ERROR = re.compile("|".join([
     r"greater than the context length|when context the overflows|cannot truncate prompt with n_keep",  # LM Studio
 ]), re.I)
 
-MARK_LINE = re.compile(r"^[ \t]*(?:<<<data|>>>end)\b.*(?:\n|$)", re.M)  # the marks tool results come between
-MARKS = ("<<<data", ">>>end")
+# The marks tool results come between, and the tags of Qwen's template around a result (1.5B echoed a result so)
+MARK_LINE = re.compile(r"^[ \t]*(?:(?:<<<data|>>>end)\b.*|</?tool_response>[ \t]*)(?:\n|$)", re.M)
+MARKS = ("<<<data", ">>>end", "<tool_response>", "</tool_response>")
 REPEATED_LINES = 6  # a reply whose last lines are one line this many times over is looping: it is stopped
 LOOP_WINDOW = 4_000  # characters at a reply's end a loop (of lines under a seventh of it) is looked for in
 
