@@ -140,9 +140,8 @@ def apply(kb: Path, change: Change, replan=None, since: float | None = None) -> 
             except BaseException:
                 _take_back(kb, entry)
                 raise
-            for f in change.files:  # its versions are kept under the name it had; pruning is housekeeping, and what
-                with contextlib.suppress(OSError):  # it meets (another process pruning too) must not fail the change
-                    prune_versions(kb, f.path, since)
+            for f in change.files:
+                prune_versions(kb, f.path, since)  # its versions are kept under the name it had
     except OSError as e:
         raise ToolError(f"could not {verb} {change.note}: {e.strerror or e}; {unchanged}") from None
     return change, warning
@@ -227,20 +226,21 @@ def _age_s(version: Path) -> float:
 def prune_versions(kb: Path, rel_path: str, since: float | None = None) -> None:
     """Delete a note's old versions by age and size, never by count alone. Always kept: the newest HISTORY_KEEP,
     the last HISTORY_PROTECT_S's and the newest older one, the first since `since` (its Notebook's), the oldest."""
-    kept = list_versions(kb, rel_path)
-    ages = [_age_s(v) for v in kept]
-    first = next((i for i, age in enumerate(ages) if since is not None and age <= time.time() - since), None)
-    older = [i for i, age in enumerate(ages) if age >= HISTORY_PROTECT_S]
-    protected = {i for i, age in enumerate(ages) if i in (0, first, *older[-1:]) or i >= len(kept) - HISTORY_KEEP
-                 or age < HISTORY_PROTECT_S}
-    sizes = [v.stat().st_size if v.exists() else 0 for v in kept]
-    total = sum(sizes)
-    for i, version in enumerate(kept):  # oldest first
-        if i in protected or (ages[i] < HISTORY_MAX_AGE_S and total <= HISTORY_MAX_BYTES):
-            continue
-        with contextlib.suppress(OSError):
-            remove_file(kb, version.relative_to(kb).as_posix())
-            total -= sizes[i]
+    with contextlib.suppress(OSError):  # housekeeping: another process pruning too must not fail the change it follows
+        kept = list_versions(kb, rel_path)
+        ages = [_age_s(v) for v in kept]
+        first = next((i for i, age in enumerate(ages) if since is not None and age <= time.time() - since), None)
+        older = [i for i, age in enumerate(ages) if age >= HISTORY_PROTECT_S]
+        protected = {i for i, age in enumerate(ages)
+                     if i in (0, first, *older[-1:]) or i >= len(kept) - HISTORY_KEEP or age < HISTORY_PROTECT_S}
+        sizes = [v.stat().st_size if v.exists() else 0 for v in kept]
+        total = sum(sizes)
+        for i, version in enumerate(kept):  # oldest first
+            if i in protected or (ages[i] < HISTORY_MAX_AGE_S and total <= HISTORY_MAX_BYTES):
+                continue
+            with contextlib.suppress(OSError):
+                remove_file(kb, version.relative_to(kb).as_posix())
+                total -= sizes[i]
 
 
 # --- The undo log ---
@@ -339,8 +339,7 @@ def undo_last(kb: Path, since: float | None = None) -> tuple[str, list[str]]:
         try:
             message, touched = _undo(kb, entry)
             for path in touched:
-                with contextlib.suppress(OSError):  # as in apply: the undo is done
-                    prune_versions(kb, path, since)
+                prune_versions(kb, path, since)
         except _Gone as e:
             message, touched = f"Could not undo {_describe(entry)}: {e}. Dropped it from the undo list.", []
         except (ToolError, OSError) as e:

@@ -567,7 +567,7 @@ def test_a_prune_that_fails_never_fails_the_change_nor_its_undo(tmp_path, monkey
     def pruned_by_another(*_):
         raise FileNotFoundError(2, "No such file or directory")
     make(tmp_path, "n.md", b"before\n")
-    monkeypatch.setattr(versions, "prune_versions", pruned_by_another)
+    monkeypatch.setattr(versions, "list_versions", pruned_by_another)
     assert "could not" not in save_note(tmp_path, "n.md", "after\n", "overwrite")
     assert (tmp_path / "n.md").read_text() == "after\n"
     message = undo_last(tmp_path)
