@@ -35,6 +35,7 @@ INDEX_MAX_NOTE_BYTES = 2_000_000  # only the first 2 MB of a huge note are index
 INDEX_LEAD_CHARS = 400  # the opening paragraph, weighted as "lead"
 INDEX_BATCH = 500  # notes read and written together: bounds memory during a big build
 INDEX_PROGRESS_AFTER_S = 1.0  # a build running longer than this tells the person
+DATE_PROPERTIES = ("date", "created", "date created")  # a note's day, the first found; the last: Obsidian Linter's
 SCHEMA_VERSION = 11  # bump when the tables or the text preparation change: old indexes get rebuilt
 
 
@@ -225,7 +226,7 @@ def _dated(path: str, properties: dict, mtime_ns: int, daily_format: str) -> tup
     """(the note's day as ISO text, what it is from): its daily-note name, a date property, else mtime."""
     if day := vault.named_date(path, daily_format):
         return day.isoformat(), "name"
-    for key in ("date", "created", "date created"):  # the last: Obsidian Linter's name for it
+    for key in DATE_PROPERTIES:
         if day := day_written(properties.get(key)):
             return day, key
     return datetime.date.fromtimestamp(mtime_ns / 1e9).isoformat(), "modified"

@@ -17,7 +17,7 @@ import embeddings
 import frontmatter
 import vault
 from context import text_tokens
-from index import CJK_RUN, HEADING, Index, cjk_words, day_written, indexed_text, read_text, title_key
+from index import CJK_RUN, DATE_PROPERTIES, HEADING, Index, cjk_words, day_written, indexed_text, read_text, title_key
 from notes import Shown, ToolError, plural, rel, safe_folder
 
 SEARCH_MAX_HITS = 10
@@ -33,8 +33,7 @@ PASSAGE_NOTES = 3  # notes whose best lines go with a question, before the model
 PASSAGE_AROUND = 2  # lines kept before and after each of a passage's best lines
 LIST_MAX_NOTES = 200
 LIST_OUTPUT_CHARS = 6000
-DATED_BY = {"name": "from its name", "date": "date property", "created": "created property",
-            "date created": "date created property", "modified": "modified"}
+DATED_BY = {"name": "from its name", "modified": "modified"} | {key: f"{key} property" for key in DATE_PROPERTIES}
 
 
 # --- A query as FTS5 phrases ---
@@ -162,8 +161,9 @@ _MATCHING = "FROM fts JOIN notes n ON n.id = fts.rowid WHERE fts MATCH ? AND {}"
 # SEARCH_WEIGHTS (the words' and the phrases' that rank higher).
 _RANK_SQL = f"""SELECT n.id, n.path, n.title, n.id IN (SELECT rowid FROM fts WHERE fts MATCH ?) AS every,
 n.id IN (SELECT rowid FROM fts WHERE fts MATCH ?) AS exact
-{_MATCHING} AND n.id NOT IN ({{}}){{}} ORDER BY (n.title_key = ? OR n.stem_key = ?) DESC, instr(n.alias_keys, ?) > 0 DESC,
-exact DESC, every DESC, bm25(fts, {', '.join(map(str, SEARCH_WEIGHTS))}) LIMIT ?"""
+{_MATCHING} AND n.id NOT IN ({{}}){{}}
+ORDER BY (n.title_key = ? OR n.stem_key = ?) DESC, instr(n.alias_keys, ?) > 0 DESC, exact DESC, every DESC,
+bm25(fts, {', '.join(map(str, SEARCH_WEIGHTS))}) LIMIT ?"""
 _NOT_A_COPY = "(n.conflict_of IS NULL OR NOT EXISTS (SELECT 1 FROM notes o WHERE o.path = n.conflict_of))"
 _TAGGED = " AND (instr(n.tags, ?) OR instr(n.tags, ?))"  # the tag itself, or one nested in it
 _AMONG = " AND n.id IN (SELECT rowid FROM fts WHERE fts MATCH ?)"  # spares the others' bm25 and sorting
@@ -221,11 +221,11 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
     qkey, hits = title_key(rest.replace('"', " ")), []
     rank_sql, matching = _RANK_SQL.replace("{}", where, 1), _MATCHING.format(where)
 
-    def add(match, among=()):  # the best notes for match that are not hits yet, while there is room
+    def add(match, every_only=False):  # the best notes for match that are not hits yet, while there is room
         shown = [h[0] for h in hits]
-        sql = rank_sql.format(",".join("?" * len(shown)), _AMONG * len(among))  # SQLite takes NOT IN ()
-        hits.extend(idx.conn.execute(sql, (every_word, as_phrases, match, *args, *shown, *among, qkey, qkey,
-                                           f"\n{qkey}\n", depth - len(hits))))
+        sql = rank_sql.format(",".join("?" * len(shown)), _AMONG if every_only else "")  # SQLite takes NOT IN ()
+        hits.extend(idx.conn.execute(sql, (every_word, as_phrases, match, *args, *shown, *[every_word] * every_only,
+                                           qkey, qkey, f"\n{qkey}\n", depth - len(hits))))
 
     def count(match):  # all notes: every FTS row is one, and skipping the join is ~5x faster on 30k matches
         if lo or tags or days or idx.conn.execute(
@@ -235,7 +235,7 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
 
     as_phrases, every_word, ranked, wide = _matches(idx, terms, near)
     total = count(every_word)
-    add(ranked, (every_word,) * (total >= depth))  # the notes with every word fill the list, and rank first
+    add(ranked, every_only=total >= depth)  # the notes with every word fill the list, and rank first
     if len(hits) < depth and wide != ranked:  # a word's rarer forms fill the room left
         add(wide)
     every = next((at for at, hit in enumerate(hits) if not hit[3]), len(hits))
