@@ -3,7 +3,8 @@
 Every tool, search and versions.py go through it: the path guard (`safe_path`, `safe_folder`) admits visible
 .md/.txt notes inside the folder only; a note's encoding (UTF-8, UTF-16 with a BOM, GBK/GB18030), BOM and line
 endings are kept byte for byte (a note in any other encoding is read, never changed); files are reached from the
-folder's own descriptor, never through a link, and replaced atomically. It must never read or write outside the notes folder: a failure raises `ToolError`.
+folder's own descriptor, never through a link, and replaced atomically. It must never read or write outside the
+notes folder: a failure raises `ToolError`.
 """
 
 import codecs

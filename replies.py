@@ -4,8 +4,9 @@ calls written as text, "too long" in each server's words, a prompt cut short, th
 Small local models, and servers with no tool parser for the model's template, write a tool call as the answer's
 text: bare JSON, a ```json fence (maybe after a sentence), a `<tools></tools>` echo (JSON or `<function …/>` inside)
 or Hermes/Qwen `<tool_call>` tags. text_tool_calls() recognises those shapes, broken calls too (running one tells
-the model what is wrong); JSON among words stays an answer. While a reply streams, held_from() says from where the text may still become
-calls, to hold that back. Pure functions and values: no I/O, nothing of the project imported, nothing decided.
+the model what is wrong); JSON among words stays an answer. While a reply streams, held_from() says from where the
+text may still become calls, to hold that back. Pure functions and values: no I/O, nothing of the project imported,
+nothing decided.
 """
 
 import json

@@ -57,7 +57,8 @@ NOT_COVERED = re.compile(
     r"|(?:没有|未|没|不|无)[^。\n]{0,20}?(?:笔记|记录|提到|提及|找到|相关|信息|涉及|包含|内容|写)"
     r"|(?:笔记|记录)[^。\n]{0,20}?(?:没有|未|没|不|无)", re.I)
 # What a person must never see in an answer: tool calls written as text, tool schemas, the tool results' marks.
-PROTOCOL = re.compile(r'<<<data|>>>end|</?tool_call>|</?tool_response>|</?tools>|"name"\s*:\s*"[^"\n]+"\s*,\s*"(?:arguments|parameters)"'
+PROTOCOL = re.compile(r'<<<data|>>>end|</?tool_call>|</?tool_response>|</?tools>'
+                      r'|"name"\s*:\s*"[^"\n]+"\s*,\s*"(?:arguments|parameters)"'
                       r'|"type"\s*:\s*"function"')
 NOT_SHOWN = "never reached the model"  # in every problem citations.py reports for lines the model was not shown
 
