@@ -57,8 +57,8 @@ ROUND_LIMIT = "not executed: the limit of model calls for one question was reach
 FAILING_ROUNDS = 2  # rounds in a row of failed calls, after which the model is asked with no tools
 STUCK = "not executed: the calls before it failed, and no tools were offered"
 STUCK_NOTICE = "[No answer: the model kept making tool calls that failed.]"
-REPEATED_CALL = ("Error: this call was made before in this answer and nothing has changed since: its result is "
-                 "above. Answer from it, or make another call.")
+REPEATED = tools.Result("Error: this call was made before in this answer and nothing has changed since: its result "
+                        "is above. Answer from it.", True, {"error": True})
 ROUND_NOTICE = ("[Stopped: reached the limit of {} model calls for one question (MAX_TOOL_ROUNDS or --max-rounds). "
                 "Ask again to continue, or raise the limit.]")
 LENGTH_NOTICE = "[The answer was cut off: the model reached its output limit (finish_reason=length).]"
@@ -265,9 +265,8 @@ class Model:
         tokens, the tools' `schemas` included."""
         schemas = tools.tool_schemas(self.settings) if schemas is None else schemas
         budget = int(self.settings.context_tokens / self.token_ratio) - context.estimate_tokens([], schemas)
-        asked = [_with_passages(m) if m["role"] == "user" else m for m in history]  # they count, as sent
-        if not schemas:  # failed calls only teach a model asked to answer now to make them again
-            asked = context.without_failed_calls(asked)
+        asked = [_with_passages(m) if m["role"] == "user" else m for m in history] if schemas else \
+            _answering_now(history)  # the passages count, as sent
         messages = [{"role": "tool", "tool_call_id": m["tool_call_id"],
                      "content": tools.fenced(m["content"], m["tool_call_id"])} if m["role"] == "tool" else m
                     for m in context.fit_to_budget([system_message(self.settings.kb)] + asked, budget)]
@@ -369,13 +368,35 @@ class Model:
                    "Ollama does beyond its num_ctx). Give it a larger context, or set CONTEXT_TOKENS below it.")
 
 
-def _with_passages(question: dict) -> dict:
-    """A question as requests send it, after the passages found for it: always the same, so every later request
-    begins as this one did."""
+def _with_passages(question: dict, results: list[str] = ()) -> dict:
+    """A question as requests send it, after the passages found for it (and `results`): always the same, so every
+    later request begins as this one did."""
     found = (question.get(SHOWN) or {}).get("passages")
     asked = {key: value for key, value in question.items() if key != SHOWN}
-    return {**asked, "content": f"{tools.fenced(found, PASSAGES_TAG, PASSAGES_WHAT)}\n\n{asked['content']}"} \
-        if found else asked
+    data = ([tools.fenced(found, PASSAGES_TAG, PASSAGES_WHAT)] if found else []) + list(results)
+    return {**asked, "content": "\n\n".join(data + [asked["content"]])} if data else asked
+
+
+def _answering_now(history: list[dict]) -> list[dict]:
+    """The conversation for a request that offers no tools: questions and answers, and this turn's results that
+    did not fail inside its question as data. A 1.5B model asked to answer now after a call wrote that call again
+    as text; failed calls only teach it to make them again."""
+    asked, calls, results = [], {}, []
+    for message in history:
+        if message["role"] == "user":
+            asked, results = asked + [message], []  # earlier turns' results go: their answers stay
+        elif message.get("tool_calls"):
+            calls.update((call["id"], call["function"]) for call in message["tool_calls"])
+        elif message["role"] == "tool":
+            if not (message.get(SHOWN) or {}).get("error"):
+                function = calls.get(message["tool_call_id"], {})
+                what = f"what {function.get('name')} {function.get('arguments', '')[:200]} returned"
+                results.append(tools.fenced(message["content"], message["tool_call_id"], what))
+        else:
+            asked.append(message)
+    last = max((i for i, m in enumerate(asked) if m["role"] == "user"), default=-1)
+    return [_with_passages(m, results if i == last else []) if m["role"] == "user" else m
+            for i, m in enumerate(asked)]
 
 
 def _question(question: str, notebook: Notebook, ui: UI) -> dict:
@@ -448,22 +469,24 @@ def _rounds(model: Model, history: list[dict], notebook: Notebook, ui: UI) -> tu
             _save(history)
             return reply, ROUND_NOTICE.format(settings.max_rounds) if offer_tools else STUCK_NOTICE
         # The history keeps arguments the API accepts; the tool gets them as sent, to explain errors.
-        failed = execute(message["tool_calls"], reply.arguments(), history, notebook, ui, allowance, made)
+        results = execute(message["tool_calls"], reply.arguments(), history, notebook, ui, allowance, made)
         # Calls written as text come from a model that does not speak the tool protocol: one failed is enough.
-        failing = failing + 1 if (any if reply.written else all)(failed) else 0
+        failing = failing + 1 if (any if reply.written else all)(result.error for result in results) else 0
+        if REPEATED in results:  # a model making a call again whose result it has is stuck: asked to answer now
+            failing = FAILING_ROUNDS
 
 
 def execute(calls: list[dict], arguments: list[str], history: list[dict], notebook: Notebook, ui: UI,
-            allowance: Allowance, made: set) -> list[bool]:
-    """Run each call with its arguments as sent, appending its result; which ones failed. One that Ctrl+C
-    stops is answered saying so (it may have done part of its work)."""
-    failed = []
+            allowance: Allowance, made: set) -> list[tools.Result]:
+    """Run each call with its arguments as sent, appending its result; the results. One that Ctrl+C stops is
+    answered saying so (it may have done part of its work)."""
+    results = []
     for call, sent in zip(calls, arguments):
         name = call["function"]["name"]
         ui.tool_call(name, sent)
         started, key = time.monotonic(), (name, " ".join(sent.split()))
         try:
-            result = tools.Result(REPEATED_CALL, True, {"error": True}) if key in made else \
+            result = REPEATED if key in made else \
                 tools.execute_tool(name, sent, notebook, ui.approve, ui.reviews_changes, allowance)
         except KeyboardInterrupt:
             stopped = f"stopped: the user pressed Ctrl+C after {time.monotonic() - started:.1f} s; it may be half done"
@@ -472,12 +495,12 @@ def execute(calls: list[dict], arguments: list[str], history: list[dict], notebo
         history.append(_result(call["id"], result.text, result.shown))
         _save(history)  # a note may have changed: keep the result even if we crash next
         ui.tool_result(name, result)
-        failed.append(result.error)
+        results.append(result)
         if not result.error and not getattr(tools.TOOLS.get(name), "read_only", True):
             made.clear()  # the notes may have changed: the same call may show something new
         else:
             made.add(key)
-    return failed
+    return results
 
 
 def _result(call_id: str, text: str, shown: dict | None = None) -> dict:

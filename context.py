@@ -83,19 +83,6 @@ def repair_history(messages: list[dict]) -> list[dict]:
             pending = [call.get("id") for call in message.get("tool_calls") or ()]
 
 
-def without_failed_calls(messages: list[dict]) -> list[dict]:
-    """The messages without the tool calls that failed, nor their results (a message of only those goes)."""
-    failed = {m["tool_call_id"] for m in messages if m["role"] == "tool" and (m.get(SHOWN) or {}).get("error")}
-    kept = []
-    for message in messages:
-        if message.get("tool_calls"):
-            calls = [call for call in message["tool_calls"] if call["id"] not in failed]
-            message = {**message, "tool_calls": calls} if calls else None
-        if message and message.get("tool_call_id") not in failed:
-            kept.append(message)
-    return kept
-
-
 def elide(message: dict) -> dict:
     """A tool result cut to its head and how much was cut (unless too short to be worth it); others as they are."""
     text = content_text(message.get("content"))

@@ -58,7 +58,7 @@ def test_malformed_calls_are_survived(kb):
 
 def test_round_cap_gives_a_clear_notice(kb):
     history = []
-    client = StubClient([{"tool_calls": [tool_call("list_notes")]} for _ in range(5)])
+    client = StubClient([{"tool_calls": [tool_call("search_notes", query=f"word{i}")]} for i in range(5)])
     answer = run_agent("loop forever", history, settings=make_settings(kb, max_rounds=3), client=client)
     assert len(client.requests) == 3 and "limit of 3 model calls" in answer
     assert_valid_history(history)
@@ -302,16 +302,20 @@ def test_calls_written_as_text_fail_a_round_when_one_fails(kb):
 
 
 def test_a_call_made_again_with_nothing_changed_is_not_run_again(kb):
-    """Qwen2.5-Coder-0.5B made the same search five times (each found nothing: no error), then gave an empty answer.
-    A call repeated since the notes last changed is answered that its result is above, and counts as failed."""
+    """Qwen2.5-Coder-0.5B made the same search five times (each found nothing: no error), then gave an empty answer;
+    the 1.5B read the right note, read it again, then wrote that call as text when asked to answer. A call repeated
+    since the notes last changed is answered that its result is above, and the next request offers no tools and
+    carries no call to copy: the question comes after what the calls that worked returned."""
     search = tool_call("search_notes", query="每天进步1%", after="2026-12-02")
-    client = StubClient([{"tool_calls": [search]}, {"tool_calls": [search]}, {"tool_calls": [search]},
-                         {"content": "约 37.8 倍。"}])
+    client = StubClient([{"tool_calls": [search]}, {"tool_calls": [search]}, {"content": "约 37.8 倍。"}])
     history = []
     answer = run_agent("每天进步1%，一年后是多少倍？", history, settings=make_settings(kb), client=client)
-    assert answer == "约 37.8 倍。" and [bool(r.get("tools")) for r in client.requests] == [True, True, True, False]
+    assert answer == "约 37.8 倍。" and [bool(r.get("tools")) for r in client.requests] == [True, True, False]
     results = [m["content"] for m in history if m["role"] == "tool"]
-    assert "made before" not in results[0] and all("made before in this answer" in r for r in results[1:])
+    assert "made before" not in results[0] and "made before in this answer" in results[1]
+    last = client.requests[2]["messages"]
+    assert [m["role"] for m in last] == ["system", "user"] and last[1]["content"].endswith("一年后是多少倍？")
+    assert results[0] in last[1]["content"] and "made before" not in last[1]["content"]
     read, edit = tool_call("read_note", file_path="vim.md"), tool_call("append_note", file_path="vim.md", content="x")
     client = StubClient([{"tool_calls": [read]}, {"tool_calls": [edit]}, {"tool_calls": [read]}, {"content": "Done."}])
     history = []
