@@ -111,10 +111,24 @@ def note_part(name: str, text: str, start_line: int = 1, section: str | None = N
         head = (f"{name} has {total} lines{read}. Its headings, with the line each starts on:\n" + "\n".join(kept)
                 + "\n…" * bool(cut) + "\n\n")
         shown, end, total = read_lines(text, start, last, READ_ROOM - len(head))
-    part = f"; section {json.dumps(section, ensure_ascii=False)} ends at line {last}" if section else ""
+    under = _under(text, start) if section is None else []
+    part = f"; section {json.dumps(section, ensure_ascii=False)} ends at line {last}" if section else \
+        "; under " + " > ".join(f"{json.dumps(title, ensure_ascii=False)} (line {n})" for n, title in under) if under \
+        else ""
     footer = f"\n{read_on(end + 1, section)}" if end < (last or total) else ""
     return Shown(head + f"{name} (lines {start}-{end} of {total}{part})\n" + "\n".join(shown) + footer,
-                 {name: [*range(start, end + 1), *headings]}, [name])
+                 {name: [*range(start, end + 1), *headings, *(n for n, _ in under)]}, [name])
+
+
+def _under(text: str, start: int) -> list[tuple[int, str]]:
+    """(line, title) of the headings a read from `start` is under, outermost first: a 1.5B model read a note from
+    the line after "## Slice" and answered what the section is called with a word of its own."""
+    chain = []
+    for line, level, title in vault.headings(text):
+        if line >= start:
+            break
+        chain = [(n, lv, t) for n, lv, t in chain if lv < level] + [(line, level, title)]
+    return [(n, title) for n, _, title in chain]
 
 
 def read_note(notebook: Notebook, file_path: str, start_line: int = 1, section: str | None = None) -> Shown:

@@ -151,6 +151,16 @@ GUIDE = ("---\ntags: [guide]\n---\n# Guide\n\nIntro.\n\n## Setup\n\nGeneral setu
          "### **macOS**\n\nbrew install x\n\n## Usage\n\nRun `x`.\n\n## Linux\n\nWhy Linux.\n")
 
 
+def test_a_read_from_the_middle_of_a_note_says_the_headings_it_is_under(notebook, kb):
+    """Qwen2.5-Coder-1.5B read the FAST note from the line after "## Slice" and said the S stands for "splitting"."""
+    write(kb, "guide.md", GUIDE)
+    result = tools.execute_tool("read_note", json.dumps({"file_path": "guide.md", "start_line": 18}), notebook)
+    assert result.text.startswith('guide.md (lines 18-26 of 26; under "Guide" (line 4) > "Setup" (line 8) > '
+                                  '"**macOS**" (line 16))\nbrew install x\n')
+    assert {4, 8, 16} <= set(result.shown["lines"]["guide.md"])  # the headings named are shown: citable
+    assert "under" not in run(notebook, "read_note", file_path="guide.md", start_line=4)  # a heading's own line
+
+
 def test_read_note_returns_one_section_with_its_line_numbers(notebook, kb):
     write(kb, "guide.md", GUIDE)
     out = run(notebook, "read_note", file_path="guide.md", section="setup")
