@@ -41,6 +41,9 @@ PASSAGES_WHAT = ("what a search of the notes found for the question below: where
 # the parameter each server wants it in.
 OUTPUT_CAPS = {"api.deepseek.com": ("max_tokens", 32_768), "api.openai.com": ("max_completion_tokens", 16_384)}
 LOCAL_OUTPUT_CAP, OTHER_OUTPUT_CAP = 2048, 4096
+# Sent to a server on this machine or network unless TEMPERATURE is set (to others only then): llama.cpp and
+# Ollama sample at 0.8, and a 1.5B model then read "## Slice" in the passages and answered "Time".
+LOCAL_TEMPERATURE = 0.2
 SYSTEM_PROMPT = """You help a person with their own notes, a folder of Markdown files. Today is {today}.
 - Answer from the notes. Where the passages found for a question answer it, answer from them; else search_notes,
   then read_note what you need. Never guess what a note says. Cite the lines you use as path:line or
@@ -274,9 +277,13 @@ class Model:
 
     def _params(self, messages: list[dict], schemas: list[dict]) -> dict:
         settings = self.settings
+        local = is_local(settings.base_url)
         cap, tokens = OUTPUT_CAPS.get(urlsplit(settings.base_url).hostname or "", (
-            "max_tokens", LOCAL_OUTPUT_CAP if is_local(settings.base_url) else OTHER_OUTPUT_CAP))
+            "max_tokens", LOCAL_OUTPUT_CAP if local else OTHER_OUTPUT_CAP))
         params = {"model": settings.model, "messages": messages, cap: settings.max_output_tokens or tokens}
+        temperature = LOCAL_TEMPERATURE if settings.temperature is None and local else settings.temperature
+        if temperature is not None:  # some models refuse one (OpenAI's reasoning models): sent only when set
+            params["temperature"] = temperature
         if schemas:
             params["tools"] = schemas
         extra = {"thinking": {"type": settings.thinking}} if settings.thinking else {}

@@ -51,6 +51,7 @@ class Settings:
     kb: Path | None = _set_by(None, "KNOWLEDGE_BASE")  # the notes folder; None only if not required
     max_rounds: int = _set_by(10, "MAX_TOOL_ROUNDS")  # model calls per question
     max_output_tokens: int = _set_by(0, "MAX_OUTPUT_TOKENS")  # cap on one reply; 0: agent.py's default per server
+    temperature: float | None = _set_by(None, "TEMPERATURE")  # None: agent.py's default per server
     request_timeout: float = _set_by(120.0, "REQUEST_TIMEOUT")  # seconds of silence from the model server
     stream: bool = _set_by(True, "STREAM")
     thinking: str | None = _set_by(None, "THINKING", choices=("enabled", "disabled"))  # None: the provider's
@@ -86,12 +87,15 @@ def _typed(name: str, value, kind: type, choices: tuple[str, ...] = ()):
         if str(value).lower() not in YES + NO:
             raise ConfigError(f"{name}={value!r} is not valid: use 1 or 0.")
         return str(value).lower() in YES
-    if kind in (int, float):
+    if kind in (int, float, float | None):
         try:
-            number = kind(str(value).strip())
+            number = (int if kind is int else float)(str(value).strip())
         except ValueError:
-            number = 0
-        if not 0 < number < float("inf"):
+            number = -1
+        if kind == float | None:  # a temperature, where 0 is one
+            if not 0 <= number <= 2:
+                raise ConfigError(f"{name} must be a number from 0 to 2, not {value!r}.")
+        elif not 0 < number < float("inf"):
             unit = "whole number of at least 1" if kind is int else "number above 0"
             raise ConfigError(f"{name} must be a {unit}, not {value!r}.")
         return number

@@ -7,6 +7,7 @@ import pytest
 from conftest import Recorder, StubClient, api_error, assert_valid_history, make_settings, tool_call
 
 from agent import AgentError, run_agent
+from config import ConfigError, load_settings
 from page import no_key
 from context import INTERRUPTED_RESULT as CANCELLED
 
@@ -109,6 +110,20 @@ def test_thinking_settings_pass_through_only_when_set(kb):
     run_agent("x", settings=make_settings(kb, thinking="disabled", reasoning_effort="high"), client=client)
     assert "extra_body" not in client.requests[0]
     assert client.requests[1]["extra_body"] == {"thinking": {"type": "disabled"}, "reasoning_effort": "high"}
+
+
+def test_a_local_server_is_asked_for_a_low_temperature_unless_one_is_set(kb, monkeypatch):
+    """llama.cpp and Ollama sample at 0.8 unless told: Qwen2.5-Coder-1.5B, shown "## Slice" under the question
+    what FAST's S stands for, answered "Time". A provider's server gets a temperature only when TEMPERATURE is set
+    (some of its models refuse one)."""
+    client = StubClient([{"content": "a"}] * 4)
+    for base_url, temperature in [("http://127.0.0.1:8080/v1", None), ("http://192.168.1.5:11434/v1", 0.0),
+                                  ("https://api.deepseek.com", None), ("https://api.openai.com/v1", 1.0)]:
+        run_agent("x", settings=make_settings(kb, base_url=base_url, temperature=temperature), client=client)
+    assert [request.get("temperature") for request in client.requests] == [0.2, 0.0, None, 1.0]
+    monkeypatch.setenv("TEMPERATURE", "warm")
+    with pytest.raises(ConfigError, match="TEMPERATURE must be a number from 0 to 2, not 'warm'"):
+        load_settings()
 
 
 @pytest.mark.parametrize("status, message, expected", [
