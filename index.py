@@ -166,6 +166,12 @@ def _first_heading(text: str, body: str) -> str:
     return found.group(1).strip() if found else ""
 
 
+def stem_of(path: str) -> str:
+    """A note's file name without its folder and suffix: its name, as links and stem_key know it."""
+    name = path.rsplit("/", 1)[-1]
+    return next((name[:-len(s)] for s in NOTE_SUFFIXES if name.lower().endswith(s)), name)
+
+
 def title_key(text: str) -> str:
     """A title or name as compared with the whole query: case-folded, runs of spaces as one."""
     return " ".join(text.casefold().split())
@@ -201,8 +207,7 @@ def _row(kb: Path, path: str, size_mtime, private_rules: list, daily_format: str
     parsed = frontmatter.front_matter(text)
     properties, body_start, _ = parsed
     body = text if body_start == 1 else "".join(text.splitlines(keepends=True)[body_start - 1:])
-    name = path.rsplit("/", 1)[-1]
-    stem = next((name[:-len(s)] for s in NOTE_SUFFIXES if name.lower().endswith(s)), name)
+    name, stem = path.rsplit("/", 1)[-1], stem_of(path)
     title = properties.get("title")
     if not isinstance(title, str) or not title.strip():
         title = _first_heading(text, body) or stem

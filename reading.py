@@ -15,6 +15,7 @@ import notes
 import privacy
 import search
 import vault
+from index import stem_of, title_key
 from notebook import Notebook
 from notes import Shown, ToolError, plural, rel, safe_path
 
@@ -132,8 +133,27 @@ def _under(text: str, start: int) -> list[tuple[int, str]]:
 
 
 def read_note(notebook: Notebook, file_path: str, start_line: int = 1, section: str | None = None) -> Shown:
-    name, text = note_text(notebook, rel(notebook.kb, guarded(notebook, file_path)))
-    return note_part(name, text, start_line, section)
+    """The note at file_path, or the one note of its name where no note is there: small models put a name the
+    passages showed in a folder of their own ("Calendar/ACCESS 笔记组织法.md"), as a link would find it anywhere."""
+    try:
+        name, text = note_text(notebook, rel(notebook.kb, guarded(notebook, file_path)))
+        said = ""
+    except ToolError as error:
+        same = _named(notebook, file_path) if error.kind == "missing" else []
+        if len(same) != 1:
+            advice = f"Notes of that name: {', '.join(same)}." if same else error.advice
+            raise ToolError(error.message, advice, error.kind) from None
+        name, text = note_text(notebook, same[0])
+        said = f"No note is at {file_path}; the one note of that name is {name}:\n"
+    part = note_part(name, text, start_line, section)
+    return Shown(said + part, part.lines, part.named)
+
+
+def _named(notebook: Notebook, file_path: str) -> list[str]:
+    """The notes the model may read whose file name is file_path's (case and spaces aside), by path."""
+    key = title_key(stem_of(file_path.replace("\\", "/")))
+    return notebook.with_index(lambda idx: [path for path, in idx.conn.execute(
+        "SELECT path FROM notes WHERE stem_key = ? AND NOT private ORDER BY path", (key,))])
 
 
 def links(notebook: Notebook, file_path: str) -> Shown:

@@ -151,6 +151,25 @@ GUIDE = ("---\ntags: [guide]\n---\n# Guide\n\nIntro.\n\n## Setup\n\nGeneral setu
          "### **macOS**\n\nbrew install x\n\n## Usage\n\nRun `x`.\n\n## Linux\n\nWhy Linux.\n")
 
 
+def test_a_read_in_the_wrong_folder_reads_the_one_note_of_that_name(notebook, kb):
+    """Qwen2.5-Coder-1.5B, shown "Cards/永久笔记/ACCESS 笔记组织法.md" in the passages, read
+    "Calendar/ACCESS 笔记组织法.md", was told there is no such note, and gave up. A link would find the note by its
+    name anywhere; so does read_note, saying so. Two of that name are named; a private one never is."""
+    write(kb, "Cards/永久笔记/ACCESS 笔记组织法.md", "# ACCESS\n\n- Inbox，原名 Encounters\n")
+    result = tools.execute_tool("read_note", {"file_path": "Calendar/access 笔记组织法.md"}, notebook)
+    assert result.text.startswith("No note is at Calendar/access 笔记组织法.md; the one note of that name is "
+                                  "Cards/永久笔记/ACCESS 笔记组织法.md:\nCards/永久笔记/ACCESS 笔记组织法.md (lines 1-3")
+    assert "原名 Encounters" in result.text and result.shown["lines"] == {"Cards/永久笔记/ACCESS 笔记组织法.md": [1, 2, 3]}
+    write(kb, "a/plan.md", "A.\n")
+    write(kb, "b/Plan.md", "B.\n")
+    write(kb, "c/salary.md", "---\nprivate: true\n---\nsecret\n")
+    out = run(notebook, "read_note", file_path="plan.md")
+    assert out == f"{tools.ERROR}no such note. Notes of that name: a/plan.md, b/Plan.md."
+    for hidden in ("salary.md", "c/salary.md"):  # one of that name is private: no such note, as for any
+        assert run(notebook, "read_note", file_path=hidden).endswith("Use search_notes or list_notes to find the "
+                                                                     "right path.")
+
+
 def test_a_read_from_the_middle_of_a_note_says_the_headings_it_is_under(notebook, kb):
     """Qwen2.5-Coder-1.5B read the FAST note from the line after "## Slice" and said the S stands for "splitting"."""
     write(kb, "guide.md", GUIDE)
