@@ -80,7 +80,8 @@ import sent  # noqa: E402
 import sessions  # noqa: E402
 import shell  # noqa: E402
 import tools  # noqa: E402
-from agent import AgentError, Model, key_hint, make_client, run_agent  # noqa: E402
+from agent import run_agent  # noqa: E402
+from model import AgentError, Model, key_hint, make_client  # noqa: E402
 from notebook import Notebook  # noqa: E402
 from notes import ToolError, readable_text, visible  # noqa: E402
 from terminal import Display, compact, read_question, shorten, start_line_editing  # noqa: E402

@@ -10,6 +10,7 @@ import threading
 from bisect import bisect_left
 
 import agent
+import model
 import citations
 import db
 import diffs
@@ -38,7 +39,7 @@ class HTTPError(Exception):
 
 
 def no_key() -> str:
-    return f"Chat is off: no API key. {agent.key_hint()}, then start again. Meanwhile search and notes work."
+    return f"Chat is off: no API key. {model.key_hint()}, then start again. Meanwhile search and notes work."
 
 
 def history_items(history: list[dict], checked: dict[int, citations.Report]) -> list[dict]:
@@ -93,7 +94,7 @@ class App(agent.UI):
     hook, never thrown in, so no lock leaks and no save is cut short."""
     reviews_changes = True
 
-    def __init__(self, settings: Settings, model: agent.Model | None):
+    def __init__(self, settings: Settings, model: model.Model | None):
         self.settings, self.model, self.notebook = settings, model, Notebook(settings)
         self.lock = threading.Condition(threading.RLock())  # guards everything below
         self.seq, self.events = 0, []  # numbered events of the turn in progress (or the last one)
@@ -146,7 +147,7 @@ class App(agent.UI):
             agent.run_agent(question, self.conversation.history, self.settings, self.model, self, self.notebook)
         except KeyboardInterrupt:
             status, message = "stopped", "Stopped. What was done so far is kept; ask again to go on."
-        except agent.AgentError as exc:
+        except model.AgentError as exc:
             status, message = "error", str(exc)
         except Exception as exc:  # a bug must end this answer, not the server
             status, message = "error", f"Unexpected error: {type(exc).__name__}: {exc}"

@@ -29,7 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-import agent
+import model
 import tools
 from config import Settings
 from page import App, HTTPError, no_key
@@ -67,7 +67,7 @@ class Server(ThreadingHTTPServer):
     request_queue_size = 4096  # connections waiting for accept: under a flood, the page's waits among them
 
     def __init__(self, settings: Settings, port: int):
-        self.app = App(settings, agent.make_client(settings) if settings.api_key else None)
+        self.app = App(settings, model.make_client(settings) if settings.api_key else None)
         self.lock = threading.Lock()  # guards the token and the anonymous connections
         self.anonymous: dict[socket.socket, float] = {}  # in accept order: when its request is due (inf: it came)
         self.quiet = selectors.DefaultSelector()  # the listening socket, and connections that have not spoken yet

@@ -47,6 +47,7 @@ def arguments(total: int, piece: int = 12) -> tuple[float, float]:
     """(this project's assembly, a string grown piece by piece in a dict as before) for `total` characters."""
     sys.path.insert(0, str(ROOT))
     import agent
+    import model
 
     class Part:  # the little a stream chunk carries: one piece of one call's arguments
         def __init__(self, text):
@@ -57,7 +58,7 @@ def arguments(total: int, piece: int = 12) -> tuple[float, float]:
             self.choices, self.usage = [type("Ch", (), {"delta": delta, "finish_reason": None})], None
 
     parts = [Part("x" * piece) for _ in range(total // piece)]
-    reply = agent.Reply()
+    reply = model.Reply()
     started = time.perf_counter()
     reply.receive(parts, True, agent.UI())
     assert len(reply.arguments()[0]) == len(parts) * piece

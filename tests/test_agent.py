@@ -6,7 +6,8 @@ import openai
 import pytest
 from conftest import Recorder, StubClient, api_error, assert_valid_history, make_settings, tool_call
 
-from agent import AgentError, run_agent
+from agent import run_agent
+from model import AgentError
 from config import ConfigError, load_settings
 from page import no_key
 from context import INTERRUPTED_RESULT as CANCELLED

@@ -7,9 +7,9 @@ import sqlite3
 import pytest
 from conftest import Recorder, StubClient, api_error, assert_valid_history, make_settings, tool_call
 
-import agent
 import context
-from agent import AgentError, run_agent
+from agent import run_agent
+from model import AgentError, Model
 from sessions import Conversation, SessionStore
 
 
@@ -103,7 +103,7 @@ def test_context_too_long_is_retried_shorter_and_remembered(kb):
     too_long = api_error(400, "This model's maximum context length is 4000 tokens")
     client = StubClient([too_long, {"content": "fine"}, {"content": "again"}])
     settings = make_settings(kb, context_tokens=20_000)
-    model = agent.Model(settings, client)  # what it learns of the server outlives one question
+    model = Model(settings, client)  # what it learns of the server outlives one question
     assert run_agent("latest", history, settings=settings, client=model) == "fine"
     first, second = (json.dumps(r["messages"]) for r in client.requests[:2])
     assert len(second) < len(first) * 0.5
@@ -117,7 +117,7 @@ def test_context_too_long_is_retried_shorter_and_remembered(kb):
 def test_the_factor_is_learnt_from_usage(kb):
     history = big_history(5, chars=4000, letter='"')
     client = StubClient([{"content": "fine"}])
-    model = agent.Model(make_settings(kb), client)
+    model = Model(make_settings(kb), client)
     run_agent("q", history, settings=make_settings(kb), client=model)
     # the stub reports prompt tokens as JSON characters / 3; JSON doubles every quote, so that is far above
     # the estimate

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import agent  # noqa: E402
+import model  # noqa: E402
 from conftest import ROOT, hits, make_notebook, run_tool, write  # noqa: E402
 from fake_embedder import FakeEmbedder  # noqa: E402
 
@@ -149,7 +149,7 @@ def test_notes_close_in_meaning_are_kept_to_the_range_too(tmp_path):
 
 
 def test_the_system_prompt_names_the_weekday_and_turns_times_into_ranges():
-    prompt = agent.system_message()["content"]
+    prompt = model.system_message()["content"]
     today = datetime.now()
     assert f"Today is {today:%Y-%m-%d}, {today:%A}." in prompt
     assert '"in November"' in prompt and "after and before" in prompt

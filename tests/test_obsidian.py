@@ -303,12 +303,12 @@ def test_the_system_prompt_names_todays_daily_note_and_the_vaults_style_and_stay
     about = vault.vault_prompt(daily_kb, date(2024, 3, 5))
     assert "Today's daily note is Journal/2024/03/2024-03-05.md" in about
     assert "Markdown links like [Note](Note.md)" in about and "new notes go in Inbox/" in about
-    import agent
-    first = agent.system_message(daily_kb)["content"]
+    import model
+    first = model.system_message(daily_kb)["content"]
     assert "Today's daily note is Journal/" in first and "Markdown links" in first
     write(daily_kb, ".obsidian/app.json", json.dumps({"useMarkdownLinks": False}))
-    assert agent.system_message(daily_kb)["content"] == first  # byte-stable within the day (prompt caching)
-    assert "daily note" not in agent.system_message(daily_kb.parent)["content"]  # no vault notebook: nothing added
+    assert model.system_message(daily_kb)["content"] == first  # byte-stable within the day (prompt caching)
+    assert "daily note" not in model.system_message(daily_kb.parent)["content"]  # no vault notebook: nothing added
 
 
 # --- A real vault ---

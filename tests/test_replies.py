@@ -359,7 +359,8 @@ def test_the_agent_runs_a_call_written_as_text(kb, shape):
 
 @pytest.mark.parametrize("wording", ["lmstudio", "ollama"])
 def test_the_agent_knows_a_bare_string_too_long_answer(kb, wording):
-    from agent import ContextTooLong, run_agent
+    from agent import run_agent
+    from model import ContextTooLong
     from conftest import make_settings
 
     with FakeLLM(replies=[context_error(wording, 1024, 1516)] * 2) as fake:
@@ -410,7 +411,8 @@ def test_a_sentence_then_a_call_is_run_and_calls_cut_off_at_the_output_limit_are
 def test_a_window_too_small_for_any_question_says_so_once_without_resending(kb):
     """llama.cpp with --ctx-size 1024: the system prompt and tool schemas alone do not fit. It used to say
     "Start a new conversation" of a brand-new question, after sending the same request twice."""
-    from agent import AgentError, run_agent
+    from agent import run_agent
+    from model import AgentError
     from conftest import make_settings
 
     with FakeLLM(replies=[context_error("llamacpp", 1024, 1516)] * 2) as fake:
@@ -424,7 +426,8 @@ def test_a_window_too_small_for_any_question_says_so_once_without_resending(kb):
 
 def test_a_server_that_cuts_the_prompt_is_noticed_once(kb, notices):
     """Ollama drops the start of a prompt longer than num_ctx and reports what it kept, behind an HTTP 200."""
-    from agent import Model, run_agent
+    from agent import run_agent
+    from model import Model
     from conftest import make_settings
 
     history = [{"role": "user", "content": "earlier " * 3000}, {"role": "assistant", "content": "ok"}]
@@ -451,7 +454,8 @@ def test_every_request_caps_the_answer(kb):
 
 def test_a_stream_fails_on_silence_between_pieces_not_on_its_length(kb):
     import threading
-    from agent import AgentError, run_agent
+    from agent import run_agent
+    from model import AgentError
     from conftest import make_settings
 
     with FakeLLM(replies=[{"content": "x" * fake_server.PIECE * 12, "pace": 0.02}]) as fake:
