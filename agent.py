@@ -34,6 +34,7 @@ ROUND_NOTICE = ("[Stopped: reached the limit of {} model calls for one question 
 LENGTH_NOTICE = "[The answer was cut off: the model reached its output limit (finish_reason=length).]"
 REPEAT_NOTICE = "[The answer was cut off: the model kept repeating the same line.]"
 EMPTY_NOTICE = "[The model returned an empty answer. Try rephrasing the question.]"
+ECHO_NOTICE = "[No answer: the model only copied what a tool returned. Try rephrasing the question.]"
 CUT_NOTICES = {"length": LENGTH_NOTICE, "repeat": REPEAT_NOTICE}  # by finish_reason
 
 
@@ -121,7 +122,7 @@ def _rounds(model: Model, history: list[dict], notebook: Notebook, ui: UI) -> tu
         history.append(message := reply.message(round_number))
         _save(history, reply.usage, (settings.base_url, settings.model))
         if not reply.calls:  # decided by the calls, not finish_reason: servers differ
-            return reply, CUT_NOTICES.get(reply.finish_reason, "" if reply.content.strip() else EMPTY_NOTICE)
+            return reply, _notice(reply)
         if round_number == settings.max_rounds or not offer_tools:  # these calls are not run
             why = ROUND_LIMIT if offer_tools else STUCK
             history.extend(_result(call["id"], why) for call in message["tool_calls"])
@@ -133,6 +134,13 @@ def _rounds(model: Model, history: list[dict], notebook: Notebook, ui: UI) -> tu
         failing = failing + 1 if (any if reply.written else all)(result.error for result in results) else 0
         if REPEATED in results:  # a model making a call again whose result it has is stuck: asked to answer now
             failing = FAILING_ROUNDS
+
+
+def _notice(reply: Reply) -> str:
+    """Why an answer is incomplete, or "": cut off, empty, a copy of a tool result."""
+    if reply.finish_reason in CUT_NOTICES or reply.content.strip():
+        return CUT_NOTICES.get(reply.finish_reason, "")
+    return ECHO_NOTICE if reply.finish_reason == "echo" else EMPTY_NOTICE
 
 
 def execute(calls: list[dict], arguments: list[str], history: list[dict], notebook: Notebook, ui: UI,

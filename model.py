@@ -114,15 +114,17 @@ def _api_error(exc: Exception, settings: Settings, midway: bool) -> AgentError:
 
 class Reply:
     """What one API call produced, accumulated from a stream or read from a whole response; `ui` (an agent.UI)
-    is shown its text and reasoning as they come."""
+    is shown its text and reasoning as they come. Besides the server's, two finish reasons are ours: "repeat" (a
+    loop, stopped) and "echo" (a copy of one of `results`, this turn's tool results, stopped and dropped)."""
 
-    def __init__(self):
+    def __init__(self, results: list[str] = ()):
         self.content, self.reasoning, self.finish_reason, self.usage = "", None, None, Usage.of(None)
         self.calls: dict[int, dict] = {}  # by stream index; "arguments" as a list of pieces, joined once
         self.shown, self.consumed = "", 0  # the text the person saw; how much of `content` it shows
         self.held = 0  # content from here on may still be tool calls written as text (replies.held_from)
         self.streaming = False  # the stream has started: the SDK does not retry errors raised while reading it
         self.written = False  # the calls came as text: a model that does not speak the server's tool protocol
+        self.results, self.echo = results, None  # whether the text copies one of them; None while it may
 
     def receive(self, parts, stream: bool, ui) -> None:
         """Read a stream's chunks or one whole completion, showing text and reasoning as they come; text that may
@@ -140,8 +142,15 @@ class Reply:
                     self.content, self.finish_reason = self.content[:end], "repeat"
                     getattr(parts, "close", lambda: None)()  # the server stops generating
                     break
+                if self.echo is None and (echo := replies.echo_of(self.content, self.results)) is not None:
+                    self.echo = echo
+                if self.echo:  # never shown, no answer: the loop asks again
+                    self.content, self.finish_reason = "", "echo"
+                    getattr(parts, "close", lambda: None)()
+                    break
                 self.held = replies.held_from(self.content, self.held)
-                self._show(ui, min(self.held, replies.open_mark(self.content), replies.repeats_from(self.content)))
+                upto = min(self.held, replies.open_mark(self.content), replies.repeats_from(self.content))
+                self._show(ui, 0 if self.echo is None else upto)
             for index, call_id, name, arguments in calls:
                 call = self.calls.setdefault(index, {"id": None, "name": None, "arguments": []})
                 call["id"] = call_id or call["id"]  # some servers repeat id and name in later chunks: set, never append
@@ -268,7 +277,7 @@ class Model:
                 messages, estimate = self.request(history, schemas)
                 if refused and messages == refused[0]:  # nothing more can be left out: the window is too small
                     raise self._too_small(refused[1], schemas)
-                reply, params = Reply(), self._params(messages, schemas)
+                reply, params = Reply(_this_turns_results(history)), self._params(messages, schemas)
                 try:
                     reply.receive(self._response(params), self.settings.stream, ui)
                 except openai.APIError as exc:
@@ -336,6 +345,12 @@ class Model:
                    f"{estimate * self.token_ratio:,.0f} sent: it probably cut the start of the conversation (as "
                    "Ollama does beyond its num_ctx). Give it a larger context, or set CONTEXT_TOKENS below it.")
 
+
+
+def _this_turns_results(history: list[dict]) -> list[str]:
+    """The tool results since the last question: what an answer that copies one copies."""
+    start = next((i for i in range(len(history) - 1, -1, -1) if history[i]["role"] == "user"), 0)
+    return [message["content"] for message in history[start:] if message["role"] == "tool"]
 
 
 def _with_passages(question: dict, results: list[str] = ()) -> dict:

@@ -4,10 +4,11 @@ import json
 import httpx2
 import openai
 import pytest
-from conftest import Recorder, StubClient, api_error, assert_valid_history, make_settings, tool_call
+from conftest import Recorder, StubClient, api_error, assert_valid_history, make_settings, run_tool, tool_call
 
 from agent import run_agent
 from model import AgentError
+from notebook import Notebook
 from config import ConfigError, load_settings
 from page import no_key
 from context import INTERRUPTED_RESULT as CANCELLED
@@ -350,3 +351,27 @@ def test_an_empty_reply_is_asked_once_more_without_tools(kb):
     assert_valid_history(history) and all(m.get("content") != "" for m in history if m["role"] == "assistant")
     blank = run_agent("quit vim?", [], settings=make_settings(kb), client=StubClient([{"content": "\n"}] * 2))
     assert not blank.complete and "empty answer" in blank.notice  # a line break is no answer either
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_an_answer_that_copies_a_tool_result_is_not_shown_and_is_asked_for_again(kb, stream):
+    """Qwen2.5-Coder-1.5B searched, then "answered" with the search result word for word (1,398 tokens, 292 s),
+    the note's fact not among its lines. A reply that begins with a result's first line (the tool's own words)
+    is stopped, never shown, and the model is asked to answer with no tools; a quoted line of a note is an answer."""
+    settings = make_settings(kb, stream=stream)
+    with Notebook(settings) as notebook:
+        found = run_tool(notebook, "search_notes", query="quit")
+    search = tool_call("search_notes", query="quit")
+    client = StubClient([{"tool_calls": [search]}, {"content": "<tool_response>\n" + found},
+                         {"content": "Press :q! to quit (vim.md:9)."}])
+    ui, history = Recorder(), []
+    answer = run_agent("how do I quit vim?", history, settings=settings, client=client, ui=ui)
+    assert answer == "Press :q! to quit (vim.md:9)." and answer.complete and "".join(ui.texts) == answer
+    assert [bool(r.get("tools")) for r in client.requests] == [True, True, False] and found not in json.dumps(history)
+    again = StubClient([{"tool_calls": [search]}, {"content": found}, {"content": found}])
+    ui = Recorder()
+    answer = run_agent("how do I quit vim?", [], settings=settings, client=again, ui=ui)
+    assert not answer.complete and "only copied what a tool returned" in answer.notice and ui.texts == []
+    line = next(line for line in found.splitlines() if line.startswith("  ")).strip()  # a note's line, quoted
+    quoting = StubClient([{"tool_calls": [search]}, {"content": line}])
+    assert run_agent("how do I quit vim?", [], settings=settings, client=quoting) == line
