@@ -115,7 +115,8 @@ def _rounds(model: Model, history: list[dict], notebook: Notebook, ui: UI) -> tu
     for round_number in range(1, settings.max_rounds + 1):
         offer_tools = failing < FAILING_ROUNDS
         reply = model.ask(history, ui, offer_tools)
-        if offer_tools and not (reply.calls or reply.content.strip() or reply.finish_reason in CUT_NOTICES):
+        answer_now = round_number < settings.max_rounds and offer_tools  # one more request can be made, with no tools
+        if answer_now and not (reply.calls or reply.content.strip() or reply.finish_reason in CUT_NOTICES):
             _save(history, reply.usage, (settings.base_url, settings.model))
             failing = FAILING_ROUNDS  # an empty reply (a small model's, after tool results): asked to answer now
             continue
@@ -132,7 +133,7 @@ def _rounds(model: Model, history: list[dict], notebook: Notebook, ui: UI) -> tu
         results = execute(message["tool_calls"], reply.arguments(), history, notebook, ui, allowance, made)
         # Calls written as text come from a model that does not speak the tool protocol: one failed is enough.
         failing = failing + 1 if (any if reply.written else all)(result.error for result in results) else 0
-        if REPEATED in results:  # a model making a call again whose result it has is stuck: asked to answer now
+        if all(result is REPEATED for result in results):  # made again, its result above: stuck, asked to answer now
             failing = FAILING_ROUNDS
 
 

@@ -50,8 +50,8 @@ class Settings:
     model: str = _set_by(PROVIDERS["DEEPSEEK"][1], "MODEL")
     kb: Path | None = _set_by(None, "KNOWLEDGE_BASE")  # the notes folder; None only if not required
     max_rounds: int = _set_by(10, "MAX_TOOL_ROUNDS")  # model calls per question
-    max_output_tokens: int = _set_by(0, "MAX_OUTPUT_TOKENS")  # cap on one reply; 0: agent.py's default per server
-    temperature: float | None = _set_by(None, "TEMPERATURE")  # None: agent.py's default per server
+    max_output_tokens: int = _set_by(0, "MAX_OUTPUT_TOKENS")  # cap on one reply; 0: model.py's default per server
+    temperature: float | None = _set_by(None, "TEMPERATURE")  # None: model.py's default per server
     request_timeout: float = _set_by(120.0, "REQUEST_TIMEOUT")  # seconds of silence from the model server
     stream: bool = _set_by(True, "STREAM")
     thinking: str | None = _set_by(None, "THINKING", choices=("enabled", "disabled"))  # None: the provider's

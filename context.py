@@ -16,7 +16,7 @@ from itertools import accumulate
 # a refused one a retry. CJK is ~1 token a character; prose ~4 characters a token, Markdown, code, JSON ~3.
 CHARS_PER_TOKEN = 3.5
 MESSAGE_OVERHEAD_TOKENS = 4  # what each message costs in the chat template
-TOOL_RESULT_OVERHEAD_TOKENS = 30  # and a tool result's marks (agent.py fences each one)
+TOOL_RESULT_OVERHEAD_TOKENS = 30  # and a tool result's marks (model.py fences each one)
 TOOL_CALL_OVERHEAD_TOKENS = 8
 TRIM_TO = 0.45  # a trim cuts the request back to this share of the budget, so trims are rare
 HEAD_SHARE = 0.3  # the first turns kept through every trim, as a stable prefix the provider has cached

@@ -69,7 +69,6 @@ class ContextTooLong(RequestRejected):
         self.window = replies.context_window(message)
 
 
-
 def key_hint() -> str:
     return KEY_HINT.format(config_file())
 
@@ -117,7 +116,7 @@ class Reply:
     is shown its text and reasoning as they come. Besides the server's, two finish reasons are ours: "repeat" (a
     loop, stopped) and "echo" (a copy of one of `results`, this turn's tool results, stopped and dropped)."""
 
-    def __init__(self, results: list[str] = ()):
+    def __init__(self, results: tuple | list = ()):
         self.content, self.reasoning, self.finish_reason, self.usage = "", None, None, Usage.of(None)
         self.calls: dict[int, dict] = {}  # by stream index; "arguments" as a list of pieces, joined once
         self.shown, self.consumed = "", 0  # the text the person saw; how much of `content` it shows
@@ -162,10 +161,11 @@ class Reply:
         written = held < len(self.content) and self.finish_reason != "length" and \
             replies.text_tool_calls(self.content[held:])  # calls a loop repeated were kept once: they run
         if held < len(self.content) and not written and self.finish_reason in ("length", "repeat"):
-            self.content = self.content[:held]  # calls cut off mid-way are neither run nor an answer: the notice says so
+            self.content = self.content[:held]  # calls cut off mid-way are neither run nor an answer (the notice says)
         elif written:
             # kept as the server would have sent them: any server accepts the history
-            self.calls = {i: {"id": None, "name": c["name"], "arguments": [c["arguments"]]} for i, c in enumerate(written)}
+            self.calls = {i: {"id": None, "name": call["name"], "arguments": [call["arguments"]]}
+                          for i, call in enumerate(written)}
             self.written = True
             self.content = self.content[:held].rstrip()
         self._show(ui, len(self.content))
@@ -174,7 +174,8 @@ class Reply:
     def _show(self, ui, upto: int) -> None:
         """Show the text up to `upto` not shown yet, without tool results' marks (a line that may be one is held)."""
         if upto > self.consumed:
-            piece, mid_line = self.content[self.consumed:upto], self.content[self.consumed - 1:self.consumed] not in "\n"
+            piece = self.content[self.consumed:upto]
+            mid_line = self.content[self.consumed - 1:self.consumed] not in "\n"
             piece = replies.without_marks("." + piece)[1:] if mid_line else replies.without_marks(piece)
             self.consumed = upto
             if piece:
@@ -239,11 +240,11 @@ class Model:
         tokens, the tools' `schemas` included."""
         schemas = tools.tool_schemas(self.settings) if schemas is None else schemas
         budget = int(self.settings.context_tokens / self.token_ratio) - context.estimate_tokens([], schemas)
-        asked = [_with_passages(m) if m["role"] == "user" else m for m in history] if schemas else \
-            _answering_now(history)  # the passages count, as sent
+        asked = [_with_passages(m) if m["role"] == "user" else m for m in history]  # the passages count, as sent
+        fitted = context.fit_to_budget([system_message(self.settings.kb)] + asked, budget)
         messages = [{"role": "tool", "tool_call_id": m["tool_call_id"],
                      "content": tools.fenced(m["content"], m["tool_call_id"])} if m["role"] == "tool" else m
-                    for m in context.fit_to_budget([system_message(self.settings.kb)] + asked, budget)]
+                    for m in fitted] if schemas else _answering_now(fitted)  # its results as fitted: shortened
         return messages, context.estimate_tokens(messages, schemas)
 
     def _params(self, messages: list[dict], schemas: list[dict]) -> dict:
@@ -277,7 +278,8 @@ class Model:
                 messages, estimate = self.request(history, schemas)
                 if refused and messages == refused[0]:  # nothing more can be left out: the window is too small
                     raise self._too_small(refused[1], schemas)
-                reply, params = Reply(_this_turns_results(history)), self._params(messages, schemas)
+                # a copy of a result is asked for again with no tools; then it is the answer (a list asked for)
+                reply, params = Reply(_this_turns_results(history) if schemas else ()), self._params(messages, schemas)
                 try:
                     reply.receive(self._response(params), self.settings.stream, ui)
                 except openai.APIError as exc:
@@ -346,28 +348,27 @@ class Model:
                    "Ollama does beyond its num_ctx). Give it a larger context, or set CONTEXT_TOKENS below it.")
 
 
-
 def _this_turns_results(history: list[dict]) -> list[str]:
     """The tool results since the last question: what an answer that copies one copies."""
     start = next((i for i in range(len(history) - 1, -1, -1) if history[i]["role"] == "user"), 0)
     return [message["content"] for message in history[start:] if message["role"] == "tool"]
 
 
-def _with_passages(question: dict, results: list[str] = ()) -> dict:
-    """A question as requests send it, after the passages found for it (and `results`): always the same, so every
-    later request begins as this one did."""
+def _with_passages(question: dict) -> dict:
+    """A question as requests send it, after the passages found for it: always the same, so every later request
+    begins as this one did."""
     found = (question.get(SHOWN) or {}).get("passages")
     asked = {key: value for key, value in question.items() if key != SHOWN}
-    data = ([tools.fenced(found, PASSAGES_TAG, PASSAGES_WHAT)] if found else []) + list(results)
-    return {**asked, "content": "\n\n".join(data + [asked["content"]])} if data else asked
+    return {**asked, "content": f"{tools.fenced(found, PASSAGES_TAG, PASSAGES_WHAT)}\n\n{asked['content']}"} \
+        if found else asked
 
 
-def _answering_now(history: list[dict]) -> list[dict]:
-    """The conversation for a request that offers no tools: questions and answers, and this turn's results that
-    did not fail inside its question as data. A 1.5B model asked to answer now after a call wrote that call again
-    as text; failed calls only teach it to make them again."""
+def _answering_now(messages: list[dict]) -> list[dict]:
+    """A request's `messages` as one that offers no tools sends them: questions and answers, and this turn's results
+    that did not fail inside its question as data. A 1.5B model asked to answer now after a call wrote that call
+    again as text; failed calls only teach it to make them again."""
     asked, calls, results = [], {}, []
-    for message in history:
+    for message in messages:
         if message["role"] == "user":
             asked, results = asked + [message], []  # earlier turns' results go: their answers stay
         elif message.get("tool_calls"):
@@ -375,10 +376,11 @@ def _answering_now(history: list[dict]) -> list[dict]:
         elif message["role"] == "tool":
             if not (message.get(SHOWN) or {}).get("error"):
                 function = calls.get(message["tool_call_id"], {})
-                what = f"what {function.get('name')} {function.get('arguments', '')[:200]} returned"
+                arguments = " ".join(function.get("arguments", "").split())[:200]  # the mark is one line
+                what = f"what {function.get('name')} {arguments} returned"
                 results.append(tools.fenced(message["content"], message["tool_call_id"], what))
         else:
             asked.append(message)
     last = max((i for i, m in enumerate(asked) if m["role"] == "user"), default=-1)
-    return [_with_passages(m, results if i == last else []) if m["role"] == "user" else m
+    return [{**m, "content": "\n\n".join(results + [m["content"]])} if i == last and results else m
             for i, m in enumerate(asked)]

@@ -113,9 +113,11 @@ def note_part(name: str, text: str, start_line: int = 1, section: str | None = N
                 + "\n…" * bool(cut) + "\n\n")
         shown, end, total = read_lines(text, start, last, READ_ROOM - len(head))
     under = _under(text, start) if section is None else []
-    part = f"; section {json.dumps(section, ensure_ascii=False)} ends at line {last}" if section else \
-        "; under " + " > ".join(f"{json.dumps(title, ensure_ascii=False)} (line {n})" for n, title in under) if under \
-        else ""
+    if section:
+        part = f"; section {json.dumps(section, ensure_ascii=False)} ends at line {last}"
+    else:
+        part = "; under " * bool(under) + " > ".join(f"{json.dumps(title, ensure_ascii=False)} (line {n})"
+                                                   for n, title in under)
     footer = f"\n{read_on(end + 1, section)}" if end < (last or total) else ""
     return Shown(head + f"{name} (lines {start}-{end} of {total}{part})\n" + "\n".join(shown) + footer,
                  {name: [*range(start, end + 1), *headings, *(n for n, _ in under)]}, [name])
@@ -143,7 +145,7 @@ def read_note(notebook: Notebook, file_path: str, start_line: int = 1, section: 
         if len(same) != 1:
             advice = f"Notes of that name: {', '.join(same)}." if same else error.advice
             raise ToolError(error.message, advice, error.kind) from None
-        name, text = note_text(notebook, same[0])
+        name, text = note_text(notebook, rel(notebook.kb, guarded(notebook, same[0])))  # private since indexed?
         said = f"No note is at {file_path}; the one note of that name is {name}:\n"
     part = note_part(name, text, start_line, section)
     return Shown(said + part, part.lines, part.named)

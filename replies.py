@@ -50,7 +50,7 @@ MARK_LINE = re.compile(r"^[ \t]*(?:(?:<<<data|>>>end)\b.*|</?tool_response>[ \t]
 MARKS = ("<<<data", ">>>end", "<tool_response>", "</tool_response>")
 REPEATED_LINES = 6  # a reply whose last lines are one line this many times over is looping: it is stopped
 LOOP_WINDOW = 4_000  # characters at a reply's end a loop (of lines under a seventh of it) is looked for in
-ECHO_LINE_CHARS = 20  # an answer that begins with a tool result's whole first line, this long at least, copies it
+ECHO_LINE_CHARS = 20  # an answer that begins with a result's first two lines, this long at least, copies it
 
 # server_kept_fewer: a server keeping the whole prompt counts at least ~0.6 of context.py's estimate (Qwen2.5 on
 # llama.cpp, 600 real requests), and KEPT_SHARE times a learnt ratio of up to 1.62 stays under that. Below
@@ -157,18 +157,24 @@ def without_marks(text: str) -> str:
 
 def echo_of(text: str, results: list[str]) -> bool | None:
     """Whether an answer is a copy of a tool result (the 1.5B answered with the search result it got): True once it
-    begins with one's whole first line, which is the tool's own words; None while its start may still become one
-    (to hold it back); False when it cannot."""
-    firsts = [first for first in (result.split("\n", 1)[0].strip() for result in results)
-              if len(first) >= ECHO_LINE_CHARS]
-    start = without_marks(text[:2_000]).lstrip()
-    if not firsts:
+    begins with one's first two lines (the tool's own words, then what it found; a one-line result may well be the
+    answer), blank lines and indents aside; None while its start may still become one, to hold it back; False when
+    it cannot."""
+    heads = [head for head in (_lines_of(result, 2) for result in results)
+             if "\n" in head and len(head) >= ECHO_LINE_CHARS]
+    start = _lines_of(without_marks(text[:2_000]))
+    if not heads:
         return False
     if not start or any(mark.startswith(start) for mark in MARKS):
         return None
-    if any(start.startswith(first) for first in firsts):
+    if any(start.startswith(head) for head in heads):
         return True
-    return None if any(first.startswith(start) for first in firsts) else False
+    return None if any(head.startswith(start) for head in heads) else False
+
+
+def _lines_of(text: str, most: int | None = None) -> str:
+    """The text's lines that hold something (the first `most`), stripped, one a line."""
+    return "\n".join([line.strip() for line in text.split("\n") if line.strip()][:most])
 
 
 def open_mark(text: str) -> int:

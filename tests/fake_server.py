@@ -103,7 +103,7 @@ def demo_brain(request: dict) -> dict:
     """A rule-based stand-in for a model: search → read → answer, write a note, and the direct phrases below."""
     messages = request["messages"]
     last = messages[-1]
-    if last["role"] == "tool":  # a model reads the result between its marks (agent.py's fence)
+    if last["role"] == "tool":  # a model reads the result between its marks (model.py's fence)
         last = {**last, "content": unfenced(last["content"])}
         call = _call_for(messages, last["tool_call_id"])
         name = call["function"]["name"] if call else ""
@@ -141,7 +141,7 @@ def demo_brain(request: dict) -> dict:
 
 
 def unfenced(text: str) -> str:
-    """A tool result without the marks agent.py puts around it (tools.fenced)."""
+    """A tool result without the marks model.py puts around it (tools.fenced)."""
     lines = text.split("\n")
     return "\n".join(lines[1:-1]) if lines[0].startswith("<<<data ") and lines[-1].startswith(">>>end ") else text
 

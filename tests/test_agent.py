@@ -356,22 +356,36 @@ def test_an_empty_reply_is_asked_once_more_without_tools(kb):
 @pytest.mark.parametrize("stream", [True, False])
 def test_an_answer_that_copies_a_tool_result_is_not_shown_and_is_asked_for_again(kb, stream):
     """Qwen2.5-Coder-1.5B searched, then "answered" with the search result word for word (1,398 tokens, 292 s),
-    the note's fact not among its lines. A reply that begins with a result's first line (the tool's own words)
-    is stopped, never shown, and the model is asked to answer with no tools; a quoted line of a note is an answer."""
+    the note's fact not among its lines. A reply that begins with a result's first two lines (the tool's words,
+    then what it found) is stopped, never shown, and asked for again with no tools; copied then, it is the answer
+    (a list the person asked for). A quoted line of a note, or a one-line result, is an answer at once."""
     settings = make_settings(kb, stream=stream)
     with Notebook(settings) as notebook:
-        found = run_tool(notebook, "search_notes", query="quit")
+        found, linked = run_tool(notebook, "search_notes", query="quit"), run_tool(notebook, "links", file_path="vim.md")
     search = tool_call("search_notes", query="quit")
     client = StubClient([{"tool_calls": [search]}, {"content": "<tool_response>\n" + found},
                          {"content": "Press :q! to quit (vim.md:9)."}])
     ui, history = Recorder(), []
     answer = run_agent("how do I quit vim?", history, settings=settings, client=client, ui=ui)
     assert answer == "Press :q! to quit (vim.md:9)." and answer.complete and "".join(ui.texts) == answer
-    assert [bool(r.get("tools")) for r in client.requests] == [True, True, False] and found not in json.dumps(history)
-    again = StubClient([{"tool_calls": [search]}, {"content": found}, {"content": found}])
+    assert [bool(r.get("tools")) for r in client.requests] == [True, True, False]
+    assert not any(found.splitlines()[0] in (m["content"] or "") for m in history if m["role"] == "assistant")
     ui = Recorder()
-    answer = run_agent("how do I quit vim?", [], settings=settings, client=again, ui=ui)
-    assert not answer.complete and "only copied what a tool returned" in answer.notice and ui.texts == []
+    twice = run_agent("which notes say quit?", [], settings=settings, ui=ui,
+                      client=StubClient([{"tool_calls": [search]}, {"content": found}, {"content": found}]))
+    assert twice == found and twice.complete and "".join(ui.texts) == found
+    ui = Recorder()
+    last = run_agent("how do I quit vim?", [], settings=make_settings(kb, stream=stream, max_rounds=2), ui=ui,
+                     client=StubClient([{"tool_calls": [search]}, {"content": found}]))  # no request left
+    assert not last.complete and "only copied what a tool returned" in last.notice and ui.texts == []
     line = next(line for line in found.splitlines() if line.startswith("  ")).strip()  # a note's line, quoted
-    quoting = StubClient([{"tool_calls": [search]}, {"content": line}])
-    assert run_agent("how do I quit vim?", [], settings=settings, client=quoting) == line
+    assert "\n" not in linked.strip()
+    for answer, call in ((line, search), (linked, tool_call("links", file_path="vim.md"))):
+        assert run_agent("?", [], settings=settings, client=StubClient([{"tool_calls": [call]}, {"content": answer}])) \
+            == answer.strip()
+
+
+def test_an_empty_reply_on_the_last_round_is_said_to_be_empty(kb):
+    """No request is left to ask again with no tools: the answer says it is empty (it was a crash)."""
+    answer = run_agent("hi", [], settings=make_settings(kb, max_rounds=1), client=StubClient([{"content": ""}]))
+    assert not answer.complete and "empty answer" in answer.notice

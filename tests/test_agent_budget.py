@@ -141,3 +141,20 @@ def test_a_window_too_small_for_any_question_gives_only_the_servers_numbers(kb, 
     ours, _, server = str(error.value).partition("(the server said: ")
     assert "too small for any question" in ours and "1937" in server
     assert set(re.findall(r"\d[\d,]*", ours)) == {"1,024"}
+
+
+def test_a_request_asking_for_the_answer_now_fits_the_window_too(kb):
+    """Asked to answer with no tools, the model gets this turn's results inside its question: shortened, oldest
+    first, as tool results are when a request would not fit (sent whole, they made a small window refuse it and
+    the answer an error). Each result's label is one line, however the call's arguments were laid out."""
+    (kb / "big.md").write_text("\n".join(f"line {i} " + "word " * 12 for i in range(400)), encoding="utf-8")
+    reads = [{"name": "read_note", "arguments": json.dumps({"file_path": "big.md", "start_line": start}, indent=2)}
+             for start in (1, 120, 240)]
+    client = StubClient([{"tool_calls": reads}, {"content": ""}, {"content": "Words."}])
+    settings = make_settings(kb, context_tokens=4000)
+    assert run_agent("what is in big.md?", [], settings=settings, client=client) == "Words."
+    last = client.requests[-1]
+    assert not last.get("tools") and context.estimate_tokens(last["messages"]) <= 4000
+    question = last["messages"][-1]["content"]
+    assert 'what read_note { "file_path": "big.md", "start_line": 240 } returned' in question and "line 300" in question
+    assert "elided" in question  # the oldest went short; the latest is whole
