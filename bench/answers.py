@@ -15,8 +15,8 @@ fresh copy of its notes, with a fresh index and data folder, through the project
 (config.load_settings, agent.run_agent, agent.UI), so one bench measures any checkout, before and after.
 
 A logging proxy in front of the server counts requests and the server's own prompt and completion tokens. Per
-question and in total it prints: correct (every expected group found in the answer, case, width and spaces
-ignored; not_covered: the answer says the notes do not cover it, a heuristic; write: the note on disk),
+question and in total it prints: correct (every expected group found in the answer, case, width, spaces and
+hyphens ignored; not_covered: the answer says the notes do not cover it, a heuristic; write: the note on disk),
 citations valid (the project's own check: at least one citation and none failing), citations to lines the model
 was never shown, answered with no tool call, protocol text (call-shaped JSON, <<<data marks) in the answer,
 requests, tokens, seconds. --raw keeps every exchange as JSON lines. The questions' answers never reach the
@@ -148,8 +148,8 @@ def ask(question: dict, notes: Path, run: dict, proxy) -> dict:
 # --- Scoring ---
 
 def squeezed(text: str) -> str:
-    """Text compared as a reader would: full-width forms, case and whitespace ignored."""
-    return re.sub(r"\s+", "", unicodedata.normalize("NFKC", text)).casefold()
+    """Text compared as a reader would: full-width forms, case, whitespace and hyphens ignored ("a 1-hour break")."""
+    return re.sub(r"[\s\-‐‑]+", "", unicodedata.normalize("NFKC", text)).casefold()
 
 
 def holds(text: str, groups: list[list[str]]) -> bool:
