@@ -72,9 +72,9 @@ def bash(notebook: Notebook, command: str, *, approve) -> Shown:
 
 
 PATH = ("string", "The note's path, as a search or the list gave it.")
-FOLDER = ("string", "Only notes inside this folder (optional).")
-DAYS = {"after": ("string", "Only notes dated this day (YYYY-MM-DD) or later (optional)."),
-        "before": ("string", "Only notes dated this day (YYYY-MM-DD) or earlier (optional).")}
+FOLDER = ("string", "Only notes inside this folder, when the person names one.")
+DAYS = {"after": ("string", "Only notes dated this day (YYYY-MM-DD) or later, when the question names a time."),
+        "before": ("string", "Only notes dated this day (YYYY-MM-DD) or earlier, when the question names a time.")}
 TOOLS: dict[str, Tool] = {t.schema["function"]["name"]: t for t in [
     tool(reading.search_notes,
          "Search the notes for words (any language): the best notes first, each with its matching lines numbered. "
