@@ -163,6 +163,8 @@ class Reply:
             replies.text_tool_calls(self.content[held:])  # calls a loop repeated were kept once: they run
         if held < len(self.content) and not written and self.finish_reason in ("length", "repeat"):
             self.content = self.content[:held]  # calls cut off mid-way are neither run nor an answer (the notice says)
+        elif held < len(self.content) and not written and not replies.without_echo(self.content[held:]):
+            self.content = self.content[:held]  # only the tool list, echoed (a 1.5B's whole reply once): no answer
         elif written:
             # kept as the server would have sent them: any server accepts the history
             self.calls = {i: {"id": None, "name": call["name"], "arguments": [call["arguments"]]}

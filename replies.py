@@ -62,7 +62,7 @@ MIN_JUDGED_ESTIMATE = 1000
 def text_tool_calls(content: str) -> list[dict] | None:
     """The calls, as [{"name": …, "arguments": "<JSON text>"}], when `content` is only tool calls; else None.
     A call that cannot run as written keeps what it wrote as its arguments, so running it tells the model why."""
-    text = _without_echo(content or "")
+    text = without_echo(content or "")
     bodies = _tagged_bodies(text) if text.startswith(TAGGED[0]) else _fenced_body(text) if text.startswith(FENCE) \
         else [text]
     calls = []
@@ -301,7 +301,7 @@ def _text(value) -> str | None:
     raise TypeError(f"{type(value).__name__} where text belongs")
 
 
-def _without_echo(text: str) -> str:
+def without_echo(text: str) -> str:
     """The text without a leading or trailing <tools>…</tools> echo of the tool list; calls inside are kept."""
     text = text.strip()
     opening, closing = TOOLS_ECHO

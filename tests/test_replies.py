@@ -535,3 +535,21 @@ def test_a_reply_reciting_its_calls_over_and_over_is_stopped_at_the_first_repeat
         requests = fake.requests
     assert answer == "Three eggs." and answer.complete and [bool(r.get("tools")) for r in requests] == [True, True, False]
     assert ui.calls == ["links", "search_notes", "links", "search_notes"]
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_reply_that_only_echoes_the_tool_list_is_no_answer(kb, stream):
+    """Qwen2.5-Coder-1.5B answered "我在京都最喜欢哪个寺庙？" with `<tools>`, one tool's schema as JSON (its
+    description reworded), `</tools>`: the template's tool list, no call and no answer. It is never shown; the
+    model is asked again, with no tools."""
+    from agent import run_agent
+    from conftest import Recorder, StubClient, make_settings
+    schema = {"type": "function", "function": {"name": "search_notes", "description": 'Search the notes. "京都" in '
+              "double quotes matches word for word.", "parameters": {"type": "object", "properties": {
+                  "query": {"type": "string", "description": "The words to look for."}}, "required": []}}}
+    echo = "<tools>\n" + json.dumps(schema, ensure_ascii=False) + "\n</tools>"
+    client = StubClient([{"content": echo}, {"content": "你的笔记里没有写京都的寺庙。"}])
+    ui = Recorder()
+    answer = run_agent("我在京都最喜欢哪个寺庙？", [], settings=make_settings(kb, stream=stream), client=client, ui=ui)
+    assert answer == "你的笔记里没有写京都的寺庙。" and "".join(ui.texts) == answer
+    assert [bool(r.get("tools")) for r in client.requests] == [True, False]
