@@ -115,8 +115,8 @@ def _rounds(model: Model, history: list[dict], notebook: Notebook, ui: UI) -> tu
     for round_number in range(1, settings.max_rounds + 1):
         offer_tools = failing < FAILING_ROUNDS
         reply = model.ask(history, ui, offer_tools)
-        answer_now = round_number < settings.max_rounds and offer_tools  # one more request can be made, with no tools
-        if answer_now and not (reply.calls or reply.content.strip() or reply.finish_reason in CUT_NOTICES):
+        can_ask_again = offer_tools and round_number < settings.max_rounds  # with no tools, for the answer
+        if can_ask_again and not (reply.calls or reply.content.strip() or reply.finish_reason in CUT_NOTICES):
             _save(history, reply.usage, (settings.base_url, settings.model))
             failing = FAILING_ROUNDS  # an empty reply (a small model's, after tool results): asked to answer now
             continue

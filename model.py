@@ -115,16 +115,16 @@ def _api_error(exc: Exception, settings: Settings, midway: bool) -> AgentError:
 class Reply:
     """What one API call produced, accumulated from a stream or read from a whole response; `ui` (an agent.UI)
     is shown its text and reasoning as they come. Besides the server's, two finish reasons are ours: "repeat" (a
-    loop, stopped) and "echo" (a copy of one of `results`, this turn's tool results, stopped and dropped)."""
+    loop, stopped) and "echo" (a copy of a tool result, begun as one of `heads`: stopped and dropped)."""
 
-    def __init__(self, results: tuple | list = ()):
+    def __init__(self, heads: list[str] = ()):
         self.content, self.reasoning, self.finish_reason, self.usage = "", None, None, Usage.of(None)
         self.calls: dict[int, dict] = {}  # by stream index; "arguments" as a list of pieces, joined once
         self.shown, self.consumed = "", 0  # the text the person saw; how much of `content` it shows
         self.held = 0  # content from here on may still be tool calls written as text (replies.held_from)
         self.streaming = False  # the stream has started: the SDK does not retry errors raised while reading it
         self.written = False  # the calls came as text: a model that does not speak the server's tool protocol
-        self.results, self.echo = results, None  # whether the text copies one of them; None while it may
+        self.heads, self.echo = heads, None  # whether the text copies a result (replies.echo_heads); None: it may
 
     def receive(self, parts, stream: bool, ui) -> None:
         """Read a stream's chunks or one whole completion, showing text and reasoning as they come; text that may
@@ -142,8 +142,8 @@ class Reply:
                     self.content, self.finish_reason = self.content[:end], "repeat"
                     getattr(parts, "close", lambda: None)()  # the server stops generating
                     break
-                if self.echo is None and (echo := replies.echo_of(self.content, self.results)) is not None:
-                    self.echo = echo
+                if self.echo is None:
+                    self.echo = replies.echo_of(self.content, self.heads)
                 if self.echo:  # never shown, no answer: the loop asks again
                     self.content, self.finish_reason = "", "echo"
                     getattr(parts, "close", lambda: None)()
@@ -275,14 +275,15 @@ class Model:
         that broke before anything was shown, and a "too long" answer, with less. Without `offer_tools`: none."""
         import openai
         schemas = tools.tool_schemas(self.settings) if offer_tools else []  # once per round, and their estimates
+        # a copy of a result is asked for again with no tools; then it is the answer (a list asked for)
+        heads = replies.echo_heads(_this_turns_results(history)) if offer_tools else []
         retried, refused, reply = False, None, Reply()  # refused: (the messages, the error) of a "too long" answer
         try:
             while True:
                 messages, estimate = self.request(history, schemas)
                 if refused and messages == refused[0]:  # nothing more can be left out: the window is too small
                     raise self._too_small(refused[1], schemas)
-                # a copy of a result is asked for again with no tools; then it is the answer (a list asked for)
-                reply, params = Reply(_this_turns_results(history) if schemas else ()), self._params(messages, schemas)
+                reply, params = Reply(heads), self._params(messages, schemas)
                 try:
                     reply.receive(self._response(params), self.settings.stream, ui)
                 except openai.APIError as exc:

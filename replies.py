@@ -51,6 +51,7 @@ MARKS = ("<<<data", ">>>end", "<tool_response>", "</tool_response>")
 REPEATED_LINES = 6  # a reply whose last lines are one line this many times over is looping: it is stopped
 LOOP_WINDOW = 4_000  # characters at a reply's end a loop (of lines under a seventh of it) is looked for in
 ECHO_LINE_CHARS = 20  # an answer that begins with a result's first two lines, this long at least, copies it
+ECHO_SCAN_CHARS = 2_000  # how much of a result, and of an answer, a copy is looked for in
 
 # server_kept_fewer: a server keeping the whole prompt counts at least ~0.6 of context.py's estimate (Qwen2.5 on
 # llama.cpp, 600 real requests), and KEPT_SHARE times a learnt ratio of up to 1.62 stays under that. Below
@@ -155,16 +156,20 @@ def without_marks(text: str) -> str:
     return MARK_LINE.sub("", text)
 
 
-def echo_of(text: str, results: list[str]) -> bool | None:
+def echo_heads(results: list[str]) -> list[str]:
+    """What a copy of each tool result begins with: its first two lines that hold something (the tool's own words,
+    then what it found), stripped; a one-line result may well be the answer, so it has none."""
+    heads = (_lines_of(result[:ECHO_SCAN_CHARS], 2) for result in results)
+    return [head for head in heads if "\n" in head and len(head) >= ECHO_LINE_CHARS]
+
+
+def echo_of(text: str, heads: list[str]) -> bool | None:
     """Whether an answer is a copy of a tool result (the 1.5B answered with the search result it got): True once it
-    begins with one's first two lines (the tool's own words, then what it found; a one-line result may well be the
-    answer), blank lines and indents aside; None while its start may still become one, to hold it back; False when
-    it cannot."""
-    heads = [head for head in (_lines_of(result, 2) for result in results)
-             if "\n" in head and len(head) >= ECHO_LINE_CHARS]
-    start = _lines_of(without_marks(text[:2_000]))
+    begins with one of `heads` (echo_heads), blank lines and indents aside; None while its start may still become
+    one, to hold it back; False when it cannot."""
     if not heads:
         return False
+    start = _lines_of(without_marks(text[:ECHO_SCAN_CHARS]))
     if not start or any(mark.startswith(start) for mark in MARKS):
         return None
     if any(start.startswith(head) for head in heads):
