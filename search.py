@@ -24,6 +24,7 @@ SEARCH_MAX_HITS = 10
 SEARCH_LINES_PER_HIT = 3
 SEARCH_OUTPUT_CHARS = 4000
 SEARCH_LINE_CHARS = 160  # a shown line is cut to about this many characters around the match
+SEARCH_OUTSIDE_NOTES = 3  # a search in a folder or days where no note has every word shows this many from all
 SEARCH_QUERY_ECHO_CHARS = 80  # the query is repeated in the answer's first line, cut to this length
 SEARCH_QUERY_MAX_WORDS = 64  # words (Chinese: 2-character words) of a query searched; the rest is ignored
 SEARCH_QUERY_MAX_CHARS = 2_000  # of a query read at all: a megabyte of one word must not hold the search for seconds
@@ -179,15 +180,20 @@ def search_notes(notebook, query: str, folder: str | None = None, embedder: embe
     if not parsed[-1] and not tags and not days:
         raise ToolError("the search query has no words to look for. Give one or more keywords, or a date range.")
     lo, hi, said = _folder(notebook.kb, folder, "were searched")
-    def found_in(scope):
-        return notebook.with_index(
-            lambda idx: _search(idx, notebook.vectors, query, rest, parsed, tags, scope, embedder))
+    def found_in(scope, every_only=False, room=SEARCH_OUTPUT_CHARS):
+        return notebook.with_index(lambda idx: _search(
+            idx, notebook.vectors, query, rest, parsed, tags, scope, embedder, every_only, room))
 
-    found = found_in((lo, hi, days))
-    if not found.lines and (lo or days) and parsed[-1]:  # a small model's made-up folder or days hide every note
-        wide = found_in(("", "\U0010ffff", ()))
-        found = Shown(f"No note{_where(lo, days)} has the words of {_quoted(query)}; in all the notes: {wide}",
-                      wide.lines, wide.named) if wide.lines else found
+    found, every = found_in((lo, hi, days))
+    if (lo or days) and parsed[-1] and not every:  # a small model's made-up folder or days hide the note it needs
+        some = bool(found.lines)  # then the few notes with every word come first, and the scope's after them
+        wide, _ = found_in(("", "\U0010ffff", ()), some, SEARCH_OUTPUT_CHARS // 3 if some else SEARCH_OUTPUT_CHARS)
+        head = f"No note{_where(lo, days)} has {'every word' if some else 'the words'} of {_quoted(query)}; in all" \
+               " the notes: "
+        if some and wide.lines:
+            found, _ = found_in((lo, hi, days), room=SEARCH_OUTPUT_CHARS - len(head + wide) - 2)
+        if wide.lines:
+            found = Shown(head + wide + f"\n\n{found}" * some, wide.lines | found.lines, wide.named + found.named)
     return Shown(said + found, found.lines, found.named)
 
 
@@ -209,15 +215,19 @@ def _of_days(days: tuple) -> tuple:
     return "".join(f" AND n.day {op} ?" for op, _ in ends), tuple(day for _, day in ends)
 
 
-def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: list, scope: tuple, embedder) -> Shown:
-    """`rest`: the query without its tags, `parsed` from it; `scope`: the folder's bounds and the days asked for."""
+def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: list, scope: tuple, embedder,
+            every_only: bool = False, room: int = SEARCH_OUTPUT_CHARS) -> tuple[Shown, int]:
+    """The result in `room` characters, and how many notes have every word. `rest`: the query without its tags,
+    `parsed` from it; `scope`: the folder's bounds and the days asked for; `every_only`: the few best with every
+    word alone."""
     (terms, near, words), (lo, hi, days) = parsed, scope
     where, args = _scope(lo, hi, tags, days)
     where_text = _where(lo, days)
     if not words:  # tags or days alone
-        return _newest(idx, where, args, tags, where_text, query)
-    vector, notice = embeddings.query_vector(idx, vectors, embedder, query) if embedder and not tags else (None, "")
-    depth = embeddings.EMBED_NOTES if vector else SEARCH_MAX_HITS  # fusion reranks a deeper list
+        return _newest(idx, where, args, tags, where_text, query), 0
+    vector, notice = embeddings.query_vector(idx, vectors, embedder, query) \
+        if embedder and not tags and not every_only else (None, "")
+    depth = embeddings.EMBED_NOTES if vector else SEARCH_OUTSIDE_NOTES if every_only else SEARCH_MAX_HITS
     qkey, hits = title_key(rest.replace('"', " ")), []
     rank_sql, matching = _RANK_SQL.replace("{}", where, 1), _MATCHING.format(where)
 
@@ -235,11 +245,13 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
 
     as_phrases, every_word, ranked, wide = _matches(idx, terms, near)
     total = count(every_word)
-    add(ranked, every_only=total >= depth)  # the notes with every word fill the list, and rank first
-    if len(hits) < depth and wide != ranked:  # a word's rarer forms fill the room left
+    if every_only and not total:
+        return Shown(""), 0
+    add(ranked, every_only=every_only or total >= depth)  # the notes with every word fill the list, and rank first
+    if len(hits) < depth and wide != ranked and not every_only:  # a word's rarer forms fill the room left
         add(wide)
     every = next((at for at, hit in enumerate(hits) if not hit[3]), len(hits))
-    some_only = count(wide) - total if every < depth else 0
+    some_only = count(wide) - total if every < depth and not every_only else 0
     hits = [(path, title, None) for _id, path, title, _, _ in hits]
     if vector:
         by_meaning = embeddings.notes_by_meaning(idx, vectors, vector, lo, hi)
@@ -251,19 +263,21 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
         hits = hits[:kept] + _fuse(hits[kept:], by_meaning, {path for path, _, _ in hits[:kept]})
     patterns = _line_patterns(words) + _tag_patterns(tags)
     if days and not hits:  # a period's few notes help more than none: "decided" finds no "Decisions"
-        text = _newest(idx, where, args, tags, where_text, "")
+        text = _newest(idx, where, args, tags, where_text, "", room)
         text = Shown(f"No note{where_text} has the words of {_quoted(query)}. " + text, text.lines, text.named)
     else:
-        text = _format_hits(idx, patterns, hits[:SEARCH_MAX_HITS], total, some_only, where_text, query)
-    return Shown(f"{notice}\n{text}", text.lines, text.named) if notice else text
+        text = _format_hits(idx, patterns, hits[:SEARCH_MAX_HITS], total, some_only, where_text, query,
+                            room=room)
+    return (Shown(f"{notice}\n{text}", text.lines, text.named) if notice else text), total
 
 
-def _newest(idx: Index, where: str, args: tuple, tags: list, where_text: str, query: str) -> Shown:
+def _newest(idx: Index, where: str, args: tuple, tags: list, where_text: str, query: str,
+            room: int = SEARCH_OUTPUT_CHARS) -> Shown:
     """The notes a search may find, newest first (a query of tags or days alone)."""
     total = idx.conn.execute(f"SELECT count(*) FROM notes n WHERE {where}", args).fetchone()[0]
     hits = idx.conn.execute(f"SELECT path, title, NULL FROM notes n WHERE {where} "
                             "ORDER BY day DESC, mtime_ns DESC, path LIMIT ?", (*args, SEARCH_MAX_HITS)).fetchall()
-    return _format_hits(idx, _tag_patterns(tags), hits, total, 0, where_text, query, "newest first")
+    return _format_hits(idx, _tag_patterns(tags), hits, total, 0, where_text, query, "newest first", room)
 
 
 def _matches(idx: Index, terms: list, near: list) -> tuple:
@@ -313,7 +327,7 @@ def _fuse(by_words: list, by_meaning: list, placed: set) -> list:
 
 
 def _format_hits(idx: Index, patterns: list, hits, total_all: int, some_only: int, where: str, query: str,
-                 order: str = "best first") -> Shown:
+                 order: str = "best first", room: int = SEARCH_OUTPUT_CHARS) -> Shown:
     """One block per hit, "path — title (day)" then "  line-number: text" lines and its sync-conflict copies."""
     matched, by_meaning = total_all + some_only, sum(line is not None for _, _, line in hits)
     notes = plural(matched, "note")
@@ -343,10 +357,10 @@ def _format_hits(idx: Index, patterns: list, hits, total_all: int, some_only: in
         if path in copies:
             block += f"\n  {path.rsplit('/', 1)[-1]} has {_copies(copies[path])}: {_named(copies[path])}; " \
                      "compare and merge, then delete the copies"
-        if used + len(block) + 2 > SEARCH_OUTPUT_CHARS:
+        if used + len(block) + 2 > room:
             if blocks:
                 break
-            block = block[:SEARCH_OUTPUT_CHARS - used - 2]
+            block = block[:room - used - 2]
         shown[path] = [n for n, text in lines if f"\n  {n}: {text}" in block]  # all, unless the block was cut
         blocks.append(block)
         used += len(block) + 2

@@ -96,6 +96,17 @@ def test_days_or_a_folder_with_no_note_that_has_the_words_search_all_the_notes_a
     assert run_tool(notebook, "search_notes", query="zebra", folder="journal").startswith('No notes in journal/ match')
 
 
+
+def test_days_where_no_note_has_every_word_show_the_notes_that_do_first_then_the_days_own(notebook):
+    # Qwen2.5-Coder-1.5B copied two passages' dates as after and before; the note it needed was outside them
+    found = run_tool(notebook, "search_notes", query="meetup venue", after="2026-11-02", before="2026-11-03")
+    assert found.startswith('No note dated 2026-11-02 to 2026-11-03 has every word of "meetup venue"; in all the '
+                            'notes: 1 note matches "meetup venue", best first:\n\nold.md — Old (2026-11-04, modified)')
+    assert '\n\nNo note dated 2026-11-02 to 2026-11-03 has every word of "meetup venue"; 2 notes have some' in found
+    assert hits(found)[0] == "old.md" and sorted(hits(found)[1:]) == ["plans.md", "talk.md"]
+    asked = run_tool(notebook, "search_notes", query="meetup agenda", after="2026-11-02", before="2026-11-03")
+    assert asked.startswith('2 notes dated 2026-11-02 to 2026-11-03 match') and "old.md" not in asked
+
 @pytest.mark.parametrize("args, message", [
     ({"after": "11/01/2026"}, "Error: after must be a date written YYYY-MM-DD, like 2026-11-01; '11/01/2026' is not one."),
     ({"before": "2026-02-30"}, "Error: before must be a date written YYYY-MM-DD, like 2026-11-01; '2026-02-30' is not one."),
