@@ -49,7 +49,8 @@ has have having he her here hers him his how i if in into is isn it its just kno
 nor not of off on once only or other our out over own please possible re s same she should so some such t tell
 than that the their them then there these they this those through to too under until up us ve very want wants
 was way ways we were what when where which while who whom why will with won would you your""".split())
-_FRAMING_ZH = re.compile("我想|我要|我该|怎么样|怎么|怎样|如何|什么|哪个|哪些|为什么|请问|能否|能不能|有没有|是否|办法")
+_FRAMING_ZH = re.compile("我想|我要|我该|怎么样|怎么|怎样|如何|什么|哪个|哪些|哪家|为什么|请问|能否|能不能|有没有|是否|办法|在哪里|"
+                         "在哪儿|在哪|哪里|哪儿|多少|大概")
 _PLURAL_ES = ("s", "x", "z", "ch", "sh")  # box -> boxes
 
 

@@ -143,6 +143,16 @@ def test_a_question_ranks_first_the_note_its_keywords_rank_first(tmp_path, find)
     assert hits(out)[0] == "tomatoes.md", out
 
 
+def test_a_chinese_question_ranks_first_the_note_its_keywords_rank_first(tmp_path, find):
+    # "where", "how much" and "about" are framing too: 在哪 and 多少 matched a diary line's 是在 … 买的
+    root = tmp_path / "garden"
+    write(root, "第一次买域名.md", "# 第一次买域名的经验\n\n- 在阿里云，9元1年，买了这个域名\n")
+    write(root, "2022-07-01.md", "# 2022-07-01\n\n- 域名是在阿里云买的，这里能买到吗？多少人在哪儿都大概是这么买的。\n")
+    assert hits(find(root, "第一次 买 域名 钱"))[0] == "第一次买域名.md"
+    out = find(root, "我第一次买域名是在哪买的，花了多少钱？")
+    assert hits(out)[0] == "第一次买域名.md", out
+
+
 def test_framing_words_of_a_question_are_not_required(kb, find):
     out = find(kb, "Is there a way to bake bread?")
     assert out.startswith('3 notes match "Is there a way to bake bread?" (1 with every word), best first:'), out
