@@ -24,7 +24,7 @@ SEARCH_MAX_HITS = 10
 SEARCH_LINES_PER_HIT = 3
 SEARCH_OUTPUT_CHARS = 4000
 SEARCH_LINE_CHARS = 160  # a shown line is cut to about this many characters around the match
-SEARCH_OUTSIDE_NOTES = 3  # a search in a folder or days where no note has every word shows this many from all
+SEARCH_OUTSIDE_NOTES = 3  # a search in a folder or days where no note has every word shows first the best of all
 SEARCH_QUERY_ECHO_CHARS = 80  # the query is repeated in the answer's first line, cut to this length
 SEARCH_QUERY_MAX_WORDS = 64  # words (Chinese: 2-character words) of a query searched; the rest is ignored
 SEARCH_QUERY_MAX_CHARS = 2_000  # of a query read at all: a megabyte of one word must not hold the search for seconds
@@ -181,20 +181,21 @@ def search_notes(notebook, query: str, folder: str | None = None, embedder: embe
     if not parsed[-1] and not tags and not days:
         raise ToolError("the search query has no words to look for. Give one or more keywords, or a date range.")
     lo, hi, said = _folder(notebook.kb, folder, "were searched")
-    def found_in(scope, every_only=False, room=SEARCH_OUTPUT_CHARS):
+    def found_in(scope, few=False, room=SEARCH_OUTPUT_CHARS):
         return notebook.with_index(lambda idx: _search(
-            idx, notebook.vectors, query, rest, parsed, tags, scope, embedder, every_only, room))
+            idx, notebook.vectors, query, rest, parsed, tags, scope, embedder, few, room))
 
     found, every = found_in((lo, hi, days))
     if (lo or days) and parsed[-1] and not every:  # a small model's made-up folder or days hide the note it needs
-        some = bool(found.lines)  # then the few notes with every word come first, and the scope's after them
+        some = bool(found.lines)  # then the best few of all the notes come first, and the scope's after them
         wide, _ = found_in(("", "\U0010ffff", ()), some, SEARCH_OUTPUT_CHARS // 3 if some else SEARCH_OUTPUT_CHARS)
-        head = f"No note{_where(lo, days)} has {'every word' if some else 'the words'} of {_quoted(query)}; in all" \
-               " the notes: "
-        if some and wide.lines:
+        if some and not set(wide.lines) <= set(found.lines):
+            head = f"In all the notes, not only those{_where(lo, days)}: "
             found, _ = found_in((lo, hi, days), room=SEARCH_OUTPUT_CHARS - len(head + wide) - 2)
-        if wide.lines:
-            found = Shown(head + wide + f"\n\n{found}" * some, wide.lines | found.lines, wide.named + found.named)
+            found = Shown(f"{head}{wide}\n\n{found}", wide.lines | found.lines, wide.named + found.named)
+        elif wide.lines and not some:
+            found = Shown(f"No note{_where(lo, days)} has the words of {_quoted(query)}; in all the notes: {wide}",
+                          wide.lines, wide.named)
     return Shown(said + found, found.lines, found.named)
 
 
@@ -217,18 +218,18 @@ def _of_days(days: tuple) -> tuple:
 
 
 def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: list, scope: tuple, embedder,
-            every_only: bool = False, room: int = SEARCH_OUTPUT_CHARS) -> tuple[Shown, int]:
+            few: bool = False, room: int = SEARCH_OUTPUT_CHARS) -> tuple[Shown, int]:
     """The result in `room` characters, and how many notes have every word. `rest`: the query without its tags,
-    `parsed` from it; `scope`: the folder's bounds and the days asked for; `every_only`: the few best with every
-    word alone."""
+    `parsed` from it; `scope`: the folder's bounds and the days asked for; `few`: the best SEARCH_OUTSIDE_NOTES,
+    by words alone."""
     (terms, near, words), (lo, hi, days) = parsed, scope
     where, args = _scope(lo, hi, tags, days)
     where_text = _where(lo, days)
     if not words:  # tags or days alone
         return _newest(idx, where, args, tags, where_text, query), 0
     vector, notice = embeddings.query_vector(idx, vectors, embedder, query) \
-        if embedder and not tags and not every_only else (None, "")
-    depth = embeddings.EMBED_NOTES if vector else SEARCH_OUTSIDE_NOTES if every_only else SEARCH_MAX_HITS
+        if embedder and not tags and not few else (None, "")
+    depth = embeddings.EMBED_NOTES if vector else SEARCH_OUTSIDE_NOTES if few else SEARCH_MAX_HITS
     qkey, hits = title_key(rest.replace('"', " ")), []
     rank_sql, matching = _RANK_SQL.replace("{}", where, 1), _MATCHING.format(where)
 
@@ -246,13 +247,11 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
 
     as_phrases, every_word, ranked, wide = _matches(idx, terms, near)
     total = count(every_word)
-    if every_only and not total:
-        return Shown(""), 0
-    add(ranked, every_only=every_only or total >= depth)  # the notes with every word fill the list, and rank first
-    if len(hits) < depth and wide != ranked and not every_only:  # a word's rarer forms fill the room left
+    add(ranked, every_only=total >= depth)  # the notes with every word fill the list, and rank first
+    if len(hits) < depth and wide != ranked:  # a word's rarer forms fill the room left
         add(wide)
     every = next((at for at, hit in enumerate(hits) if not hit[3]), len(hits))
-    some_only = count(wide) - total if every < depth and not every_only else 0
+    some_only = count(wide) - total if every < depth else 0
     hits = [(path, title, None) for _id, path, title, _, _ in hits]
     if vector:
         by_meaning = embeddings.notes_by_meaning(idx, vectors, vector, lo, hi)

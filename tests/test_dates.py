@@ -16,6 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import model  # noqa: E402
+import search  # noqa: E402
 from conftest import ROOT, hits, make_notebook, run_tool, write  # noqa: E402
 from fake_embedder import FakeEmbedder  # noqa: E402
 
@@ -100,10 +101,13 @@ def test_days_or_a_folder_with_no_note_that_has_the_words_search_all_the_notes_a
 def test_days_where_no_note_has_every_word_show_the_notes_that_do_first_then_the_days_own(notebook):
     # Qwen2.5-Coder-1.5B copied two passages' dates as after and before; the note it needed was outside them
     found = run_tool(notebook, "search_notes", query="meetup venue", after="2026-11-02", before="2026-11-03")
-    assert found.startswith('No note dated 2026-11-02 to 2026-11-03 has every word of "meetup venue"; in all the '
-                            'notes: 1 note matches "meetup venue", best first:\n\nold.md — Old (2026-11-04, modified)')
-    assert '\n\nNo note dated 2026-11-02 to 2026-11-03 has every word of "meetup venue"; 2 notes have some' in found
-    assert hits(found)[0] == "old.md" and sorted(hits(found)[1:]) == ["plans.md", "talk.md"]
+    assert found.startswith('In all the notes, not only those dated 2026-11-02 to 2026-11-03: 4 notes match "meetup '
+                            'venue" (1 with every word), best first:\n\nold.md — Old (2026-11-04, modified)')
+    period = '\n\nNo note dated 2026-11-02 to 2026-11-03 has every word of "meetup venue"; 2 notes have some of them'
+    assert hits(found.split(period)[1]) == hits(found)[3:] and sorted(hits(found)[3:]) == ["plans.md", "talk.md"]
+    assert hits(found)[0] == "old.md" and len(hits(found)) == 5 and len(found) <= search.SEARCH_OUTPUT_CHARS
+    alone = run_tool(notebook, "search_notes", query="Friday quiet", after="2026-11-01", before="2026-11-02")
+    assert alone.startswith('No note dated 2026-11-01 to 2026-11-02 has every word')  # no better note elsewhere
     asked = run_tool(notebook, "search_notes", query="meetup agenda", after="2026-11-02", before="2026-11-03")
     assert asked.startswith('2 notes dated 2026-11-02 to 2026-11-03 match') and "old.md" not in asked
 
