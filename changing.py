@@ -36,6 +36,7 @@ HINT_WIDTH = 200  # characters of the passage compared, and of a long line shown
 HINT_SCAN_CHARS = 1_000_000
 HINT_CANDIDATES = 50
 EDIT_MAX_MATCHES_COUNTED = 20
+LINE_NUMBER = re.compile(r"^\d+:(?: |$)", re.M)  # before each line read_note shows
 KEPT = "the previous version is kept in .history/ (/undo in the chat restores it)."
 
 
@@ -177,6 +178,11 @@ def _likeness(piece: str, wanted: str) -> float:
     return matcher.ratio()
 
 
+def _numbered(text: str) -> bool:
+    """Whether every line starts with a line number as read_note shows it ("12: ")."""
+    return all(LINE_NUMBER.match(line) for line in text.split("\n"))
+
+
 def edit_note(notebook: Notebook, file_path: str, old_text: str, new_text: str, *, approve) -> Shown:
     name = _changeable(notebook, guarded(notebook, file_path))
     if not old_text:
@@ -186,12 +192,17 @@ def edit_note(notebook: Notebook, file_path: str, old_text: str, new_text: str, 
     if old_text == new_text:
         raise ToolError("old_text and new_text are the same; nothing to change.")
 
-    # Every occurrence, overlapping ones included (they are just as ambiguous): a lookahead matches at each
-    # place one starts. A note that mixes CRLF and LF keeps its "\r\n" in the text; the model copies lines without "\r".
-    pattern = re.compile("(?=(" + "\r?\n".join(map(re.escape, old_text.split("\n"))) + "))")
+    def occurrences(text: str, old_text: str) -> list:
+        # Every occurrence, overlapping ones included (they are just as ambiguous): a lookahead matches at each
+        # place one starts. A note that mixes CRLF and LF keeps its "\r\n"; the model copies lines without "\r".
+        pattern = re.compile("(?=(" + "\r?\n".join(map(re.escape, old_text.split("\n"))) + "))")
+        return [m.span(1) for m in itertools.islice(pattern.finditer(text), EDIT_MAX_MATCHES_COUNTED + 1)]
 
     def replace_once(text: str) -> str:  # run on the note as it is when the change is planned
-        found = [m.span(1) for m in itertools.islice(pattern.finditer(text), EDIT_MAX_MATCHES_COUNTED + 1)]
+        found, new = occurrences(text, old_text), new_text
+        if not found and _numbered(old_text):  # read_note's line numbers, copied with the passage
+            found = occurrences(text, LINE_NUMBER.sub("", old_text))
+            new = LINE_NUMBER.sub("", new_text) if _numbered(new_text) else new_text
         if not found:
             hint, lines = closest_lines(text, old_text)
             raise ToolError(f"old_text was not found in {name} (0 matches); nothing was changed. {hint}",
@@ -201,7 +212,7 @@ def edit_note(notebook: Notebook, file_path: str, old_text: str, new_text: str, 
             raise ToolError(f"old_text occurs {count} times in {name}; nothing was changed.",
                             "Include more of the surrounding text so it matches exactly once.")
         start, end = found[0]
-        replacement = new_text.replace("\n", "\r\n") if "\r\n" in text[start:end] else new_text
+        replacement = new.replace("\n", "\r\n") if "\r\n" in text[start:end] else new
         return text[:start] + replacement + text[end:]
 
     return _text_change(notebook, approve, name, replace_once, "edit", f"Edited {name}; {KEPT}")

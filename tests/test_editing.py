@@ -37,6 +37,20 @@ def test_fixing_a_typo_changes_only_that_passage(notebook, kb):
     assert history_texts(kb, "long.md") == [LONG_NOTE]
 
 
+def test_a_passage_copied_with_read_notes_line_numbers_is_edited_as_the_note_has_it(notebook, kb):
+    note = "# Times\n\n12: the old line\n- keep me\n- change me\n"
+    (kb / "times.md").write_text(note, encoding="utf-8")
+    read = run_tool(notebook, "read_note", file_path="times.md")
+    assert "\n4: - keep me\n5: - change me" in read
+    run_tool(notebook, "edit_note", file_path="times.md", old_text="4: - keep me\n5: - change me",
+             new_text="4: - keep me\n5: - changed")  # as it read them
+    assert (kb / "times.md").read_text(encoding="utf-8") == note.replace("change me", "changed")
+    run_tool(notebook, "edit_note", file_path="times.md", old_text="12: the old line", new_text="12: the new line")
+    assert "12: the new line\n" in (kb / "times.md").read_text(encoding="utf-8")  # the note's own text first
+    missed = run_tool(notebook, "edit_note", file_path="times.md", old_text="3: not there", new_text="x")
+    assert missed.startswith("Error: old_text was not found in times.md (0 matches)")
+
+
 def test_edit_keeps_crlf_and_bom_byte_for_byte(notebook, kb):
     original = codecs.BOM_UTF8 + "# 会议\r\n\r\n决定：十二月发布。\r\nAction: Bob\r\n".encode()
     (kb / "crlf.md").write_bytes(original)
