@@ -60,12 +60,6 @@ def tags_of(text: str, parsed: tuple | None = None) -> set:
     return found
 
 
-def tag_matches(query_tag: str, tag: str) -> bool:
-    """True if a search for `query_tag` finds `tag`: the same tag or one nested in it (devops: devops/ci), any case."""
-    wanted, tag = query_tag.strip().lstrip("#").rstrip("/").casefold(), tag.lstrip("#").casefold()
-    return bool(wanted) and (tag == wanted or tag.startswith(wanted + "/"))
-
-
 def query_tags(query: str) -> tuple:
     """(the tags a search asks for as `#tag`, `tag:tag` or `tag:#tag`, the rest of the query)."""
     tags = [tag.rstrip("/") for tag in _QUERY_TAG.findall(query)]

@@ -192,16 +192,6 @@ def test_tags_of_crlf_note_without_front_matter():
     assert vault.tags_of("no tags here # at all\n") == set()
 
 
-def test_nested_tags_match_their_parents_without_case():
-    assert vault.tag_matches("devops", "devops")
-    assert vault.tag_matches("#DevOps", "devops/scheduling")
-    assert vault.tag_matches("devops/", "DevOps/Scheduling/cron")
-    assert not vault.tag_matches("devops", "devopsy")
-    assert not vault.tag_matches("devops/scheduling", "devops")
-    assert vault.tag_matches("待办", "待办/今天") and not vault.tag_matches("待", "待办")
-    assert not vault.tag_matches("#", "anything")
-
-
 def test_query_tags_are_taken_out_of_a_search():
     assert vault.query_tags("#devops deploy tag:k8s tag:#工作 c# x#y") == (["devops", "k8s", "工作"], "deploy c# x#y")
     assert vault.query_tags("#2024 plans") == ([], "#2024 plans")
