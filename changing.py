@@ -36,7 +36,7 @@ HINT_WIDTH = 200  # characters of the passage compared, and of a long line shown
 HINT_SCAN_CHARS = 1_000_000
 HINT_CANDIDATES = 50
 EDIT_MAX_MATCHES_COUNTED = 20
-LINE_NUMBER = re.compile(r"^\d+:(?: |$)", re.M)  # before each line read_note shows
+LINE_NUMBER = re.compile(r" {0,2}(\d+):(?: |$)")  # before each line read_note (a search hit: indented) shows
 KEPT = "the previous version is kept in .history/ (/undo in the chat restores it)."
 
 
@@ -178,9 +178,31 @@ def _likeness(piece: str, wanted: str) -> float:
     return matcher.ratio()
 
 
-def _numbered(text: str) -> bool:
-    """Whether every line starts with a line number as read_note shows it ("12: ")."""
-    return all(LINE_NUMBER.match(line) for line in text.split("\n"))
+def _numbered_lines(text: str, passage: str) -> tuple | None:
+    """(start, end, first line number) of the note's lines a passage copied with read_note's numbers ("12: ") holds,
+    when its numbers follow one another and those lines of the note are just that; else None."""
+    lines = passage.removesuffix("\n").split("\n")
+    marks = [LINE_NUMBER.match(line) for line in lines]
+    if not all(marks) or [int(m[1]) for m in marks] != list(range(int(marks[0][1]), int(marks[0][1]) + len(lines))):
+        return None
+    first, note = int(marks[0][1]), text.split("\n")
+    held = note[first - 1:first - 1 + len(lines)]
+    if first < 1 or [line.removesuffix("\r") for line in held] != [line[m.end():] for line, m in zip(lines, marks)]:
+        return None
+    start, after = (sum(len(line) + 1 for line in note[:n]) for n in (first - 1, first - 1 + len(lines)))
+    end = min(after, len(text)) if passage.endswith("\n") else after - 1 - held[-1].endswith("\r")
+    return start, end, first
+
+
+def _unnumbered(text: str, first: int) -> str:
+    """The replacement without the line numbers it was copied with: those that count on from `first`."""
+    out = []
+    for line in text.split("\n"):
+        mark = LINE_NUMBER.match(line)
+        if mark and int(mark[1]) == first:
+            line, first = line[mark.end():], first + 1
+        out.append(line)
+    return "\n".join(out)
 
 
 def edit_note(notebook: Notebook, file_path: str, old_text: str, new_text: str, *, approve) -> Shown:
@@ -200,9 +222,8 @@ def edit_note(notebook: Notebook, file_path: str, old_text: str, new_text: str, 
 
     def replace_once(text: str) -> str:  # run on the note as it is when the change is planned
         found, new = occurrences(text, old_text), new_text
-        if not found and _numbered(old_text):  # read_note's line numbers, copied with the passage
-            found = occurrences(text, LINE_NUMBER.sub("", old_text))
-            new = LINE_NUMBER.sub("", new_text) if _numbered(new_text) else new_text
+        if not found and (numbered := _numbered_lines(text, old_text)):  # copied from read_note with its numbers
+            found, new = [numbered[:2]], _unnumbered(new_text, numbered[2])
         if not found:
             hint, lines = closest_lines(text, old_text)
             raise ToolError(f"old_text was not found in {name} (0 matches); nothing was changed. {hint}",

@@ -85,7 +85,9 @@ def read_lines(text: str, start_line: int, last_line: int | None = None, room: i
         raise ToolError(f"line {start_line} is outside the note, {which}.",
                         f"Pass start_line from 1 to {len(lines)}.", "lines")
     window = lines[start_line - 1:min(start_line - 1 + READ_MAX_LINES, last_line or len(lines))]
-    window = [f"{n}:" + f" {line}" * bool(line) for n, line in enumerate(window, start_line)] if numbered else window
+    if numbered:  # the marker of a note not read to its end is not one of its lines
+        window = [line if line == NOT_READ and n == len(lines) else f"{n}:" + f" {line}" * bool(line)
+                  for n, line in enumerate(window, start_line)]
     shown, _ = _fit(window, room + 1)  # the last line shown needs no "\n" after it
     if not shown:  # a single enormous line
         shown = [window[0][:room] + " [… line cut]"]

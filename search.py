@@ -49,8 +49,9 @@ has have having he her here hers him his how i if in into is isn it its just kno
 nor not of off on once only or other our out over own please possible re s same she should so some such t tell
 than that the their them then there these they this those through to too under until up us ve very want wants
 was way ways we were what when where which while who whom why will with won would you your""".split())
-_FRAMING_ZH = re.compile("我想|我要|我该|怎么样|怎么|怎样|如何|什么|哪个|哪些|哪家|为什么|请问|能否|能不能|有没有|是否|办法|在哪里|"
-                         "在哪儿|在哪|哪里|哪儿|多少|大概")
+# 在哪 only where its 在 is no word's end (现在, 存在, 正在) and its 哪 starts no other (哪些, 哪个, 哪家)
+_FRAMING_ZH = re.compile("我想|我要|我该|怎么样|怎么|怎样|如何|什么|哪个|哪些|哪家|为什么|请问|能否|能不能|有没有|是否|办法|"
+                         "(?<![现存正实所好])在哪(?:里|儿)?(?![些个家])|哪里|哪儿|多少|大概")
 _PLURAL_ES = ("s", "x", "z", "ch", "sh")  # box -> boxes
 
 
@@ -181,19 +182,19 @@ def search_notes(notebook, query: str, folder: str | None = None, embedder: embe
     if not parsed[-1] and not tags and not days:
         raise ToolError("the search query has no words to look for. Give one or more keywords, or a date range.")
     lo, hi, said = _folder(notebook.kb, folder, "were searched")
-    def found_in(scope, few=False, room=SEARCH_OUTPUT_CHARS):
+    def found_in(scope, leave_out=None, room=SEARCH_OUTPUT_CHARS):
         return notebook.with_index(lambda idx: _search(
-            idx, notebook.vectors, query, rest, parsed, tags, scope, embedder, few, room))
+            idx, notebook.vectors, query, rest, parsed, tags, scope, embedder, leave_out, room))
 
     found, every = found_in((lo, hi, days))
     if (lo or days) and parsed[-1] and not every:  # a small model's made-up folder or days hide the note it needs
-        some = bool(found.lines)  # then the best few of all the notes come first, and the scope's after them
-        wide, _ = found_in(("", "\U0010ffff", ()), some, SEARCH_OUTPUT_CHARS // 3 if some else SEARCH_OUTPUT_CHARS)
-        if some and not set(wide.lines) <= set(found.lines):
-            head = f"In all the notes, not only those{_where(lo, days)}: "
+        some = bool(found.lines)  # then the best few of the other notes come first, and the scope's after them
+        wide, _ = found_in(("", "\U0010ffff", ()), *((tuple(found.lines), SEARCH_OUTPUT_CHARS // 3) if some else ()))
+        if some and wide.lines:
+            head = f"Beyond the notes{_where(lo, days)}, which follow: "
             found, _ = found_in((lo, hi, days), room=SEARCH_OUTPUT_CHARS - len(head + wide) - 2)
             found = Shown(f"{head}{wide}\n\n{found}", wide.lines | found.lines, wide.named + found.named)
-        elif wide.lines and not some:
+        elif wide.lines:
             found = Shown(f"No note{_where(lo, days)} has the words of {_quoted(query)}; in all the notes: {wide}",
                           wide.lines, wide.named)
     return Shown(said + found, found.lines, found.named)
@@ -218,12 +219,14 @@ def _of_days(days: tuple) -> tuple:
 
 
 def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: list, scope: tuple, embedder,
-            few: bool = False, room: int = SEARCH_OUTPUT_CHARS) -> tuple[Shown, int]:
+            leave_out: tuple | None = None, room: int = SEARCH_OUTPUT_CHARS) -> tuple[Shown, int]:
     """The result in `room` characters, and how many notes have every word. `rest`: the query without its tags,
-    `parsed` from it; `scope`: the folder's bounds and the days asked for; `few`: the best SEARCH_OUTSIDE_NOTES,
-    by words alone."""
+    `parsed` from it; `scope`: the folder's bounds and the days asked for; `leave_out`: notes shown already, for
+    the best SEARCH_OUTSIDE_NOTES of the others, by words alone."""
     (terms, near, words), (lo, hi, days) = parsed, scope
-    where, args = _scope(lo, hi, tags, days)
+    where, args, few = *_scope(lo, hi, tags, days), leave_out is not None
+    if few:
+        where, args = where + f" AND n.path NOT IN ({','.join('?' * len(leave_out))})", args + leave_out
     where_text = _where(lo, days)
     if not words:  # tags or days alone
         return _newest(idx, where, args, tags, where_text, query), 0
@@ -240,7 +243,7 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
                                            qkey, qkey, f"\n{qkey}\n", depth - len(hits))))
 
     def count(match):  # all notes: every FTS row is one, and skipping the join is ~5x faster on 30k matches
-        if lo or tags or days or idx.conn.execute(
+        if lo or tags or days or few or idx.conn.execute(
                 "SELECT 1 FROM notes WHERE conflict_of IS NOT NULL LIMIT 1").fetchone():
             return idx.conn.execute(f"SELECT count(*) {matching}", (match, *args)).fetchone()[0]
         return idx.conn.execute("SELECT count(*) FROM fts WHERE fts MATCH ?", (match,)).fetchone()[0]
@@ -267,7 +270,7 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
         text = Shown(f"No note{where_text} has the words of {_quoted(query)}. " + text, text.lines, text.named)
     else:
         text = _format_hits(idx, patterns, hits[:SEARCH_MAX_HITS], total, some_only, where_text, query,
-                            room=room)
+                            room=room, tail=not few)
     return (Shown(f"{notice}\n{text}", text.lines, text.named) if notice else text), total
 
 
@@ -327,7 +330,7 @@ def _fuse(by_words: list, by_meaning: list, placed: set) -> list:
 
 
 def _format_hits(idx: Index, patterns: list, hits, total_all: int, some_only: int, where: str, query: str,
-                 order: str = "best first", room: int = SEARCH_OUTPUT_CHARS) -> Shown:
+                 order: str = "best first", room: int = SEARCH_OUTPUT_CHARS, tail: bool = True) -> Shown:
     """One block per hit, "path — title (day)" then "  line-number: text" lines and its sync-conflict copies."""
     matched, by_meaning = total_all + some_only, sum(line is not None for _, _, line in hits)
     notes = plural(matched, "note")
@@ -360,13 +363,13 @@ def _format_hits(idx: Index, patterns: list, hits, total_all: int, some_only: in
         if used + len(block) + 2 > room:
             if blocks:
                 break
-            block = block[:room - used - 2]
+            block = block[:max(0, room - used - 2)]
         shown[path] = [n for n, text in lines if f"\n  {n}: {text}" in block]  # all, unless the block was cut
         blocks.append(block)
         used += len(block) + 2
     more = matched - sum(line is None for _, _, line in hits[:len(blocks)])
-    tail = [f"({more} more matched; add words or a folder to narrow the search.)"] if more > 0 else []
-    return Shown("\n\n".join([f"{head}, {order}:", *blocks, *tail]), shown, shown)
+    more = [f"({more} more matched; add words or a folder to narrow the search.)"] if more > 0 and tail else []
+    return Shown("\n\n".join([f"{head}, {order}:", *blocks, *more]), shown, shown)
 
 
 def _quoted(query: str) -> str:

@@ -101,15 +101,28 @@ def test_days_or_a_folder_with_no_note_that_has_the_words_search_all_the_notes_a
 def test_days_where_no_note_has_every_word_show_the_notes_that_do_first_then_the_days_own(notebook):
     # Qwen2.5-Coder-1.5B copied two passages' dates as after and before; the note it needed was outside them
     found = run_tool(notebook, "search_notes", query="meetup venue", after="2026-11-02", before="2026-11-03")
-    assert found.startswith('In all the notes, not only those dated 2026-11-02 to 2026-11-03: 4 notes match "meetup '
+    assert found.startswith('Beyond the notes dated 2026-11-02 to 2026-11-03, which follow: 2 notes match "meetup '
                             'venue" (1 with every word), best first:\n\nold.md — Old (2026-11-04, modified)')
-    period = '\n\nNo note dated 2026-11-02 to 2026-11-03 has every word of "meetup venue"; 2 notes have some of them'
-    assert hits(found.split(period)[1]) == hits(found)[3:] and sorted(hits(found)[3:]) == ["plans.md", "talk.md"]
-    assert hits(found)[0] == "old.md" and len(hits(found)) == 5 and len(found) <= search.SEARCH_OUTPUT_CHARS
+    others, period = found.split('\n\nNo note dated 2026-11-02 to 2026-11-03 has every word of "meetup venue"; 2 '
+                                 'notes have some of them, best first:')
+    assert hits(others) == ["old.md", "bad.md"] and "more matched" not in others
+    assert sorted(hits(period)) == ["plans.md", "talk.md"] and not set(hits(others)) & set(hits(period))
     alone = run_tool(notebook, "search_notes", query="Friday quiet", after="2026-11-01", before="2026-11-02")
     assert alone.startswith('No note dated 2026-11-01 to 2026-11-02 has every word')  # no better note elsewhere
     asked = run_tool(notebook, "search_notes", query="meetup agenda", after="2026-11-02", before="2026-11-03")
     assert asked.startswith('2 notes dated 2026-11-02 to 2026-11-03 match') and "old.md" not in asked
+
+
+def test_the_notes_of_all_and_of_the_days_together_stay_within_one_results_bound(tmp_path):
+    kb = tmp_path / "vault"
+    for day in range(1, 29):
+        line = f"meetup notes of day {day}, " + "a long line of words " * 8
+        write(kb, f"2026-11-{day:02}.md", "".join(f"{line}{n}\n" for n in range(12)))
+        write(kb, f"venues/{day}.md", "---\ndate: 2025-01-01\n---\n" + f"meetup venue {day}, {line}\n" * 12)
+    found = run_tool(make_notebook(kb), "search_notes", query="meetup venue", after="2026-11-01",
+                     before="2026-11-30")
+    assert found.startswith("Beyond the notes dated 2026-11-01 to 2026-11-30, which follow: 28 notes match"), found
+    assert len(found) <= search.SEARCH_OUTPUT_CHARS and "\n\nNo note dated 2026-11-01 to 2026-11-30 has" in found
 
 @pytest.mark.parametrize("args, message", [
     ({"after": "11/01/2026"}, "Error: after must be a date written YYYY-MM-DD, like 2026-11-01; '11/01/2026' is not one."),

@@ -51,6 +51,24 @@ def test_a_passage_copied_with_read_notes_line_numbers_is_edited_as_the_note_has
     assert missed.startswith("Error: old_text was not found in times.md (0 matches)")
 
 
+@pytest.mark.parametrize("old_text, new_text, after", [
+    ("4: - change me\n", "4: - changed\n- added\n", "# T\n\n- keep me\n- changed\n- added\n2023: Berlin\n"),
+    ("3: - keep me\n4: - change me", "3: - kept\n4: 2024: Paris", "# T\n\n- kept\n2024: Paris\n2023: Berlin\n"),
+    ("  4: - change me", "- changed", "# T\n\n- keep me\n- changed\n2023: Berlin\n"),  # from a search hit
+    ("2024: Berlin", "2024: Paris", None),  # a year, not line 2024: the note's 2023 line stays
+    ("4: - keep me", "x", None),  # line 4 does not hold it
+    ("3: - keep me\n5: - change me", "x", None),  # not the note's lines in a row
+])
+def test_line_numbers_copied_with_a_passage_name_exactly_those_lines(notebook, kb, old_text, new_text, after):
+    note = "# T\r\n\r\n- keep me\r\n- change me\r\n2023: Berlin\r\n"  # CRLF: kept where the lines were
+    (kb / "t.md").write_bytes(note.encode())
+    result = run_tool(notebook, "edit_note", file_path="t.md", old_text=old_text, new_text=new_text)
+    if after is None:
+        assert result.startswith("Error: old_text was not found in t.md") and (kb / "t.md").read_bytes() == note.encode()
+    else:
+        assert (kb / "t.md").read_bytes().replace(b"\r", b"") == after.encode(), result
+
+
 def test_edit_keeps_crlf_and_bom_byte_for_byte(notebook, kb):
     original = codecs.BOM_UTF8 + "# 会议\r\n\r\n决定：十二月发布。\r\nAction: Bob\r\n".encode()
     (kb / "crlf.md").write_bytes(original)
