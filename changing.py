@@ -36,7 +36,7 @@ HINT_WIDTH = 200  # characters of the passage compared, and of a long line shown
 HINT_SCAN_CHARS = 1_000_000
 HINT_CANDIDATES = 50
 EDIT_MAX_MATCHES_COUNTED = 20
-LINE_NUMBER = re.compile(r" {0,2}(\d+):(?: |$)")  # before each line read_note (a search hit: indented) shows
+LINE_NUMBER = re.compile(r" {0,2}(\d+):(?: |$)")  # before each line a search hit or the passages show
 KEPT = "the previous version is kept in .history/ (/undo in the chat restores it)."
 
 
@@ -179,7 +179,7 @@ def _likeness(piece: str, wanted: str) -> float:
 
 
 def _numbered_lines(text: str, passage: str) -> tuple | None:
-    """(start, end, first line number) of the note's lines a passage copied with read_note's numbers ("12: ") holds,
+    """(start, end, first line number) of the note's lines a passage copied with a search hit's numbers ("12: ") holds,
     when its numbers follow one another and those lines of the note are just that; else None."""
     lines = passage.removesuffix("\n").split("\n")
     marks = [LINE_NUMBER.match(line) for line in lines]
@@ -222,7 +222,7 @@ def edit_note(notebook: Notebook, file_path: str, old_text: str, new_text: str, 
 
     def replace_once(text: str) -> str:  # run on the note as it is when the change is planned
         found, new = occurrences(text, old_text), new_text
-        if not found and (numbered := _numbered_lines(text, old_text)):  # copied from read_note with its numbers
+        if not found and (numbered := _numbered_lines(text, old_text)):  # copied from a search hit with its numbers
             found, new = [numbered[:2]], _unnumbered(new_text, numbered[2])
         if not found:
             hint, lines = closest_lines(text, old_text)

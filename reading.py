@@ -74,10 +74,8 @@ def note_text(notebook: Notebook, file_path: str, what: str = "file_path") -> tu
     return name, text
 
 
-def read_lines(text: str, start_line: int, last_line: int | None = None, room: int = READ_ROOM,
-               numbered: bool = False) -> tuple:
-    """(the lines from start_line to last_line at most that fit `room` characters, each after its number and ": "
-    if `numbered`; the last's number; all lines)."""
+def read_lines(text: str, start_line: int, last_line: int | None = None, room: int = READ_ROOM) -> tuple:
+    """(the lines from start_line to last_line at most that fit `room` characters; the last's number; all lines)."""
     lines = text.splitlines()
     if not 1 <= start_line <= len(lines):
         which = f"whose first {MAX_NOTE_BYTES} bytes are read: {len(lines)} lines" if lines[-1:] == [NOT_READ] \
@@ -85,20 +83,15 @@ def read_lines(text: str, start_line: int, last_line: int | None = None, room: i
         raise ToolError(f"line {start_line} is outside the note, {which}.",
                         f"Pass start_line from 1 to {len(lines)}.", "lines")
     window = lines[start_line - 1:min(start_line - 1 + READ_MAX_LINES, last_line or len(lines))]
-    if numbered:  # the marker of a note not read to its end is not one of its lines
-        window = [line if line == NOT_READ and n == len(lines) else f"{n}:" + f" {line}" * bool(line)
-                  for n, line in enumerate(window, start_line)]
     shown, _ = _fit(window, room + 1)  # the last line shown needs no "\n" after it
     if not shown:  # a single enormous line
-        shown = [window[0][:room] + " [… line cut]"]
+        shown = [lines[start_line - 1][:room] + " [… line cut]"]
     return shown, start_line + len(shown) - 1, len(lines)
 
 
-def note_part(name: str, text: str, start_line: int = 1, section: str | None = None, read_on=None,
-              numbered: bool = False) -> Shown:
+def note_part(name: str, text: str, start_line: int = 1, section: str | None = None, read_on=None) -> Shown:
     """What read_note and /read show of the note or a section, from start_line on; a long note's first read starts
-    with its outline. `read_on(line, section)`: the closing line saying how to read on (by default the model's);
-    `numbered`: each line after its number, as the model cites it (read_note), not as a person reads it (/read)."""
+    with its outline. `read_on(line, section)`: the closing line saying how to read on (by default the model's)."""
     read_on = read_on or (lambda line, section: f"[… cut: call read_note with start_line={line}"
                           + (f" and section={json.dumps(section, ensure_ascii=False)}" if section else "")
                           + " to read on]")
@@ -109,7 +102,7 @@ def note_part(name: str, text: str, start_line: int = 1, section: str | None = N
     except ValueError as exc:
         raise ToolError(str(exc), kind="section") from None
     start = start_line if section is None or first <= start_line <= last else first
-    shown, end, total = read_lines(text, start, last, numbered=numbered)
+    shown, end, total = read_lines(text, start, last)
     outline = vault.outline(text) if start == 1 and section is None and end < total else []
     head, headings = "", []
     if outline:  # longer than one read: a map of it first, so the model can read the part it needs
@@ -118,7 +111,7 @@ def note_part(name: str, text: str, start_line: int = 1, section: str | None = N
         read = f" in its first {MAX_NOTE_BYTES} bytes" if text.endswith(NOT_READ) else ""
         head = (f"{name} has {total} lines{read}. Its headings, with the line each starts on:\n" + "\n".join(kept)
                 + "\n…" * bool(cut) + "\n\n")
-        shown, end, total = read_lines(text, start, last, READ_ROOM - len(head), numbered)
+        shown, end, total = read_lines(text, start, last, READ_ROOM - len(head))
     under = _under(text, start) if section is None else []
     if section:
         part = f"; section {json.dumps(section, ensure_ascii=False)} ends at line {last}"
@@ -154,7 +147,7 @@ def read_note(notebook: Notebook, file_path: str, start_line: int = 1, section: 
             raise ToolError(error.message, advice, error.kind) from None
         name, text = note_text(notebook, rel(notebook.kb, guarded(notebook, same[0])))  # private since indexed?
         said = f"No note is at {file_path}; the one note of that name is {name}:\n"
-    part = note_part(name, text, start_line, section, numbered=True)
+    part = note_part(name, text, start_line, section)
     return Shown(said + part, part.lines, part.named)
 
 

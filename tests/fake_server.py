@@ -117,9 +117,8 @@ def demo_brain(request: dict) -> dict:
             head = next((i for i, line in enumerate(lines) if re.match(r".+ \(lines \d+-", line)), None)
             if head is None:
                 return {"content": "According to your note: " + " / ".join(lines[:3])}
-            path = re.match(r"(.+) \(lines \d+-", lines[head])[1]
-            numbered = (re.match(r"(\d+):(?: (.*))?\Z", line) for line in lines[head + 1:])  # "12: text"
-            used = [(int(m[1]), m[2]) for m in numbered if m and (m[2] or "").strip()][:3]
+            path, first = re.match(r"(.+) \(lines (\d+)-", lines[head]).groups()
+            used = [(n, line) for n, line in enumerate(lines[head + 1:], int(first)) if line.strip()][:3]
             cited = f" ({path}:{used[0][0]}-{used[-1][0]})" if used else ""
             return {"content": "According to your note: " + " / ".join(line for _, line in used) + cited}
         return {"content": "Done:\n" + last["content"][:600]}

@@ -37,13 +37,12 @@ def test_fixing_a_typo_changes_only_that_passage(notebook, kb):
     assert history_texts(kb, "long.md") == [LONG_NOTE]
 
 
-def test_a_passage_copied_with_read_notes_line_numbers_is_edited_as_the_note_has_it(notebook, kb):
+def test_a_passage_copied_with_a_search_hits_line_numbers_is_edited_as_the_note_has_it(notebook, kb):
     note = "# Times\n\n12: the old line\n- keep me\n- change me\n"
     (kb / "times.md").write_text(note, encoding="utf-8")
-    read = run_tool(notebook, "read_note", file_path="times.md")
-    assert "\n4: - keep me\n5: - change me" in read
+    assert "\n  4: - keep me\n  5: - change me" in run_tool(notebook, "search_notes", query="keep change")
     run_tool(notebook, "edit_note", file_path="times.md", old_text="4: - keep me\n5: - change me",
-             new_text="4: - keep me\n5: - changed")  # as it read them
+             new_text="4: - keep me\n5: - changed")  # as the hit showed them
     assert (kb / "times.md").read_text(encoding="utf-8") == note.replace("change me", "changed")
     run_tool(notebook, "edit_note", file_path="times.md", old_text="12: the old line", new_text="12: the new line")
     assert "12: the new line\n" in (kb / "times.md").read_text(encoding="utf-8")  # the note's own text first

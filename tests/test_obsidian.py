@@ -175,7 +175,7 @@ def test_a_read_from_the_middle_of_a_note_says_the_headings_it_is_under(notebook
     write(kb, "guide.md", GUIDE)
     result = tools.execute_tool("read_note", json.dumps({"file_path": "guide.md", "start_line": 18}), notebook)
     assert result.text.startswith('guide.md (lines 18-26 of 26; under "Guide" (line 4) > "Setup" (line 8) > '
-                                  '"**macOS**" (line 16))\n18: brew install x\n19:\n20: ## Usage\n')
+                                  '"**macOS**" (line 16))\nbrew install x\n')
     assert {4, 8, 16} <= set(result.shown["lines"]["guide.md"])  # the headings named are shown: citable
     assert "under" not in run(notebook, "read_note", file_path="guide.md", start_line=4)  # a heading's own line
 
@@ -183,7 +183,7 @@ def test_a_read_from_the_middle_of_a_note_says_the_headings_it_is_under(notebook
 def test_read_note_returns_one_section_with_its_line_numbers(notebook, kb):
     write(kb, "guide.md", GUIDE)
     out = run(notebook, "read_note", file_path="guide.md", section="setup")
-    assert out.startswith('guide.md (lines 8-19 of 26; section "setup" ends at line 19)\n8: ## Setup\n')
+    assert out.startswith('guide.md (lines 8-19 of 26; section "setup" ends at line 19)\n## Setup\n')
     assert "brew install x" in out and "Run `x`" not in out
     assert "brew install" in run(notebook, "read_note", file_path="guide.md", section="## macos")  # marks ignored
     out = run(notebook, "read_note", file_path="guide.md", section="Setup > Linux")

@@ -64,9 +64,9 @@ def test_read_note_returns_text_with_a_header(notebook):
 def test_long_note_is_cut_and_can_be_read_on(notebook, kb):
     (kb / "long.md").write_text("".join(f"line {i}\n" for i in range(1, 1001)), encoding="utf-8")
     first = run_tool(notebook, "read_note", file_path="long.md")
-    assert len(first) <= MAX_TOOL_OUTPUT and "start_line=201" in first and "\n200: line 200\n" in first
+    assert len(first) <= MAX_TOOL_OUTPUT and "start_line=201" in first and "line 200\n" in first
     second = run_tool(notebook, "read_note", file_path="long.md", start_line=201)
-    assert second.splitlines()[1] == "201: line 201"  # numbered, as the model cites them
+    assert second.splitlines()[1] == "line 201"
 
 
 def test_a_note_past_the_read_limit_says_its_lines_are_those_read(notebook, kb):
