@@ -182,17 +182,19 @@ def search_notes(notebook, query: str, folder: str | None = None, embedder: embe
     if not parsed[-1] and not tags and not days:
         raise ToolError("the search query has no words to look for. Give one or more keywords, or a date range.")
     lo, hi, said = _folder(notebook.kb, folder, "were searched")
-    def found_in(scope, leave_out=None, room=SEARCH_OUTPUT_CHARS):
-        return notebook.with_index(lambda idx: _search(
-            idx, notebook.vectors, query, rest, parsed, tags, scope, embedder, leave_out, room))
+    def found_in(scope, leave_out=None, room=SEARCH_OUTPUT_CHARS):  # (the result's text in room, its text in any)
+        def found(idx):
+            text_in, every = _search(idx, notebook.vectors, query, rest, parsed, tags, scope, embedder, leave_out)
+            return text_in(idx, room), every, text_in
+        return notebook.with_index(found)
 
-    found, every = found_in((lo, hi, days))
+    found, every, scope_in = found_in((lo, hi, days))
     if (lo or days) and parsed[-1] and not every:  # a small model's made-up folder or days hide the note it needs
         some = bool(found.lines)  # then the best few of the other notes come first, and the scope's after them
-        wide, _ = found_in(("", "\U0010ffff", ()), *((tuple(found.lines), SEARCH_OUTPUT_CHARS // 3) if some else ()))
+        wide, _, _ = found_in(("", "\U0010ffff", ()), *((tuple(found.lines), SEARCH_OUTPUT_CHARS // 3) if some else ()))
         if some and wide.lines:
             head = f"Beyond the notes{_where(lo, days)}, which follow: "
-            found, _ = found_in((lo, hi, days), room=SEARCH_OUTPUT_CHARS - len(head + wide) - 2)
+            found = notebook.with_index(lambda idx: scope_in(idx, SEARCH_OUTPUT_CHARS - len(head + wide) - 2))
             found = Shown(f"{head}{wide}\n\n{found}", wide.lines | found.lines, wide.named + found.named)
         elif wide.lines:
             found = Shown(f"No note{_where(lo, days)} has the words of {_quoted(query)}; in all the notes: {wide}",
@@ -219,17 +221,17 @@ def _of_days(days: tuple) -> tuple:
 
 
 def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: list, scope: tuple, embedder,
-            leave_out: tuple | None = None, room: int = SEARCH_OUTPUT_CHARS) -> tuple[Shown, int]:
-    """The result in `room` characters, and how many notes have every word. `rest`: the query without its tags,
-    `parsed` from it; `scope`: the folder's bounds and the days asked for; `leave_out`: notes shown already, for
-    the best SEARCH_OUTSIDE_NOTES of the others, by words alone."""
+            leave_out: tuple | None = None) -> tuple:
+    """(the result as text in a given room: text_in(idx, room) -> Shown, how many notes have every word). `rest`:
+    the query without its tags, `parsed` from it; `scope`: the folder's bounds and the days asked for; `leave_out`:
+    notes shown already, for the best SEARCH_OUTSIDE_NOTES of the others, by words alone."""
     (terms, near, words), (lo, hi, days) = parsed, scope
     where, args, few = *_scope(lo, hi, tags, days), leave_out is not None
     if few:
         where, args = where + f" AND n.path NOT IN ({','.join('?' * len(leave_out))})", args + leave_out
     where_text = _where(lo, days)
     if not words:  # tags or days alone
-        return _newest(idx, where, args, tags, where_text, query), 0
+        return lambda idx, room: _newest(idx, where, args, tags, where_text, query, room), 0
     vector, notice = embeddings.query_vector(idx, vectors, embedder, query) \
         if embedder and not tags and not few else (None, "")
     depth = embeddings.EMBED_NOTES if vector else SEARCH_OUTSIDE_NOTES if few else SEARCH_MAX_HITS
@@ -265,17 +267,19 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
         kept = max(every, 1)  # the notes with every word, and at least the keyword best, keep their places
         hits = hits[:kept] + _fuse(hits[kept:], by_meaning, {path for path, _, _ in hits[:kept]})
     patterns = _line_patterns(words) + _tag_patterns(tags)
-    if days and not hits:  # a period's few notes help more than none: "decided" finds no "Decisions"
-        text = _newest(idx, where, args, tags, where_text, "", room)
-        text = Shown(f"No note{where_text} has the words of {_quoted(query)}. " + text, text.lines, text.named)
-    else:
-        text = _format_hits(idx, patterns, hits[:SEARCH_MAX_HITS], total, some_only, where_text, query,
-                            room=room, tail=not few)
-    return (Shown(f"{notice}\n{text}", text.lines, text.named) if notice else text), total
+
+    def text_in(idx: Index, room: int) -> Shown:
+        if days and not hits:  # a period's few notes help more than none: "decided" finds no "Decisions"
+            text = _newest(idx, where, args, tags, where_text, "", room)
+            text = Shown(f"No note{where_text} has the words of {_quoted(query)}. " + text, text.lines, text.named)
+        else:
+            text = _format_hits(idx, patterns, hits[:SEARCH_MAX_HITS], total, some_only, where_text, query,
+                                room=room, tail=not few)
+        return Shown(f"{notice}\n{text}", text.lines, text.named) if notice else text
+    return text_in, total
 
 
-def _newest(idx: Index, where: str, args: tuple, tags: list, where_text: str, query: str,
-            room: int = SEARCH_OUTPUT_CHARS) -> Shown:
+def _newest(idx: Index, where: str, args: tuple, tags: list, where_text: str, query: str, room: int) -> Shown:
     """The notes a search may find, newest first (a query of tags or days alone)."""
     total = idx.conn.execute(f"SELECT count(*) FROM notes n WHERE {where}", args).fetchone()[0]
     hits = idx.conn.execute(f"SELECT path, title, NULL FROM notes n WHERE {where} "

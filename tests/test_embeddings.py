@@ -7,6 +7,7 @@ the pipeline (chunks, vectors kept and resumed, fusion, failures), not the quali
 """
 
 import logging
+import os
 import sqlite3
 import sys
 from pathlib import Path
@@ -268,3 +269,15 @@ def test_meaning_never_ranks_the_keyword_best_lower(tmp_path, fake):
     by_words = hits(search(make_notebook(kb, index_dir=tmp_path / "index"), "shrink photo web"))
     both = hits(search(notebook_for(kb, tmp_path, fake.base_url), "shrink photo web"))
     assert by_words[:2] == ["shrink.md", "web.md"] and both[:2] == ["shrink.md", "gallery.md"], both
+
+
+def test_a_search_in_days_that_also_shows_the_other_notes_embeds_the_question_once(kb, tmp_path, fake):
+    notebook = notebook_for(kb, tmp_path, fake.base_url)
+    search(notebook, "picture")  # the notes embedded
+    before = len(fake.inputs())
+    os.utime(kb / "images.md", (0, 86400 * 365 * 30))  # dated 1999
+    (kb / "later.md").write_text("A picture, no words of the rest.\n", encoding="utf-8")
+    days = {"after": "2020-01-01"}
+    text = tools.execute_tool("search_notes", {"query": "scale picture", **days}, notebook).text
+    assert text.startswith("Beyond the notes dated")  # today's notes have only "picture": images.md comes first
+    assert fake.inputs()[before:].count("scale picture") == 1
