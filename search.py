@@ -1,4 +1,4 @@
-"""Answer a search of the notes: the query as FTS5 phrases, ranked in tiers, best lines, bounded output.
+"""Answer a search of the notes: the query (as query.py makes it FTS5 phrases) ranked in tiers, best lines, bounded.
 
 search_notes and list_notes are the agent's tools, link_rows what links.py resolves links from. Ranking: a note
 titled (or named) exactly the query, then one with it as an alias, then every word, then any word (a sentence's
@@ -19,6 +19,7 @@ import vault
 from context import text_tokens
 from index import CJK_RUN, DATE_PROPERTIES, HEADING, Index, cjk_words, day_written, indexed_text, read_text, title_key
 from notes import Shown, ToolError, plural, rel, safe_folder
+from query import SEARCH_WORD_PARTS, fts_phrase, parse_query, word_or_forms
 
 SEARCH_MAX_HITS = 10
 SEARCH_LINES_PER_HIT = 3
@@ -26,7 +27,6 @@ SEARCH_OUTPUT_CHARS = 4000
 SEARCH_LINE_CHARS = 160  # a shown line is cut to about this many characters around the match
 SEARCH_OUTSIDE_NOTES = 3  # a search in a folder or days where no note has every word shows first the best of all
 SEARCH_QUERY_ECHO_CHARS = 80  # the query is repeated in the answer's first line, cut to this length
-SEARCH_QUERY_MAX_WORDS = 64  # words (Chinese: 2-character words) of a query searched; the rest is ignored
 SEARCH_QUERY_MAX_CHARS = 2_000  # of a query read at all: a megabyte of one word must not hold the search for seconds
 SEARCH_WEIGHTS = (3.0, 10.0, 6.0, 1.0)  # BM25 weights of path, title, lead, body (bench/search_bench.py)
 SEARCH_RRF_K = 60  # reciprocal rank fusion: a note's score is the sum of 1 / (K + its rank) in each list
@@ -35,91 +35,6 @@ PASSAGE_AROUND = 2  # lines kept before and after each of a passage's best lines
 LIST_MAX_NOTES = 200
 LIST_OUTPUT_CHARS = 6000
 DATED_BY = {"name": "from its name", "modified": "modified"} | {key: f"{key} property" for key in DATE_PROPERTIES}
-
-
-# --- A query as FTS5 phrases ---
-SEARCH_NEAR_WORDS = 2  # a sentence's consecutive words at most this many words apart in a note rank it higher
-SEARCH_WORD_PARTS = 3  # a chunk of at most this many words (4 Chinese characters: 3 2-character words) is one word
-_WORD = re.compile(r"[^\W_]+")
-# Function and framing words: "how do I water my tomatoes" looks for water and tomatoes (a query of them alone, for
-# them). d, ll, m, re, s, t, ve, don, isn: what's, I'm, don't cut at the apostrophe.
-_STOPWORDS = frozenset("""a about above after again against all am an and any are as at be because been before being
-below between both but by can could d did didn do does doesn doing don down during each few for from further had
-has have having he her here hers him his how i if in into is isn it its just know let ll m me more most my need no
-nor not of off on once only or other our out over own please possible re s same she should so some such t tell
-than that the their them then there these they this those through to too under until up us ve very want wants
-was way ways we were what when where which while who whom why will with won would you your""".split())
-# 在哪 only where its 在 is no word's end (现在, 存在, 正在) and its 哪 starts no other (哪些, 哪个, 哪家)
-_FRAMING_ZH = re.compile("我想|我要|我该|怎么样|怎么|怎样|如何|什么|哪个|哪些|哪家|为什么|请问|能否|能不能|有没有|是否|办法|"
-                         "(?<![现存正实所好])在哪(?:里|儿)?(?![些个家])|哪里|哪儿|多少|大概")
-_PLURAL_ES = ("s", "x", "z", "ch", "sh")  # box -> boxes
-
-
-def _phrase(words: list) -> str:
-    """Words as one quoted FTS5 phrase, so that operators and punctuation in them are plain text."""
-    spaced = cjk_words(" ".join(words), "inner").split()
-    lone_cjk = len(spaced[-1]) == 1 and CJK_RUN.fullmatch(spaced[-1])  # starts a 2-character word in the index
-    return '"' + " ".join(spaced) + '"' + ("*" if lone_cjk else "")
-
-
-def _forms(word: str) -> list:
-    """The word's other number, singular or plural, as a note may have it (the index keeps words as written)."""
-    if not word.isascii() or not word.isalpha() or len(word) < 3:
-        return []
-    if word.endswith("ies") and len(word) > 4:  # libraries -> library
-        return [word[:-3] + "y"]
-    if word.endswith("s") and not word.endswith("ss"):  # boxes -> box, tomatoes -> tomato, files -> file
-        return [word[:-2]] * (word.endswith("es") and word[:-2].endswith(_PLURAL_ES + ("o",))) + [word[:-1]]
-    if word.endswith("y") and word[-2] not in "aeiou":  # library -> libraries
-        return [word[:-1] + "ies"]
-    if word.endswith("o"):  # tomato -> tomatoes, photo -> photos
-        return [word + "es", word + "s"]
-    return [word + "es"] if word.endswith(_PLURAL_ES) else [word + "s"]
-
-
-def _parse_query(query: str) -> tuple:
-    """(chunks as (FTS5 phrase, its words as (FTS5 phrase, other forms)), NEAR queries of a sentence's consecutive
-    words, the words for picking lines). "a b" quoted is a phrase; function words are not looked for."""
-    quoted = re.findall(r'"([^"]*)"', query)
-    rest = re.sub(r'"[^"]*"', " ", query).replace('"', " ")
-    chunks = [(c, True) for c in quoted] + [(w, False) for w in rest.split()]
-    found = _chunks(chunks, keep_all=False) or _chunks(chunks, keep_all=True)
-    terms = [(phrase, [(phrase, [])] if is_quoted else [(_phrase([u]), _forms(u)) for u in each])
-             for _, phrase, each, is_quoted in found]
-    plain = [u for _, _, each, is_quoted in found if not is_quoted for u in each]
-    # a function word among them: written as a sentence, not keywords, so the words' order means something
-    sentence = any(w.casefold() in _STOPWORDS for w in _WORD.findall(rest))
-    near = [f"NEAR({_phrase([a])} {_phrase([b])}, {SEARCH_NEAR_WORDS})" for a, b in zip(plain, plain[1:])
-            if not CJK_RUN.search(a + b)] if sentence else []  # Chinese 2-character words overlap already
-    return terms, near, list(dict.fromkeys(w for words, _, _, _ in found for w in words))
-
-
-def _chunks(chunks: list, keep_all: bool) -> list:
-    """(words, phrase, separate words, quoted) per chunk, up to SEARCH_QUERY_MAX_WORDS; keep_all: stopwords too."""
-    found, budget = [], SEARCH_QUERY_MAX_WORDS
-    for chunk, is_quoted in chunks:
-        if budget <= 0:
-            break
-        words, units = _split(chunk, keep_all or is_quoted)
-        if len(units) > budget:  # every word takes at least one character, so this many characters fit
-            words, units = _split(chunk[:budget], keep_all or is_quoted)
-        if units:
-            budget -= len(units)
-            found.append((words, _phrase(words), units, is_quoted))
-    return found
-
-
-def _split(chunk: str, keep_all: bool) -> tuple:
-    """The chunk's lowercased words, and the separate words in them (CJK: the 2-character ones)."""
-    words = [w.casefold() for w in _WORD.findall(chunk)]
-    if not keep_all:
-        words = [part for w in words if w not in _STOPWORDS for part in _FRAMING_ZH.sub(" ", w).split()]
-    return words, list(dict.fromkeys(u for w in words for u in cjk_words(w, "none").split()))
-
-
-def _either(phrase: str, forms: list) -> str:
-    """A word, or one of its other forms in a note without it (so that a note holding both counts once in bm25)."""
-    return f"({phrase} OR ({' OR '.join(_phrase([f]) for f in forms)}) NOT {phrase})" if forms else phrase
 
 
 def _folder(kb: Path, folder: str | None, done: str, person: bool = False) -> tuple:
@@ -178,7 +93,7 @@ def search_notes(notebook, query: str, folder: str | None = None, embedder: embe
     `after`, `before`: only the notes of those days (both included)."""
     query = (query or "")[:SEARCH_QUERY_MAX_CHARS].encode("utf-8", "replace").decode("utf-8")  # lone surrogates: "?"
     tags, rest = vault.query_tags(query)
-    parsed, days = _parse_query(rest), _days(after, before)
+    parsed, days = parse_query(rest), _days(after, before)
     if not parsed[-1] and not tags and not days:
         raise ToolError("the search query has no words to look for. Give one or more keywords, or a date range.")
     lo, hi, said = _folder(notebook.kb, folder, "were searched")
@@ -295,16 +210,16 @@ def _matches(idx: Index, terms: list, near: list) -> tuple:
 
     def common(phrase, forms):
         typed = notes_with(phrase) if forms else 0
-        return [f for f in forms if not typed or notes_with(_phrase([f])) >= typed]
+        return [f for f in forms if not typed or notes_with(fts_phrase([f])) >= typed]
 
     def chunk(phrase, words, forms_of):
-        each = [_either(word, forms_of(word, forms)) for word, forms in words]
+        each = [word_or_forms(word, forms_of(word, forms)) for word, forms in words]
         if len(each) > SEARCH_WORD_PARTS:  # a run of words: each of them counts, the whole as one more
             return " OR ".join(each + [phrase])
         return each[0] if len(each) == 1 else f"({phrase} OR ({' OR '.join(each)}) NOT {phrase})"
     ranked = [chunk(phrase, words, common) for phrase, words in terms]
     wide = [chunk(phrase, words, lambda _, forms: forms) for phrase, words in terms]
-    every = [_either(word, forms) for _, words in terms for word, forms in words]
+    every = [word_or_forms(word, forms) for _, words in terms for word, forms in words]
     return (" AND ".join(dict.fromkeys(phrase for phrase, _ in terms)), " AND ".join(dict.fromkeys(every)),
             " OR ".join(ranked + near), " OR ".join(wide + near))
 
@@ -426,7 +341,7 @@ def _clip(line: str, start: int) -> str:
 
 # --- The question's passages, before the model is asked ---
 def passages(notebook, question: str, room_tokens: int, embedder: embeddings.Embedder | None = None) -> Shown | None:
-    """The first PASSAGE_NOTES notes a search for the question finds, to send with it, numbered as read_note does,
+    """The first PASSAGE_NOTES notes a search for the question finds, to send with it, numbered as search hits are,
     in `room_tokens`: best note first, each whole if it fits, else its best lines with PASSAGE_AROUND around each,
     else those alone, always leaving room for the best lines of the notes after it."""
     try:
