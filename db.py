@@ -31,8 +31,7 @@ class Damaged(sqlite3.DatabaseError):
 
 
 class Newer(sqlite3.DatabaseError):
-    """The file was made by a newer version of knowledge-agent: it is left alone."""
-    sqlite_errorname = ""
+    """The file was made by a newer version of knowledge-agent: it is left alone (no kind of `problem`)."""
 
 
 # SQLite's primary result codes, as sqlite3 exceptions name them (Python 3.11+; 3.10 falls back to the class).
@@ -51,12 +50,10 @@ def problem(error: BaseException) -> str:
 
 
 def why(error: BaseException) -> str:
-    kind = problem(error)
-    if kind == "denied":
-        return "permission denied"
     if isinstance(error, (FileExistsError, NotADirectoryError)):  # a path passing through a file
         return "part of that path is a file, not a folder"
-    return "another knowledge-agent is writing" if kind == "busy" else getattr(error, "strerror", None) or str(error)
+    said = {"denied": "permission denied", "busy": "another knowledge-agent is writing"}.get(problem(error))
+    return said or getattr(error, "strerror", None) or str(error)
 
 
 def private_folder(folder: Path) -> None:
