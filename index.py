@@ -9,6 +9,7 @@ search.py asks the questions. It never writes inside the notes folder nor reads 
 the folder's own descriptor, as the tools read them); what the model can fix raises ToolError.
 """
 
+import contextlib
 import datetime
 import hashlib
 import operator
@@ -42,11 +43,9 @@ SCHEMA_VERSION = 11  # bump when the tables or the text preparation change: old 
 # --- Notes on disk ---
 def _walk(kb: Path, excluded: list, rules: list, watcher=None) -> tuple:
     """(notes -> (size, mtime_ns), notes whose paths are not UTF-8, the other files' paths, notes that are links ->
-    where they lead (hard links: a name of theirs private by name), what the shell's sandbox seals by name: hidden
-    names (not privacy.HARMLESS_HIDDEN in subfolders), privacy.matched (a folder whole), every name of a file one name
-    of which is private; and the files it seals if their text says so: notes not indexed, no notes hard-linked or
-    named as copies or side files), hidden names and `excluded` (vault.ignore_filters) skipped; each folder watched
-    first."""
+    where they lead, what the shell's sandbox seals by name (a private folder whole, every name of a hard-linked
+    file one of whose names is private), the files it seals if their text says so); hidden names and `excluded`
+    (vault.ignore_filters) skipped, each folder watched first."""
     found, unnamed, others, linked, sealed, unsure, stack = {}, [], set(), {}, set(), set(), [("", False)]
     inodes = {}  # (st_dev, st_ino) -> the names of a file that has more than one
     while stack:
@@ -214,17 +213,16 @@ def _row(kb: Path, path: str, size_mtime, private_rules: list, daily_format: str
     aliases = properties.get("aliases", [])
     tags = sorted({tag.casefold() for tag in vault.tags_of(text, parsed)})
     dated = _dated(path, properties, size_mtime[1], daily_format)
+    conflict_of, note_links = vault.conflict_of(path), links.rows(text, path)
     cjk = not (text.isascii() and path.isascii()) and (CJK_RUN.search(text) or CJK_RUN.search(path))
     words = cjk_words if cjk else str  # most have no CJK, and most of those are ASCII: told without a scan
     if privacy.by_name(kb, path, real or twin, private_rules) or privacy.says_private(properties) or (
             body_start == 1 and privacy.marked_private(text)):  # counted, links kept
-        return (Note(path, *size_mtime, "", "", "", "", "", vault.conflict_of(path), 1, *dated), None,
-                links.rows(text, path))
+        return Note(path, *size_mtime, "", "", "", "", "", conflict_of, 1, *dated), None, note_links
     return (Note(path, *size_mtime, title.strip(), title_key(title), title_key(stem),
-                 _keys([title_key(alias) for alias in aliases]), _keys(tags), vault.conflict_of(path), 0, *dated),
+                 _keys([title_key(alias) for alias in aliases]), _keys(tags), conflict_of, 0, *dated),
             Searched(words(path[:-len(name)] + stem), words("\n".join([title, *aliases])), words(_lead_of(body)),
-                     words(text)),
-            links.rows(text, path))
+                     words(text)), note_links)
 
 
 def _dated(path: str, properties: dict, mtime_ns: int, daily_format: str) -> tuple:
@@ -330,14 +328,9 @@ class Index:
             gone = [p for p in known if p not in on_disk]
             if stored.get("daily_format", self.daily_format) != self.daily_format:  # other names are dates now
                 changed = dict.fromkeys(on_disk)
-        else:  # the watcher's: a note that is a new link is known only by looking
+        else:
             for path in changed:
                 self.judge(path, rules)
-                try:
-                    if is_note_path(path) and (self.kb / path).is_symlink():
-                        self.linked[path] = notes.rel(self.kb, (self.kb / path).resolve())
-                except (OSError, RuntimeError, ValueError):  # as _walk: a loop, or a link leading out
-                    continue
         # A walk finds notes only, but for a name holding a backslash, which is_note_path reads as the tools do.
         for path in [p for p in changed if (watched or "\\" in p) and not is_note_path(p)]:  # another file
             del changed[path]
@@ -352,7 +345,8 @@ class Index:
         return read
 
     def judge(self, path: str, rules: list) -> None:
-        """Keep `sealed` and `unsure` in step with a file the watcher saw change (a folder's change means a walk)."""
+        """Keep `sealed`, `unsure` and `linked` in step with a file the watcher saw change (a folder's change means
+        a walk); a note that is a new link is known only by looking."""
         self.sealed.discard(path)
         self.unsure.discard(path)
         if not os.path.lexists(self.kb / path):
@@ -363,6 +357,9 @@ class Index:
             self.sealed.add(path)
         elif note and vault.is_excluded(path, self.excluded) or not note and vault.copy_of(path) is not None:
             self.unsure.add(path)
+        with contextlib.suppress(OSError, RuntimeError, ValueError):  # as _walk: a loop, or a link leading out
+            if is_note_path(path) and (self.kb / path).is_symlink():
+                self.linked[path] = notes.rel(self.kb, (self.kb / path).resolve())
 
     def walk(self, rules: list) -> tuple:
         """_walk's notes on disk; with inotify, a new watcher watches exactly the folders found, and the vault's
