@@ -43,9 +43,9 @@ SCHEMA_VERSION = 11  # bump when the tables or the text preparation change: old 
 # --- Notes on disk ---
 def _walk(kb: Path, excluded: list, rules: list, watcher=None) -> tuple:
     """(notes -> (size, mtime_ns), notes whose paths are not UTF-8, the other files' paths, notes that are links ->
-    where they lead, what the shell's sandbox seals by name (a private folder whole, every name of a hard-linked
-    file one of whose names is private), the files it seals if their text says so); hidden names and `excluded`
-    (vault.ignore_filters) skipped, each folder watched first."""
+    where they lead, what the shell's sandbox seals by name (hidden names, a private folder whole, every name of a
+    hard-linked file one of whose names is private), the files it seals if their text says so); hidden names and
+    `excluded` (vault.ignore_filters) not indexed, each folder watched first."""
     found, unnamed, others, linked, sealed, unsure, stack = {}, [], set(), {}, set(), set(), [("", False)]
     inodes = {}  # (st_dev, st_ino) -> the names of a file that has more than one
     while stack:
