@@ -82,11 +82,8 @@ def rules(kb: Path) -> list:
 
 def ignored(rel_path: str, found: list) -> bool:
     """Whether the .kaignore rules match the path (a note, or a folder given with a trailing "/")."""
-    private = False
-    for pattern, negated in found:
-        if pattern.fullmatch(rel_path) or pattern.fullmatch(rel_path.rstrip("/") + "/"):
-            private = not negated
-    return private
+    return next((not negated for pattern, negated in reversed(found)  # the last line that matches decides
+                 if pattern.fullmatch(rel_path) or pattern.fullmatch(rel_path.rstrip("/") + "/")), False)
 
 
 def matched(rel_path: str, is_folder: bool, found: list) -> bool:
