@@ -96,8 +96,7 @@ def matched(rel_path: str, is_folder: bool, found: list) -> bool:
 
 
 def original_of(rel_path: str) -> str | None:
-    """The note a file is named as a copy of (vault.copy_of) or as a side file of (_SIDE_FILE): it may hold the
-    same words."""
+    """The note a file is named as a copy (vault.copy_of) or side file (_SIDE_FILE) of: it may hold its words."""
     side = _SIDE_FILE.fullmatch(rel_path)
     name = side and next(part for part in side.groups()[1:] if part)
     if name and name.lower().endswith(notes.NOTE_SUFFIXES):
