@@ -23,7 +23,6 @@ import vault
 KAIGNORE = ".kaignore"
 KAIGNORE_MAX_BYTES = 100_000
 FRONT_MATTER_BYTES = 65_536  # where `private: true` is looked for: the front matter is at the top
-TRUE = ("true", "yes", "1", "on")
 HARMLESS_HIDDEN = frozenset({".DS_Store"})  # hidden files the sandbox lets be read in subfolders: Finder's
 # An editor's or a merge's copy of a note beside it: vim's swap, a backup, emacs's autosave and lock, .orig/.bak/.rej.
 _SIDE_FILE = re.compile(r"(.*/)?(?:\.([^/]+)\.sw[op]|([^/]+)~|#([^/]+)#|\.#([^/]+)|([^/]+)\.(?:orig|bak|rej))", re.S)
@@ -115,7 +114,7 @@ def hard_linked(kb: Path, rel_path: str) -> bool:
 
 def says_private(properties: dict) -> bool:
     """Whether a note's properties (frontmatter.front_matter's) say `private: true`; Obsidian's names ignore case."""
-    return any(isinstance(value, str) and value.strip().lower() in TRUE
+    return any(isinstance(value, str) and value.strip().lower() in ("true", "yes", "1", "on")
                for name, value in properties.items() if name.lower() == "private")
 
 
