@@ -75,8 +75,7 @@ def _period(days: tuple) -> str:
 
 # --- Searching ---
 _MATCHING = "FROM fts JOIN notes n ON n.id = fts.rowid WHERE fts MATCH ? AND {}"
-# A note titled or named as the query first, then one with it as an alias, then one with every word, then bm25 with
-# SEARCH_WEIGHTS (the words' and the phrases' that rank higher).
+# Tiers: titled or named as the query, then with it as an alias, every chunk as a phrase, every word; then bm25.
 _RANK_SQL = f"""SELECT n.id, n.path, n.title, n.id IN (SELECT rowid FROM fts WHERE fts MATCH ?) AS every,
 n.id IN (SELECT rowid FROM fts WHERE fts MATCH ?) AS exact
 {_MATCHING} AND n.id NOT IN ({{}}){{}}
