@@ -23,7 +23,6 @@ import vault
 KAIGNORE = ".kaignore"
 KAIGNORE_MAX_BYTES = 100_000
 FRONT_MATTER_BYTES = 65_536  # where `private: true` is looked for: the front matter is at the top
-TRUE = ("true", "yes", "1", "on")
 HARMLESS_HIDDEN = frozenset({".DS_Store"})  # hidden files the sandbox lets be read in subfolders: Finder's
 # An editor's or a merge's copy of a note beside it: vim's swap, a backup, emacs's autosave and lock, .orig/.bak/.rej.
 _SIDE_FILE = re.compile(r"(.*/)?(?:\.([^/]+)\.sw[op]|([^/]+)~|#([^/]+)#|\.#([^/]+)|([^/]+)\.(?:orig|bak|rej))", re.S)
@@ -82,11 +81,8 @@ def rules(kb: Path) -> list:
 
 def ignored(rel_path: str, found: list) -> bool:
     """Whether the .kaignore rules match the path (a note, or a folder given with a trailing "/")."""
-    private = False
-    for pattern, negated in found:
-        if pattern.fullmatch(rel_path) or pattern.fullmatch(rel_path.rstrip("/") + "/"):
-            private = not negated
-    return private
+    return next((not negated for pattern, negated in reversed(found)  # the last line that matches decides
+                 if pattern.fullmatch(rel_path) or pattern.fullmatch(rel_path.rstrip("/") + "/")), False)
 
 
 def matched(rel_path: str, is_folder: bool, found: list) -> bool:
@@ -99,8 +95,7 @@ def matched(rel_path: str, is_folder: bool, found: list) -> bool:
 
 
 def original_of(rel_path: str) -> str | None:
-    """The note a file is named as a copy of (vault.copy_of) or as a side file of (_SIDE_FILE): it may hold the
-    same words."""
+    """The note a file is named as a copy (vault.copy_of) or side file (_SIDE_FILE) of: it may hold its words."""
     side = _SIDE_FILE.fullmatch(rel_path)
     name = side and next(part for part in side.groups()[1:] if part)
     if name and name.lower().endswith(notes.NOTE_SUFFIXES):
@@ -119,7 +114,7 @@ def hard_linked(kb: Path, rel_path: str) -> bool:
 
 def says_private(properties: dict) -> bool:
     """Whether a note's properties (frontmatter.front_matter's) say `private: true`; Obsidian's names ignore case."""
-    return any(isinstance(value, str) and value.strip().lower() in TRUE
+    return any(isinstance(value, str) and value.strip().lower() in ("true", "yes", "1", "on")
                for name, value in properties.items() if name.lower() == "private")
 
 

@@ -75,8 +75,7 @@ def _period(days: tuple) -> str:
 
 # --- Searching ---
 _MATCHING = "FROM fts JOIN notes n ON n.id = fts.rowid WHERE fts MATCH ? AND {}"
-# A note titled or named as the query first, then one with it as an alias, then one with every word, then bm25 with
-# SEARCH_WEIGHTS (the words' and the phrases' that rank higher).
+# Tiers: titled or named as the query, then with it as an alias, every chunk as a phrase, every word; then bm25.
 _RANK_SQL = f"""SELECT n.id, n.path, n.title, n.id IN (SELECT rowid FROM fts WHERE fts MATCH ?) AS every,
 n.id IN (SELECT rowid FROM fts WHERE fts MATCH ?) AS exact
 {_MATCHING} AND n.id NOT IN ({{}}){{}}
@@ -383,21 +382,20 @@ def list_notes(notebook, folder: str | None = None, person=False, after: str | N
 def _listing(idx: Index, lo: str, hi: str, days: tuple, person: bool) -> Shown:
     where = (f"in {lo}" if lo else "in the knowledge base") + _period(days)
     of_days, day_args = _of_days(days)
+    inside, args = f"path >= ? AND path < ?{of_days}", (lo, hi, *day_args)
     unnamed = sum(lo <= path < hi for path in idx.unnamed)  # paths that are not UTF-8 sort below hi too
     unlisted = [f"{unnamed} note file(s) not listed: their names are not UTF-8; rename them to see them here."
                 ] if unnamed else []
-    private = idx.conn.execute(f"SELECT count(*) FROM notes n WHERE path >= ? AND path < ? AND private{of_days}",
-                               (lo, hi, *day_args))
+    private = idx.conn.execute(f"SELECT count(*) FROM notes n WHERE {inside} AND private", args)
     unlisted += [f"{n} private note{'s' * (n > 1)} not listed (.kaignore or private: true)." if person else
                  f"{n} private note(s) not listed (the person keeps them from the model)."
                  for n in private.fetchone() if n]
-    rows = idx.conn.execute(f"SELECT path, title, day, dated_by, conflict_of FROM notes n WHERE path >= ? AND path < ?"
-                            f" AND NOT private{of_days} ORDER BY day DESC, mtime_ns DESC, path", (lo, hi, *day_args)
-                            ).fetchall()
-    inside, total = [p[len(lo):] for p, *_ in rows], len(rows)
+    rows = idx.conn.execute("SELECT path, title, day, dated_by, conflict_of FROM notes n "
+                            f"WHERE {inside} AND NOT private ORDER BY day DESC, mtime_ns DESC, path", args).fetchall()
+    names, total = [p[len(lo):] for p, *_ in rows], len(rows)
     if not total:
         return Shown("\n".join([f"No notes {where}.", *unlisted]))
-    folders = sorted(Counter(p.split("/", 1)[0] for p in inside if "/" in p).items())
+    folders = sorted(Counter(p.split("/", 1)[0] for p in names if "/" in p).items())
     tail = ["Folders: " + ", ".join(f"{name}/ ({count})" for name, count in folders)] if folders else []
     if copies := [path for path, *_, original in rows if original]:  # so the person can resolve them
         unlisted.append(f"{_copies(copies)} (marked above if shown): {_named(copies)}; compare each with its "
