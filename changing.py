@@ -214,14 +214,13 @@ def edit_note(notebook: Notebook, file_path: str, old_text: str, new_text: str, 
     if old_text == new_text:
         raise ToolError("old_text and new_text are the same; nothing to change.")
 
-    def occurrences(text: str, old_text: str) -> list:
-        # Every occurrence, overlapping ones included (they are just as ambiguous): a lookahead matches at each
-        # place one starts. A note that mixes CRLF and LF keeps its "\r\n"; the model copies lines without "\r".
-        pattern = re.compile("(?=(" + "\r?\n".join(map(re.escape, old_text.split("\n"))) + "))")
-        return [m.span(1) for m in itertools.islice(pattern.finditer(text), EDIT_MAX_MATCHES_COUNTED + 1)]
+    # Every occurrence, overlapping ones included (they are just as ambiguous): a lookahead matches at each place
+    # one starts. A note that mixes CRLF and LF keeps its "\r\n"; the model copies lines without "\r".
+    pattern = re.compile("(?=(" + "\r?\n".join(map(re.escape, old_text.split("\n"))) + "))")
 
     def replace_once(text: str) -> str:  # run on the note as it is when the change is planned
-        found, new = occurrences(text, old_text), new_text
+        found = [m.span(1) for m in itertools.islice(pattern.finditer(text), EDIT_MAX_MATCHES_COUNTED + 1)]
+        new = new_text
         if not found and (numbered := _numbered_lines(text, old_text)):  # copied from a search hit with its numbers
             found, new = [numbered[:2]], _unnumbered(new_text, numbered[2])
         if not found:

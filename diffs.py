@@ -62,10 +62,10 @@ def change_summary(rel_path: str, old_text: str, new_text: str) -> str:
     _, a, b = _changed_lines(old_text, new_text)
     if len(a) * len(b) > DIFF_MAX_WORK:
         removed, added, moved = _estimate(a, b)
-        return f"~ {rel_path}  +{added} {MINUS}{removed}" + f", {plural(moved, 'line')} moved" * bool(moved)
-    changes = [c for c in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if c[0] != "equal"]
-    added, removed = sum(j2 - j1 for _, _, _, j1, j2 in changes), sum(i2 - i1 for _, i1, i2, _, _ in changes)
-    return f"~ {rel_path}  +{added} {MINUS}{removed}"
+    else:
+        changes = [c for c in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes() if c[0] != "equal"]
+        added, removed, moved = sum(j2 - j1 for *_, j1, j2 in changes), sum(i2 - i1 for _, i1, i2, *_ in changes), 0
+    return f"~ {rel_path}  +{added} {MINUS}{removed}" + f", {plural(moved, 'line')} moved" * bool(moved)
 
 
 def _estimate(a: list, b: list) -> tuple[int, int, int]:
