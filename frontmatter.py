@@ -83,10 +83,9 @@ def _properties(lines: list) -> dict:
             if key is not None and (properties[key] is None or isinstance(properties[key], list)):
                 properties[key] = (properties[key] or []) + [_value(_joined(item[1] or "", more))]
             continue
-        found = _property(line)
-        key = found[0] if found else None
-        if found:
-            properties[key] = _read_value(found[1], more)
+        key, value = _property(line) or (None, None)
+        if key is not None:
+            properties[key] = _read_value(value, more)
     return properties
 
 

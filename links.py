@@ -83,14 +83,15 @@ def _note_links(text: str) -> list[tuple]:
         if m.group(1).strip() and _clear(hidden, *m.span()):
             wikis.append(m.span())
             found.append(_wikilink(*m.span(), m.start(1), m.group(1), m[0][0] == "!", "wiki"))
-    for m in _markdown_matches(text, body):
-        group = 2 if m.group(2) is not None else 3
-        written, at = m.group(group), m.start(group)
-        if not written or _SCHEME.match(written) or not (_clear(hidden, *m.span()) and _clear(wikis, *m.span())):
-            continue
-        target, _, fragment = written.partition("#")
-        found.append((m.start(), m.end(), target, fragment, m.group(1), m[0][0] == "!", "markdown",
-                      at, at + len(target)))
+    for outer in _MARKDOWN_LINK.finditer(text, body):  # and those in its text: [![image](a.png)](note.md) holds two
+        for m in [outer, *_MARKDOWN_LINK.finditer(text, outer.start(1), outer.end(1))]:
+            group = 2 if m.group(2) is not None else 3
+            written, at = m.group(group), m.start(group)
+            if not written or _SCHEME.match(written) or not (_clear(hidden, *m.span()) and _clear(wikis, *m.span())):
+                continue
+            target, _, fragment = written.partition("#")
+            found.append((m.start(), m.end(), target, fragment, m.group(1), m[0][0] == "!", "markdown",
+                          at, at + len(target)))
     return found
 
 
@@ -100,13 +101,6 @@ def _wikilink(start: int, end: int, at: int, content: str, embed: bool, form: st
         head = head[:-1]
     target, _, fragment = head.partition("#")
     return (start, end, target, fragment, alias, embed, form, at, at + len(target))
-
-
-def _markdown_matches(text: str, pos: int):
-    """Markdown links from pos on, and those inside their text: [![image](a.png)](note.md) holds two."""
-    for m in _MARKDOWN_LINK.finditer(text, pos):
-        yield m
-        yield from _MARKDOWN_LINK.finditer(text, m.start(1), m.end(1))
 
 
 def _hidden_spans(text: str, pos: int) -> list[tuple]:
