@@ -127,8 +127,7 @@ class Reply:
         self.heads, self.echo = heads, None  # whether the text copies a result (replies.echo_heads); None: it may
 
     def receive(self, parts, stream: bool, ui) -> None:
-        """Read a stream's chunks or one whole completion, showing text and reasoning as they come; text that may
-        be tool calls written as text is held back until it is clear, then run as calls or shown."""
+        """Read the stream or completion; text that may be tool calls written as text is held back until clear."""
         self.streaming = stream
         for usage, finish_reason, reasoning, content, calls in replies.pieces(parts, stream):
             self.usage, self.finish_reason = usage or self.usage, finish_reason or self.finish_reason
@@ -138,15 +137,12 @@ class Reply:
                 ui.reasoning(reasoning)
             if content:
                 self.content += content
-                if (end := replies.looping(self.content)) is not None:  # a small model's loop: stop it now
-                    self.content, self.finish_reason = self.content[:end], "repeat"
-                    getattr(parts, "close", lambda: None)()  # the server stops generating
-                    break
-                if self.echo is None:
+                end = replies.looping(self.content)  # a small model's loop, or a copy (never shown: asked again)
+                if end is None and self.echo is None:
                     self.echo = replies.echo_of(self.content, self.heads)
-                if self.echo:  # never shown, no answer: the loop asks again
-                    self.content, self.finish_reason = "", "echo"
-                    getattr(parts, "close", lambda: None)()
+                if end is not None or self.echo:
+                    self.content, self.finish_reason = ("", "echo") if self.echo else (self.content[:end], "repeat")
+                    getattr(parts, "close", lambda: None)()  # the server stops generating
                     break
                 self.held = replies.held_from(self.content, self.held)
                 upto = min(self.held, replies.open_mark(self.content), replies.repeats_from(self.content))
@@ -161,16 +157,14 @@ class Reply:
         held = len(self.content) if self.calls else self.held
         written = held < len(self.content) and self.finish_reason != "length" and \
             replies.text_tool_calls(self.content[held:])  # calls a loop repeated were kept once: they run
-        if held < len(self.content) and not written and self.finish_reason in ("length", "repeat"):
-            self.content = self.content[:held]  # calls cut off mid-way are neither run nor an answer (the notice says)
-        elif held < len(self.content) and not written and not replies.without_echo(self.content[held:]):
-            self.content = self.content[:held]  # only the tool list, echoed (a 1.5B's whole reply once): no answer
-        elif written:
-            # kept as the server would have sent them: any server accepts the history
+        if written:  # kept as the server would have sent them: any server accepts the history
             self.calls = {i: {"id": None, "name": call["name"], "arguments": [call["arguments"]]}
                           for i, call in enumerate(written)}
             self.written = True
             self.content = self.content[:held].rstrip()
+        elif held < len(self.content) and (self.finish_reason in ("length", "repeat")
+                                           or not replies.without_echo(self.content[held:])):
+            self.content = self.content[:held]  # calls cut off (the notice says), or the tool list echoed: no answer
         self._show(ui, len(self.content))
         self.content = replies.without_marks(self.content)
 
