@@ -125,8 +125,7 @@ def _rounds(model: Model, history: list[dict], notebook: Notebook, ui: UI) -> tu
         if not reply.calls:  # decided by the calls, not finish_reason: servers differ
             return reply, _notice(reply)
         if round_number == settings.max_rounds or not offer_tools:  # these calls are not run
-            why = ROUND_LIMIT if offer_tools else STUCK
-            history.extend(_result(call["id"], why) for call in message["tool_calls"])
+            history.extend(_result(call["id"], ROUND_LIMIT if offer_tools else STUCK) for call in message["tool_calls"])
             _save(history)
             return reply, ROUND_NOTICE.format(settings.max_rounds) if offer_tools else STUCK_NOTICE
         # The history keeps arguments the API accepts; the tool gets them as sent, to explain errors.
