@@ -232,8 +232,7 @@ class Model:
         return self._client
 
     def request(self, history: list[dict], schemas: list[dict] | None = None) -> tuple[list[dict], int]:
-        """The messages the next request sends (as much as fits in CONTEXT_TOKENS, as sent) and its estimated
-        tokens, the tools' `schemas` included."""
+        """The next request's messages (what fits in CONTEXT_TOKENS, as sent) and its token estimate, `schemas` too."""
         schemas = tools.tool_schemas(self.settings) if schemas is None else schemas
         budget = int(self.settings.context_tokens / self.token_ratio) - context.estimate_tokens([], schemas)
         asked = [_with_passages(m) if m["role"] == "user" else m for m in history]  # the passages count, as sent
@@ -352,8 +351,7 @@ def _this_turns_results(history: list[dict]) -> list[str]:
 
 
 def _with_passages(question: dict) -> dict:
-    """A question as requests send it, after the passages found for it: always the same, so every later request
-    begins as this one did."""
+    """A question as sent, after the passages found for it: always the same, so later requests begin as this one."""
     found = (question.get(SHOWN) or {}).get("passages")
     asked = {key: value for key, value in question.items() if key != SHOWN}
     return {**asked, "content": f"{tools.fenced(found, PASSAGES_TAG, PASSAGES_WHAT)}\n\n{asked['content']}"} \
