@@ -17,7 +17,6 @@ import search
 import tools
 from approval import Allowance, Approval
 from config import Settings, load_settings
-from context import SHOWN
 from model import AgentError, Model, Reply, RequestRejected, make_client
 from notebook import Notebook
 from notes import ToolError
@@ -69,7 +68,7 @@ def _question(question: str, notebook: Notebook, ui: UI) -> dict:
     except (ToolError, embeddings.EmbedError):  # the index failed (its notice said so), or the embedder: none
         found = None
     if found:
-        message[SHOWN] = {"lines": found.lines, "named": list(found.named), "passages": str(found)}
+        message[context.SHOWN] = {"lines": found.lines, "named": list(found.named), "passages": str(found)}
         ui.passages(found.lines)
     return message
 
@@ -171,7 +170,7 @@ def execute(calls: list[dict], arguments: list[str], history: list[dict], notebo
 
 def _result(call_id: str, text: str, shown: dict | None = None) -> dict:
     """The tool message answering a call: its result and what it showed, or why it did not run."""
-    return {"role": "tool", "tool_call_id": call_id, "content": text, SHOWN: shown or {}}
+    return {"role": "tool", "tool_call_id": call_id, "content": text, context.SHOWN: shown or {}}
 
 
 def _save(history: list[dict], usage=None, endpoint: tuple[str, str] | None = None) -> None:

@@ -18,9 +18,7 @@ import replies
 import tools
 import vault
 from config import Settings, config_file, is_local
-from context import SHOWN
 from db import notice
-from replies import Usage
 
 CONNECT_TIMEOUT = 10.0
 LOCAL_TIMEOUT_FACTOR = 5  # a server on this machine or network (a CPU model) may be silent this many times longer
@@ -117,7 +115,7 @@ class Reply:
     loop, stopped) and "echo" (a copy of a tool result, begun as one of `heads`: stopped and dropped)."""
 
     def __init__(self, heads: list[str] = ()):
-        self.content, self.reasoning, self.finish_reason, self.usage = "", None, None, Usage.of(None)
+        self.content, self.reasoning, self.finish_reason, self.usage = "", None, None, replies.Usage.of(None)
         self.calls: dict[int, dict] = {}  # by stream index; "arguments" as a list of pieces, joined once
         self.shown, self.consumed = "", 0  # the text the person saw; how much of `content` it shows
         self.held = 0  # content from here on may still be tool calls written as text (replies.held_from)
@@ -331,7 +329,7 @@ class Model:
                               f"even with the earlier conversation left out ({said}). Ask about a smaller part, or "
                               "use a model with a larger window.")
 
-    def _learn_usage(self, usage: Usage, estimate: int) -> None:
+    def _learn_usage(self, usage: replies.Usage, estimate: int) -> None:
         """Raise the token ratio from what the server counted; notice a server that cut the prompt (Ollama)."""
         counted = usage.prompt
         if not replies.server_kept_fewer(estimate, counted, self.token_ratio, usage.hits):
@@ -352,8 +350,8 @@ def _this_turns_results(history: list[dict]) -> list[str]:
 
 def _with_passages(question: dict) -> dict:
     """A question as sent, after the passages found for it: always the same, so later requests begin as this one."""
-    found = (question.get(SHOWN) or {}).get("passages")
-    asked = {key: value for key, value in question.items() if key != SHOWN}
+    found = (question.get(context.SHOWN) or {}).get("passages")
+    asked = {key: value for key, value in question.items() if key != context.SHOWN}
     return {**asked, "content": f"{tools.fenced(found, PASSAGES_TAG, PASSAGES_WHAT)}\n\n{asked['content']}"} \
         if found else asked
 
@@ -369,7 +367,7 @@ def _answering_now(messages: list[dict]) -> list[dict]:
         elif message.get("tool_calls"):
             calls.update((call["id"], call["function"]) for call in message["tool_calls"])
         elif message["role"] == "tool":
-            if not (message.get(SHOWN) or {}).get("error"):
+            if not (message.get(context.SHOWN) or {}).get("error"):
                 function = calls.get(message["tool_call_id"], {})
                 arguments = " ".join(function.get("arguments", "").split())[:200]  # the mark is one line
                 what = f"what {function.get('name')} {arguments} returned"
