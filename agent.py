@@ -17,7 +17,6 @@ import search
 import tools
 from approval import Allowance, Approval
 from config import Settings, load_settings
-from context import SHOWN
 from model import AgentError, Model, Reply, RequestRejected, make_client
 from notebook import Notebook
 from notes import ToolError
@@ -69,7 +68,7 @@ def _question(question: str, notebook: Notebook, ui: UI) -> dict:
     except (ToolError, embeddings.EmbedError):  # the index failed (its notice said so), or the embedder: none
         found = None
     if found:
-        message[SHOWN] = {"lines": found.lines, "named": list(found.named), "passages": str(found)}
+        message[context.SHOWN] = {"lines": found.lines, "named": list(found.named), "passages": str(found)}
         ui.passages(found.lines)
     return message
 
@@ -125,8 +124,7 @@ def _rounds(model: Model, history: list[dict], notebook: Notebook, ui: UI) -> tu
         if not reply.calls:  # decided by the calls, not finish_reason: servers differ
             return reply, _notice(reply)
         if round_number == settings.max_rounds or not offer_tools:  # these calls are not run
-            why = ROUND_LIMIT if offer_tools else STUCK
-            history.extend(_result(call["id"], why) for call in message["tool_calls"])
+            history.extend(_result(call["id"], ROUND_LIMIT if offer_tools else STUCK) for call in message["tool_calls"])
             _save(history)
             return reply, ROUND_NOTICE.format(settings.max_rounds) if offer_tools else STUCK_NOTICE
         # The history keeps arguments the API accepts; the tool gets them as sent, to explain errors.
@@ -146,8 +144,7 @@ def _notice(reply: Reply) -> str:
 
 def execute(calls: list[dict], arguments: list[str], history: list[dict], notebook: Notebook, ui: UI,
             allowance: Allowance, made: set) -> list[tools.Result]:
-    """Run each call with its arguments as sent, appending its result; the results. One that Ctrl+C stops is
-    answered saying so (it may have done part of its work)."""
+    """Run each call with its arguments as sent, appending its result (one Ctrl+C stops says so); the results."""
     results = []
     for call, sent in zip(calls, arguments):
         name = call["function"]["name"]
@@ -173,7 +170,7 @@ def execute(calls: list[dict], arguments: list[str], history: list[dict], notebo
 
 def _result(call_id: str, text: str, shown: dict | None = None) -> dict:
     """The tool message answering a call: its result and what it showed, or why it did not run."""
-    return {"role": "tool", "tool_call_id": call_id, "content": text, SHOWN: shown or {}}
+    return {"role": "tool", "tool_call_id": call_id, "content": text, context.SHOWN: shown or {}}
 
 
 def _save(history: list[dict], usage=None, endpoint: tuple[str, str] | None = None) -> None:

@@ -159,7 +159,7 @@ def without_marks(text: str) -> str:
 def echo_heads(results: list[str]) -> list[str]:
     """What a copy of each tool result begins with: its first two lines that hold something (the tool's own words,
     then what it found), stripped; a one-line result may well be the answer, so it has none."""
-    heads = (_lines_of(result[:ECHO_SCAN_CHARS], 2) for result in results)
+    heads = ("\n".join(_lines(result[:ECHO_SCAN_CHARS])[:2]) for result in results)
     return [head for head in heads if "\n" in head and len(head) >= ECHO_LINE_CHARS]
 
 
@@ -169,17 +169,12 @@ def echo_of(text: str, heads: list[str]) -> bool | None:
     one, to hold it back; False when it cannot."""
     if not heads:
         return False
-    start = _lines_of(without_marks(text[:ECHO_SCAN_CHARS]))
+    start = "\n".join(_lines(without_marks(text[:ECHO_SCAN_CHARS])))
     if not start or any(mark.startswith(start) for mark in MARKS):
         return None
     if any(start.startswith(head) for head in heads):
         return True
     return None if any(head.startswith(start) for head in heads) else False
-
-
-def _lines_of(text: str, most: int | None = None) -> str:
-    """The text's lines that hold something (the first `most`), stripped, one a line."""
-    return "\n".join([line.strip() for line in text.split("\n") if line.strip()][:most])
 
 
 def open_mark(text: str) -> int:
@@ -204,8 +199,7 @@ def looping(text: str) -> int | None:
 
 
 def repeats_from(text: str) -> int:
-    """Where the last whole line's repeats begin (the line being written may be one), to hold them back until it is
-    clear; len(text) when there are none."""
+    """Where the last whole line's repeats begin (the line being written may be one), held until clear; or len(text)."""
     start, at = max(0, len(text) - LOOP_WINDOW), len(text)
     for _ in range(REPEATED_LINES + 1):  # only the last lines are looked at: each piece costs what it adds
         at = text.rfind("\n", start, at) if at > start else -1
