@@ -7,11 +7,12 @@ only through `read` (reading.note_text); this module never writes, sends or show
 """
 
 import re
+from collections import namedtuple
 from typing import Callable, NamedTuple
 
 import reading
 from context import SHOWN, content_text
-from notes import Shown, ToolError
+from notes import Shown, ToolError, plural
 
 Reader = Callable[[str], tuple[str, str]]  # a path as the model wrote it -> (the note's name, its text)
 
@@ -34,7 +35,6 @@ _PATH = r"[\w\-./+#]*[\w\-+#]\.(?:md|txt)"  # C++.md, C#.md
 _BEFORE = r"(?<![\w\-./~\\])"
 _LINES = r"(?:[:：]L?(?P<start>\d+)(?:[-–]L?(?P<end>\d+))?)?"
 _AFTER = r"(?!\w|\.\w|[:：\-–]L?\d)"
-_PATHS = re.compile(_BEFORE + "(?P<path>" + _PATH + ")" + _LINES + _AFTER)
 _SUFFIX = re.compile(r"\.(?:md|txt)")
 _QUOTE = re.compile('|'.join(rf"{a}([^{b}\n]{{1,{QUOTE_CHARS}}}){b}" for a, b in ('""', "“”", "「」", "『』")))
 _FENCE = re.compile(r"^ {0,3}(```|~~~).*?(?:^ {0,3}\1[^\n]*$|\Z)", re.M | re.S)
@@ -135,12 +135,8 @@ def seen_before(history: list[dict], upto: int) -> Seen:
     return seen
 
 
-class _Mention(NamedTuple):
-    start: int  # where it is in the answer
-    end: int
-    path: str
-    first: int | None
-    last: int | None
+# A note path in the answer: where it is, the note, and the lines cited after it (None: none).
+_Mention = namedtuple("_Mention", "start end path first last")
 
 
 def _prose(answer: str) -> str:
@@ -154,9 +150,8 @@ def _mentions(prose: str, seen: tuple[Seen, ...], exists: Callable[[str], bool])
     all; a run of Chinese glued before a path ("见python.md") is not part of it unless such a note exists."""
     named = sorted(set().union(*(s.names_in(prose) for s in seen)), key=len, reverse=True)  # the longest first
     names = "".join(re.escape(path) + "|" for path in named)
-    pattern = re.compile(_BEFORE + "(?P<path>" + names + _PATH + ")" + _LINES + _AFTER) if names else _PATHS
     found = []
-    for match in pattern.finditer(prose):
+    for match in re.finditer(_BEFORE + "(?P<path>" + names + _PATH + ")" + _LINES + _AFTER, prose):
         path, start = match["path"], match.start()
         head = _CJK_HEAD.match(path)
         if head and not any(path in s.named for s in seen) and not exists(path):
@@ -229,7 +224,7 @@ def _problem(mention: _Mention, quotes: list[str], lines_of: Callable[[str], set
     if last < first:
         return f"{first}-{last} is not a range of lines"
     if last > len(lines):
-        return f"the note has {len(lines)} line{'s' * (len(lines) != 1)}"
+        return f"the note has {plural(len(lines), 'line')}"
     if unseen := [n for n in range(first, last + 1) if n not in shown_lines]:
         return f"{ranges(unseen)} never reached the model"
     cited = "\n".join(lines[first - 1:last])
