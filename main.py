@@ -106,7 +106,8 @@ COMMANDS = {
 NO_KEY = "Chat is off: no API key. {}, then start again. Meanwhile /search, /list and /read work; /help lists all."
 # What a person typing the note commands is told to do next, by the kind of failure (notes.ToolError.kind).
 PERSON_ADVICE = {"missing": "Use /search or /list to find the right path.",
-                 "folder": "Use /list FOLDER to see inside it.", "no_folder": "Use /list to see every note and its folder."}
+                 "folder": "Use /list FOLDER to see inside it.",
+                 "no_folder": "Use /list to see every note and its folder."}
 MULTILINE_HELP = ("  A question can span lines: end a line with \\ to go on, or paste a block (it stays one "
                   "question).\n  Ctrl+C clears the line typed; on an empty line, or Ctrl+D, it leaves.")
 NOTE_COMMANDS = ("/search", "/list", "/read", "/links")
@@ -166,7 +167,8 @@ class Chat:
         if not argument and name != "/list" and not days:
             return self.failed(f"Usage: {next(usage for usage in COMMANDS if usage.split()[0] == name)}")
         try:
-            text = (self.read(argument) if name == "/read" else reading.links(self.notebook, argument) if name == "/links"
+            text = (self.read(argument) if name == "/read"
+                    else reading.links(self.notebook, argument) if name == "/links"
                     else reading.list_notes(self.notebook, argument, person=True, **days) if name == "/list"
                     else reading.search_notes(self.notebook, argument, **days))
         except ToolError as exc:
