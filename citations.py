@@ -16,8 +16,6 @@ from notes import Shown, ToolError, plural
 
 Reader = Callable[[str], tuple[str, str]]  # a path as the model wrote it -> (the note's name, its text)
 
-NO_NOTE = "no such note"
-A_FOLDER = "a folder, not a note"
 NEVER_SHOWN = "its text never reached the model in this conversation"
 NOT_THERE = "the quoted text is not there"
 QUOTE_NOT_SHOWN = "the quoted text never reached the model"
@@ -200,14 +198,13 @@ def ranges(numbers: list[int]) -> str:
             spans[-1][1] = n
         else:
             spans.append([n, n])
-    text = ", ".join(f"{a}-{b}" if a < b else str(a) for a, b in spans)
-    return ("lines " if len(numbers) > 1 else "line ") + text
+    return ("lines " if len(numbers) > 1 else "line ") + ", ".join(f"{a}-{b}" if a < b else str(a) for a, b in spans)
 
 
 def _problem(mention: _Mention, quotes: list[str], lines_of: Callable[[str], set], note) -> str:
     """Why the citation does not hold ("" when it does); `note`: (name, lines), or what reading it raised."""
     if isinstance(note, ToolError):
-        return {"missing": NO_NOTE, "folder": A_FOLDER}.get(note.kind, NEVER_SHOWN)
+        return {"missing": "no such note", "folder": "a folder, not a note"}.get(note.kind, NEVER_SHOWN)
     if isinstance(note, OSError):
         return f"it could not be read ({note.strerror or note})"
     name, lines = note
