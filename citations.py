@@ -7,16 +7,15 @@ only through `read` (reading.note_text); this module never writes, sends or show
 """
 
 import re
+from collections import namedtuple
 from typing import Callable, NamedTuple
 
 import reading
 from context import SHOWN, content_text
-from notes import Shown, ToolError
+from notes import Shown, ToolError, plural
 
 Reader = Callable[[str], tuple[str, str]]  # a path as the model wrote it -> (the note's name, its text)
 
-NO_NOTE = "no such note"
-A_FOLDER = "a folder, not a note"
 NEVER_SHOWN = "its text never reached the model in this conversation"
 NOT_THERE = "the quoted text is not there"
 QUOTE_NOT_SHOWN = "the quoted text never reached the model"
@@ -34,7 +33,6 @@ _PATH = r"[\w\-./+#]*[\w\-+#]\.(?:md|txt)"  # C++.md, C#.md
 _BEFORE = r"(?<![\w\-./~\\])"
 _LINES = r"(?:[:：]L?(?P<start>\d+)(?:[-–]L?(?P<end>\d+))?)?"
 _AFTER = r"(?!\w|\.\w|[:：\-–]L?\d)"
-_PATHS = re.compile(_BEFORE + "(?P<path>" + _PATH + ")" + _LINES + _AFTER)
 _SUFFIX = re.compile(r"\.(?:md|txt)")
 _QUOTE = re.compile('|'.join(rf"{a}([^{b}\n]{{1,{QUOTE_CHARS}}}){b}" for a, b in ('""', "“”", "「」", "『』")))
 _FENCE = re.compile(r"^ {0,3}(```|~~~).*?(?:^ {0,3}\1[^\n]*$|\Z)", re.M | re.S)
@@ -135,12 +133,8 @@ def seen_before(history: list[dict], upto: int) -> Seen:
     return seen
 
 
-class _Mention(NamedTuple):
-    start: int  # where it is in the answer
-    end: int
-    path: str
-    first: int | None
-    last: int | None
+# A note path in the answer: where it is, the note, and the lines cited after it (None: none).
+_Mention = namedtuple("_Mention", "start end path first last")
 
 
 def _prose(answer: str) -> str:
@@ -154,9 +148,8 @@ def _mentions(prose: str, seen: tuple[Seen, ...], exists: Callable[[str], bool])
     all; a run of Chinese glued before a path ("见python.md") is not part of it unless such a note exists."""
     named = sorted(set().union(*(s.names_in(prose) for s in seen)), key=len, reverse=True)  # the longest first
     names = "".join(re.escape(path) + "|" for path in named)
-    pattern = re.compile(_BEFORE + "(?P<path>" + names + _PATH + ")" + _LINES + _AFTER) if names else _PATHS
     found = []
-    for match in pattern.finditer(prose):
+    for match in re.finditer(_BEFORE + "(?P<path>" + names + _PATH + ")" + _LINES + _AFTER, prose):
         path, start = match["path"], match.start()
         head = _CJK_HEAD.match(path)
         if head and not any(path in s.named for s in seen) and not exists(path):
@@ -205,14 +198,13 @@ def ranges(numbers: list[int]) -> str:
             spans[-1][1] = n
         else:
             spans.append([n, n])
-    text = ", ".join(f"{a}-{b}" if a < b else str(a) for a, b in spans)
-    return ("lines " if len(numbers) > 1 else "line ") + text
+    return ("lines " if len(numbers) > 1 else "line ") + ", ".join(f"{a}-{b}" if a < b else str(a) for a, b in spans)
 
 
 def _problem(mention: _Mention, quotes: list[str], lines_of: Callable[[str], set], note) -> str:
     """Why the citation does not hold ("" when it does); `note`: (name, lines), or what reading it raised."""
     if isinstance(note, ToolError):
-        return {"missing": NO_NOTE, "folder": A_FOLDER}.get(note.kind, NEVER_SHOWN)
+        return {"missing": "no such note", "folder": "a folder, not a note"}.get(note.kind, NEVER_SHOWN)
     if isinstance(note, OSError):
         return f"it could not be read ({note.strerror or note})"
     name, lines = note
@@ -229,7 +221,7 @@ def _problem(mention: _Mention, quotes: list[str], lines_of: Callable[[str], set
     if last < first:
         return f"{first}-{last} is not a range of lines"
     if last > len(lines):
-        return f"the note has {len(lines)} line{'s' * (len(lines) != 1)}"
+        return f"the note has {plural(len(lines), 'line')}"
     if unseen := [n for n in range(first, last + 1) if n not in shown_lines]:
         return f"{ranges(unseen)} never reached the model"
     cited = "\n".join(lines[first - 1:last])

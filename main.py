@@ -106,11 +106,11 @@ COMMANDS = {
 NO_KEY = "Chat is off: no API key. {}, then start again. Meanwhile /search, /list and /read work; /help lists all."
 # What a person typing the note commands is told to do next, by the kind of failure (notes.ToolError.kind).
 PERSON_ADVICE = {"missing": "Use /search or /list to find the right path.",
-                 "folder": "Use /list FOLDER to see inside it.", "no_folder": "Use /list to see every note and its folder."}
+                 "folder": "Use /list FOLDER to see inside it.",
+                 "no_folder": "Use /list to see every note and its folder."}
 MULTILINE_HELP = ("  A question can span lines: end a line with \\ to go on, or paste a block (it stays one "
                   "question).\n  Ctrl+C clears the line typed; on an empty line, or Ctrl+D, it leaves.")
-NOTE_COMMANDS = {"/search": ("search_notes", "query"), "/list": ("list_notes", "folder"),
-                 "/read": ("read_note", "file_path"), "/links": ("links", "file_path")}
+NOTE_COMMANDS = ("/search", "/list", "/read", "/links")
 DAY_FLAG = re.compile(r"(?:^|\s)--(after|before)[= ]+(\S+)")  # /list work --after 2026-11-01
 
 
@@ -162,14 +162,15 @@ class Chat:
 
     def note_command(self, name: str, argument: str) -> str:
         """The agent's note tools run by hand, their text on stdout; a failure, worded for a person, on stderr."""
-        tool, parameter = NOTE_COMMANDS[name]
         days = dict(DAY_FLAG.findall(argument)) if name in ("/search", "/list") else {}
         argument = DAY_FLAG.sub("", argument).strip() if days else argument
         if not argument and name != "/list" and not days:
             return self.failed(f"Usage: {next(usage for usage in COMMANDS if usage.split()[0] == name)}")
         try:
-            text = (self.read(argument) if name == "/read" else reading.list_notes(self.notebook, argument, person=True,
-                    **days) if name == "/list" else getattr(reading, tool)(self.notebook, **{parameter: argument}, **days))
+            text = (self.read(argument) if name == "/read"
+                    else reading.links(self.notebook, argument) if name == "/links"
+                    else reading.list_notes(self.notebook, argument, person=True, **days) if name == "/list"
+                    else reading.search_notes(self.notebook, argument, **days))
         except ToolError as exc:
             return self.failed(" ".join(filter(None, (exc.message, PERSON_ADVICE.get(exc.kind, "")))))
         except Exception as exc:  # a disk error, or a bug: one line, never a traceback
@@ -243,8 +244,7 @@ class Chat:
     def do_sent(self, argument: str) -> str | None:
         if argument.lower() not in ("", "all"):
             return self.failed("Usage: /sent [all]")
-        conversation = self.conversation
-        print(visible(sent.report(conversation.store, conversation.session_id, self.settings.kb,
+        print(visible(sent.report(self.conversation.store, self.conversation.session_id, self.settings.kb,
                                   argument.lower() == "all"), lines=True), flush=True)
 
     def do_undo(self, argument: str) -> str | None:
