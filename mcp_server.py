@@ -108,8 +108,7 @@ class McpServer:
                                   f"version {', '.join(BATCH_VERSIONS)}; send one message per line.")
         if not message:
             return error_response(None, INVALID_REQUEST, "Invalid request: an empty batch.")
-        replies = [r for r in (self.handle_message(item, in_batch=True) for item in message) if r is not None]
-        return replies or None
+        return [r for r in (self.handle_message(item, in_batch=True) for item in message) if r is not None] or None
 
     def handle_message(self, message, in_batch: bool = False) -> dict | None:
         if not isinstance(message, dict):
