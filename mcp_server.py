@@ -62,13 +62,6 @@ def served_tools(settings: Settings) -> dict[str, dict]:
     return served
 
 
-def not_served(name: str) -> str:
-    tool = tools.TOOLS.get(name)
-    flags = (["--allow-shell (with ALLOW_SHELL=1)"] * bool(tool and tool.opt_in)
-             + ["--allow-destructive"] * bool(tool and tool.asks))
-    return f" (not served: start the server with {' and '.join(flags)})" if flags else ""
-
-
 def error_response(request_id, code: int, message: str) -> dict:
     return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
 
@@ -108,8 +101,7 @@ class McpServer:
                                   f"version {', '.join(BATCH_VERSIONS)}; send one message per line.")
         if not message:
             return error_response(None, INVALID_REQUEST, "Invalid request: an empty batch.")
-        replies = [r for r in (self.handle_message(item, in_batch=True) for item in message) if r is not None]
-        return replies or None
+        return [r for r in (self.handle_message(item, in_batch=True) for item in message) if r is not None] or None
 
     def handle_message(self, message, in_batch: bool = False) -> dict | None:
         if not isinstance(message, dict):
@@ -156,9 +148,12 @@ class McpServer:
         name = params.get("name")
         if not isinstance(name, str):
             raise RpcError(INVALID_PARAMS, "Invalid params: name (a string) is required.")
-        if name not in self.tools:
-            raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}{not_served(name)}. Call tools/list for the tools "
-                           "served.")
+        if name not in self.tools:  # a tool the chat has, served only with a flag, says which
+            tool = tools.TOOLS.get(name)
+            flags = (["--allow-shell (with ALLOW_SHELL=1)"] * bool(tool and tool.opt_in)
+                     + ["--allow-destructive"] * bool(tool and tool.asks))
+            why = f" (not served: start the server with {' and '.join(flags)})" if flags else ""
+            raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}{why}. Call tools/list for the tools served.")
         arguments = params.get("arguments")  # None: no arguments, as execute_tool takes it
         if arguments is not None and not isinstance(arguments, dict):
             raise RpcError(INVALID_PARAMS, "Invalid params: arguments must be a JSON object.")

@@ -61,8 +61,7 @@ def _number(text: str, status: int, message: str) -> int:
 
 
 class Server(ThreadingHTTPServer):
-    """The server on 127.0.0.1:port (0: any free); a connection has no thread until it speaks, and may be cut
-    until its request shows the page's key."""
+    """On 127.0.0.1:port (0: any free); a connection gets a thread when it speaks, may be cut until it shows the key."""
     daemon_threads = True
     request_queue_size = 4096  # connections waiting for accept: under a flood, the page's waits among them
 
@@ -259,7 +258,7 @@ class Handler(BaseHTTPRequestHandler):
             raise HTTPError(413, f"The request is larger than {MAX_BODY} bytes.")
         try:
             body = json.loads(self.rfile.read(length).decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
+        except ValueError:  # UnicodeDecodeError is one
             raise HTTPError(400, "The request body is not valid JSON.") from None
         if not isinstance(body, dict):
             raise HTTPError(400, "The request body must be a JSON object.")
