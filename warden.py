@@ -242,10 +242,9 @@ def _allow_notes(ruleset: int, folder: int, private: dict | None) -> None:
 
 
 def _allow(ruleset: int, fd: int, access: int) -> None:
-    """Add a path-beneath rule for an open descriptor, then close it (thousands of notes: descriptors run out).
-    A rule on a non-folder holds only FILE_RIGHTS."""
+    """Add a path-beneath rule for an open descriptor, then close it (thousands of notes: descriptors run out)."""
     try:
-        if access & ~FILE_RIGHTS and not stat.S_ISDIR(os.fstat(fd).st_mode):
+        if access & ~FILE_RIGHTS and not stat.S_ISDIR(os.fstat(fd).st_mode):  # the kernel refuses more on a file
             access &= FILE_RIGHTS
         rule = struct.pack("=Qi", access, fd)  # struct landlock_path_beneath_attr, packed
         _call("syscall", SYS_ADD_RULE, ruleset, 1, rule, 0)  # 1: LANDLOCK_RULE_PATH_BENEATH
@@ -369,8 +368,7 @@ def _kill_all(command: int, statuses: dict) -> None:
 
 
 def _signal_all(command: int, sig: int) -> bool:
-    """Send sig to every process below the warden (found in /proc), or off Linux to the command's process
-    group; whether there were any."""
+    """Send sig to every process below the warden, or off Linux to the command's process group; whether any."""
     sent = False
     for pid in _descendants(os.getpid()) if ON_LINUX else [-command]:
         try:
