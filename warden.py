@@ -20,7 +20,6 @@ should apply: if entering it fails, nothing runs. It imports nothing of the proj
 """
 
 import ctypes
-import functools
 import marshal  # the orders: the agent's interpreter writes them, this one reads them, nothing else does
 import os
 import resource  # caps the size of the files a command writes
@@ -85,14 +84,11 @@ REFUSED = {  # refused whatever their arguments
     "io_uring_setup": (425, 425), "io_uring_enter": (426, 426), "io_uring_register": (427, 427),
 }
 SYSCALLS = {**CHECKED, **REFUSED}
-
-@functools.cache
-def libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
+LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def _call(function: str, *args) -> int:
-    result = getattr(libc(), function)(*(ctypes.c_long(a) if isinstance(a, int) else a for a in args))
+    result = getattr(LIBC, function)(*(ctypes.c_long(a) if isinstance(a, int) else a for a in args))
     if result < 0:
         raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
     return result
@@ -100,12 +96,12 @@ def _call(function: str, *args) -> int:
 
 def _abi() -> int:
     """The Landlock ABI version (create_ruleset's answer to flag 1, VERSION); 0 without Landlock (it answers -1)."""
-    return max(libc().syscall(ctypes.c_long(SYS_CREATE_RULESET), None, ctypes.c_size_t(0), ctypes.c_long(1)), 0)
+    return max(LIBC.syscall(ctypes.c_long(SYS_CREATE_RULESET), None, ctypes.c_size_t(0), ctypes.c_long(1)), 0)
 
 
 def _has_seccomp_filters() -> bool:
     """A filter-capable kernel answers a missing program with EFAULT; one without (CONFIG_SECCOMP_FILTER) EINVAL."""
-    return libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, None, 0, 0) == -1 and ctypes.get_errno() == 14
+    return LIBC.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, None, 0, 0) == -1 and ctypes.get_errno() == 14
 
 
 def sandbox_problem() -> str | None:
@@ -246,10 +242,9 @@ def _allow_notes(ruleset: int, folder: int, private: dict | None) -> None:
 
 
 def _allow(ruleset: int, fd: int, access: int) -> None:
-    """Add a path-beneath rule for an open descriptor, then close it (thousands of notes: descriptors run out).
-    A rule on a non-folder holds only FILE_RIGHTS."""
+    """Add a path-beneath rule for an open descriptor, then close it (thousands of notes: descriptors run out)."""
     try:
-        if access & ~FILE_RIGHTS and not stat.S_ISDIR(os.fstat(fd).st_mode):
+        if access & ~FILE_RIGHTS and not stat.S_ISDIR(os.fstat(fd).st_mode):  # the kernel refuses more on a file
             access &= FILE_RIGHTS
         rule = struct.pack("=Qi", access, fd)  # struct landlock_path_beneath_attr, packed
         _call("syscall", SYS_ADD_RULE, ruleset, 1, rule, 0)  # 1: LANDLOCK_RULE_PATH_BENEATH
@@ -265,7 +260,7 @@ def _drop_capabilities() -> None:
     _call("capget", header, data)
     if struct.unpack_from("=I", data.raw)[0] >> CAP_SETPCAP & 1:
         cap = 0
-        while libc().prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0:  # EINVAL past the last one this kernel knows
+        while LIBC.prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0:  # EINVAL past the last one this kernel knows
             _call("prctl", PR_CAPBSET_DROP, cap, 0, 0, 0)
             cap += 1
     _call("prctl", PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
@@ -273,7 +268,7 @@ def _drop_capabilities() -> None:
 
 
 def _seccomp_program(machine: str, allow_network: bool, warden: int) -> list[tuple]:
-    """The filter, as ("label", name) and (op, k[, if_true, if_false]) steps for _assemble: a foreign
+    """The filter, as ("label", name) and (op, k[, if_true, if_false]) steps for _install_filter: a foreign
     architecture kills, x32 and the calls named in the module docstring fail with EPERM, clone3 with ENOSYS
     (its flags are out of a filter's sight; libc falls back to clone, whose flags are checked)."""
     number = {name: numbers[tuple(AUDIT_ARCH).index(machine)] for name, numbers in SYSCALLS.items()}
@@ -312,8 +307,9 @@ def _seccomp_program(machine: str, allow_network: bool, warden: int) -> list[tup
     return code
 
 
-def _assemble(code: list[tuple]) -> bytes:
-    """Classic BPF from _seccomp_program's steps: labels become forward jump offsets (struct sock_filter)."""
+def _install_filter(code: list[tuple]) -> None:
+    """Assemble _seccomp_program's steps into classic BPF, labels becoming forward jump offsets (struct sock_filter),
+    and load the filter onto this process and all it will start (it is never lifted)."""
     where, steps, program = {}, [], []
     for step in code:
         if step[0] == "label":
@@ -323,13 +319,8 @@ def _assemble(code: list[tuple]) -> bytes:
     for i, (op, k, *targets) in enumerate(steps):
         jt, jf = ((where[t] - i - 1 if t else 0) for t in targets) if targets else (0, 0)
         program.append(struct.pack("=HBBI", BPF[op], jt, jf, k))  # a jump beyond 255 steps would raise here
-    return b"".join(program)
-
-
-def _install_filter(code: list[tuple]) -> None:
-    """Load the filter onto this process and all it will start (it is never lifted)."""
-    program = ctypes.create_string_buffer(_assemble(code))
-    fprog = struct.pack("@HP", len(program.raw) // 8, ctypes.addressof(program))  # struct sock_fprog
+    buffer = ctypes.create_string_buffer(b"".join(program))
+    fprog = struct.pack("@HP", len(program), ctypes.addressof(buffer))  # struct sock_fprog
     _call("prctl", PR_SET_SECCOMP, SECCOMP_MODE_FILTER, fprog, 0, 0)
 
 
@@ -341,7 +332,9 @@ def _watch(command: int, grace: float, wakeup: int) -> tuple[int, bool]:
     while True:
         timeout = None if kill_at is None else max(0.0, kill_at - time.monotonic())
         signals = os.read(wakeup, 512) if select.select([wakeup], [], [], timeout)[0] else b""
-        if not _anything_left(command, statuses):
+        # Reap what ended; is anything the command started left? On Linux that is the warden's children, orphans
+        # included; elsewhere orphans go to init and the command's process group stands for them.
+        if not (_reap(statuses) or (not ON_LINUX and _signal_all(command, 0))):
             return statuses[command], left
         if signal.SIGINT in signals or (kill_at is not None and time.monotonic() >= kill_at):
             _kill_all(command, statuses)
@@ -374,15 +367,8 @@ def _kill_all(command: int, statuses: dict) -> None:
     _reap(statuses)
 
 
-def _anything_left(command: int, statuses: dict) -> bool:
-    """Reap what ended; whether any process the command started is left. On Linux these are the warden's
-    children, orphans included; elsewhere orphans go to init and the command's process group stands for them."""
-    return _reap(statuses) or (not ON_LINUX and _signal_all(command, 0))
-
-
 def _signal_all(command: int, sig: int) -> bool:
-    """Send sig to every process below the warden (found in /proc), or off Linux to the command's process
-    group; whether there were any."""
+    """Send sig to every process below the warden, or off Linux to the command's process group; whether any."""
     sent = False
     for pid in _descendants(os.getpid()) if ON_LINUX else [-command]:
         try:
@@ -403,10 +389,9 @@ def _descendants(root: int) -> list[int]:
         except OSError:
             continue  # it has just ended
         children.setdefault(parent, []).append(int(name))
-    found, todo = [], list(children.get(root, []))
-    while todo:
-        found.append(todo.pop())
-        todo += children.get(found[-1], [])
+    found = children.get(root, [])
+    for pid in found:  # the list grows as it is walked
+        found += children.get(pid, [])
     return found
 
 
