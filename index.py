@@ -37,7 +37,7 @@ INDEX_LEAD_CHARS = 400  # the opening paragraph, weighted as "lead"
 INDEX_BATCH = 500  # notes read and written together: bounds memory during a big build
 INDEX_PROGRESS_AFTER_S = 1.0  # a build running longer than this tells the person
 DATE_PROPERTIES = ("date", "created", "date created")  # a note's day, the first found; the last: Obsidian Linter's
-SCHEMA_VERSION = 11  # bump when the tables or the text preparation change: old indexes get rebuilt
+SCHEMA_VERSION = 12  # bump when the tables or the text preparation change: old indexes get rebuilt
 
 
 # --- Notes on disk ---

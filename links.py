@@ -40,7 +40,8 @@ class Plan(NamedTuple):
 
 
 # --- Finding links ---
-_FRONT_MATTER = re.compile(r"\ufeff?---[ \t]*\r?\n(?:.*?\r?\n)?---[ \t]*(?:\r?\n|\Z)", re.S)
+# closed by "---" or "...", as frontmatter.py reads it
+_FRONT_MATTER = re.compile(r"\ufeff?---[ \t]*\r?\n(?:.*?\r?\n)?(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.S)
 _INSIDE_LINK = r"((?:[^\[\]\n]|\[(?!\[)|\](?!\]))*)"  # holds no [[ nor ]]: [[a [[b]] is the link [[b]]
 _PROPERTY_LINK = re.compile(r"""(["'])\[\[""" + _INSIDE_LINK + r"\]\]\1")  # a quoted value that is one whole link
 # Where code or a comment starts: a fence line (also inside quotes and list items), a backtick run, or %%.

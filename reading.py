@@ -97,6 +97,7 @@ def note_part(name: str, text: str, start_line: int = 1, section: str | None = N
                           + " to read on]")
     if not text.splitlines():
         return Shown(f"{name} is empty.", named=[name])
+    section = section if (section or "").strip() else None  # a small model sends "" for no section
     try:
         first, last = vault.find_section(text, section) if section else (1, None)
     except ValueError as exc:

@@ -50,7 +50,8 @@ def _folder(kb: Path, folder: str | None, done: str, person: bool = False) -> tu
         pass
     if person:
         raise ToolError(f"there is no folder '{folder}' in the notes.", "", "no_folder")
-    return "", "\U0010ffff", f"(There is no folder {json.dumps(folder, ensure_ascii=False)} in the notes, so all of them {done}.)\n"
+    named = json.dumps(folder, ensure_ascii=False)
+    return "", "\U0010ffff", f"(There is no folder {named} in the notes, so all of them {done}.)\n"
 
 
 def _days(after: str | None, before: str | None) -> tuple:
@@ -80,9 +81,10 @@ _RANK_SQL = f"""SELECT n.id, n.path, n.title, n.id IN (SELECT rowid FROM fts WHE
 n.id IN (SELECT rowid FROM fts WHERE fts MATCH ?) AS exact
 {_MATCHING} AND n.id NOT IN ({{}}){{}}
 ORDER BY (n.title_key = ? OR n.stem_key = ?) DESC, instr(n.alias_keys, ?) > 0 DESC, exact DESC, every DESC,
-bm25(fts, {', '.join(map(str, SEARCH_WEIGHTS))}) LIMIT ?"""
+{{}}bm25(fts, {', '.join(map(str, SEARCH_WEIGHTS))}) LIMIT ?"""
 _NOT_A_COPY = "(n.conflict_of IS NULL OR NOT EXISTS (SELECT 1 FROM notes o WHERE o.path = n.conflict_of))"
 _TAGGED = " AND (instr(n.tags, ?) OR instr(n.tags, ?))"  # the tag itself, or one nested in it
+_HAS = "(n.id IN (SELECT rowid FROM fts WHERE fts MATCH ?))"  # 1 for a note with that word, else 0
 _AMONG = " AND n.id IN (SELECT rowid FROM fts WHERE fts MATCH ?)"  # spares the others' bm25 and sorting
 
 
@@ -154,9 +156,11 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
 
     def add(match, every_only=False):  # the best notes for match that are not hits yet, while there is room
         shown = [h[0] for h in hits]
-        sql = rank_sql.format(",".join("?" * len(shown)), _AMONG if every_only else "")  # SQLite takes NOT IN ()
+        coord = [] if every_only else counted  # every_only: each has every word
+        sql = rank_sql.format(",".join("?" * len(shown)), _AMONG if every_only else "",  # SQLite takes NOT IN ()
+                              f"({' + '.join([_HAS] * len(coord))}) DESC, " if coord else "")
         hits.extend(idx.conn.execute(sql, (every_word, as_phrases, match, *args, *shown, *[every_word] * every_only,
-                                           qkey, qkey, f"\n{qkey}\n", depth - len(hits))))
+                                           qkey, qkey, f"\n{qkey}\n", *coord, depth - len(hits))))
 
     def count(match):  # all notes: every FTS row is one, and skipping the join is ~5x faster on 30k matches
         if lo or tags or days or few or idx.conn.execute(
@@ -164,8 +168,12 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
             return idx.conn.execute(f"SELECT count(*) {matching}", (match, *args)).fetchone()[0]
         return idx.conn.execute("SELECT count(*) FROM fts WHERE fts MATCH ?", (match,)).fetchone()[0]
 
-    as_phrases, every_word, ranked, wide = _matches(idx, terms, near)
+    as_phrases, each_word, ranked, wide = _matches(idx, terms, near)
+    every_word = " AND ".join(each_word)
+    # Of the notes with some words, those with more of them first (not by Chinese 2-character words: they overlap,
+    # and a long note holds many; bm25 ranks those). An English question of a Chinese note was 20th, now 3rd.
     total = count(every_word)
+    counted = each_word if len(each_word) > 1 and not CJK_RUN.search(every_word) else []
     add(ranked, every_only=total >= depth)  # the notes with every word fill the list, and rank first
     if len(hits) < depth and wide != ranked:  # a word's rarer forms fill the room left
         add(wide)
@@ -202,8 +210,8 @@ def _newest(idx: Index, where: str, args: tuple, tags: list, where_text: str, qu
 
 
 def _matches(idx: Index, terms: list, near: list) -> tuple:
-    """FTS5 queries: (every chunk as a phrase, every word, any word as ranked, any word in any form). A word's
-    other form ranks only where it is as common as the word typed (bm25 would put a rare form's notes first)."""
+    """FTS5 queries: (every chunk as a phrase, a list of each word, any word as ranked, any word in any form). A
+    word's other form ranks only where it is as common as the word typed (bm25 would put a rare form's notes first)."""
     def notes_with(phrase):
         return idx.conn.execute("SELECT count(*) FROM fts WHERE fts MATCH ?", (phrase,)).fetchone()[0]
 
@@ -219,7 +227,7 @@ def _matches(idx: Index, terms: list, near: list) -> tuple:
     ranked = [chunk(phrase, words, common) for phrase, words in terms]
     wide = [chunk(phrase, words, lambda _, forms: forms) for phrase, words in terms]
     every = [word_or_forms(word, forms) for _, words in terms for word, forms in words]
-    return (" AND ".join(dict.fromkeys(phrase for phrase, _ in terms)), " AND ".join(dict.fromkeys(every)),
+    return (" AND ".join(dict.fromkeys(phrase for phrase, _ in terms)), list(dict.fromkeys(every)),
             " OR ".join(ranked + near), " OR ".join(wide + near))
 
 
@@ -321,8 +329,11 @@ def _best_lines(kb: Path, path: str, patterns: list, chunk_line: int | None = No
     text = indexed_text(path, read_text(kb, path) or "")
     lines = text.splitlines()
     patterns = patterns if chunk_line is None else []  # found by meaning: the chunk's opening lines
-    found = [(n, line, [m for m in (p.search(line) for p in patterns) if m]) for n, line in enumerate(lines, 1)]
-    scored = [(-len(ms), n, line, min(m.start() for m in ms)) for n, line, ms in found if ms and line.strip()]
+    found = [(n, line, {p: m for p in patterns if (m := p.search(line))}) for n, line in enumerate(lines, 1)
+             if line.strip()]
+    lines_with = Counter(p for _, _, ms in found for p in ms)  # a word on every line of the note tells little
+    scored = [(-sum(1 / lines_with[p] for p in ms), n, line, min(m.start() for m in ms.values()))
+              for n, line, ms in found if ms]
     if not scored:  # matched by path, title, meaning or word form only: show the opening line(s) for context
         start = (chunk_line or frontmatter.front_matter(text)[1]) - 1
         scored = [(0, n, line, 0) for n, line in enumerate(lines[start:start + 50], start + 1)

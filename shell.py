@@ -80,7 +80,7 @@ def _environment(scratch: str, hide: tuple[str, ...]) -> dict[str, str]:
     """This interpreter's folder goes first on PATH: the sandbox can run it, not version-manager shims in the home
     folder. Tokens, passwords and bus addresses stay out: only PASSED_VARIABLES and LC_* are passed on."""
     env = {name: value for name, value in os.environ.items()
-           if (name in PASSED_VARIABLES or name.startswith("LC_")) and not any(s and s in value for s in hide)}
+           if (name in PASSED_VARIABLES or name.startswith("LC_")) and not any(len(s) >= MIN_SECRET and s in value for s in hide)}
     path = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", os.defpath)
     return {**env, "PATH": path, "HOME": scratch, "TMPDIR": scratch}
 

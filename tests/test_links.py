@@ -90,6 +90,9 @@ def test_front_matter_links_count_only_when_quoted():
             'text: "see [[D]] too"\n---\n"[[E]]" in the body is a plain link\n')
     assert found(text) == [("A", "", "", False, "property"), ("B", "", "b", False, "property"),
                            ("C", "h", "", False, "property"), ("E", "", "", False, "wiki")]
+    # front matter closed by "...", as frontmatter.py reads it: its link is a property's, rewritten as one on a move
+    assert found('---\nup: "[[A]]"\n...\nbody [[B]]\n') == [("A", "", "", False, "property"),
+                                                           ("B", "", "", False, "wiki")]
 
 
 def test_canvas_nodes_name_files_and_other_files_hold_no_links():

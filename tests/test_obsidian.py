@@ -186,6 +186,8 @@ def test_read_note_returns_one_section_with_its_line_numbers(notebook, kb):
     assert out.startswith('guide.md (lines 8-19 of 26; section "setup" ends at line 19)\n## Setup\n')
     assert "brew install x" in out and "Run `x`" not in out
     assert "brew install" in run(notebook, "read_note", file_path="guide.md", section="## macos")  # marks ignored
+    assert run(notebook, "read_note", file_path="guide.md", section="") == run(notebook, "read_note",
+                                                                                file_path="guide.md")  # a small model's
     out = run(notebook, "read_note", file_path="guide.md", section="Setup > Linux")
     assert "(lines 12-15 of 26;" in out and "apt install x" in out and "Why Linux" not in out
     out = run(notebook, "read_note", file_path="guide.md", section="linux")

@@ -297,6 +297,13 @@ def test_the_shell_gets_a_minimal_environment(kb, monkeypatch):
     assert "hunter2" not in result.text and "ghp_x1" not in result.text and "pw@" not in result.text
 
 
+def test_a_local_servers_placeholder_key_keeps_no_variable_from_the_shell(kb, monkeypatch):
+    monkeypatch.setenv("TERM", "xterm-256color")  # holds "x", the key a local server is given
+    notebook = make_notebook(kb, allow_shell=True, auto_approve=True, shell_unsandboxed=True, api_key="x")
+    result = tools.execute_tool("bash", {"command": "echo $TERM"}, notebook, lambda approval: True)
+    assert "xterm-256color" in result.text, result.text
+
+
 def test_a_note_that_says_delete_everything_changes_nothing_without_asking(kb):
     """Note text is data: a default agent (no shell, no --yes) that reads such a note and obeys it still asks
     before any delete, and nobody can say yes in a one-shot run."""

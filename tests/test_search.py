@@ -153,6 +153,29 @@ def test_a_chinese_question_ranks_first_the_note_its_keywords_rank_first(tmp_pat
     assert hits(out)[0] == "第一次买域名.md", out
 
 
+def test_where_no_note_has_every_word_the_note_with_more_of_them_ranks_first(tmp_path, find):
+    # An English question about a Chinese note: it has four of the six words once each, and bm25 put ten short
+    # English notes with two or three of them above it (20th in a real vault: the note never reached a small model)
+    root = tmp_path / "garden"
+    write(root, "access.md", "# 笔记组织法\n\n" + "根据自身情况，做了小小的改变。\n" * 80
+          + "Folders or links: the ACCESS system.\n\n- Inbox，原名 Encounters\n")
+    for name in ("calendar", "extras", "atlas", "cards", "sources"):
+        write(root, f"{name}.md", f"# {name}\n\nup:: ACCESS\nThis folder called {name}: a folder called {name}.\n")
+    for n in range(6):
+        write(root, f"inbox{n}.md", f"# Inbox {n}\n\nAn inbox zero day, a system for mail.\n")
+    out = find(root, "In my ACCESS folder system, what was the Inbox originally called?")
+    assert hits(out)[0] == "access.md", out
+    assert "Inbox，原名 Encounters" in out
+
+
+def test_a_hit_shows_the_lines_of_the_words_rare_in_the_note_not_only_those_it_repeats(tmp_path, find):
+    root = tmp_path / "kb"
+    write(root, "method.md", "# Method\n\n" + "".join(f"- the method, step {n}\n" for n in range(1, 9))
+          + "\nThe inbox was first called Encounters.\n")
+    out = find(root, "method inbox")
+    assert "The inbox was first called Encounters." in out, out
+
+
 def test_framing_words_of_a_question_are_not_required(kb, find):
     out = find(kb, "Is there a way to bake bread?")
     assert out.startswith('3 notes match "Is there a way to bake bread?" (1 with every word), best first:'), out
