@@ -29,6 +29,7 @@ SEARCH_OUTSIDE_NOTES = 3  # a search in a folder or days where no note has every
 SEARCH_QUERY_ECHO_CHARS = 80  # the query is repeated in the answer's first line, cut to this length
 SEARCH_QUERY_MAX_CHARS = 2_000  # of a query read at all: a megabyte of one word must not hold the search for seconds
 SEARCH_WEIGHTS = (3.0, 10.0, 6.0, 1.0)  # BM25 weights of path, title, lead, body (bench/search_bench.py)
+SEARCH_COUNTED_WORDS = 12  # a note with more of a query's words ranks first: this many are counted (each costs)
 SEARCH_RRF_K = 60  # reciprocal rank fusion: a note's score is the sum of 1 / (K + its rank) in each list
 PASSAGE_NOTES = 3  # notes whose best lines go with a question, before the model is first asked
 PASSAGE_AROUND = 2  # lines kept before and after each of a passage's best lines
@@ -75,13 +76,13 @@ def _period(days: tuple) -> str:
 
 
 # --- Searching ---
-_MATCHING = "FROM fts JOIN notes n ON n.id = fts.rowid WHERE fts MATCH ? AND {}"
+_MATCHING = "FROM fts JOIN notes n ON n.id = fts.rowid WHERE fts MATCH ? AND {where}"
 # Tiers: titled or named as the query, then with it as an alias, every chunk as a phrase, every word; then bm25.
 _RANK_SQL = f"""SELECT n.id, n.path, n.title, n.id IN (SELECT rowid FROM fts WHERE fts MATCH ?) AS every,
 n.id IN (SELECT rowid FROM fts WHERE fts MATCH ?) AS exact
-{_MATCHING} AND n.id NOT IN ({{}}){{}}
+{_MATCHING} AND n.id NOT IN ({{shown}}){{among}}
 ORDER BY (n.title_key = ? OR n.stem_key = ?) DESC, instr(n.alias_keys, ?) > 0 DESC, exact DESC, every DESC,
-{{}}bm25(fts, {', '.join(map(str, SEARCH_WEIGHTS))}) LIMIT ?"""
+{{more_words}}bm25(fts, {', '.join(map(str, SEARCH_WEIGHTS))}) LIMIT ?"""
 _NOT_A_COPY = "(n.conflict_of IS NULL OR NOT EXISTS (SELECT 1 FROM notes o WHERE o.path = n.conflict_of))"
 _TAGGED = " AND (instr(n.tags, ?) OR instr(n.tags, ?))"  # the tag itself, or one nested in it
 _HAS = "(n.id IN (SELECT rowid FROM fts WHERE fts MATCH ?))"  # 1 for a note with that word, else 0
@@ -152,13 +153,13 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
         if embedder and not tags and not few else (None, "")
     depth = embeddings.EMBED_NOTES if vector else SEARCH_OUTSIDE_NOTES if few else SEARCH_MAX_HITS
     qkey, hits = title_key(rest.replace('"', " ")), []
-    rank_sql, matching = _RANK_SQL.replace("{}", where, 1), _MATCHING.format(where)
+    counted = _counted(terms)
+    rank_sql, matching = _RANK_SQL.replace("{where}", where), _MATCHING.format(where=where)
 
     def add(match, every_only=False):  # the best notes for match that are not hits yet, while there is room
-        shown = [h[0] for h in hits]
-        coord = [] if every_only else counted  # every_only: each has every word
-        sql = rank_sql.format(",".join("?" * len(shown)), _AMONG if every_only else "",  # SQLite takes NOT IN ()
-                              f"({' + '.join([_HAS] * len(coord))}) DESC, " if coord else "")
+        shown, coord = [h[0] for h in hits], [] if every_only else counted
+        sql = rank_sql.format(shown=",".join("?" * len(shown)), among=_AMONG if every_only else "",  # NOT IN () ok
+                              more_words=f"({' + '.join([_HAS] * len(coord))}) DESC, " if coord else "")
         hits.extend(idx.conn.execute(sql, (every_word, as_phrases, match, *args, *shown, *[every_word] * every_only,
                                            qkey, qkey, f"\n{qkey}\n", *coord, depth - len(hits))))
 
@@ -170,10 +171,7 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
 
     as_phrases, each_word, ranked, wide = _matches(idx, terms, near)
     every_word = " AND ".join(each_word)
-    # Of the notes with some words, those with more of them first (not by Chinese 2-character words: they overlap,
-    # and a long note holds many; bm25 ranks those). An English question of a Chinese note was 20th, now 3rd.
     total = count(every_word)
-    counted = each_word if len(each_word) > 1 and not CJK_RUN.search(every_word) else []
     add(ranked, every_only=total >= depth)  # the notes with every word fill the list, and rank first
     if len(hits) < depth and wide != ranked:  # a word's rarer forms fill the room left
         add(wide)
@@ -185,9 +183,7 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
         inside = {path for path, in idx.conn.execute(  # notes_by_meaning knows no days, nor copies
             f"SELECT path FROM notes n WHERE {where} AND path IN ({','.join('?' * len(by_meaning))})",
             (*args, *(hit[0] for hit in by_meaning)))}
-        by_meaning = [hit for hit in by_meaning if hit[0] in inside]
-        kept = max(every, 1)  # the notes with every word, and at least the keyword best, keep their places
-        hits = hits[:kept] + _fuse(hits[kept:], by_meaning, {path for path, _, _ in hits[:kept]})
+        hits = _fuse(hits, [hit for hit in by_meaning if hit[0] in inside], kept=max(every, 1))
     patterns = _line_patterns(words) + _tag_patterns(tags)
 
     def text_in(idx: Index, room: int) -> Shown:
@@ -231,6 +227,15 @@ def _matches(idx: Index, terms: list, near: list) -> tuple:
             " OR ".join(ranked + near), " OR ".join(wide + near))
 
 
+def _counted(terms: list) -> list:
+    """The words (FTS5, with their other forms) whose count ranks the notes with some of them: the first
+    SEARCH_COUNTED_WORDS of two letters or more, not Chinese (2-character words overlap: a long note holds many)."""
+    words = [word_or_forms(word, forms) for _, each in terms for word, forms in each
+             if len(word.strip('"*')) > 1 and not CJK_RUN.search(word)]
+    words = list(dict.fromkeys(words))[:SEARCH_COUNTED_WORDS]
+    return words if len(words) > 1 else []
+
+
 def _copies(names: list) -> str:
     return f"{len(names)} sync-conflict cop{'y' if len(names) == 1 else 'ies'}"
 
@@ -245,14 +250,15 @@ def _named(names: list) -> str:
     return ", ".join(shown)
 
 
-def _fuse(by_words: list, by_meaning: list, placed: set) -> list:
-    """(path, title, line) of the notes with some words and those close in meaning, fused by reciprocal rank."""
-    score = {}
+def _fuse(hits: list, by_meaning: list, kept: int) -> list:
+    """(path, title, line) of the notes found by words, the first `kept` in their places (those with every word, and
+    at least the keyword best), then the others and those close in meaning, fused by reciprocal rank."""
+    placed, by_words, score = {path for path, _, _ in hits[:kept]}, hits[kept:], {}
     for ranked in (by_words, [hit for hit in by_meaning if hit[0] not in placed]):
         for rank, (path, _, _) in enumerate(ranked, 1):
             score[path] = score.get(path, 0.0) + 1 / (SEARCH_RRF_K + rank)
     hit_of = {hit[0]: hit for hit in by_meaning} | {hit[0]: hit for hit in by_words}  # by words: no line shown
-    return sorted((hit_of[path] for path in score), key=lambda hit: -score[hit[0]])
+    return hits[:kept] + sorted((hit_of[path] for path in score), key=lambda hit: -score[hit[0]])
 
 
 def _format_hits(idx: Index, patterns: list, hits, total_all: int, some_only: int, where: str, query: str,
@@ -332,7 +338,7 @@ def _best_lines(kb: Path, path: str, patterns: list, chunk_line: int | None = No
     found = [(n, line, {p: m for p in patterns if (m := p.search(line))}) for n, line in enumerate(lines, 1)
              if line.strip()]
     lines_with = Counter(p for _, _, ms in found for p in ms)  # a word on every line of the note tells little
-    scored = [(-sum(1 / lines_with[p] for p in ms), n, line, min(m.start() for m in ms.values()))
+    scored = [(-round(sum(1 / lines_with[p] for p in ms), 9), n, line, min(m.start() for m in ms.values()))
               for n, line, ms in found if ms]
     if not scored:  # matched by path, title, meaning or word form only: show the opening line(s) for context
         start = (chunk_line or frontmatter.front_matter(text)[1]) - 1

@@ -79,8 +79,9 @@ def run_shell(command: str, kb, timeout: float, allow_network: bool = False, hid
 def _environment(scratch: str, hide: tuple[str, ...]) -> dict[str, str]:
     """This interpreter's folder goes first on PATH: the sandbox can run it, not version-manager shims in the home
     folder. Tokens, passwords and bus addresses stay out: only PASSED_VARIABLES and LC_* are passed on."""
+    secrets = [secret for secret in hide if len(secret) >= MIN_SECRET]
     env = {name: value for name, value in os.environ.items()
-           if (name in PASSED_VARIABLES or name.startswith("LC_")) and not any(len(s) >= MIN_SECRET and s in value for s in hide)}
+           if (name in PASSED_VARIABLES or name.startswith("LC_")) and not any(s in value for s in secrets)}
     path = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", os.defpath)
     return {**env, "PATH": path, "HOME": scratch, "TMPDIR": scratch}
 

@@ -85,7 +85,7 @@ TOOLS: dict[str, Tool] = {t.schema["function"]["name"]: t for t in [
          "List the notes, newest first, with titles and dates, and how many notes each folder holds.",
          {"folder": FOLDER, **DAYS}, read_only=True),
     tool(reading.read_note,
-         "Read a note; its first line says which lines follow. A long note comes in parts, the first with its outline; "
+         "Read a note; its head says which lines follow. A long note comes in parts, the first with its outline; "
          "pass start_line to read on, or section to read one part.",
          {"file_path": PATH, "start_line": ("integer", "The first line to read (default 1)."),
           "section": ("string", "Only the part under this heading of the note (optional).")}, read_only=True),

@@ -166,6 +166,7 @@ def test_where_no_note_has_every_word_the_note_with_more_of_them_ranks_first(tmp
     out = find(root, "In my ACCESS folder system, what was the Inbox originally called?")
     assert hits(out)[0] == "access.md", out
     assert "Inbox，原名 Encounters" in out
+    assert hits(find(root, "In my ACCESS folder system 工具, what was the Inbox originally called?"))[0] == "access.md"
 
 
 def test_a_hit_shows_the_lines_of_the_words_rare_in_the_note_not_only_those_it_repeats(tmp_path, find):
