@@ -330,10 +330,10 @@ def _tagged_bodies(text: str) -> list[str] | None:
 
 
 def _fenced_body(text: str) -> list[str] | None:
-    """What a ```json (or bare ```) fence holds, when the text is only that fence (maybe unclosed)."""
+    """What a ```json (or bare ```) fence that opens the text holds (maybe unclosed). Words after it are a small
+    model's narration of the call ("The results will show…"): the call runs, they go."""
     language, _, body = text[len(FENCE):].partition("\n")
-    body, _, rest = body.partition(FENCE)
-    return [body] if language.strip().lower() in FENCE_LANGUAGES and not rest.strip() else None
+    return [body.partition(FENCE)[0]] if language.strip().lower() in FENCE_LANGUAGES else None
 
 
 def _json_values(text: str) -> list | None:
@@ -372,7 +372,8 @@ def _body_may_be_call(text: str, closing: str) -> bool:
     body, closed, rest = text.partition(closing)
     if closed:
         values = _json_values(body)
-        return (_are_calls(values) if values else _opens_like_call(body.strip())) and could_be_tool_call(rest)
+        calls = _are_calls(values) if values else _opens_like_call(body.strip())
+        return calls and (closing == FENCE or could_be_tool_call(rest))  # what follows a fenced call: _fenced_body
     arriving = next((size for size in range(len(closing) - 1, 0, -1) if body.endswith(closing[:size])), 0)
     body = body[:len(body) - arriving]  # the closing may be arriving: "</tool_" or "``"
     return not body.strip() or _json_may_be_call(body.strip())

@@ -73,6 +73,8 @@ def test_each_text_shape_becomes_the_calls_and_shows_nothing(shape, calls):
     # Qwen2.5-Coder-0.5B on llama.cpp stopped right after the JSON, the fence never closed:
     ('```json\n{"name": "search_notes", "arguments": {"query": "python"}}', [SEARCH]),
     ('```json\n{"name": "search_notes", "arguments": {"query": "python"}}\n', [SEARCH]),
+    # Qwen2.5-Coder-1.5B narrated its call after the fence ("The search results will show …"): the call runs
+    ('```json\n{"name": "search_notes", "arguments": {"query": "python"}}\n```\nThis searches your notes.', [SEARCH]),
 ])
 def test_calls_in_the_shapes_servers_send(content, expected):
     assert text_tool_calls(content) == expected
@@ -81,7 +83,6 @@ def test_calls_in_the_shapes_servers_send(content, expected):
 
 @pytest.mark.parametrize("content", [
     'To search, the agent sends {"name": "search_notes", "arguments": {"query": "python"}}.',
-    '```json\n{"name": "search_notes", "arguments": {"query": "python"}}\n```\nThis searches your notes.',
     '```python\n{"name": "search_notes", "arguments": {}}\n```',
     '{"name": "search_notes", "description": "Search the notes", "parameters": {"type": "object"}}',  # a schema
     '{"name": "search_notes", "arguments": {}} is how you search',
@@ -141,7 +142,9 @@ def test_a_sentence_then_a_fenced_call_shows_the_sentence_and_runs_the_call(pros
     for piece in (1, 3, 50):
         assert streamed(prose + fence, piece) == (prose, [SEARCH])
     assert streamed(prose + fence.replace("search_notes", "nope")) == (prose, [{**SEARCH, "name": "nope"}])
-    for answer in (prose + fence + "\nThat is how it is called.", prose + "```python\nprint(1)\n```"):
+    for piece in (1, 7, 50):  # the 1.5B's words after its fenced call say what the results will show: not shown
+        assert streamed(prose + fence + "\n\nThe results will show the lines.", piece) == (prose, [SEARCH])
+    for answer in (prose + "```python\nprint(1)\n```\nThat prints 1.", prose + "```json\n[1, 2]\n```\nA list."):
         assert streamed(answer) == (answer, None)
 
 
