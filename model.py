@@ -124,7 +124,8 @@ class Reply:
         self.heads, self.echo = heads, None  # whether the text copies a result (replies.echo_heads); None: it may
 
     def receive(self, parts, stream: bool, ui) -> None:
-        """Read the stream or completion; text that may be tool calls written as text is held back until clear."""
+        """Read a stream's chunks or one whole completion, showing text and reasoning as they come; text that may
+        be tool calls written as text is held back until it is clear, then run as calls or shown."""
         self.streaming = stream
         for usage, finish_reason, reasoning, content, calls in replies.pieces(parts, stream):
             self.usage, self.finish_reason = usage or self.usage, finish_reason or self.finish_reason
@@ -230,7 +231,8 @@ class Model:
         return self._client
 
     def request(self, history: list[dict], schemas: list[dict] | None = None) -> tuple[list[dict], int]:
-        """The next request's messages (what fits in CONTEXT_TOKENS, as sent) and its token estimate, `schemas` too."""
+        """The messages the next request sends (as much as fits in CONTEXT_TOKENS, as sent) and its estimated
+        tokens, the tools' `schemas` included."""
         schemas = tools.tool_schemas(self.settings) if schemas is None else schemas
         budget = int(self.settings.context_tokens / self.token_ratio) - context.estimate_tokens([], schemas)
         asked = [_with_passages(m) if m["role"] == "user" else m for m in history]  # the passages count, as sent

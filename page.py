@@ -90,7 +90,8 @@ def note_links(notebook: Notebook, name: str, text: str) -> dict:
 
 
 class App(agent.UI):
-    """The page's state and run_agent's UI; Stop raises in a hook, never thrown in: no lock leaks, no save cut short."""
+    """The state behind the page, and run_agent's UI: each hook an event. Stop's KeyboardInterrupt is raised by a
+    hook, never thrown in, so no lock leaks and no save is cut short."""
     reviews_changes = True
 
     def __init__(self, settings: Settings, model: model.Model | None):

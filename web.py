@@ -61,7 +61,8 @@ def _number(text: str, status: int, message: str) -> int:
 
 
 class Server(ThreadingHTTPServer):
-    """On 127.0.0.1:port (0: any free); a connection gets a thread when it speaks, may be cut until it shows the key."""
+    """The server on 127.0.0.1:port (0: any free); a connection has no thread until it speaks, and may be cut
+    until its request shows the page's key."""
     daemon_threads = True
     request_queue_size = 4096  # connections waiting for accept: under a flood, the page's waits among them
 
