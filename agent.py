@@ -144,7 +144,8 @@ def _notice(reply: Reply) -> str:
 
 def execute(calls: list[dict], arguments: list[str], history: list[dict], notebook: Notebook, ui: UI,
             allowance: Allowance, made: set) -> list[tools.Result]:
-    """Run each call with its arguments as sent, appending its result (one Ctrl+C stops says so); the results."""
+    """Run each call with its arguments as sent, appending its result; the results. One that Ctrl+C stops is
+    answered saying so (it may have done part of its work)."""
     results = []
     for call, sent in zip(calls, arguments):
         name = call["function"]["name"]

@@ -199,7 +199,8 @@ def looping(text: str) -> int | None:
 
 
 def repeats_from(text: str) -> int:
-    """Where the last whole line's repeats begin (the line being written may be one), held until clear; or len(text)."""
+    """Where the last whole line's repeats begin (the line being written may be one), to hold them back until it is
+    clear; len(text) when there are none."""
     start, at = max(0, len(text) - LOOP_WINDOW), len(text)
     for _ in range(REPEATED_LINES + 1):  # only the last lines are looked at: each piece costs what it adds
         at = text.rfind("\n", start, at) if at > start else -1
