@@ -153,7 +153,6 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
         if embedder and not tags and not few else (None, "")
     depth = embeddings.EMBED_NOTES if vector else SEARCH_OUTSIDE_NOTES if few else SEARCH_MAX_HITS
     qkey, hits = title_key(rest.replace('"', " ")), []
-    counted = _counted(terms)
     rank_sql, matching = _RANK_SQL.replace("{where}", where), _MATCHING.format(where=where)
 
     def add(match, every_only=False):  # the best notes for match that are not hits yet, while there is room
@@ -170,7 +169,7 @@ def _search(idx: Index, vectors, query: str, rest: str, parsed: tuple, tags: lis
         return idx.conn.execute("SELECT count(*) FROM fts WHERE fts MATCH ?", (match,)).fetchone()[0]
 
     as_phrases, each_word, ranked, wide = _matches(idx, terms, near)
-    every_word = " AND ".join(each_word)
+    every_word, counted = " AND ".join(each_word.values()), _counted(each_word)
     total = count(every_word)
     add(ranked, every_only=total >= depth)  # the notes with every word fill the list, and rank first
     if len(hits) < depth and wide != ranked:  # a word's rarer forms fill the room left
@@ -206,7 +205,7 @@ def _newest(idx: Index, where: str, args: tuple, tags: list, where_text: str, qu
 
 
 def _matches(idx: Index, terms: list, near: list) -> tuple:
-    """FTS5 queries: (every chunk as a phrase, a list of each word, any word as ranked, any word in any form). A
+    """FTS5 queries: (every chunk as a phrase, each word: its FTS5, any word as ranked, any word in any form). A
     word's other form ranks only where it is as common as the word typed (bm25 would put a rare form's notes first)."""
     def notes_with(phrase):
         return idx.conn.execute("SELECT count(*) FROM fts WHERE fts MATCH ?", (phrase,)).fetchone()[0]
@@ -222,18 +221,16 @@ def _matches(idx: Index, terms: list, near: list) -> tuple:
         return each[0] if len(each) == 1 else f"({phrase} OR ({' OR '.join(each)}) NOT {phrase})"
     ranked = [chunk(phrase, words, common) for phrase, words in terms]
     wide = [chunk(phrase, words, lambda _, forms: forms) for phrase, words in terms]
-    every = [word_or_forms(word, forms) for _, words in terms for word, forms in words]
-    return (" AND ".join(dict.fromkeys(phrase for phrase, _ in terms)), list(dict.fromkeys(every)),
+    every = {word: word_or_forms(word, forms) for _, words in terms for word, forms in words}  # word: its FTS5
+    return (" AND ".join(dict.fromkeys(phrase for phrase, _ in terms)), every,
             " OR ".join(ranked + near), " OR ".join(wide + near))
 
 
-def _counted(terms: list) -> list:
+def _counted(every: dict) -> list:
     """The words (FTS5, with their other forms) whose count ranks the notes with some of them: the first
     SEARCH_COUNTED_WORDS of two letters or more, not Chinese (2-character words overlap: a long note holds many)."""
-    words = [word_or_forms(word, forms) for _, each in terms for word, forms in each
-             if len(word.strip('"*')) > 1 and not CJK_RUN.search(word)]
-    words = list(dict.fromkeys(words))[:SEARCH_COUNTED_WORDS]
-    return words if len(words) > 1 else []
+    words = [fts for word, fts in every.items() if len(word.strip('"*')) > 1 and not CJK_RUN.search(word)]
+    return words[:SEARCH_COUNTED_WORDS] if len(words) > 1 else []
 
 
 def _copies(names: list) -> str:
